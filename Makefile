@@ -1,0 +1,111 @@
+# seqtrain build.  `make` builds bin/seqtrain, bin/seqeval, bin/seqtok; `make test` runs every test;
+# `make run` prepares the bundled data and runs the quickstart config.
+#
+# Variants (each builds into its own folder, so they never mix objects):
+#   make                 -O3 -march=native -fopenmp            -> bin/
+#   make NO_OMP=1        without OpenMP                         -> build/noomp/bin/
+#   make DEBUG=1         -O0 -g                                 -> build/debug/bin/
+#   make SANITIZE=1      ASan + UBSan, -O1 -g                   -> build/asan/bin/
+#   WERROR=1             adds -Werror (CI sets it)
+
+CC  ?= cc
+CXX ?= c++
+ifeq ($(origin CC),default)
+CC := gcc
+endif
+ifeq ($(origin CXX),default)
+CXX := g++
+endif
+
+WARN     := -Wall -Wextra -Wno-unused-parameter -Wshadow -Wvla -Wformat=2
+CSTD     := -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE
+OPT      := -O3 -march=native
+OMPFLAGS := -fopenmp
+VARIANT  := release
+BIN      := bin
+
+ifeq ($(NO_OMP),1)
+OMPFLAGS := -Wno-unknown-pragmas
+VARIANT  := noomp
+BIN      := build/noomp/bin
+endif
+ifeq ($(DEBUG),1)
+OPT      := -O0 -g
+VARIANT  := debug
+BIN      := build/debug/bin
+endif
+ifeq ($(SANITIZE),1)
+OPT      := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+VARIANT  := asan
+BIN      := build/asan/bin
+endif
+ifeq ($(WERROR),1)
+WARN     += -Werror
+endif
+
+OBJDIR   := build/$(VARIANT)/obj
+TESTBIN  := build/$(VARIANT)/tests
+CFLAGS   += $(CSTD) $(OPT) $(OMPFLAGS) $(WARN) -Isrc -MMD -MP
+CXXFLAGS += -std=c++17 $(OPT) $(OMPFLAGS) -Wall -Wextra -Isrc -MMD -MP
+LDLIBS   += -lcjson -lzstd -lsentencepiece -lsentencepiece_train -lm -lpthread
+LDFLAGS  += $(OPT) $(OMPFLAGS)
+
+# library = every C/C++ file under src/ except the command-line mains
+LIB_C    := $(filter-out src/cli/seq%.c,$(wildcard src/*/*.c))
+LIB_CC   := $(wildcard src/*/*.cc)
+LIB_OBJ  := $(LIB_C:src/%.c=$(OBJDIR)/%.o) $(LIB_CC:src/%.cc=$(OBJDIR)/%.o)
+TOOLS    := seqtrain seqeval seqtok
+TOOL_BIN := $(TOOLS:%=$(BIN)/%)
+TESTS    := $(patsubst tests/%.c,%,$(wildcard tests/test_*.c))
+TEST_BIN := $(TESTS:%=$(TESTBIN)/%)
+DEPS_STAMP := build/.deps-installed
+
+.PHONY: all tools tests test run deps data clean
+.SECONDARY:  # keep objects between builds (they are intermediate files of pattern rules)
+all: tools
+tools: $(TOOL_BIN)
+tests: $(TEST_BIN)
+
+# Debian packages: installed on first use when missing (scripts/install_deps.sh says what it does)
+deps: $(DEPS_STAMP)
+$(DEPS_STAMP): scripts/install_deps.sh
+	@bash scripts/install_deps.sh
+	@mkdir -p $(dir $@) && touch $@
+
+$(OBJDIR)/%.o: src/%.c | $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(OBJDIR)/%.o: src/%.cc | $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) -c $< -o $@
+
+$(BIN)/%: $(OBJDIR)/cli/%.o $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+
+$(OBJDIR)/tests/%.o: tests/%.c | $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests -c $< -o $@
+
+$(TESTBIN)/%: $(OBJDIR)/tests/%.o $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+
+# the whole suite: unit tests and CLI tests on the release build, the same again under ASan/UBSan,
+# and a compile of the NO_OMP and DEBUG variants; ends with "N passed, N failed"
+test: $(DEPS_STAMP)
+	@bash tests/run_all.sh
+
+# prepare WikiText-2 shards, then run the quickstart config
+run: tools
+	@bash scripts/prepare_wikitext2.sh
+	$(BIN)/seqtrain --config configs/quickstart.json
+
+data: tools
+	@bash scripts/prepare_wikitext2.sh
+
+clean:
+	rm -rf bin build
+
+-include $(shell find build -name '*.d' 2>/dev/null)

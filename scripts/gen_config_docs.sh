@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Regenerates docs/config.md from the config schema compiled into seqtrain (src/cli/run_config.c), so the
+# reference lists exactly the keys the program accepts. tests/test_docs.sh fails when it is stale.
+#   scripts/gen_config_docs.sh [OUT]   (default docs/config.md; BIN=dir picks the build, default bin)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${BIN:-bin}
+OUT=${1:-docs/config.md}
+{
+cat <<'MD'
+# Configuration reference
+
+A run is described by one JSON file (`seqtrain --config FILE.json`). This page is generated from the schema
+compiled into the program (`scripts/gen_config_docs.sh`, which runs `seqtrain --config-docs`), so it lists
+exactly the keys that exist.
+
+## How a configuration is resolved
+
+1. **Inheritance.** A file may start with `"base": "other.json"` (or a list of files): the bases are loaded
+   first (paths relative to the file that names them, recursively; a cycle is an error), then the file is
+   deep-merged over them: objects merge key by key, every other value (numbers, strings, lists) replaces
+   the base's value whole.
+2. **Overrides.** `--set key.path=value` (repeatable) is applied last. The value is read as JSON when it is
+   valid JSON (`--set train.seq_len=256`, `--set data.shuffle=false`, `--set 'data.train=["a","b"]'`),
+   otherwise as a plain string (`--set run.name=baseline`).
+3. **Validation.** Every key must be one listed below, with the right type and inside its range; a key
+   left out takes its default. Any violation stops the program with one line naming the file (or the
+   `--set`) that set the value, the key's full path, the bad value, what is allowed, and a did-you-mean
+   for near misses, e.g.
+   `configs/x.json: unknown key 'train.seqlen' (did you mean 'train.seq_len'?)`.
+4. `seqtrain --config FILE --print-config` prints the resolved configuration (every key, defaults
+   filled in); feeding that output back as a config gives the same run.
+
+MD
+"$BIN/seqtrain" --config-docs | sed 's/^## top level$/## Sections/'
+} > "$OUT"

@@ -1,0 +1,60 @@
+/*
+ * Streams training windows of T+1 tokens from one or more shards.
+ *
+ * Every shard is cut into windows that start at multiples of T (window j = tokens [jT, jT+T], so
+ * consecutive windows share one token, as in llm.c and the input/target shift). All windows of all
+ * shards form one index space [0, N). An epoch visits each window exactly once: in order when shuffle
+ * is off, otherwise in the order of a keyed pseudo-random permutation (a Feistel network with
+ * cycle-walking) whose key depends only on (seed, epoch). The permutation needs no memory, so the whole
+ * position in the data is the cursor (epoch, pos): saving and restoring it resumes exactly, with any
+ * number of shards and tokens. Memory is the shards' bounded frame caches plus one window.
+ */
+#ifndef SEQ_LOADER_H
+#define SEQ_LOADER_H
+
+#include <stdint.h>
+#include "core/err.h"
+#include "data/shard.h"
+
+typedef struct LoaderCursor {
+    uint64_t epoch;  // completed passes over the data
+    uint64_t pos;    // windows already taken in this epoch
+} LoaderCursor;
+
+typedef struct LoaderOpts {
+    const char *const *patterns;  // file names or glob patterns, each must match at least one file
+    int n_patterns;
+    const char *what;             // for messages: "data.train"
+    ShardFormat format;
+    uint32_t vocab_size;          // 0 = from the shard headers
+    int T;                        // window = T+1 tokens
+    int shuffle;
+    uint64_t seed;
+    size_t cache_bytes;           // decoded-frame cache, split over the shards
+} LoaderOpts;
+
+typedef struct Loader {
+    int n_shards;
+    Shard *shards;
+    uint64_t *first_window;  // (n_shards+1,) index of each shard's first window; last = N
+    uint64_t n_windows;      // N
+    uint64_t n_tokens;       // over all shards
+    uint32_t vocab_size;
+    int T, shuffle;
+    uint64_t seed;
+    LoaderCursor cur;
+    uint64_t keys[4];        // Feistel round keys of the current epoch
+    int half_bits;           // the permutation works on 2*half_bits-bit integers
+    uint32_t *window;        // (T+1,) scratch
+} Loader;
+
+int loader_open(Loader *l, const LoaderOpts *o, Err *e);
+void loader_close(Loader *l);
+// the next B windows: inputs (B,T) and targets (B,T) = inputs shifted by one token
+int loader_next(Loader *l, int32_t *inputs, int32_t *targets, int B, Err *e);
+LoaderCursor loader_cursor(const Loader *l);
+int loader_seek(Loader *l, LoaderCursor c, Err *e);  // jump to a saved cursor
+// the window that position pos of epoch `epoch` reads (exposed for tests and the evaluator)
+uint64_t loader_window_at(Loader *l, uint64_t epoch, uint64_t pos);
+
+#endif
