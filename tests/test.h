@@ -31,23 +31,25 @@ static inline void test_report_(int ok, const char *file, int line, const char *
 
 #define TEST_WHAT_(...) char what_[512]; snprintf(what_, sizeof what_, __VA_ARGS__)
 
-#define CHECK(cond, ...) do { TEST_WHAT_(__VA_ARGS__); \
-    test_report_((cond) ? 1 : 0, __FILE__, __LINE__, "", what_); } while (0)
+// the condition and values are evaluated before the message is formatted, so a message may show what
+// the checked call produced (e.g. CHECK(f(&e) == 0, "f: %s", e.msg) prints f's own error)
+#define CHECK(cond, ...) do { int c_ = (cond) ? 1 : 0; TEST_WHAT_(__VA_ARGS__); \
+    test_report_(c_, __FILE__, __LINE__, "", what_); } while (0)
 
-#define CHECK_NEAR(got, want, atol, rtol, ...) do { TEST_WHAT_(__VA_ARGS__); \
-    double g_ = (double)(got), w_ = (double)(want); char d_[160]; \
+#define CHECK_NEAR(got, want, atol, rtol, ...) do { \
+    double g_ = (double)(got), w_ = (double)(want); char d_[160]; TEST_WHAT_(__VA_ARGS__); \
     int ok_ = fabs(g_ - w_) <= (atol) + (rtol) * fabs(w_); \
     snprintf(d_, sizeof d_, "got %.9g want %.9g (atol %g rtol %g)", g_, w_, (double)(atol), (double)(rtol)); \
     test_report_(ok_, __FILE__, __LINE__, d_, what_); } while (0)
 
-#define CHECK_STR(got, want, ...) do { TEST_WHAT_(__VA_ARGS__); \
-    const char *g_ = (got), *w_ = (want); char d_[400]; \
+#define CHECK_STR(got, want, ...) do { \
+    const char *g_ = (got), *w_ = (want); char d_[400]; TEST_WHAT_(__VA_ARGS__); \
     int ok_ = g_ && w_ && strcmp(g_, w_) == 0; \
     snprintf(d_, sizeof d_, "got \"%.150s\" want \"%.150s\"", g_ ? g_ : "(null)", w_ ? w_ : "(null)"); \
     test_report_(ok_, __FILE__, __LINE__, d_, what_); } while (0)
 
-#define CHECK_CONTAINS(hay, needle, ...) do { TEST_WHAT_(__VA_ARGS__); \
-    const char *h_ = (hay), *n_ = (needle); char d_[400]; \
+#define CHECK_CONTAINS(hay, needle, ...) do { \
+    const char *h_ = (hay), *n_ = (needle); char d_[400]; TEST_WHAT_(__VA_ARGS__); \
     int ok_ = h_ && n_ && strstr(h_, n_) != NULL; \
     snprintf(d_, sizeof d_, "\"%.200s\" lacks \"%.120s\"", h_ ? h_ : "(null)", n_ ? n_ : "(null)"); \
     test_report_(ok_, __FILE__, __LINE__, d_, what_); } while (0)

@@ -487,8 +487,13 @@ static void test_bad_seqtok(void) {
     expect_open_fail_(good, SHARD_AUTO, 999, "vocab size 999 was asked for but the shard was written for vocab size 1000",
                       "vocab argument differs from the header");
     patch_(good, bad, 16, 500, 4);
+    // the recorded min/max already contradict the smaller vocab, so open refuses the shard ...
+    expect_open_fail_(bad, SHARD_AUTO, 0, "header records ids 0 .. 999 but vocab size 500",
+                      "seqtok with patched header vocab (min/max recorded)");
+    // ... and without the min/max flag (good.shard has no tokenizer hash: flags 0) the frame check catches it
+    patch_(bad, bad, 28, 0, 4);
     expect_read_fail_(bad, SHARD_AUTO, 0, 0, n, "token id 500 at position 500 is >= vocab size 500 (the shard does not",
-                      "seqtok with patched header vocab");
+                      "seqtok with patched header vocab (no min/max)");
     Shard s;
     uint32_t *out = malloc(n * sizeof(uint32_t));
     CHECK(shard_open(&s, bad, SHARD_AUTO, 0, 0, &e) == 0 && shard_read(&s, out, 0, 497, &e) == 0 &&

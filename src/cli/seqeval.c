@@ -2,7 +2,7 @@
  * seqeval: perplexity by context length. This foundation build resolves the evaluation data (a file,
  * or the valid/test split of a config) and prints the evaluation plan for each context length: how many
  * windows, and how many tokens each length scores (non-overlapping windows, or sliding ones with
- * --stride). Scoring those windows needs a trained run, which comes with the model and trainer.
+ * --stride), after reading every token once to check it. Scoring those windows needs a trained run, which comes with the model and trainer.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,6 +73,9 @@ int main(int argc, char **argv) {
     for (int f = 0; f < n_files; f++) {
         Shard s;
         if (shard_open(&s, files[f], fmt, (uint32_t)vocab, 1 << 20, &e) != 0) err_die(PROG, &e);
+        // every token is read once, as the evaluation will: a bad frame or id fails here, not mid-way
+        uint32_t lo, hi;
+        if (shard_scan(&s, &lo, &hi, &e) != 0) err_die(PROG, &e);
         n_tok[f] = s.n_tokens;
         shard_close(&s);
     }

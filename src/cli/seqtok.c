@@ -125,8 +125,8 @@ static int cmd_train_(int argc, char **argv) {
         .max_sentence_length = (int)max_len, .input_sentence_size = sentences, .seed = (int)seed,
     };
     double t0 = now_s_();
-    fprintf(stderr, "seqtok train: %s, vocab %ld, coverage %g, %d input file(s)\n", model_type, vocab, coverage,
-            inputs.n);
+    printf("seqtok train: %s, vocab %ld, coverage %g, %d input file(s)\n", model_type, vocab, coverage, inputs.n);
+    fflush(stdout);
     if (tokenizer_train(&o, input_next_, &in, &e) != 0) {
         if (in.open) text_close(&in.r);
         err_die(PROG, &e);
@@ -250,7 +250,9 @@ static int cmd_encode_(int argc, char **argv) {
     uint32_t eos_id = (uint32_t)eos;
     uint64_t docs = 0;
     double t0 = now_s_(), last = t0;
-    int progress = !quiet && isatty(2);
+    // a terminal gets a line redrawn twice a second; a log file gets a new line every 10 seconds
+    int tty = isatty(2), progress = !quiet, shown = 0;
+    double every = tty ? 0.5 : 10.0;
     int rc = 0, done = 0;
     while (!done && rc == 0) {
         b.n = 0;
@@ -271,15 +273,16 @@ static int cmd_encode_(int argc, char **argv) {
         }
         if (interrupted_) { rc = err_set(&e, "encode: interrupted; %s not written", output); }
         double t = now_s_();
-        if (progress && rc == 0 && t - last > 0.5) {
+        if (progress && rc == 0 && t - last > every) {
             last = t;
+            shown = 1;
             const char *cur = in.idx < inputs.n ? inputs.v[in.idx] : inputs.v[inputs.n - 1];
             double frac = in.open && in.r.file_size ? (double)in.r.file_pos / in.r.file_size : 1.0;
-            fprintf(stderr, "\r  %s %5.1f%%  %llu docs  %llu tokens  %.0f tokens/s   ", cur, 100 * frac,
-                    (unsigned long long)docs, (unsigned long long)w.n_tokens, w.n_tokens / (t - t0));
+            fprintf(stderr, "%s  %s %5.1f%%  %llu docs  %llu tokens  %.0f tokens/s   %s", tty ? "\r" : "", cur, 100 * frac,
+                    (unsigned long long)docs, (unsigned long long)w.n_tokens, w.n_tokens / (t - t0), tty ? "" : "\n");
         }
     }
-    if (progress) fprintf(stderr, "\n");
+    if (tty && shown) fprintf(stderr, "\n");
     if (in.open) text_close(&in.r);
     batch_free_(&b);
     uint64_t n_tokens = w.n_tokens;
@@ -445,24 +448,8 @@ static int cmd_info_(int argc, char **argv) {
         uint32_t lo = s.min_id, hi = s.max_id;
         int have = s.has_minmax;
         if (verify || !s.has_minmax) {
-            // scan in large chunks: shard_read checks every id against the vocabulary on the way
-            const uint64_t CHUNK = 1 << 20;
-            uint32_t *buf = xmalloc(CHUNK * sizeof(uint32_t));
-            uint32_t slo = UINT32_MAX, shi = 0;
-            for (uint64_t off = 0; off < s.n_tokens; off += CHUNK) {
-                uint64_t k = s.n_tokens - off < CHUNK ? s.n_tokens - off : CHUNK;
-                if (shard_read(&s, buf, off, k, &e) != 0) err_die(PROG, &e);
-                for (uint64_t i = 0; i < k; i++) {
-                    if (buf[i] < slo) slo = buf[i];
-                    if (buf[i] > shi) shi = buf[i];
-                }
-            }
-            free(buf);
-            if (s.has_minmax && s.n_tokens && (slo != lo || shi != hi)) {
-                err_set(&e, "%s: header says ids in [%u, %u] but the tokens span [%u, %u]", s.path, lo, hi, slo, shi);
-                err_die(PROG, &e);
-            }
-            lo = slo; hi = shi; have = s.n_tokens > 0;
+            if (shard_scan(&s, &lo, &hi, &e) != 0) err_die(PROG, &e);
+            have = s.n_tokens > 0;
         }
         char hex[65] = "none";
         if (s.has_tokenizer_hash) sha256_hex(s.tokenizer_sha256, hex);

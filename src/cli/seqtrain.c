@@ -104,8 +104,9 @@ int main(int argc, char **argv) {
     Loader *splits[3] = {&train, has_val ? &val : NULL, has_test ? &test : NULL};
     for (int i = 1; i < 3; i++)
         if (splits[i] && splits[i]->vocab_size != train.vocab_size) {
-            err_set(&e, "%s: vocab size %u differs from data.train's %u", i == 1 ? "data.val" : "data.test",
-                    splits[i]->vocab_size, train.vocab_size);
+            err_set(&e, "%s: %s has vocab size %u but data.train's %s has %u; all splits must use one vocabulary",
+                    i == 1 ? "data.val" : "data.test", splits[i]->shards[0].path, splits[i]->vocab_size,
+                    train.shards[0].path, train.vocab_size);
             err_die(PROG, &e);
         }
 
@@ -115,7 +116,10 @@ int main(int argc, char **argv) {
     if (loader_next(&train, x, y, B, &e) != 0) err_die(PROG, &e);
     if (c.data.tokenizer[0]) {
         Tokenizer *tok = tokenizer_load(c.data.tokenizer, &e);
-        if (!tok) err_die(PROG, &e);
+        if (!tok) {
+            err_prefix(&e, "data.tokenizer: ");
+            err_die(PROG, &e);
+        }
         for (int i = 0; i < 3; i++)
             if (splits[i] && tokenizer_check_(tok, splits[i], c.data.tokenizer, &e) != 0) err_die(PROG, &e);
         int n = T < 24 ? T : 24;

@@ -2,7 +2,7 @@
 
 EvalWindows eval_windows_plan(uint64_t n_tokens, uint64_t L, uint64_t stride) {
     EvalWindows p = {0, L, 0};
-    if (L == 0 || n_tokens < L + 1) return p;
+    if (L == 0 || n_tokens <= L) return p;  // a window needs L+1 tokens (no L+1: it may overflow)
     p.step = (stride == 0 || stride >= L) ? L : stride;
     // window w covers tokens [w*step, w*step + L]; it must end inside the stream
     p.n_windows = (n_tokens - 1 - L) / p.step + 1;

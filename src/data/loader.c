@@ -33,6 +33,7 @@ static uint64_t feistel_(const uint64_t keys[4], int h, uint64_t x) {
 }
 
 uint64_t loader_window_at(Loader *l, uint64_t epoch, uint64_t pos) {
+    if (pos >= l->n_windows) return UINT64_MAX;  // cycle-walking would never land for such a pos
     if (!l->shuffle) return pos;
     uint64_t other[4];
     const uint64_t *keys = l->keys;

@@ -8,6 +8,7 @@
  * cycle-walking) whose key depends only on (seed, epoch). The permutation needs no memory, so the whole
  * position in the data is the cursor (epoch, pos): saving and restoring it resumes exactly, with any
  * number of shards and tokens. Memory is the shards' bounded frame caches plus one window.
+ * A shard shorter than T+1 tokens contributes no window (an error only when no shard has one).
  */
 #ifndef SEQ_LOADER_H
 #define SEQ_LOADER_H
@@ -54,7 +55,8 @@ void loader_close(Loader *l);
 int loader_next(Loader *l, int32_t *inputs, int32_t *targets, int B, Err *e);
 LoaderCursor loader_cursor(const Loader *l);
 int loader_seek(Loader *l, LoaderCursor c, Err *e);  // jump to a saved cursor
-// the window that position pos of epoch `epoch` reads (exposed for tests and the evaluator)
+// the window that position pos of epoch `epoch` reads (exposed for tests and the evaluator);
+// UINT64_MAX when pos >= n_windows
 uint64_t loader_window_at(Loader *l, uint64_t epoch, uint64_t pos);
 
 #endif

@@ -205,6 +205,10 @@ static int open_seqtok_(Shard *s, const uint8_t *h, size_t nhead, uint32_t vocab
     if (s->has_minmax) {
         s->min_id = get_u32_(h + 56);
         s->max_id = get_u32_(h + 60);
+        // the recorded range already tells whether the ids fit the vocabulary; say so before any read
+        if (n_tokens > 0 && (s->min_id > s->max_id || s->max_id >= vocab))
+            return err_set(e, "%s: header records ids %u .. %u but vocab size %u (corrupt header, or the shard does "
+                           "not match this vocabulary)", p, s->min_id, s->max_id, vocab);
     }
 
     // the index: its size is bounded by the file's (checked above)
@@ -626,5 +630,31 @@ int shard_writer_close(ShardWriter *w, Err *e) {
         return -1;
     }
     writer_free_(w);
+    return 0;
+}
+
+int shard_scan(Shard *s, uint32_t *min_id, uint32_t *max_id, Err *e) {
+    // big reads: shard_read checks every id against the vocabulary on the way
+    const uint64_t CHUNK = 1 << 20;
+    uint32_t *buf = xmalloc(CHUNK * sizeof(uint32_t));
+    uint32_t lo = UINT32_MAX, hi = 0;
+    for (uint64_t off = 0; off < s->n_tokens; off += CHUNK) {
+        uint64_t k = s->n_tokens - off < CHUNK ? s->n_tokens - off : CHUNK;
+        if (shard_read(s, buf, off, k, e) != 0) {
+            free(buf);
+            return -1;
+        }
+        for (uint64_t i = 0; i < k; i++) {
+            if (buf[i] < lo) lo = buf[i];
+            if (buf[i] > hi) hi = buf[i];
+        }
+    }
+    free(buf);
+    if (s->n_tokens == 0) lo = 0;
+    if (s->has_minmax && s->n_tokens > 0 && (lo != s->min_id || hi != s->max_id))
+        return err_set(e, "%s: header says ids %u .. %u but the tokens span %u .. %u", s->path, s->min_id, s->max_id,
+                       lo, hi);
+    *min_id = lo;
+    *max_id = hi;
     return 0;
 }

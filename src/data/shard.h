@@ -81,6 +81,10 @@ void shard_close(Shard *s);
 // cache and scratch buffers are shared state.
 int shard_read(Shard *s, uint32_t *out, uint64_t start, uint64_t count, Err *e);
 
+// Read every token once: checks all frames and ids (and the header's min/max where recorded) and
+// returns the smallest and largest id (both 0 for an empty shard).
+int shard_scan(Shard *s, uint32_t *min_id, uint32_t *max_id, Err *e);
+
 // Writer: streams tokens into a temp file, then index + header + fsync + rename, so a shard on disk
 // is always complete. token_bytes 0 = 2 when vocab_size <= 65536 else 4.
 typedef struct ShardWriter {

@@ -114,6 +114,17 @@ static int text_read_line_(TextReader *r, Err *e) {
     return 1;
 }
 
+// does a JSON line hold the escape \u0000? cJSON would decode it into a NUL that ends the C string,
+// silently cutting the document short; walking escape by escape keeps "\\u0000" (a backslash) apart
+static int json_has_escaped_nul_(const char *s, size_t n) {
+    for (size_t i = 0; i + 1 < n; i++) {
+        if (s[i] != '\\') continue;
+        if (s[i + 1] == 'u' && i + 5 < n && !strncmp(s + i + 2, "0000", 4)) return 1;
+        i++;  // skip the escaped character
+    }
+    return 0;
+}
+
 int text_next(TextReader *r, const char **text, size_t *len, Err *e) {
     int rc = text_read_line_(r, e);
     if (rc <= 0) return rc;
@@ -130,7 +141,12 @@ int text_next(TextReader *r, const char **text, size_t *len, Err *e) {
         *len = r->line_len;
         return 1;
     }
-    cJSON *j = cJSON_ParseWithLength(r->line, r->line_len);
+    if (json_has_escaped_nul_(r->line, r->line_len))
+        return err_set(e, "%s: line %llu: contains the escape \\u0000 (a NUL character), which a text document "
+                       "cannot hold", r->path, (unsigned long long)r->line_no);
+    // the line is NUL-terminated and NUL-free (checked above), so requiring the parse to end at the NUL
+    // rejects trailing garbage such as a second object on the same line
+    cJSON *j = cJSON_ParseWithOpts(r->line, NULL, 1);
     if (!j) return err_set(e, "%s: line %llu: not valid JSON (jsonl expects one JSON object per line)", r->path,
                            (unsigned long long)r->line_no);
     const cJSON *f = cJSON_IsObject(j) ? cJSON_GetObjectItemCaseSensitive(j, r->jsonl_key) : NULL;

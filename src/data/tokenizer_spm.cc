@@ -28,7 +28,9 @@ extern "C" Tokenizer *tokenizer_load(const char *model_path, Err *e) {
     Tokenizer *t = new Tokenizer();
     auto st = t->sp.Load(model_path);
     if (!st.ok()) {
-        err_set(e, "%s: not a SentencePiece model (%s)", model_path, st.ToString().c_str());
+        // SentencePiece's own message names its source line, which helps nobody holding a wrong file
+        err_set(e, "%s: not a SentencePiece model (it does not parse as one; give the .model that seqtok train "
+                "wrote)", model_path);
         delete t;
         return nullptr;
     }
