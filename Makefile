@@ -58,13 +58,16 @@ TOOLS    := seqtrain seqeval seqtok
 TOOL_BIN := $(TOOLS:%=$(BIN)/%)
 TESTS    := $(patsubst tests/%.c,%,$(wildcard tests/test_*.c))
 TEST_BIN := $(TESTS:%=$(TESTBIN)/%)
+BENCHES  := $(patsubst bench/%.c,%,$(wildcard bench/*.c))
+BENCH_BIN := $(BENCHES:%=build/$(VARIANT)/bench/%)
 DEPS_STAMP := build/.deps-installed
 
-.PHONY: all tools tests test run deps data clean
+.PHONY: all tools tests test run deps data clean benches
 .SECONDARY:  # keep objects between builds (they are intermediate files of pattern rules)
 all: tools
 tools: $(TOOL_BIN)
 tests: $(TEST_BIN)
+benches: $(BENCH_BIN)
 
 # Debian packages: installed on first use when missing (scripts/install_deps.sh says what it does)
 deps: $(DEPS_STAMP)
@@ -89,6 +92,14 @@ $(OBJDIR)/tests/%.o: tests/%.c | $(DEPS_STAMP)
 	$(CC) $(CFLAGS) -Itests -c $< -o $@
 
 $(TESTBIN)/%: $(OBJDIR)/tests/%.o $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+
+$(OBJDIR)/bench/%.o: bench/%.c | $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+build/$(VARIANT)/bench/%: $(OBJDIR)/bench/%.o $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $^ -o $@ $(LDLIBS)
 

@@ -1,0 +1,158 @@
+/*
+ * Matmul benchmark (not a test): GFLOP/s of the forward (out = inp @ W^T) and the two backward layouts
+ * (dinp += dout @ W, dweight += dout^T @ inp) at the Linear shapes of a 6-layer d=256 model with
+ * B*T = 4096 tokens (qkv, attention proj, MLP fc/proj, LM head with V = 8192), next to this machine's
+ * fp32 peak measured by a register-resident FMA loop on every thread. Threads from OMP_NUM_THREADS.
+ *
+ *   make benches && OMP_NUM_THREADS=2 build/release/bench/matmul
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#include <immintrin.h>
+#endif
+
+#include "nn/matmul.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+static int num_threads(void) {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+#define PEAK_ACC 12  // independent FMA chains per thread: more than latency x FMA ports, so the ports saturate
+
+// flops done by one thread in `iters` rounds of PEAK_ACC vector FMAs; the result goes to *sink so the
+// compiler cannot drop the loop
+static double peak_thread_(long iters, float *sink) {
+#if defined(__AVX512F__)
+    __m512 acc[PEAK_ACC], x = _mm512_set1_ps(0.999f), y = _mm512_set1_ps(1e-3f);
+    for (int i = 0; i < PEAK_ACC; i++) acc[i] = _mm512_set1_ps((float)i);
+    for (long it = 0; it < iters; it++) {
+        for (int i = 0; i < PEAK_ACC; i++) acc[i] = _mm512_fmadd_ps(acc[i], x, y);
+    }
+    __m512 s = acc[0];
+    for (int i = 1; i < PEAK_ACC; i++) s = _mm512_add_ps(s, acc[i]);
+    *sink = _mm512_reduce_add_ps(s);
+    return 2.0 * 16 * PEAK_ACC * iters;
+#elif defined(__AVX2__) && defined(__FMA__)
+    __m256 acc[PEAK_ACC], x = _mm256_set1_ps(0.999f), y = _mm256_set1_ps(1e-3f);
+    for (int i = 0; i < PEAK_ACC; i++) acc[i] = _mm256_set1_ps((float)i);
+    for (long it = 0; it < iters; it++) {
+        for (int i = 0; i < PEAK_ACC; i++) acc[i] = _mm256_fmadd_ps(acc[i], x, y);
+    }
+    float lanes[8];
+    __m256 s = acc[0];
+    for (int i = 1; i < PEAK_ACC; i++) s = _mm256_add_ps(s, acc[i]);
+    _mm256_storeu_ps(lanes, s);
+    *sink = lanes[0] + lanes[7];
+    return 2.0 * 8 * PEAK_ACC * iters;
+#else
+    float acc[PEAK_ACC][8];
+    for (int i = 0; i < PEAK_ACC; i++) {
+        for (int l = 0; l < 8; l++) acc[i][l] = (float)(i + l);
+    }
+    for (long it = 0; it < iters; it++) {
+        for (int i = 0; i < PEAK_ACC; i++) {
+            for (int l = 0; l < 8; l++) acc[i][l] = fmaf(acc[i][l], 0.999f, 1e-3f);
+        }
+    }
+    *sink = acc[0][0] + acc[PEAK_ACC - 1][7];
+    return 2.0 * 8 * PEAK_ACC * iters;
+#endif
+}
+
+// all threads at once, like the matmul itself runs
+static double peak_gflops_(void) {
+    long iters = 20000000;
+    double best = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        double flops = 0, t0 = now_s();
+        float sinks[256] = {0};
+#pragma omp parallel reduction(+ : flops)
+        {
+            int tid = 0;
+#ifdef _OPENMP
+            tid = omp_get_thread_num() % 256;
+#endif
+            flops += peak_thread_(iters, &sinks[tid]);
+        }
+        double t = now_s() - t0;
+        if (sinks[0] == 12345.0f) printf("(sink)\n");
+        if (flops / t > best) best = flops / t;
+    }
+    return best * 1e-9;
+}
+
+static float *alloc_filled_(size_t n, unsigned seed) {
+    float *x = (float *)malloc(n * sizeof(float));
+    if (!x) { fprintf(stderr, "out of memory\n"); exit(1); }
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        x[i] = ((seed >> 8) * (1.0f / 16777216.0f) - 0.5f) * 0.1f;
+    }
+    return x;
+}
+
+// best-of GFLOP/s of matmul(C (M,N) = op(A) op(B)) over repeats filling at least ~0.3 s
+static double bench_one_(int M, int N, int K, int transA, int transB, int accumulate, double *ms) {
+    float *A = alloc_filled_((size_t)M * K, 1), *B = alloc_filled_((size_t)K * N, 2);
+    float *C = alloc_filled_((size_t)M * N, 3);
+    matmul(C, A, B, M, N, K, transA, transB, accumulate);  // warm-up: page in buffers, wake threads
+    double best = 1e30, spent = 0;
+    for (int rep = 0; rep < 50 && (spent < 0.3 || rep < 3); rep++) {
+        double t0 = now_s();
+        matmul(C, A, B, M, N, K, transA, transB, accumulate);
+        double t = now_s() - t0;
+        spent += t;
+        if (t < best) best = t;
+    }
+    free(A); free(B); free(C);
+    *ms = best * 1e3;
+    return 2.0 * M * N * K / best * 1e-9;
+}
+
+int main(void) {
+    int BT = 4096;
+    // Linear layers (C -> OC) of a d=256, 6-layer model: qkv, attention proj, MLP fc, MLP proj, LM head
+    static const struct { const char *name; int C, OC; } layers[] = {
+        {"attn qkv", 256, 768}, {"attn proj", 256, 256}, {"mlp fc", 256, 1024}, {"mlp proj", 1024, 256},
+        {"lm head", 256, 8192},
+    };
+    double peak = peak_gflops_();
+    printf("threads %d, measured fp32 FMA peak %.1f GFLOP/s\n\n", num_threads(), peak);
+    printf("%-10s %-20s %-28s %9s %9s %7s\n", "layer", "M x N x K", "layout", "ms", "GFLOP/s", "% peak");
+    for (size_t l = 0; l < sizeof layers / sizeof layers[0]; l++) {
+        int C = layers[l].C, OC = layers[l].OC;
+        // forward out (BT,OC) = inp (BT,C) @ W^T; dinp (BT,C) += dout (BT,OC) @ W (OC,C);
+        // dweight (OC,C) += dout^T (OC,BT) @ inp (BT,C)
+        struct { const char *layout; int M, N, K, ta, tb, acc; } runs[] = {
+            {"fwd   out = inp W^T  (NT)", BT, OC, C, 0, 1, 0},
+            {"bwd  dinp += dout W  (NN)", BT, C, OC, 0, 0, 1},
+            {"bwd dW += dout^T inp (TN)", OC, C, BT, 1, 0, 1},
+        };
+        for (int r = 0; r < 3; r++) {
+            double ms;
+            double gf = bench_one_(runs[r].M, runs[r].N, runs[r].K, runs[r].ta, runs[r].tb, runs[r].acc, &ms);
+            char shape[48];
+            snprintf(shape, sizeof shape, "%dx%dx%d", runs[r].M, runs[r].N, runs[r].K);
+            printf("%-10s %-20s %-28s %9.2f %9.1f %6.1f%%\n", layers[l].name, shape, runs[r].layout, ms, gf,
+                   100.0 * gf / peak);
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,155 @@
+/*
+ * Elementwise activations and the residual add (see activation.h).
+ *
+ * Every loop writes only its own element (or row), so the OpenMP loops are race-free and the results
+ * do not depend on the thread count. Small arrays stay serial: forking threads costs more than the
+ * work below a few thousand elements.
+ */
+#include "nn/activation.h"
+
+#include <math.h>
+
+// GELU needs erfc/exp with IEEE semantics (llm.c's GELU backward broke under -Ofast, their issue
+// #168); we never build with fast-math, and this keeps it that way
+#ifdef __FAST_MATH__
+#error "nn/activation.c must not be compiled with -ffast-math (GELU/SiLU rely on IEEE erfc/exp)"
+#endif
+
+#define ACT_PAR_MIN_ 4096  // below this many elements the loops run serially
+
+#define INV_SQRT2_ 0.70710678118654752440f
+#define INV_SQRT_2PI_ 0.39894228040143267794f
+
+// ----------------------------------------------------------------------------
+// GELU
+
+// Phi(x) = 0.5 * (1 + erf(x/sqrt2)) written as 0.5 * erfc(-x/sqrt2): for negative x, 1 + erf(...)
+// cancels to a few correct digits, erfc keeps full relative precision in both tails
+static inline float gelu_cdf_(float x) { return 0.5f * erfcf(-x * INV_SQRT2_); }
+
+void gelu_forward(float *out, const float *inp, size_t n) {
+    // out, inp are (n,)
+#pragma omp parallel for schedule(static) if (n >= ACT_PAR_MIN_)
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        out[i] = x * gelu_cdf_(x);
+    }
+}
+
+void gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+    // dinp is (n,), accumulated into; inp, dout are (n,)
+#pragma omp parallel for schedule(static) if (n >= ACT_PAR_MIN_)
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        // in the forward pass this was:
+        // out[i] = x * Phi(x);
+        // so d out / dx = Phi(x) + x * phi(x), phi the standard normal density
+        float pdf = INV_SQRT_2PI_ * expf(-0.5f * x * x);
+        dinp[i] += (gelu_cdf_(x) + x * pdf) * dout[i];
+    }
+}
+
+// ----------------------------------------------------------------------------
+// ReLU
+
+void relu_forward(float *out, const float *inp, size_t n) {
+    // out, inp are (n,)
+#pragma omp parallel for schedule(static) if (n >= ACT_PAR_MIN_)
+    for (size_t i = 0; i < n; i++) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
+}
+
+void relu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+    // dinp is (n,), accumulated into; inp, dout are (n,)
+#pragma omp parallel for schedule(static) if (n >= ACT_PAR_MIN_)
+    for (size_t i = 0; i < n; i++) {
+        // in the forward pass this was:
+        // out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
+        dinp[i] += inp[i] > 0.0f ? dout[i] : 0.0f;
+    }
+}
+
+// ----------------------------------------------------------------------------
+// SiLU and SwiGLU
+
+// only ever exponentiates a non-positive number, so nothing overflows to inf for large |x|
+static inline float sigmoid_(float x) {
+    if (x >= 0.0f) return 1.0f / (1.0f + expf(-x));
+    float e = expf(x);
+    return e / (1.0f + e);
+}
+
+// d/dx [x * s(x)] = s + x * s * (1 - s) = s * (1 + x * (1 - s)); with s from sigmoid_ this stays
+// finite: for large negative x, s underflows to 0 and the product is 0, for large positive x, 1 - s = 0
+static inline float silu_grad_(float x) {
+    float s = sigmoid_(x);
+    return s * (1.0f + x * (1.0f - s));
+}
+
+void silu_forward(float *out, const float *inp, size_t n) {
+    // out, inp are (n,)
+#pragma omp parallel for schedule(static) if (n >= ACT_PAR_MIN_)
+    for (size_t i = 0; i < n; i++) out[i] = inp[i] * sigmoid_(inp[i]);
+}
+
+void silu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+    // dinp is (n,), accumulated into; inp, dout are (n,)
+#pragma omp parallel for schedule(static) if (n >= ACT_PAR_MIN_)
+    for (size_t i = 0; i < n; i++) {
+        // in the forward pass this was:
+        // out[i] = inp[i] * sigmoid(inp[i]);
+        dinp[i] += silu_grad_(inp[i]) * dout[i];
+    }
+}
+
+void swiglu_forward(float *out, const float *inp, int N, int H) {
+    // out is (N,H): silu(a) * b
+    // inp is (N,2H): each row holds the gate a in [0,H) and the value b in [H,2H)
+#pragma omp parallel for schedule(static) if ((size_t)N * H >= ACT_PAR_MIN_)
+    for (int n = 0; n < N; n++) {
+        const float *a_n = inp + (size_t)n * 2 * H;
+        const float *b_n = a_n + H;
+        float *out_n = out + (size_t)n * H;
+        for (int i = 0; i < H; i++) out_n[i] = a_n[i] * sigmoid_(a_n[i]) * b_n[i];
+    }
+}
+
+void swiglu_backward(float *dinp, const float *inp, const float *dout, int N, int H) {
+    // dinp is (N,2H), accumulated into: [da | db] per row
+    // inp is (N,2H): [a | b] per row, as in the forward
+    // dout is (N,H)
+#pragma omp parallel for schedule(static) if ((size_t)N * H >= ACT_PAR_MIN_)
+    for (int n = 0; n < N; n++) {
+        const float *a_n = inp + (size_t)n * 2 * H;
+        const float *b_n = a_n + H;
+        const float *dout_n = dout + (size_t)n * H;
+        float *da_n = dinp + (size_t)n * 2 * H;
+        float *db_n = da_n + H;
+        for (int i = 0; i < H; i++) {
+            float a = a_n[i];
+            // in the forward pass this was:
+            // out_n[i] = a * sigmoid(a) * b_n[i];
+            da_n[i] += silu_grad_(a) * b_n[i] * dout_n[i];
+            db_n[i] += a * sigmoid_(a) * dout_n[i];
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// residual
+
+void residual_forward(float *out, const float *a, const float *b, size_t n) {
+    // out, a, b are (n,); out may alias a or b (each element is read before it is written)
+#pragma omp parallel for schedule(static) if (n >= ACT_PAR_MIN_)
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+void residual_backward(float *da, float *db, const float *dout, size_t n) {
+    // da, db are (n,), accumulated into; dout is (n,)
+#pragma omp parallel for schedule(static) if (n >= ACT_PAR_MIN_)
+    for (size_t i = 0; i < n; i++) {
+        // in the forward pass this was:
+        // out[i] = a[i] + b[i];
+        da[i] += dout[i];
+        db[i] += dout[i];
+    }
+}

@@ -1,0 +1,30 @@
+/*
+ * Matrix multiply: one entry point for every projection's forward and backward pass.
+ *
+ * matmul() computes C = op(A) op(B) (optionally += into C) for all four transpose layouts by packing
+ * panels of A and B into one contiguous layout, so a single register-tiled micro-kernel does the work.
+ * Parallel over output tiles only: each output element is reduced over K in the same order whatever
+ * the thread count, so results are bit-identical for any OMP_NUM_THREADS.
+ * matmul_forward/matmul_backward are the llm.c-style wrappers for a PyTorch Linear layer.
+ */
+#ifndef SEQ_MATMUL_H
+#define SEQ_MATMUL_H
+
+// C (M,N) = op(A) (M,K) x op(B) (K,N) [+ C when accumulate]; row-major; op = transpose when trans* = 1
+// (A stored (K,M) when transA, B stored (N,K) when transB). M, N, K >= 0; K = 0 gives C = 0 (or C
+// unchanged when accumulating). C must not alias A or B.
+void matmul(float *C, const float *A, const float *B, int M, int N, int K, int transA, int transB, int accumulate);
+
+// out (BT,OC) = inp (BT,C) @ weight (OC,C)^T + bias (OC,); bias may be NULL (PyTorch Linear layout)
+void matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int BT, int C, int OC);
+
+// backward ACCUMULATES (+=): dinp (BT,C) += dout @ weight; dweight (OC,C) += dout^T @ inp;
+// dbias (OC,) += sum_bt dout. Any of dinp/dweight/dbias may be NULL (that gradient is skipped).
+void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                     const float *weight, int BT, int C, int OC);
+
+// for tests and the benchmark: 1 = use the portable C micro-kernel even when a SIMD one is compiled in,
+// 0 = the default (the SIMD kernel when there is one). Both give bit-identical results (both use fma).
+void matmul_force_portable(int on);
+
+#endif
