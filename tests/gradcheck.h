@@ -82,8 +82,8 @@ static inline int gradcheck_buffer(const char *name, float *p, const float *grad
     loss(ctx);  // leave the op's outputs as they were for the unperturbed inputs
     free(saved);
     free(dir);
-    char what[256];
-    snprintf(what, sizeof what, "gradcheck %s (%zu values; worst %.2f of tolerance: %s)", name, n, worst, where);
+    char what[512];
+    snprintf(what, sizeof what, "gradcheck %.200s (%zu values; worst %.2f of tolerance: %s)", name, n, worst, where);
     test_report_(ok, __FILE__, __LINE__, ok ? "" : "exceeds atol + rtol*|g|", what);
     return ok;
 }

@@ -407,7 +407,7 @@ bad_shard() {
     local what=$1 sub=$2 file=$3; shift 3
     expect_fail "info: $what" "$file" "$sub" -- "$SEQTOK" info "$@" "$file"
     expect_fail "decode: $what" "$file" "$sub" -- decode "$@" --input "$file"
-    expect_fail "seqeval --data: $what" "$file" "$sub" -- "$SEQEVAL" --context 16 --data "$file" "$@"
+    expect_fail "seqeval --data: $what" "$file" "$sub" -- "$SEQEVAL" --plan --context 16 --data "$file" "$@"
 }
 bad_shard "empty file" "empty file" "$B/empty.shard"
 bad_shard "truncated header (50 of 128 bytes)" "truncated" "$B/trunc_header.shard"
@@ -520,7 +520,7 @@ expect_fail "unknown option --modle suggests --model" "--modle" "'--model'" -- \
 expect_fail "decode --strat suggests --start" "--strat" "--start" -- decode --input "$W/s/t.shard" --strat 3
 expect_fail "info --verfy suggests --verify" "--verfy" "--verify" -- "$SEQTOK" info --verfy "$W/s/t.shard"
 expect_fail "seqtrain --confg suggests --config" "--confg" "--config" -- "$SEQTRAIN" --confg x.json
-expect_fail "seqeval --contxt suggests --context" "--contxt" "--context" -- "$SEQEVAL" --data x --contxt 5
+expect_fail "seqeval --contxt suggests --context" "--contxt" "--context" -- "$SEQEVAL" --plan --data x --contxt 5
 expect_fail "seqtok unknown command" "unknown command 'encdoe'" -- "$SEQTOK" encdoe
 expect_fail "encode --frame-tokens abc is not an integer" "--frame-tokens" "'abc'" -- \
     encode --frame-tokens abc --input "$W/t.txt" --output "$D/x.shard"
@@ -542,21 +542,20 @@ cat >"$C/good.json" <<EOF
   "train": {"batch_size": 2, "seq_len": 16}
 }
 EOF
-expect_ok "seqtrain on small train/val shards (seq_len 16, batch 2)" "$SEQTRAIN" --config "$C/good.json"
+expect_ok "seqtrain --check on small train/val shards (seq_len 16, batch 2)" "$SEQTRAIN" --check --config "$C/good.json"
 W_TRAIN=$(((N_TRAIN - 1) / 16))
 check "data.train summary: 1 shard, $N_TRAIN tokens, vocab 8192, $W_TRAIN windows of 17 tokens" \
-    out_has_re "^data\.train +1 shard +$N_TRAIN tokens +vocab 8192 +$W_TRAIN windows of 17 tokens = $((W_TRAIN / 2)) steps/epoch at B=2$"
+    out_has_re "^data\.train +1 shard +$N_TRAIN tokens +vocab 8192 +$W_TRAIN windows of 17 tokens = $((W_TRAIN / 2)) batches of 2$"
 check "data.val summary: $N_VAL tokens, $(((N_VAL - 1) / 16)) windows" \
     out_has_re "^data\.val +1 shard +$N_VAL tokens +vocab 8192 +$(((N_VAL - 1) / 16)) windows of 17 tokens"
-check "without data.tokenizer the first batch is reported as 2 x 16 tokens" out_has "first batch: 2 x 16 tokens read"
-check "seqtrain reports the seed from the config" out_has "seed 7"
-expect_ok "seqtrain with data.tokenizer and data.shuffle=false" "$SEQTRAIN" --config "$C/good.json" \
+check "seqtrain --check ends with its verdict" out_has "config and data OK"
+expect_ok "seqtrain --check with data.tokenizer and data.shuffle=false" "$SEQTRAIN" --check --config "$C/good.json" \
     --set "data.tokenizer=$MODEL" --set data.shuffle=false
 check "first batch text is the start of wiki.valid (= Homarus gammarus =)" \
-    out_has_re '^first batch, sequence 0, 16 tokens: ".*= Homarus gammarus ='
-expect_ok "seqtrain with shuffle on and data.tokenizer prints a first batch" "$SEQTRAIN" --config "$C/good.json" \
+    out_has_re '^first training window, 16 tokens: ".*= Homarus gammarus ='
+expect_ok "seqtrain --check with shuffle on and data.tokenizer prints a first window" "$SEQTRAIN" --check --config "$C/good.json" \
     --set "data.tokenizer=$MODEL"
-check "shuffled first batch is printed as 16 tokens of text" out_has 'first batch, sequence 0, 16 tokens: "'
+check "shuffled first window is printed as 16 tokens of text" out_has 'first training window, 16 tokens: "'
 
 expect_ok "--print-config" "$SEQTRAIN" --config "$C/good.json" --print-config
 check "--print-config prints valid JSON" python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$OUT"
@@ -577,7 +576,7 @@ expect_ok "--print-config of a config with a base" "$SEQTRAIN" --config "$C/chil
 check "child config inherits data.train, seq_len 16 and seed 7 from its base and overrides batch_size 4" python3 -c '
 import json, sys
 c = json.load(open(sys.argv[1]))
-assert c["train"] == {"batch_size": 4, "seq_len": 16}, c["train"]
+assert c["train"]["batch_size"] == 4 and c["train"]["seq_len"] == 16, c["train"]
 assert c["run"]["seed"] == 7 and c["data"]["train"] == [sys.argv[2]], c' "$OUT" "$W/s/train_*.shard"
 run "$SEQTRAIN"
 check "seqtrain without --config prints its usage on stderr and exits 2" eval '[ "$RC" = 2 ] && grep -q "usage: seqtrain" "$ERR"'
@@ -637,50 +636,44 @@ printf '{"base": 5, "data": {"train": "x"}}\n' >"$C/basenum.json"
 expect_fail "base given as a number" "$C/basenum.json" "base" -- "$SEQTRAIN" --config "$C/basenum.json"
 printf '{"data": {"train": "%s/s/nomatch_*.shard"}}\n' "$W" >"$C/noglob.json"
 expect_fail "data.train glob matching nothing" "data.train" "nomatch_*.shard" "matches no file" -- \
-    "$SEQTRAIN" --config "$C/noglob.json"
+    "$SEQTRAIN" --check --config "$C/noglob.json"
 printf '{"data": {"train": "%s/bad/version7.shard"}, "train": {"seq_len": 16, "batch_size": 2}}\n' "$W" >"$C/badshard.json"
 expect_fail "data.train naming a shard of bad version" "data.train" "version7.shard" "unsupported version 7" -- \
-    "$SEQTRAIN" --config "$C/badshard.json"
+    "$SEQTRAIN" --check --config "$C/badshard.json"
 expect_fail "data.val with another vocab than data.train names the val shard" "data.val" "tiny.shard" "300" "8192" -- \
-    "$SEQTRAIN" --config "$C/good.json" --set "data.val=$W/s/tiny.shard"
+    "$SEQTRAIN" --check --config "$C/good.json" --set "data.val=$W/s/tiny.shard"
 expect_fail "data.train mixing shards of two vocabularies" "tiny.shard" "vocab size" -- \
-    "$SEQTRAIN" --config "$C/good.json" --set "data.train=[\"$W/s/wiki.shard\", \"$W/s/tiny.shard\"]"
+    "$SEQTRAIN" --check --config "$C/good.json" --set "data.train=[\"$W/s/wiki.shard\", \"$W/s/tiny.shard\"]"
 # shards encoded with tiny_a, config names tiny_b (same vocab size, other model)
 "$SEQTOK" encode --quiet --model "$W/tiny_a.model" --input "$W/corpus_a.txt" --output "$W/s/corp_a.shard" >/dev/null 2>&1
 printf '{"data": {"train": "%s/s/corp_a.shard", "tokenizer": "%s/tiny_b.model"}, "train": {"seq_len": 16, "batch_size": 2}}\n' \
     "$W" "$W" >"$C/othertok.json"
 expect_fail "data.tokenizer other than the shards' tokenizer" "data.tokenizer" "corp_a.shard" "tiny_b.model" -- \
-    "$SEQTRAIN" --config "$C/othertok.json"
-expect_ok "data.tokenizer matching the shards' tokenizer" "$SEQTRAIN" --config "$C/othertok.json" \
+    "$SEQTRAIN" --check --config "$C/othertok.json"
+expect_ok "data.tokenizer matching the shards' tokenizer" "$SEQTRAIN" --check --config "$C/othertok.json" \
     --set "data.tokenizer=$W/tiny_a.model"
 expect_fail "data.tokenizer of another vocab size (8192 vs 300)" "data.tokenizer" "8192" "300" -- \
-    "$SEQTRAIN" --config "$C/othertok.json" --set "data.tokenizer=$MODEL"
+    "$SEQTRAIN" --check --config "$C/othertok.json" --set "data.tokenizer=$MODEL"
 expect_fail "data.tokenizer file missing" "$W/nothere.model" -- \
-    "$SEQTRAIN" --config "$C/good.json" --set "data.tokenizer=$W/nothere.model"
+    "$SEQTRAIN" --check --config "$C/good.json" --set "data.tokenizer=$W/nothere.model"
 expect_fail "seq_len longer than every shard: no window to read" "data.train" -- \
-    "$SEQTRAIN" --config "$C/othertok.json" --set train.seq_len=1000000
+    "$SEQTRAIN" --check --config "$C/othertok.json" --set train.seq_len=1000000
 
 # ============================================================================================
 # 5d. seqeval
 
-expect_fail "seqeval --data valid without --config" "--data valid needs --config" -- "$SEQEVAL" --data valid
+expect_fail "seqeval --data valid without --run" "--data valid needs --run" -- "$SEQEVAL" --plan --data valid
 expect_fail "seqeval --context with a non-number" "--context" "512,abc" -- \
-    "$SEQEVAL" --data "$W/s/wiki.shard" --context 512,abc
+    "$SEQEVAL" --plan --data "$W/s/wiki.shard" --context 512,abc
 expect_fail "seqeval --context 0 is out of range" "--context" "out of range" -- \
-    "$SEQEVAL" --data "$W/s/wiki.shard" --context 0
-expect_fail "seqeval --data test with a config that has no data.test" "$C/good.json" "data.test is empty" -- \
-    "$SEQEVAL" --data test --config "$C/good.json"
-expect_fail "seqeval with a bad config" "$C/typo.json" "train.seq_len" -- "$SEQEVAL" --data valid --config "$C/typo.json"
+    "$SEQEVAL" --plan --data "$W/s/wiki.shard" --context 0
 expect_ok "seqeval plan of the wiki shard at contexts 64 and 1000" \
-    "$SEQEVAL" --data "$W/s/wiki.shard" --context 64,1000
+    "$SEQEVAL" --plan --data "$W/s/wiki.shard" --context 64,1000
 check "seqeval: context 64 has floor((N-1)/64) = $(((N_TRAIN - 1) / 64)) windows scoring $(((N_TRAIN - 1) / 64 * 64)) tokens" \
     out_has "| 64 | $(((N_TRAIN - 1) / 64)) | $(((N_TRAIN - 1) / 64 * 64)) |"
 check "seqeval: context 1000 has floor((N-1)/1000) = $(((N_TRAIN - 1) / 1000)) windows" \
     out_has "| 1000 | $(((N_TRAIN - 1) / 1000)) |"
-expect_ok "seqeval --data valid --config (data.val = three.shard)" \
-    "$SEQEVAL" --data valid --config "$C/good.json" --context 4
-check "seqeval --data valid uses data.val: floor(($N_VAL-1)/4) windows" out_has "| 4 | $(((N_VAL - 1) / 4)) |"
-expect_ok "seqeval on a raw_u16 file with --vocab" "$SEQEVAL" --data "$W/s/r16.bin" --format raw_u16 --vocab 1000 --context 1,3
+expect_ok "seqeval on a raw_u16 file with --vocab" "$SEQEVAL" --plan --data "$W/s/r16.bin" --format raw_u16 --vocab 1000 --context 1,3
 check "seqeval raw_u16 of 4 tokens: context 1 -> 3 windows, context 3 -> 1 window" \
     eval 'out_has "| 1 | 3 | 3 |" && out_has "| 3 | 1 | 3 |"'
 

@@ -2,8 +2,12 @@
  * Config loading and binding against a small schema shaped like the real one (two sections, a nested
  * section, every key type, a required key): defaults, "base" inheritance, --set overrides, every kind of
  * error message and where it says the value came from, dump -> bind round trips, the docs, and the edit
- * distance behind the did-you-mean hints. Fixture files are written to a fresh temporary folder.
+ * distance behind the did-you-mean hints. A second schema, shaped like the model and optimizer sections,
+ * covers lists of objects, raw JSON values, nullable numbers, binding at a path, --set into list items
+ * and config_free (the ASan build checks that nothing leaks). Fixture files are written to a fresh
+ * temporary folder.
  */
+#include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -35,35 +39,111 @@ typedef struct TestCfg {
 } TestCfg;
 
 static const CfgKey optim_keys[] = {
-    {"beta1", CFG_FLOAT, offsetof(OptimCfg, beta1), "0.9", 0, 1, NULL, NULL, "Adam beta1."},
-    {"beta2", CFG_FLOAT, offsetof(OptimCfg, beta2), "0.95", 0, 1, NULL, NULL, "Adam beta2."},
-    {"weight_decay", CFG_FLOAT, offsetof(OptimCfg, weight_decay), "0.1", 0, 0, NULL, NULL, "Decoupled | decay."},
+    {"beta1", CFG_FLOAT, offsetof(OptimCfg, beta1), "0.9", 0, 1, {NULL}, NULL, "Adam beta1."},
+    {"beta2", CFG_FLOAT, offsetof(OptimCfg, beta2), "0.95", 0, 1, {NULL}, NULL, "Adam beta2."},
+    {"weight_decay", CFG_FLOAT, offsetof(OptimCfg, weight_decay), "0.1", 0, 0, {NULL}, NULL, "Decoupled | decay."},
 };
 static const CfgSection optim_sec = {"optim", "Optimizer.", optim_keys, 3};
 
 static const CfgKey data_keys[] = {
-    {"train", CFG_STRLIST, offsetof(DataCfg, train), NULL, 0, 0, NULL, NULL, "Training shards."},
-    {"val", CFG_STRLIST, offsetof(DataCfg, val), "[]", 0, 0, NULL, NULL, "Validation shards."},
-    {"seq_len", CFG_INT, offsetof(DataCfg, seq_len), "512", 1, 1048576, NULL, NULL, "Tokens per sequence."},
-    {"format", CFG_ENUM, offsetof(DataCfg, format), "\"auto\"", 0, 0, "auto|seqtok|llmc|raw_u16|raw_u32", NULL,
+    {"train", CFG_STRLIST, offsetof(DataCfg, train), NULL, 0, 0, {NULL}, NULL, "Training shards."},
+    {"val", CFG_STRLIST, offsetof(DataCfg, val), "[]", 0, 0, {NULL}, NULL, "Validation shards."},
+    {"seq_len", CFG_INT, offsetof(DataCfg, seq_len), "512", 1, 1048576, {NULL}, NULL, "Tokens per sequence."},
+    {"format", CFG_ENUM, offsetof(DataCfg, format), "\"auto\"", 0, 0, {"auto|seqtok|llmc|raw_u16|raw_u32"}, NULL,
      "Shard format."},
 };
 static const CfgSection data_sec = {"data", "Data.", data_keys, 4};
 
 static const CfgKey train_keys[] = {
-    {"lr", CFG_FLOAT, offsetof(TrainCfg, lr), "3e-4", 0, 10, NULL, NULL, "Peak learning rate."},
-    {"steps", CFG_INT, offsetof(TrainCfg, steps), "1000", 1, 1e9, NULL, NULL, "Optimizer steps."},
-    {"compile", CFG_BOOL, offsetof(TrainCfg, compile), "false", 0, 0, NULL, NULL, "Fuse kernels."},
-    {"optim", CFG_SECTION, offsetof(TrainCfg, optim), NULL, 0, 0, NULL, &optim_sec, NULL},
+    {"lr", CFG_FLOAT, offsetof(TrainCfg, lr), "3e-4", 0, 10, {NULL}, NULL, "Peak learning rate."},
+    {"steps", CFG_INT, offsetof(TrainCfg, steps), "1000", 1, 1e9, {NULL}, NULL, "Optimizer steps."},
+    {"compile", CFG_BOOL, offsetof(TrainCfg, compile), "false", 0, 0, {NULL}, NULL, "Fuse kernels."},
+    {"optim", CFG_SECTION, offsetof(TrainCfg, optim), NULL, 0, 0, {NULL}, &optim_sec, NULL},
 };
 static const CfgSection train_sec = {"train", "Training.", train_keys, 4};
 
 static const CfgKey root_keys[] = {
-    {"name", CFG_STR, offsetof(TestCfg, name), "\"run\"", 0, 0, NULL, NULL, "Run name."},
-    {"data", CFG_SECTION, offsetof(TestCfg, data), NULL, 0, 0, NULL, &data_sec, NULL},
-    {"train", CFG_SECTION, offsetof(TestCfg, train), NULL, 0, 0, NULL, &train_sec, NULL},
+    {"name", CFG_STR, offsetof(TestCfg, name), "\"run\"", 0, 0, {NULL}, NULL, "Run name."},
+    {"data", CFG_SECTION, offsetof(TestCfg, data), NULL, 0, 0, {NULL}, &data_sec, NULL},
+    {"train", CFG_SECTION, offsetof(TestCfg, train), NULL, 0, 0, {NULL}, &train_sec, NULL},
 };
 static const CfgSection schema = {"", NULL, root_keys, 3};
+
+// the extended schema: lists of objects (with a nullable number and a JSON value in their items), a
+// JSON value with a default, and a mixer's own options for config_bind_at
+typedef struct GroupCfg {
+    char match[CFG_STR_MAX];
+    double lr_mult, beta1;
+    int decay;
+} GroupCfg;
+
+typedef struct LayerCfg {
+    char at[CFG_STR_MAX];
+    cJSON *mixer;
+} LayerCfg;
+
+typedef struct ExtModelCfg {
+    int dim;
+    cJSON *mixer;
+    CfgList layers;
+} ExtModelCfg;
+
+typedef struct ExtOptimCfg {
+    double beta1;
+    CfgList groups;
+} ExtOptimCfg;
+
+typedef struct ExtCfg {
+    ExtModelCfg model;
+    ExtOptimCfg optim;
+} ExtCfg;
+
+typedef struct MixerOpts {
+    char kind[CFG_STR_MAX];
+    int window;
+} MixerOpts;
+
+static const CfgKey group_keys[] = {
+    {"match", CFG_STR, offsetof(GroupCfg, match), NULL, 0, 0, {NULL}, NULL, "Parameter names."},
+    {"lr_mult", CFG_FLOAT, offsetof(GroupCfg, lr_mult), "1", 0, 100, {NULL}, NULL, "Learning rate factor."},
+    {"beta1", CFG_FLOAT, offsetof(GroupCfg, beta1), "null", 0, 1, {NULL}, NULL, "null = the global optim.beta1."},
+    {"decay", CFG_BOOL, offsetof(GroupCfg, decay), "true", 0, 0, {NULL}, NULL, "Apply weight decay."},
+};
+static const CfgSection group_sec = {"groups", "One parameter group.", group_keys, 4};
+
+static const CfgKey layer_keys[] = {
+    {"at", CFG_STR, offsetof(LayerCfg, at), NULL, 0, 0, {NULL}, NULL, "Layer indices."},
+    {"mixer", CFG_JSON, offsetof(LayerCfg, mixer), "{}", 0, 0, {NULL}, NULL, "Mixer options (see docs/mixers.md)."},
+};
+static const CfgSection layer_sec = {"layers", "A per-layer override.", layer_keys, 2};
+
+static const CfgKey ext_model_keys[] = {
+    {"dim", CFG_INT, offsetof(ExtModelCfg, dim), "64", 1, 4096, {NULL}, NULL, "Width."},
+    {"mixer", CFG_JSON, offsetof(ExtModelCfg, mixer), "{\"kind\": \"attn\"}", 0, 0, {NULL}, NULL,
+     "Default mixer (see docs/mixers.md)."},
+    {"layers", CFG_OBJLIST, offsetof(ExtModelCfg, layers), "[]", 0, 0, {.elem_size = sizeof(LayerCfg)}, &layer_sec,
+     "Per-layer overrides."},
+};
+static const CfgSection ext_model_sec = {"model", "The network.", ext_model_keys, 3};
+
+static const CfgKey ext_optim_keys[] = {
+    {"beta1", CFG_FLOAT, offsetof(ExtOptimCfg, beta1), "0.9", 0, 1, {NULL}, NULL, "Adam beta1."},
+    {"groups", CFG_OBJLIST, offsetof(ExtOptimCfg, groups), "[]", 0, 3, {.elem_size = sizeof(GroupCfg)}, &group_sec,
+     "Parameter groups."},
+};
+static const CfgSection ext_optim_sec = {"optim", "Optimizer.", ext_optim_keys, 2};
+
+static const CfgKey ext_root_keys[] = {
+    {"model", CFG_SECTION, offsetof(ExtCfg, model), NULL, 0, 0, {NULL}, &ext_model_sec, NULL},
+    {"optim", CFG_SECTION, offsetof(ExtCfg, optim), NULL, 0, 0, {NULL}, &ext_optim_sec, NULL},
+};
+static const CfgSection ext_schema = {"", NULL, ext_root_keys, 2};
+
+static const CfgKey mixer_keys[] = {
+    {"kind", CFG_ENUM, offsetof(MixerOpts, kind), "\"attn\"", 0, 0, {"attn|kla"}, NULL, "Mixer."},
+    {"window", CFG_INT, offsetof(MixerOpts, window), "64", 1, 4096, {NULL}, NULL, "Window."},
+};
+static const CfgSection mixer_sec = {"mixer", NULL, mixer_keys, 2};
 
 static char dir_[64];
 static char made_[64][256];  // every file and folder written, removed in reverse order at the end
@@ -111,6 +191,45 @@ static const char *err_of_(const char *json, const char *const *sets, int n_sets
     static TestCfg cfg;
     write_("t.json", json);
     return load_("t.json", sets, n_sets, &cfg);
+}
+
+// load_ for the extended schema: *cfg is bound on success (the caller config_frees it) and holds
+// nothing to free on failure
+static const char *ext_load_(const char *rel, const char *const *sets, int n_sets, ExtCfg *cfg) {
+    static Err e;
+    e.msg[0] = 0;
+    memset(cfg, 0, sizeof *cfg);
+    CfgOrigins *o = NULL;
+    cJSON *root = config_load(path_(rel), sets, n_sets, &o, &e);
+    if (root && config_bind(cfg, &ext_schema, root, o, &e) == 0) e.msg[0] = 0;
+    else if (!e.msg[0]) snprintf(e.msg, sizeof e.msg, "failed without a message");
+    cJSON_Delete(root);
+    config_origins_free(o);
+    return e.msg;
+}
+
+static const char *ext_err_(const char *json, const char *const *sets, int n_sets) {
+    ExtCfg cfg;
+    write_("t.json", json);
+    const char *m = ext_load_("t.json", sets, n_sets, &cfg);
+    config_free(&cfg, &ext_schema);
+    return m;
+}
+
+static const GroupCfg *group_(const ExtCfg *c, int i) {
+    return (const GroupCfg *)c->optim.groups.items + i;
+}
+
+static const LayerCfg *layer_(const ExtCfg *c, int i) {
+    return (const LayerCfg *)c->model.layers.items + i;
+}
+
+// the dump printed without whitespace, to compare two configs whole (the caller frees)
+static char *dump_text_(const ExtCfg *c) {
+    cJSON *d = config_dump(c, &ext_schema);
+    char *text = cJSON_PrintUnformatted(d);
+    cJSON_Delete(d);
+    return text;
 }
 
 static void test_defaults(void) {
@@ -350,6 +469,337 @@ static void test_docs(void) {
     free(buf);
 }
 
+static void test_objlist(void) {
+    ExtCfg c;
+    write_("ol0.json", "{}");
+    CHECK_STR(ext_load_("ol0.json", NULL, 0, &c), "", "no list binds");
+    CHECK(c.optim.groups.n == 0 && c.optim.groups.items == NULL, "default [] is an empty list without an array");
+    config_free(&c, &ext_schema);
+
+    write_("ol1.json", "{\"optim\": {\"groups\": [{\"match\": \"emb\"}]}}");
+    CHECK_STR(ext_load_("ol1.json", NULL, 0, &c), "", "a list of one object binds");
+    CHECK(c.optim.groups.n == 1 && c.optim.groups.items != NULL, "one item");
+    CHECK_STR(group_(&c, 0)->match, "emb", "the item's value");
+    CHECK(group_(&c, 0)->lr_mult == 1 && group_(&c, 0)->decay == 1, "the item's defaults are filled in");
+    config_free(&c, &ext_schema);
+    CHECK(c.optim.groups.n == 0 && c.optim.groups.items == NULL, "config_free empties the list");
+    config_free(&c, &ext_schema);  // twice is harmless
+
+    write_("ol3.json", "{\"optim\": {\"groups\": [{\"match\": \"a\", \"lr_mult\": 2, \"decay\": false},"
+                       " {\"match\": \"b\", \"beta1\": 0.5}, {\"match\": \"c\"}]}}");
+    CHECK_STR(ext_load_("ol3.json", NULL, 0, &c), "", "a list of three objects binds");
+    CHECK(c.optim.groups.n == 3, "three items");
+    CHECK(strcmp(group_(&c, 0)->match, "a") == 0 && group_(&c, 0)->lr_mult == 2 && group_(&c, 0)->decay == 0,
+          "item 0 as written");
+    CHECK(strcmp(group_(&c, 1)->match, "b") == 0 && group_(&c, 1)->beta1 == 0.5 && group_(&c, 1)->decay == 1,
+          "item 1 as written, defaults for the rest");
+    CHECK(strcmp(group_(&c, 2)->match, "c") == 0 && group_(&c, 2)->lr_mult == 1 && isnan(group_(&c, 2)->beta1),
+          "item 2 all defaults");
+    CHECK(c.optim.beta1 == 0.9 && c.model.dim == 64, "keys beside the list keep their defaults");
+
+    // dump -> bind: the same items, and the same dump again
+    cJSON *d = config_dump(&c, &ext_schema);
+    ExtCfg b;
+    memset(&b, 0, sizeof b);
+    Err e = {{0}};
+    CHECK(config_bind(&b, &ext_schema, d, NULL, &e) == 0, "the dump of a list binds: %.200s", e.msg);
+    int same = b.optim.groups.n == c.optim.groups.n;
+    for (int i = 0; same && i < b.optim.groups.n; i++) {
+        const GroupCfg *x = group_(&c, i), *y = group_(&b, i);
+        same = strcmp(x->match, y->match) == 0 && x->lr_mult == y->lr_mult && x->decay == y->decay &&
+               (x->beta1 == y->beta1 || (isnan(x->beta1) && isnan(y->beta1)));
+    }
+    CHECK(same, "dump -> bind gives the same items, field by field");
+    char *t1 = dump_text_(&c), *t2 = dump_text_(&b);
+    CHECK_STR(t2, t1, "and the same dump");
+    free(t1);
+    free(t2);
+    config_free(&b, &ext_schema);
+    cJSON_Delete(d);
+    config_free(&c, &ext_schema);
+
+    CHECK_CONTAINS(ext_err_("{\"optim\": {\"groups\": [{\"match\": \"a\"}, {\"match\": \"b\"},"
+                            " {\"match\": \"c\", \"lr_mult\": -1}]}}", NULL, 0),
+                   "t.json: optim.groups[2].lr_mult: -1 is out of range (allowed: 0 to 100)", "an item's bad value");
+    CHECK_CONTAINS(ext_err_("{\"optim\": {\"groups\": [{\"match\": \"a\", \"lr_mul\": 2}]}}", NULL, 0),
+                   "t.json: unknown key 'optim.groups[0].lr_mul' (did you mean 'optim.groups[0].lr_mult'?)",
+                   "an item's typo");
+    CHECK_CONTAINS(ext_err_("{\"optim\": {\"groups\": [{\"match\": \"a\", \"zzzzzz\": 2}]}}", NULL, 0),
+                   "(allowed keys in 'optim.groups[0]': match, lr_mult, beta1, decay)", "an item's allowed keys");
+    CHECK_CONTAINS(ext_err_("{\"optim\": {\"groups\": [{\"match\": \"a\"}, {\"lr_mult\": 2}]}}", NULL, 0),
+                   "t.json: missing required key 'optim.groups[1].match' (Parameter names.)",
+                   "a required key missing from an item");
+    CHECK_CONTAINS(ext_err_("{\"optim\": {\"groups\": [{\"match\": \"a\"}, {\"match\": \"b\"}, {\"match\": \"c\"},"
+                            " {\"match\": \"d\"}]}}", NULL, 0),
+                   "t.json: optim.groups: list of 4 items is too long (at most 3 allowed)", "too many items");
+    CHECK_CONTAINS(ext_err_("{\"optim\": {\"groups\": {\"match\": \"a\"}}}", NULL, 0),
+                   "t.json: optim.groups: expected a list of objects, got an object", "an object for a list");
+    CHECK_CONTAINS(ext_err_("{\"optim\": {\"groups\": \"a\"}}", NULL, 0),
+                   "optim.groups: expected a list of objects, got \"a\" (a string)", "a string for a list");
+    CHECK_CONTAINS(ext_err_("{\"optim\": {\"groups\": [{\"match\": \"a\"}, 3]}}", NULL, 0),
+                   "t.json: optim.groups[1]: expected an object, got 3 (a number)", "an item that is not an object");
+    CHECK_CONTAINS(ext_err_("{\"optim\": {\"groups\": [{\"match\": \"a\", \"match\": \"b\"}]}}", NULL, 0),
+                   "t.json: duplicate key 'optim.groups[0].match'", "a duplicate key inside an item");
+
+    // a failed bind frees what it bound before the error: model.layers (with JSON values) and two items
+    write_("ol_fail.json", "{\"model\": {\"layers\": [{\"at\": \"0\", \"mixer\": {\"w\": 1}}]},"
+                           " \"optim\": {\"groups\": [{\"match\": \"a\"}, {\"match\": \"b\"}, {\"match\": 5}]}}");
+    CHECK_CONTAINS(ext_load_("ol_fail.json", NULL, 0, &c), "optim.groups[2].match: expected a string, got 5",
+                   "an error in the last item");
+    CHECK(c.model.layers.n == 0 && c.model.layers.items == NULL && c.model.mixer == NULL &&
+          c.optim.groups.n == 0 && c.optim.groups.items == NULL, "a failed bind leaves nothing allocated");
+
+    // a lower bound on the count, and a list key without its element size
+    static const CfgKey need_keys[] = {
+        {"groups", CFG_OBJLIST, offsetof(ExtOptimCfg, groups), NULL, 1, 2, {.elem_size = sizeof(GroupCfg)},
+         &group_sec, "Groups."},
+    };
+    static const CfgKey bad_keys[] = {{"groups", CFG_OBJLIST, offsetof(ExtOptimCfg, groups), "[]", 0, 0, {NULL},
+                                       &group_sec, "Groups."}};
+    const CfgSection need_sec = {"", NULL, need_keys, 1}, bad_sec = {"", NULL, bad_keys, 1};
+    ExtOptimCfg oc;
+    cJSON *empty = cJSON_Parse("{\"groups\": []}");
+    Err e2 = {{0}};
+    CHECK(config_bind(&oc, &need_sec, empty, NULL, &e2) == -1, "too few items fail");
+    CHECK_STR(e2.msg, "groups: list of 0 items is too short (at least 1 required)", "min items");
+    CHECK(config_bind(&oc, &bad_sec, empty, NULL, &e2) == -1, "a list key without elem_size fails");
+    CHECK_STR(e2.msg, "schema: groups: a list of objects needs .section and .elem_size", "and says what is missing");
+    cJSON_Delete(empty);
+}
+
+static void test_objlist_origins(void) {
+    ExtCfg c;
+    write_("olo_base.json", "{\"optim\": {\"groups\": [{\"match\": \"a\"}, {\"match\": \"b\", \"lr_mult\": -1}]}}");
+    write_("sub/olo_child.json", "{\"base\": \"../olo_base.json\", \"optim\": {\"beta1\": 0.5}}");
+    const char *m = ext_load_("sub/olo_child.json", NULL, 0, &c);
+    CHECK_CONTAINS(m, "olo_base.json: optim.groups[1].lr_mult: -1 is out of range",
+                   "a bad item in a base names the base");
+    CHECK(strstr(m, "olo_child") == NULL, "and not the child");
+    write_("sub/olo_list.json", "{\"base\": \"../olo_base.json\", \"optim\": {\"groups\": [{\"match\": \"x\"},"
+                                " {\"match\": \"y\", \"beta1\": 7}]}}");
+    m = ext_load_("sub/olo_list.json", NULL, 0, &c);
+    CHECK_CONTAINS(m, "olo_list.json: optim.groups[1].beta1: 7 is out of range", "the child's list names the child");
+    CHECK(strstr(m, "olo_base") == NULL, "and not the base whose list it replaced");
+    write_("sub/olo_miss.json", "{\"base\": \"../olo_base.json\", \"optim\": {\"groups\": [{\"lr_mult\": 2}]}}");
+    CHECK_CONTAINS(ext_load_("sub/olo_miss.json", NULL, 0, &c),
+                   "olo_miss.json: missing required key 'optim.groups[0].match'", "a key missing from an item");
+    write_("olo_top.json", "{\"base\": \"olo_miss_base.json\"}");
+    write_("olo_miss_base.json", "{\"optim\": {\"groups\": [{\"match\": \"a\"}, {\"lr_mult\": 2}]}}");
+    CHECK_CONTAINS(ext_load_("olo_top.json", NULL, 0, &c),
+                   "olo_miss_base.json: missing required key 'optim.groups[1].match'",
+                   "is reported against the file that set the list");
+    write_("olo_ok.json", "{\"base\": \"olo_base.json\", \"optim\": {\"groups\": [{\"match\": \"z\"}]}}");
+    CHECK_STR(ext_load_("olo_ok.json", NULL, 0, &c), "", "the child's list replaces the base's whole");
+    CHECK(c.optim.groups.n == 1 && strcmp(group_(&c, 0)->match, "z") == 0, "one item, the child's");
+    config_free(&c, &ext_schema);
+}
+
+static void test_json_value(void) {
+    ExtCfg c, b;
+    const char *mixer = "{\"kind\": \"kla\", \"window\": 8, \"extra\": [1, {\"y\": null}], \"s\": \"t\"}";
+    char j[512];
+    snprintf(j, sizeof j, "{\"model\": {\"mixer\": %s, \"layers\": [{\"at\": \"1\"}, {\"at\": \"2\", \"mixer\": %s}]}}",
+             mixer, mixer);
+    write_("js.json", j);
+    CHECK_STR(ext_load_("js.json", NULL, 0, &c), "", "JSON values bind");
+    cJSON *want = cJSON_Parse(mixer);
+    // ext_load_ deleted the loaded tree before returning: under ASan, reading the values proves they are copies
+    CHECK(c.model.mixer && cJSON_Compare(c.model.mixer, want, 1), "the value is kept whole (a deep copy)");
+    CHECK(c.model.layers.n == 2 && cJSON_Compare(layer_(&c, 1)->mixer, want, 1), "a JSON value inside a list item");
+    CHECK(cJSON_IsObject(layer_(&c, 0)->mixer) && layer_(&c, 0)->mixer->child == NULL,
+          "a missing JSON value is its default {}, never NULL");
+
+    cJSON *d = config_dump(&c, &ext_schema);
+    CHECK(cJSON_Compare(cJSON_GetObjectItem(cJSON_GetObjectItem(d, "model"), "mixer"), want, 1),
+          "dump writes the value back as it was");
+    char *text = cJSON_Print(d);
+    cJSON *back = cJSON_Parse(text);
+    memset(&b, 0, sizeof b);
+    Err e = {{0}};
+    CHECK(config_bind(&b, &ext_schema, back, NULL, &e) == 0, "printed dump binds: %.200s", e.msg);
+    CHECK(cJSON_Compare(b.model.mixer, c.model.mixer, 1) && cJSON_Compare(layer_(&b, 1)->mixer, want, 1),
+          "print -> parse -> bind gives the same values");
+    char *t1 = dump_text_(&c), *t2 = dump_text_(&b);
+    CHECK_STR(t2, t1, "and the same dump");
+    free(t1);
+    free(t2);
+    free(text);
+    cJSON_Delete(back);
+    cJSON_Delete(d);
+    cJSON_Delete(want);
+    config_free(&b, &ext_schema);
+    config_free(&c, &ext_schema);
+    CHECK(c.model.mixer == NULL && c.model.layers.items == NULL, "config_free releases JSON values and lists");
+
+    write_("js_def.json", "{}");
+    CHECK_STR(ext_load_("js_def.json", NULL, 0, &c), "", "defaults bind");
+    want = cJSON_Parse("{\"kind\": \"attn\"}");
+    CHECK(cJSON_Compare(c.model.mixer, want, 1), "a JSON default");
+    cJSON_Delete(want);
+    config_free(&c, &ext_schema);
+
+    CHECK_CONTAINS(ext_err_("{\"model\": {\"mixer\": [1]}}", NULL, 0),
+                   "t.json: model.mixer: expected an object, got a list", "a list for a JSON object");
+    CHECK_CONTAINS(ext_err_("{\"model\": {\"mixer\": \"kla\"}}", NULL, 0),
+                   "model.mixer: expected an object, got \"kla\" (a string)", "a string for a JSON object");
+    CHECK_CONTAINS(ext_err_("{\"model\": {\"mixer\": null}}", NULL, 0), "model.mixer: expected an object, got null",
+                   "null for a JSON object");
+}
+
+static void test_nullable(void) {
+    ExtCfg c;
+    write_("nl.json", "{\"optim\": {\"groups\": [{\"match\": \"a\"}, {\"match\": \"b\", \"beta1\": null},"
+                      " {\"match\": \"c\", \"beta1\": 0.5}]}}");
+    CHECK_STR(ext_load_("nl.json", NULL, 0, &c), "", "nullable numbers bind");
+    CHECK(isnan(group_(&c, 0)->beta1), "missing is unset (NaN)");
+    CHECK(isnan(group_(&c, 1)->beta1), "null is unset (NaN)");
+    CHECK(group_(&c, 2)->beta1 == 0.5, "a number is kept");
+    cJSON *d = config_dump(&c, &ext_schema);
+    const cJSON *groups = cJSON_GetObjectItem(cJSON_GetObjectItem(d, "optim"), "groups");
+    CHECK(cJSON_IsNull(cJSON_GetObjectItem(cJSON_GetArrayItem(groups, 0), "beta1")) &&
+          cJSON_IsNull(cJSON_GetObjectItem(cJSON_GetArrayItem(groups, 1), "beta1")), "dump writes unset as null");
+    CHECK(cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetArrayItem(groups, 2), "beta1")) == 0.5,
+          "and a set value as a number");
+    cJSON_Delete(d);
+    config_free(&c, &ext_schema);
+
+    CHECK_CONTAINS(ext_err_("{\"optim\": {\"groups\": [{\"match\": \"a\", \"beta1\": \"x\"}]}}", NULL, 0),
+                   "t.json: optim.groups[0].beta1: expected a number or null, got \"x\" (a string)",
+                   "a nullable number given a string");
+    CHECK_CONTAINS(ext_err_("{\"optim\": {\"groups\": [{\"match\": \"a\", \"beta1\": 2}]}}", NULL, 0),
+                   "optim.groups[0].beta1: 2 is out of range (allowed: 0 to 1, or null)", "a set value is bounded");
+    CHECK_CONTAINS(ext_err_("{\"optim\": {\"beta1\": null}}", NULL, 0), "optim.beta1: expected a number, got null",
+                   "null stays an error for a number with a default");
+}
+
+static void test_bind_at(void) {
+    Err e = {{0}};
+    write_("ba_base.json", "{\"model\": {\"layers\": [{\"at\": \"0\"}, {\"at\": \"1\", \"mixer\": {\"window\": 0}}]}}");
+    write_("ba.json", "{\"base\": \"ba_base.json\", \"model\": {\"mixer\": {\"kind\": \"kla\", \"windw\": 8}}}");
+    CfgOrigins *o = NULL;
+    cJSON *root = config_load(path_("ba.json"), NULL, 0, &o, &e);
+    CHECK(root != NULL, "bind_at fixture loads: %.200s", e.msg);
+    const cJSON *model = cJSON_GetObjectItem(root, "model");
+    const cJSON *layers = cJSON_GetObjectItem(model, "layers");
+    MixerOpts m;
+    CHECK(config_bind_at(&m, &mixer_sec, cJSON_GetObjectItem(model, "mixer"), o, "model.mixer", &e) == -1,
+          "bind_at reports a typo");
+    CHECK_CONTAINS(e.msg, "ba.json: unknown key 'model.mixer.windw' (did you mean 'model.mixer.window'?)",
+                   "with the full path and the file");
+    CHECK(config_bind_at(&m, &mixer_sec, cJSON_GetObjectItem(cJSON_GetArrayItem(layers, 1), "mixer"), o,
+                         "model.layers[1].mixer", &e) == -1, "bind_at inside a list item");
+    CHECK_CONTAINS(e.msg, "ba_base.json: model.layers[1].mixer.window: 0 is out of range (allowed: 1 to 4096)",
+                   "names the item's path and the base that set it");
+    memset(&m, 0, sizeof m);
+    CHECK(config_bind_at(&m, &mixer_sec, cJSON_GetObjectItem(cJSON_GetArrayItem(layers, 0), "mixer"), o,
+                         "model.layers[0].mixer", &e) == 0 && m.window == 64 && strcmp(m.kind, "attn") == 0,
+          "an absent object binds its defaults");
+    cJSON_Delete(root);
+    config_origins_free(o);
+
+    cJSON *node = cJSON_Parse("{\"window\": 5}");
+    CHECK(config_bind_at(&m, &mixer_sec, node, NULL, "model.mixer", &e) == 0 && m.window == 5 &&
+          strcmp(m.kind, "attn") == 0, "bind_at without origins");
+    cJSON_Delete(node);
+    node = cJSON_Parse("{\"kind\": \"kal\"}");
+    CHECK(config_bind_at(&m, &mixer_sec, node, NULL, "model.layers[3].mixer", &e) == -1 &&
+          strstr(e.msg, "model.layers[3].mixer.kind: \"kal\" is not allowed") == e.msg, "messages start with the path");
+    cJSON_Delete(node);
+    node = cJSON_CreateNumber(3);
+    CHECK(config_bind_at(&m, &mixer_sec, node, NULL, "model.mixer", &e) == -1, "bind_at of a number fails");
+    CHECK_STR(e.msg, "model.mixer: expected an object, got 3 (a number)", "as a type error at the path");
+    CHECK(config_bind_at(&m, &mixer_sec, node, NULL, "", &e) == -1, "bind_at of a number at the root fails");
+    CHECK_STR(e.msg, "the configuration must be a JSON object", "as config_bind does");
+    cJSON_Delete(node);
+
+    const char *sets[] = {"model.layers[1].mixer.window=-3"};
+    root = config_load(path_("ba.json"), sets, 1, &o, &e);
+    layers = cJSON_GetObjectItem(cJSON_GetObjectItem(root, "model"), "layers");
+    CHECK(config_bind_at(&m, &mixer_sec, cJSON_GetObjectItem(cJSON_GetArrayItem(layers, 1), "mixer"), o,
+                         "model.layers[1].mixer", &e) == -1, "bind_at of a value set by --set");
+    CHECK_CONTAINS(e.msg, "--set model.layers[1].mixer.window=-3: model.layers[1].mixer.window: -3 is out of range",
+                   "names the --set");
+    cJSON_Delete(root);
+    config_origins_free(o);
+}
+
+static void test_set_items(void) {
+    ExtCfg c;
+    write_("si.json", "{\"model\": {\"layers\": [{\"at\": \"0\"}]},"
+                      " \"optim\": {\"beta1\": 0.8, \"groups\": [{\"match\": \"a\"}, {\"match\": \"b\"}]}}");
+    const char *sets[] = {"optim.groups[0].lr_mult=0.5", "optim.groups[1]={\"decay\": false}",
+                          "model.layers[0].mixer.window=16", "optim.groups[01].beta1=null"};
+    CHECK_STR(ext_load_("si.json", sets, 4, &c), "", "--set into list items");
+    CHECK(group_(&c, 0)->lr_mult == 0.5, "--set a key of an item");
+    CHECK(group_(&c, 1)->decay == 0 && strcmp(group_(&c, 1)->match, "b") == 0, "--set an object merges into the item");
+    CHECK(cJSON_GetNumberValue(cJSON_GetObjectItem(layer_(&c, 0)->mixer, "window")) == 16,
+          "--set creates an object inside an item");
+    CHECK(isnan(group_(&c, 1)->beta1), "an index with a leading zero");
+    config_free(&c, &ext_schema);
+
+    const char *s1[] = {"optim.groups[5].lr_mult=1"}, *s2[] = {"optim.groups.0.lr_mult=1"},
+               *s3[] = {"optim.beta1[0]=1"}, *s4[] = {"model.mixer[0]=1"}, *s5[] = {"optim.groups[x].a=1"},
+               *s6[] = {"optim.groups[0]x=1"}, *s7[] = {"optim.groups[-1]=1"}, *s8[] = {"optim.groups[1]=3"},
+               *s9[] = {"optim.groups[0].lr_mult=-1"}, *s10[] = {"optim.groups[1].lr_mul=2"};
+    const char *file = "{\"optim\": {\"beta1\": 0.8, \"groups\": [{\"match\": \"a\"}, {\"match\": \"b\"}]}}";
+    CHECK_CONTAINS(ext_err_(file, s1, 1), "--set optim.groups[5].lr_mult=1: 'optim.groups' has 2 items, so no item [5]",
+                   "--set past the end of a list");
+    CHECK_CONTAINS(ext_err_(file, s2, 1),
+                   "'optim.groups' is a list, not an object (name an item: optim.groups[0], ...)",
+                   "--set into a list without an index");
+    CHECK_CONTAINS(ext_err_(file, s3, 1), "'optim.beta1' is 0.8 (a number), not a list", "--set an index of a number");
+    CHECK_CONTAINS(ext_err_(file, s4, 1), "--set model.mixer[0]=1: 'model.mixer' is not set, so it has no item [0]",
+                   "--set an index of a missing key");
+    CHECK_CONTAINS(ext_err_(file, s5, 1), "bad list index after 'optim.groups' (expected [0], [1], ...)",
+                   "--set a non-numeric index");
+    CHECK_CONTAINS(ext_err_(file, s6, 1), "expected '.', '[' or '=' after 'optim.groups[0]'",
+                   "--set junk after an index");
+    CHECK_CONTAINS(ext_err_(file, s7, 1), "bad list index after 'optim.groups'", "--set a negative index");
+    CHECK_CONTAINS(ext_err_(file, s8, 1), "--set optim.groups[1]=3: optim.groups[1]: expected an object, got 3",
+                   "an item replaced by --set is blamed on it");
+    CHECK_CONTAINS(ext_err_(file, s9, 1),
+                   "--set optim.groups[0].lr_mult=-1: optim.groups[0].lr_mult: -1 is out of range",
+                   "a bad value set in an item names the --set");
+    CHECK_CONTAINS(ext_err_(file, s10, 1),
+                   "--set optim.groups[1].lr_mul=2: unknown key 'optim.groups[1].lr_mul' (did you mean",
+                   "an item's typo by --set");
+    CHECK_CONTAINS(ext_err_("{\"optim\": {\"groups\": [3]}}", s9, 1),
+                   "'optim.groups[0]' is 3 (a number), not an object", "--set into an item that is not an object");
+}
+
+static void test_ext_docs(void) {
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&buf, &n);
+    config_write_docs(f, &ext_schema);
+    fclose(f);
+    CHECK_CONTAINS(buf, "| `groups` | list of objects (see optim.groups[]) | `[]` | at most 3 items | Parameter "
+                        "groups. |", "a list of objects in its section's table");
+    CHECK_CONTAINS(buf, "## optim.groups[]\n\nOne parameter group.\n\n| key |", "the items get their own table");
+    CHECK_CONTAINS(buf, "| `match` | string | required |", "an item's key");
+    CHECK_CONTAINS(buf, "| `beta1` | number | `null` | 0 to 1, or null | null = the global optim.beta1. |",
+                   "a nullable number");
+    CHECK_CONTAINS(buf, "## model.layers[]\n", "the items of a list without a bound");
+    CHECK_CONTAINS(buf, "| `layers` | list of objects (see model.layers[]) | `[]` |  | Per-layer overrides. |",
+                   "a list without a bound allows any count");
+    CHECK_CONTAINS(buf, "| `mixer` | object (validated by its owner) | `{\"kind\": \"attn\"}` |  | Default mixer "
+                        "(see docs/mixers.md). |", "a JSON value");
+    CHECK(strstr(buf, "## optim.groups[]") > strstr(buf, "## optim\n"), "the items' table follows its section's");
+    free(buf);
+
+    static const CfgKey counted_keys[] = {
+        {"groups", CFG_OBJLIST, offsetof(ExtOptimCfg, groups), "[]", 1, 2, {.elem_size = sizeof(GroupCfg)},
+         &group_sec, "Groups."},
+    };
+    const CfgSection counted = {"", NULL, counted_keys, 1};
+    f = open_memstream(&buf, &n);
+    config_write_docs(f, &counted);
+    fclose(f);
+    CHECK_CONTAINS(buf, "| `groups` | list of objects (see groups[]) | `[]` | 1 to 2 items |",
+                   "a counted list at the top");
+    free(buf);
+}
+
 static void test_edit_distance(void) {
     CHECK(config_edit_distance("", "") == 0, "edit distance of empty strings");
     CHECK(config_edit_distance("abc", "") == 3, "edit distance to empty");
@@ -373,6 +823,13 @@ int main(void) {
     test_origins();
     test_dump();
     test_docs();
+    test_objlist();
+    test_objlist_origins();
+    test_json_value();
+    test_nullable();
+    test_bind_at();
+    test_set_items();
+    test_ext_docs();
     test_edit_distance();
     while (n_made_ > 0) remove(made_[--n_made_]);
     CHECK(rmdir(dir_) == 0, "temporary folder cleaned up");

@@ -1,31 +1,184 @@
 /*
- * seqeval: perplexity by context length. This foundation build resolves the evaluation data (a file,
- * or the valid/test split of a config) and prints the evaluation plan for each context length: how many
- * windows, and how many tokens each length scores (non-overlapping windows, or sliding ones with
- * --stride), after reading every token once to check it. Scoring those windows needs a trained run, which comes with the model and trainer.
+ * seqeval: evaluate a trained run.
+ *
+ *   seqeval --run RUN_DIR --data valid|test|FILE --context 512,1024,2048,4096 [--stride S]
+ *       perplexity by context length (train short, test long) as Markdown, CSV and JSON, plus the mean
+ *       loss at every position of the window (positions_<L>.csv)
+ *   seqeval --run RUN_DIR --probe tokens.npy --out dump.safetensors
+ *       logits, loss and the gradient of every parameter for one batch, for comparison with outside
+ *       references (tokens.npy: integer array (B, T+1); inputs are [:, :-1], targets [:, 1:])
+ *   seqeval --data FILE --context ... --plan
+ *       only the evaluation plan (windows and tokens scored per length), no model needed
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "cli/args.h"
-#include "cli/run_config.h"
 #include "data/eval_windows.h"
 #include "data/shard.h"
+#include "train/ckptdir.h"
+#include "train/evaluate.h"
+#include "train/run_config.h"
+#include "train/safetensors.h"
 
 static const char *PROG = "seqeval";
 
+// a run's model: RUN_DIR/config.json + the newest checkpoint (or ckpt)
+static int load_run_(Model *m, RunConfig *c, const char *run, const char *ckpt, Err *e) {
+    char path[2048], latest[1200];
+    snprintf(path, sizeof path, "%s/config.json", run);
+    CfgOrigins *origins = NULL;
+    if (run_config_load(c, path, NULL, 0, &origins, e) != 0) return -1;
+    if (!ckpt) {
+        int has = ckptdir_latest(run, latest, sizeof latest, e);
+        if (has < 0) { config_origins_free(origins); return -1; }
+        if (has == 0) { config_origins_free(origins); return err_set(e, "%s: no checkpoint yet (train it first)", run); }
+        ckpt = latest;
+    }
+    // the vocabulary is recorded in the checkpoint's embedding; read it from the file's wte shape
+    snprintf(path, sizeof path, "%s/model.safetensors", ckpt);
+    SafeTensorsFile f;
+    if (safetensors_open(&f, path, e) != 0) { config_origins_free(origins); return -1; }
+    const SafeTensorInfo *wte = safetensors_find(&f, "wte");
+    int V = wte && wte->ndim == 2 ? (int)wte->shape[0] : 0;
+    safetensors_close(&f);
+    if (!V) { config_origins_free(origins); return err_set(e, "%s: no 'wte' tensor: not a seqtrain model", path); }
+    int rc = model_build(m, &c->model, V, origins, (uint64_t)c->run.seed, e);
+    config_origins_free(origins);
+    if (rc != 0) return -1;
+    if (safetensors_read_table(path, &m->pt, m->params, e) != 0) return -1;
+#ifdef _OPENMP
+    if (c->run.threads > 0) omp_set_num_threads(c->run.threads);
+#endif
+    return 0;
+}
+
+// minimal .npy reader: little-endian integer arrays in C order, 1-D or 2-D
+static int read_npy_ints_(const char *path, int **out, long *rows, long *cols, Err *e) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return err_set(e, "%s: cannot open: %s", path, strerror(errno));
+    unsigned char pre[10];
+    if (fread(pre, 1, 10, f) != 10 || memcmp(pre, "\x93NUMPY", 6) != 0) {
+        fclose(f);
+        return err_set(e, "%s: not a .npy file", path);
+    }
+    size_t hlen = pre[8] | (pre[9] << 8);
+    if (pre[6] >= 2) {
+        unsigned char extra[2];
+        if (fread(extra, 1, 2, f) != 2) { fclose(f); return err_set(e, "%s: truncated header", path); }
+        hlen = (size_t)pre[8] | ((size_t)pre[9] << 8) | ((size_t)extra[0] << 16) | ((size_t)extra[1] << 24);
+    }
+    char *h = xcalloc(hlen + 1, 1);
+    if (fread(h, 1, hlen, f) != hlen) { free(h); fclose(f); return err_set(e, "%s: truncated header", path); }
+    int width = strstr(h, "'<i8'") ? 8 : strstr(h, "'<i4'") ? 4 : strstr(h, "'<u2'") ? 2 : strstr(h, "'<u4'") ? -4 : 0;
+    int fortran = strstr(h, "'fortran_order': True") != NULL;
+    char *sh = strstr(h, "'shape': (");
+    long r = 0, cc = 1;
+    if (sh) {
+        char *p = sh + 10, *end;
+        r = strtol(p, &end, 10);
+        if (*end == ',' && end[1] == ' ' && end[2] != ')') cc = strtol(end + 2, NULL, 10);
+    }
+    free(h);
+    if (!width || fortran || r <= 0 || cc <= 0) {
+        fclose(f);
+        return err_set(e, "%s: need a C-order int32/int64/uint16/uint32 array of shape (B, T+1)", path);
+    }
+    size_t n = (size_t)r * (size_t)cc, w = (size_t)(width < 0 ? -width : width);
+    unsigned char *raw = xmalloc(n * w);
+    size_t got = fread(raw, w, n, f);
+    fclose(f);
+    if (got != n) { free(raw); return err_set(e, "%s: holds %zu of %zu values", path, got, n); }
+    int *v = xmalloc(n * sizeof(int));
+    for (size_t i = 0; i < n; i++) {
+        const unsigned char *b = raw + i * w;
+        long long x = 0;
+        for (size_t k = 0; k < w; k++) x |= (long long)b[k] << (8 * k);
+        if (width == 8 || width == 4) x = width == 4 ? (int32_t)x : x;  // sign of signed types
+        v[i] = (int)x;
+    }
+    free(raw);
+    *out = v;
+    *rows = r;
+    *cols = cc;
+    return 0;
+}
+
+static int probe_(Model *m, const char *npy, const char *out, Err *e) {
+    int *tok = NULL;
+    long B = 0, T1 = 0;
+    if (read_npy_ints_(npy, &tok, &B, &T1, e) != 0) return -1;
+    if (T1 < 2) { free(tok); return err_set(e, "%s: each row needs at least 2 tokens (inputs and targets)", npy); }
+    int T = (int)T1 - 1;
+    int *in = xmalloc((size_t)B * T * sizeof(int)), *tg = xmalloc((size_t)B * T * sizeof(int));
+    for (long b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            in[b * T + t] = tok[b * T1 + t];
+            tg[b * T + t] = tok[b * T1 + t + 1];
+        }
+    free(tok);
+    int rc = model_forward(m, in, tg, (int)B, T, e);
+    float *logits = NULL;
+    if (rc == 0) {
+        size_t nl = (size_t)B * T * m->V;
+        logits = xmalloc(nl * sizeof(float));
+        memcpy(logits, m->logits, nl * sizeof(float));  // backward turns the logits buffer into dlogits
+        model_zero_grad(m);
+        model_backward(m, m->n_supervised);
+    }
+    if (rc == 0) {
+        int n = m->pt.n + 2;
+        SafeTensor *ts = xcalloc((size_t)n, sizeof(SafeTensor));
+        int64_t *shapes = xcalloc((size_t)n * PARAM_NDIM_MAX, sizeof(int64_t));
+        char **names = xcalloc((size_t)n, sizeof(char *));
+        float loss = (float)m->loss;
+        shapes[0] = B; shapes[1] = T; shapes[2] = m->V;
+        ts[0] = (SafeTensor){"logits", 3, shapes, logits, ST_F32};
+        shapes[PARAM_NDIM_MAX] = 1;
+        ts[1] = (SafeTensor){"loss", 1, shapes + PARAM_NDIM_MAX, &loss, ST_F32};
+        for (int k = 0; k < m->pt.n; k++) {
+            const ParamTensor *pt = &m->pt.t[k];
+            names[k + 2] = xmalloc(strlen(pt->name) + 6);
+            sprintf(names[k + 2], "grad.%s", pt->name);
+            int64_t *s = shapes + (size_t)(k + 2) * PARAM_NDIM_MAX;
+            for (int d = 0; d < pt->ndim; d++) s[d] = pt->shape[d];
+            ts[k + 2] = (SafeTensor){names[k + 2], pt->ndim, s, m->grads + pt->offset, ST_F32};
+        }
+        const char *meta[] = {"format", "seqtrain-probe"};
+        rc = safetensors_write(out, ts, n, meta, 1, e);
+        if (rc == 0) printf("wrote %s: logits (%ld, %d, %d), loss %.6f, %d gradients\n", out, B, T, m->V, m->loss, m->pt.n);
+        for (int k = 0; k < n; k++) free(names[k]);
+        free(names);
+        free(shapes);
+        free(ts);
+    }
+    free(logits);
+    free(in);
+    free(tg);
+    return rc;
+}
+
 int main(int argc, char **argv) {
-    const char *data = NULL, *config = NULL, *contexts = "512,1024,2048,4096", *format = "auto";
-    long stride = 0, vocab = 0;
-    int help = 0;
-    ArgList sets = {0};
+    const char *run = NULL, *ckpt = NULL, *data = NULL, *contexts = "512,1024,2048,4096", *format = "auto";
+    const char *out = NULL, *probe = NULL;
+    long stride = 0, vocab = 0, max_windows = 0;
+    int help = 0, plan = 0;
     ArgSpec specs[] = {
-        {"--data", ARG_STR, &data, "valid|test|FILE", "evaluation tokens: a split of --config, or a shard file", 0, 0},
-        {"--config", ARG_STR, &config, "FILE", "run configuration whose data.val / data.test to use", 0, 0},
-        {"--set", ARG_LIST, &sets, "KEY=VALUE", "override a key of --config (repeatable)", 0, 0},
+        {"--run", ARG_STR, &run, "RUN_DIR", "the trained run (its config.json and newest checkpoint)", 0, 0},
+        {"--ckpt", ARG_STR, &ckpt, "DIR", "a specific checkpoint directory of the run (default: the newest)", 0, 0},
+        {"--data", ARG_STR, &data, "valid|test|FILE", "evaluation tokens: the run's data.val / data.test, or a shard file", 0, 0},
         {"--context", ARG_STR, &contexts, "L1,L2,...", "context lengths (default 512,1024,2048,4096)", 0, 0},
         {"--stride", ARG_INT, &stride, "S", "sliding windows scoring S new tokens each (default 0 = non-overlapping)", 0, 1 << 24},
+        {"--max-windows", ARG_INT, &max_windows, "N", "score at most N windows per length (default 0 = all)", 0, 1e12},
+        {"--out", ARG_STR, &out, "PATH", "output folder for the tables (default RUN_DIR/eval-<data>), or the probe's .safetensors", 0, 0},
+        {"--probe", ARG_STR, &probe, "TOKENS.npy", "write logits, loss and every parameter's gradient for this batch to --out", 0, 0},
+        {"--plan", ARG_FLAG, &plan, NULL, "print only the windows and tokens each length would score (no model)", 0, 0},
         {"--format", ARG_STR, &format, "FMT", "shard format of a FILE (default auto)", 0, 0},
         {"--vocab", ARG_INT, &vocab, "N", "vocab size of a raw FILE", 0, 1 << 30},
         {"--help", ARG_FLAG, &help, NULL, "show this help", 0, 0},
@@ -33,13 +186,27 @@ int main(int argc, char **argv) {
     int ns = sizeof specs / sizeof specs[0];
     Err e = {{0}};
     if (args_parse(argc, argv, 1, specs, ns, NULL, &e) != 0) err_die(PROG, &e);
-    if (help || !data) {
+    if (help || (!run && !plan)) {
         FILE *f = help ? stdout : stderr;
-        fprintf(f, "usage: seqeval --data valid|test|FILE [--config FILE] [--context L1,L2,...] [--stride S]\n\n"
-                   "Prints, for each context length, the windows and tokens an evaluation scores.\n\noptions:\n");
+        fprintf(f, "usage: seqeval --run RUN_DIR --data valid|test|FILE [--context L1,L2,...] [--stride S]\n"
+                   "       seqeval --run RUN_DIR --probe TOKENS.npy --out DUMP.safetensors\n"
+                   "       seqeval --data FILE --context L1,L2,... --plan\n\noptions:\n");
         args_usage(f, specs, ns);
         return help ? 0 : 2;
     }
+    RunConfig c;
+    memset(&c, 0, sizeof c);
+    Model m;
+    memset(&m, 0, sizeof m);
+    if (run && load_run_(&m, &c, run, ckpt, &e) != 0) err_die(PROG, &e);
+    if (probe) {
+        if (!out) { err_set(&e, "--probe needs --out FILE.safetensors"); err_die(PROG, &e); }
+        if (probe_(&m, probe, out, &e) != 0) err_die(PROG, &e);
+        model_free(&m);
+        run_config_free(&c);
+        return 0;
+    }
+    if (!data) { err_set(&e, "--data is required (valid, test or a shard file)"); err_die(PROG, &e); }
     long ctx[32];
     int n_ctx = args_int_list(contexts, ctx, 32, 1, 1 << 24, "--context", &e);
     if (n_ctx < 0) err_die(PROG, &e);
@@ -47,16 +214,12 @@ int main(int argc, char **argv) {
     // resolve --data into shard files
     const char *files[CFG_LIST_MAX];
     int n_files = 0;
-    RunConfig c;
     ShardFormat fmt;
-    if (!strcmp(data, "valid") || !strcmp(data, "test")) {
-        if (!config) { err_set(&e, "--data %s needs --config to say which files that is", data); err_die(PROG, &e); }
-        if (run_config_load(&c, config, sets.v, sets.n, &e) != 0) err_die(PROG, &e);
+    int split = !strcmp(data, "valid") || !strcmp(data, "test");
+    if (split) {
+        if (!run) { err_set(&e, "--data %s needs --run (the run's config says which files that is)", data); err_die(PROG, &e); }
         const CfgStrList *l = !strcmp(data, "valid") ? &c.data.val : &c.data.test;
-        if (l->n == 0) {
-            err_set(&e, "%s: data.%s is empty", config, !strcmp(data, "valid") ? "val" : "test");
-            err_die(PROG, &e);
-        }
+        if (l->n == 0) { err_set(&e, "%s/config.json: data.%s is empty", run, !strcmp(data, "valid") ? "val" : "test"); err_die(PROG, &e); }
         for (int i = 0; i < l->n; i++) files[n_files++] = l->v[i];
         shard_format_parse(c.data.format, &fmt);
         vocab = c.data.vocab_size;
@@ -67,27 +230,51 @@ int main(int argc, char **argv) {
             err_die(PROG, &e);
         }
     }
-    // evaluation treats the files as one stream per file; windows never cross files
-    printf("| context | windows | tokens scored |\n|---:|---:|---:|\n");
-    uint64_t *n_tok = xcalloc((size_t)n_files, sizeof(uint64_t));
+    Shard *shards = xcalloc((size_t)n_files, sizeof(Shard));
     for (int f = 0; f < n_files; f++) {
-        Shard s;
-        if (shard_open(&s, files[f], fmt, (uint32_t)vocab, 1 << 20, &e) != 0) err_die(PROG, &e);
-        // every token is read once, as the evaluation will: a bad frame or id fails here, not mid-way
-        uint32_t lo, hi;
-        if (shard_scan(&s, &lo, &hi, &e) != 0) err_die(PROG, &e);
-        n_tok[f] = s.n_tokens;
-        shard_close(&s);
-    }
-    for (int i = 0; i < n_ctx; i++) {
-        uint64_t w = 0, scored = 0;
-        for (int f = 0; f < n_files; f++) {
-            EvalWindows p = eval_windows_plan(n_tok[f], (uint64_t)ctx[i], (uint64_t)stride);
-            w += p.n_windows;
-            scored += p.tokens_scored;
+        if (shard_open(&shards[f], files[f], fmt, (uint32_t)vocab, 64u << 20, &e) != 0) err_die(PROG, &e);
+        if (plan) {  // every token is read once, as the evaluation will: a bad frame or id fails here
+            uint32_t lo, hi;
+            if (shard_scan(&shards[f], &lo, &hi, &e) != 0) err_die(PROG, &e);
+        } else if (shards[f].vocab_size > (uint32_t)m.V) {
+            err_set(&e, "%s: vocab size %u is larger than the model's %d", files[f], shards[f].vocab_size, m.V);
+            err_die(PROG, &e);
         }
-        printf("| %ld | %llu | %llu |\n", ctx[i], (unsigned long long)w, (unsigned long long)scored);
     }
-    free(n_tok);
+    if (plan) {
+        printf("| context | windows | tokens scored |\n|---:|---:|---:|\n");
+        for (int i = 0; i < n_ctx; i++) {
+            uint64_t w = 0, scored = 0;
+            for (int f = 0; f < n_files; f++) {
+                EvalWindows p = eval_windows_plan(shards[f].n_tokens, (uint64_t)ctx[i], (uint64_t)stride);
+                w += p.n_windows;
+                scored += p.tokens_scored;
+            }
+            printf("| %ld | %llu | %llu |\n", ctx[i], (unsigned long long)w, (unsigned long long)scored);
+        }
+    } else {
+        EvalResult *r = xcalloc((size_t)n_ctx, sizeof(EvalResult));
+        for (int i = 0; i < n_ctx; i++) {
+            if (evaluate_context(&m, shards, n_files, ctx[i], stride, max_windows, &r[i], &e) != 0) err_die(PROG, &e);
+            fprintf(stderr, "  context %ld: %llu tokens, ppl %.2f\n", ctx[i], (unsigned long long)r[i].tokens, r[i].ppl);
+        }
+        char dir[1200];
+        if (out) snprintf(dir, sizeof dir, "%s", out);
+        else snprintf(dir, sizeof dir, "%s/eval-%s%s", run, split ? data : "file", stride ? "-sliding" : "");
+        if (mkdir(dir, 0755) != 0 && errno != EEXIST) { err_set(&e, "cannot create %s: %s", dir, strerror(errno)); err_die(PROG, &e); }
+        char what[1400];
+        snprintf(what, sizeof what, "%s: %s perplexity by context (trained at %d%s)", run, data, c.train.seq_len,
+                 stride ? ", sliding windows" : "");
+        if (eval_write(dir, what, r, n_ctx, stdout, &e) != 0) err_die(PROG, &e);
+        printf("\nwritten to %s/ (ppl.md, ppl.csv, ppl.json, positions_<L>.csv)\n", dir);
+        for (int i = 0; i < n_ctx; i++) eval_result_free(&r[i]);
+        free(r);
+    }
+    for (int f = 0; f < n_files; f++) shard_close(&shards[f]);
+    free(shards);
+    if (run) {
+        model_free(&m);
+        run_config_free(&c);
+    }
     return 0;
 }

@@ -2,9 +2,10 @@
  * Configuration: load (read, "base" inheritance, --set overrides), bind (validate against a schema into
  * a struct), dump and document. config.h states the contract.
  *
- * Loading yields one merged cJSON tree plus a table of origins (dotted path -> the file or "--set ..."
- * that set it). The table lives beside the tree rather than inside it so the tree stays plain cJSON that
- * merges and prints with cJSON's own functions; bind consults it only when it has an error to report.
+ * Loading yields one merged cJSON tree plus a table of origins (dotted path, list items as "a.b[2]" ->
+ * the file or "--set ..." that set it). The table lives beside the tree rather than inside it so the tree
+ * stays plain cJSON that merges and prints with cJSON's own functions; bind consults it only when it has an
+ * error to report.
  * Every error is one line shaped "<origin>: <path>: <problem>", and the first error stops the work.
  */
 #include "core/config.h"
@@ -38,6 +39,13 @@ typedef struct LoadChain {  // the files being loaded, outermost first, to repor
 static char *join_path_(const char *prefix, const char *name) {
     char *s = xmalloc(strlen(prefix) + strlen(name) + 2);
     sprintf(s, "%s%s%s", prefix, prefix[0] ? "." : "", name);
+    return s;
+}
+
+// "prefix[i]", the path of a list item
+static char *item_path_(const char *prefix, int i) {
+    char *s = xmalloc(strlen(prefix) + 16);
+    sprintf(s, "%s[%d]", prefix, i);
     return s;
 }
 
@@ -170,16 +178,18 @@ void config_origins_free(CfgOrigins *o) {
     free(o);
 }
 
-// Record every member of obj (recursively) as set by `from`. cJSON keeps both copies of a repeated key
-// and the merge would silently keep one, so repeats are caught here.
-static int record_tree_(CfgOrigins *o, const char *prefix, const cJSON *obj, const char *from, Err *e) {
-    for (const cJSON *c = obj->child; c; c = c->next) {
-        char *path = join_path_(prefix, c->string);
-        int rc = 0;
-        for (const cJSON *d = obj->child; d != c && !rc; d = d->next)
+// Record everything inside v (members of an object, items of a list as "prefix[i]", recursively) as set
+// by `from`; a number or string has nothing inside. cJSON keeps both copies of a repeated key and the
+// merge would silently keep one, so repeats are caught here.
+static int record_tree_(CfgOrigins *o, const char *prefix, const cJSON *v, const char *from, Err *e) {
+    int i = 0;
+    for (const cJSON *c = v->child; c; c = c->next, i++) {
+        int list = cJSON_IsArray(v), rc = 0;
+        char *path = list ? item_path_(prefix, i) : join_path_(prefix, c->string);
+        for (const cJSON *d = v->child; !list && d != c && !rc; d = d->next)
             if (strcmp(d->string, c->string) == 0) rc = fail_(e, from, NULL, "duplicate key '%s'", path);
         if (!rc) origins_set_(o, path, from);
-        if (!rc && cJSON_IsObject(c)) rc = record_tree_(o, path, c, from, e);
+        if (!rc) rc = record_tree_(o, path, c, from, e);
         free(path);
         if (rc) return -1;
     }
@@ -326,53 +336,101 @@ static cJSON *load_file_(const char *path, char *canon, LoadChain *ch, CfgOrigin
     return merged;
 }
 
-// "a.b.c=value": value is JSON when it parses whole as JSON, else a plain string; missing objects on the
-// way are created, and an object value merges into an object already there like a child file would.
+// One "[i]" of an override path at *p: the index (at most INT_MAX), *p moved past the ']'; -1 if malformed.
+static int parse_index_(const char **p) {
+    const char *s = *p + 1;
+    long i = 0;
+    if (*s < '0' || *s > '9') return -1;
+    for (; *s >= '0' && *s <= '9'; s++)
+        if ((i = 10 * i + (*s - '0')) > INT_MAX) return -1;
+    if (*s != ']') return -1;
+    *p = s + 1;
+    return (int)i;
+}
+
+// "a.b[2].c=value": value is JSON when it parses whole as JSON, else a plain string; missing objects on
+// the way are created, list items ("[i]", from 0) must already be there, and an object value merges into
+// an object already there like a child file would.
 static int apply_override_(cJSON *root, const char *text, CfgOrigins *o, Err *e) {
     const char *eq = strchr(text, '=');
     char origin[CFG_STR_MAX + 16];
     snprintf(origin, sizeof origin, "--set %s", text);
     if (!eq) return fail_(e, origin, NULL, "expected key=value (e.g. --set train.lr=3e-4)");
-    char *key = strndup(text, eq - text);
-    if (!key[0] || key[0] == '.' || key[strlen(key) - 1] == '.' || strstr(key, "..")) {
-        free(key);
-        return fail_(e, origin, NULL, "empty key name before '='");
-    }
-    cJSON *obj = root;
-    char *c = key, *dot;
-    while ((dot = strchr(c, '.'))) {
-        *dot = 0;  // key now reads as the path walked so far
-        cJSON *next = cJSON_GetObjectItemCaseSensitive(obj, c);
-        if (!next) {
-            next = cJSON_AddObjectToObject(obj, c);
-            origins_set_(o, key, origin);
-        } else if (!cJSON_IsObject(next)) {
-            char what[160];
-            describe_(next, what, sizeof what);
-            int rc = fail_(e, origin, NULL, "'%s' is %s, not an object", key, what);
-            free(key);
-            return rc;
+    // walk the path: obj is the object holding the current name, cur its value (NULL when absent) or the
+    // list item its indices lead to (then held by list); walked is the path so far, indices normalised
+    char *walked = xcalloc(1, (size_t)(eq - text) + 2), *name = NULL;
+    cJSON *obj = root, *cur = NULL, *list = NULL;
+    const char *p = text;
+    int rc = 0;
+    for (;;) {
+        size_t len = strcspn(p, ".[=");
+        if (len == 0) {
+            rc = fail_(e, origin, NULL, "empty key name before '='");
+            break;
         }
-        *dot = '.';
-        obj = next;
-        c = dot + 1;
+        free(name);
+        name = strndup(p, len);
+        sprintf(walked + strlen(walked), "%s%s", walked[0] ? "." : "", name);
+        cur = cJSON_GetObjectItemCaseSensitive(obj, name);
+        list = NULL;
+        for (p += len; *p == '[' && !rc;) {
+            int i = parse_index_(&p), n = cJSON_GetArraySize(cur);
+            char what[160];
+            if (i < 0) {
+                rc = fail_(e, origin, NULL, "bad list index after '%s' (expected [0], [1], ...)", walked);
+            } else if (!cur) {
+                rc = fail_(e, origin, NULL, "'%s' is not set, so it has no item [%d]", walked, i);
+            } else if (!cJSON_IsArray(cur)) {
+                describe_(cur, what, sizeof what);
+                rc = fail_(e, origin, NULL, "'%s' is %s, not a list", walked, what);
+            } else if (i >= n) {
+                rc = fail_(e, origin, NULL, "'%s' has %d item%s, so no item [%d]", walked, n, n == 1 ? "" : "s", i);
+            } else {
+                list = cur;
+                cur = cJSON_GetArrayItem(list, i);
+                sprintf(walked + strlen(walked), "[%d]", i);
+            }
+        }
+        if (rc || *p == '=') break;
+        if (*p != '.') {
+            rc = fail_(e, origin, NULL, "expected '.', '[' or '=' after '%s'", walked);
+            break;
+        }
+        if (!cur) {
+            cur = cJSON_AddObjectToObject(obj, name);
+            origins_set_(o, walked, origin);
+        } else if (!cJSON_IsObject(cur)) {
+            char what[160];
+            describe_(cur, what, sizeof what);
+            rc = fail_(e, origin, NULL, "'%s' is %s, not an object%s%s%s", walked, what,
+                       cJSON_IsArray(cur) ? " (name an item: " : "", cJSON_IsArray(cur) ? walked : "",
+                       cJSON_IsArray(cur) ? "[0], ...)" : "");
+            break;
+        }
+        obj = cur;
+        p++;
     }
-    cJSON *val = cJSON_ParseWithOpts(eq + 1, NULL, 1);
-    if (!val) val = cJSON_CreateString(eq + 1);
-    origins_set_(o, key, origin);
-    int rc = cJSON_IsObject(val) ? record_tree_(o, key, val, origin, e) : 0;
-    cJSON *old = cJSON_GetObjectItemCaseSensitive(obj, c);
+    cJSON *val = NULL;
+    if (!rc) {
+        val = cJSON_ParseWithOpts(eq + 1, NULL, 1);
+        if (!val) val = cJSON_CreateString(eq + 1);
+        origins_set_(o, walked, origin);
+        rc = record_tree_(o, walked, val, origin, e);
+    }
     if (rc) {
         cJSON_Delete(val);
-    } else if (old && cJSON_IsObject(old) && cJSON_IsObject(val)) {
-        merge_into_(old, val);
+    } else if (cur && cJSON_IsObject(cur) && cJSON_IsObject(val)) {
+        merge_into_(cur, val);
         cJSON_Delete(val);
-    } else if (old) {
-        cJSON_ReplaceItemInObjectCaseSensitive(obj, c, val);
+    } else if (list) {
+        cJSON_ReplaceItemViaPointer(list, cur, val);
+    } else if (cur) {
+        cJSON_ReplaceItemInObjectCaseSensitive(obj, name, val);
     } else {
-        cJSON_AddItemToObject(obj, c, val);
+        cJSON_AddItemToObject(obj, name, val);
     }
-    free(key);
+    free(name);
+    free(walked);
     return rc;
 }
 
@@ -403,6 +461,11 @@ cJSON *config_load(const char *path, const char *const *overrides, int n_overrid
 // ----------------------------------------------------------------------------
 // binding
 
+// a CFG_FLOAT whose default is null: null (or absence) means unset, stored as NaN
+static int nullable_(const CfgKey *k) {
+    return k->type == CFG_FLOAT && k->def && strcmp(k->def, "null") == 0;
+}
+
 // min == max == 0 means no bounds beyond the C type's
 static void bounds_(const CfgKey *k, double *lo, double *hi) {
     int none = k->min == 0 && k->max == 0;
@@ -426,6 +489,12 @@ static void allowed_(const CfgKey *k, char *buf, size_t n) {
         fmt_num_(hi, b);
         if (k->type == CFG_FLOAT && lo == -DBL_MAX && hi == DBL_MAX) snprintf(buf, n, "any finite number");
         else snprintf(buf, n, "%s to %s", a, b);
+        if (nullable_(k)) append_(buf, n, ", or null");
+    } else if (k->type == CFG_OBJLIST) {
+        int lo = (int)k->min, hi = (int)k->max;
+        if (lo > 0 && hi > 0) snprintf(buf, n, "%d to %d items", lo, hi);
+        else if (hi > 0) snprintf(buf, n, "at most %d item%s", hi, hi == 1 ? "" : "s");
+        else if (lo > 0) snprintf(buf, n, "at least %d item%s", lo, lo == 1 ? "" : "s");
     } else if (k->type == CFG_BOOL) {
         snprintf(buf, n, "true, false");
     } else if (k->type == CFG_ENUM) {
@@ -463,13 +532,73 @@ static int copy_str_(char *dst, const cJSON *v, const char *path, const char *or
 
 static int bind_section_(char *out, const CfgSection *sec, const cJSON *obj, const char *prefix,
                          const CfgOrigins *o, Err *e);
+static void free_keys_(char *p, const CfgSection *sec, int n_keys);
+
+// the items of a bound list of objects and the list's array, leaving an empty list
+static void free_list_(CfgList *l, const CfgKey *k) {
+    for (int i = 0; i < l->n; i++) free_keys_((char *)l->items + i * k->elem_size, k->section, k->section->n_keys);
+    free(l->items);
+    l->items = NULL;
+    l->n = 0;
+}
+
+// what binding allocated in the first n_keys keys of sec (bound, or zeroed)
+static void free_keys_(char *p, const CfgSection *sec, int n_keys) {
+    for (int i = 0; i < n_keys; i++) {
+        const CfgKey *k = &sec->keys[i];
+        char *dst = p + k->offset;
+        if (k->type == CFG_SECTION) {
+            free_keys_(dst, k->section, k->section->n_keys);
+        } else if (k->type == CFG_OBJLIST) {
+            free_list_((CfgList *)dst, k);
+        } else if (k->type == CFG_JSON) {
+            cJSON_Delete(*(cJSON **)dst);
+            *(cJSON **)dst = NULL;
+        }
+    }
+}
+
+// A list of objects: each item is bound into a zeroed element of a fresh array, with its own path
+// ("groups[2]") so that errors and origins name the item. On error the array is freed again.
+static int bind_objlist_(CfgList *l, const CfgKey *k, const cJSON *v, const char *path, const char *origin,
+                         const CfgOrigins *o, Err *e) {
+    char what[160];
+    describe_(v, what, sizeof what);
+    l->n = 0;
+    l->items = NULL;
+    if (!k->section || !k->elem_size)
+        return fail_(e, "schema", path, "a list of objects needs .section and .elem_size");
+    if (!cJSON_IsArray(v)) return fail_(e, origin, path, "expected a list of objects, got %s", what);
+    int n = cJSON_GetArraySize(v), lo = (int)k->min, hi = (int)k->max;
+    if (hi > 0 && n > hi) return fail_(e, origin, path, "list of %d items is too long (at most %d allowed)", n, hi);
+    if (n < lo)
+        return fail_(e, origin, path, "list of %d item%s is too short (at least %d required)", n, n == 1 ? "" : "s",
+                     lo);
+    // a schema default is not in the tree, so the origins of its items would point at the wrong file
+    const CfgOrigins *item_o = strcmp(origin ? origin : "", "schema default") == 0 ? NULL : o;
+    if (n) l->items = xcalloc((size_t)n, k->elem_size);
+    int rc = 0;
+    for (const cJSON *c = v->child; c && !rc; c = c->next) {
+        char *item = item_path_(path, l->n);
+        if (!cJSON_IsObject(c)) {
+            describe_(c, what, sizeof what);
+            rc = fail_(e, item_o ? origins_get_(item_o, item) : origin, item, "expected an object, got %s", what);
+        } else {
+            rc = bind_section_((char *)l->items + l->n * k->elem_size, k->section, c, item, item_o, e);
+            l->n += !rc;
+        }
+        free(item);
+    }
+    if (rc) free_list_(l, k);
+    return rc;
+}
 
 static int bind_value_(char *dst, const CfgKey *k, const cJSON *v, const char *path, const char *origin,
                        const CfgOrigins *o, Err *e) {
     static const char *expected[] = {
         [CFG_INT] = "an integer", [CFG_FLOAT] = "a number", [CFG_BOOL] = "true or false",
         [CFG_STR] = "a string", [CFG_ENUM] = "a string", [CFG_STRLIST] = "a string or a list of strings",
-        [CFG_SECTION] = "an object",
+        [CFG_SECTION] = "an object", [CFG_OBJLIST] = "a list of objects", [CFG_JSON] = "an object",
     };
     char what[160] = "";
     if (v) describe_(v, what, sizeof what);
@@ -477,8 +606,13 @@ static int bind_value_(char *dst, const CfgKey *k, const cJSON *v, const char *p
     case CFG_INT:
     case CFG_FLOAT: {
         double x = cJSON_IsNumber(v) ? v->valuedouble : 0, lo, hi;
+        if (nullable_(k) && cJSON_IsNull(v)) {
+            *(double *)dst = NAN;
+            return 0;
+        }
         if (!cJSON_IsNumber(v) || (k->type == CFG_INT && x != floor(x)))
-            return fail_(e, origin, path, "expected %s, got %s", expected[k->type], what);
+            return fail_(e, origin, path, "expected %s%s, got %s", expected[k->type], nullable_(k) ? " or null" : "",
+                         what);
         bounds_(k, &lo, &hi);
         if (!(x >= lo && x <= hi)) {
             char num[32], allowed[96];
@@ -530,6 +664,12 @@ static int bind_value_(char *dst, const CfgKey *k, const cJSON *v, const char *p
     case CFG_SECTION:
         if (v && !cJSON_IsObject(v)) return fail_(e, origin, path, "expected %s, got %s", expected[k->type], what);
         return bind_section_(dst, k->section, v, path, o, e);
+    case CFG_OBJLIST:
+        return bind_objlist_((CfgList *)dst, k, v, path, origin, o, e);
+    case CFG_JSON:
+        if (!cJSON_IsObject(v)) return fail_(e, origin, path, "expected %s, got %s", expected[k->type], what);
+        *(cJSON **)dst = cJSON_Duplicate(v, 1);
+        return 0;
     }
     return fail_(e, "schema", path, "unknown key type %d", (int)k->type);
 }
@@ -551,7 +691,8 @@ static void unknown_hint_(const CfgSection *sec, const char *prefix, const char 
     append_(buf, n, ")");
 }
 
-// obj may be NULL (a section absent from the file): every key then takes its default
+// obj may be NULL (a section absent from the file): every key then takes its default. On error, what the
+// keys bound so far allocated is freed again.
 static int bind_section_(char *out, const CfgSection *sec, const cJSON *obj, const char *prefix,
                          const CfgOrigins *o, Err *e) {
     // unknown keys first: a misspelt required key should read as a typo, not as a missing key
@@ -565,6 +706,9 @@ static int bind_section_(char *out, const CfgSection *sec, const cJSON *obj, con
         free(path);
         return -1;
     }
+    // a key missing from a list item is missing where the list was set (a list is replaced whole, never
+    // merged); elsewhere it is missing from the file given to config_load
+    const char *missing_from = strchr(prefix, '[') ? origins_get_(o, prefix) : o ? o->root : NULL;
     for (int i = 0; i < sec->n_keys; i++) {
         const CfgKey *k = &sec->keys[i];
         char *path = join_path_(prefix, k->name);
@@ -574,7 +718,7 @@ static int bind_section_(char *out, const CfgSection *sec, const cJSON *obj, con
         int rc = 0;
         if (!v && k->type != CFG_SECTION) {
             if (!k->def)
-                rc = fail_(e, o ? o->root : NULL, NULL, "missing required key '%s'%s%s%s", path,
+                rc = fail_(e, missing_from, NULL, "missing required key '%s'%s%s%s", path,
                            k->doc ? " (" : "", k->doc ? k->doc : "", k->doc ? ")" : "");
             else if (!(v = def = cJSON_Parse(k->def)))
                 rc = fail_(e, "schema", path, "default %s is not valid JSON", k->def);
@@ -583,15 +727,32 @@ static int bind_section_(char *out, const CfgSection *sec, const cJSON *obj, con
         if (!rc) rc = bind_value_(out + k->offset, k, v, path, origin, o, e);
         cJSON_Delete(def);
         free(path);
-        if (rc) return -1;
+        if (rc) {
+            free_keys_(out, sec, i);
+            return -1;
+        }
     }
     return 0;
 }
 
-int config_bind(void *out, const CfgSection *schema, const cJSON *root, const CfgOrigins *origins, Err *e) {
-    if (!cJSON_IsObject(root))
+int config_bind_at(void *out, const CfgSection *schema, const cJSON *node, const CfgOrigins *origins,
+                   const char *path, Err *e) {
+    if (!path[0] && !cJSON_IsObject(node))
         return fail_(e, origins ? origins->root : NULL, NULL, "the configuration must be a JSON object");
-    return bind_section_(out, schema, root, "", origins, e);
+    if (node && !cJSON_IsObject(node)) {
+        char what[160];
+        describe_(node, what, sizeof what);
+        return fail_(e, origins_get_(origins, path), path, "expected an object, got %s", what);
+    }
+    return bind_section_(out, schema, node, path, origins, e);
+}
+
+int config_bind(void *out, const CfgSection *schema, const cJSON *root, const CfgOrigins *origins, Err *e) {
+    return config_bind_at(out, schema, root, origins, "", e);
+}
+
+void config_free(void *cfg, const CfgSection *schema) {
+    if (cfg) free_keys_(cfg, schema, schema->n_keys);
 }
 
 // ----------------------------------------------------------------------------
@@ -605,7 +766,9 @@ static cJSON *dump_section_(const char *in, const CfgSection *sec) {
         cJSON *v = NULL;
         switch (k->type) {
         case CFG_INT: v = cJSON_CreateNumber(*(const int *)p); break;
-        case CFG_FLOAT: v = cJSON_CreateNumber(*(const double *)p); break;
+        case CFG_FLOAT:
+            v = nullable_(k) && isnan(*(const double *)p) ? cJSON_CreateNull() : cJSON_CreateNumber(*(const double *)p);
+            break;
         case CFG_BOOL: v = cJSON_CreateBool(*(const int *)p); break;
         case CFG_STR:
         case CFG_ENUM: v = cJSON_CreateString(p); break;
@@ -616,6 +779,18 @@ static cJSON *dump_section_(const char *in, const CfgSection *sec) {
             break;
         }
         case CFG_SECTION: v = dump_section_(p, k->section); break;
+        case CFG_OBJLIST: {
+            const CfgList *l = (const CfgList *)p;
+            v = cJSON_CreateArray();
+            for (int j = 0; j < l->n; j++)
+                cJSON_AddItemToArray(v, dump_section_((const char *)l->items + j * k->elem_size, k->section));
+            break;
+        }
+        case CFG_JSON: {
+            const cJSON *j = *(cJSON *const *)p;
+            v = j ? cJSON_Duplicate(j, 1) : cJSON_CreateObject();  // NULL: a zeroed or freed config
+            break;
+        }
         }
         cJSON_AddItemToObject(obj, k->name, v);
     }
@@ -636,41 +811,54 @@ static void put_cell_(FILE *f, const char *s) {
     fputc(' ', f);
 }
 
-static void docs_section_(FILE *f, const CfgSection *sec, const char *path, const char *doc) {
+// heading forced for the items of a list of objects, which the list's row points to
+static void docs_section_(FILE *f, const CfgSection *sec, const char *path, const char *doc, int heading) {
     static const char *type_name[] = {
         [CFG_INT] = "integer", [CFG_FLOAT] = "number", [CFG_BOOL] = "boolean", [CFG_STR] = "string",
         [CFG_ENUM] = "one of", [CFG_STRLIST] = "string or list of strings", [CFG_SECTION] = "section",
+        [CFG_OBJLIST] = "list of objects", [CFG_JSON] = "object (validated by its owner)",
     };
     int rows = 0;
     for (int i = 0; i < sec->n_keys; i++) rows += sec->keys[i].type != CFG_SECTION;
-    if (rows || (doc && doc[0])) fprintf(f, "## %s\n\n", path[0] ? path : "top level");
+    if (rows || (doc && doc[0]) || heading) fprintf(f, "## %s\n\n", path[0] ? path : "top level");
     if (doc && doc[0]) fprintf(f, "%s\n\n", doc);
     if (rows) fputs("| key | type | default | allowed | description |\n|---|---|---|---|---|\n", f);
     for (int i = 0; i < sec->n_keys; i++) {
         const CfgKey *k = &sec->keys[i];
         if (k->type == CFG_SECTION) continue;
-        char name[256], def[CFG_STR_MAX + 8], allowed[CFG_STR_MAX];
+        char name[256], def[CFG_STR_MAX + 8], allowed[CFG_STR_MAX], type[CFG_STR_MAX];
         snprintf(name, sizeof name, "`%s`", k->name);
+        if (k->type == CFG_OBJLIST) snprintf(type, sizeof type, "%s (see %s%s%s[])", type_name[k->type], path,
+                                             path[0] ? "." : "", k->name);
+        else snprintf(type, sizeof type, "%s", type_name[k->type]);
         if (k->def) snprintf(def, sizeof def, "`%s`", k->def);
         else snprintf(def, sizeof def, "required");
         allowed_(k, allowed, sizeof allowed);
         put_cell_(f, name);
-        put_cell_(f, type_name[k->type]);
+        put_cell_(f, type);
         put_cell_(f, def);
         put_cell_(f, allowed);
         put_cell_(f, k->doc ? k->doc : "");
         fputs("|\n", f);
     }
     if (rows) fputc('\n', f);
+    // nested sections and the items of lists of objects, in schema order
     for (int i = 0; i < sec->n_keys; i++) {
         const CfgKey *k = &sec->keys[i];
-        if (k->type != CFG_SECTION) continue;
+        if (k->type != CFG_SECTION && k->type != CFG_OBJLIST) continue;
         char *sub = join_path_(path, k->name);
-        docs_section_(f, k->section, sub, k->doc ? k->doc : k->section->doc);
+        if (k->type == CFG_SECTION) {
+            docs_section_(f, k->section, sub, k->doc ? k->doc : k->section->doc, 0);
+        } else {
+            char *items = xmalloc(strlen(sub) + 3);
+            sprintf(items, "%s[]", sub);
+            docs_section_(f, k->section, items, k->section->doc, 1);
+            free(items);
+        }
         free(sub);
     }
 }
 
 void config_write_docs(void *fp, const CfgSection *schema) {
-    docs_section_(fp, schema, "", schema->doc);
+    docs_section_(fp, schema, "", schema->doc, 0);
 }

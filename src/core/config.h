@@ -4,13 +4,18 @@
  *   config_load()  reads a file, follows "base": "other.json" (relative to the including file,
  *                  recursively, cycles are an error) with a deep merge (objects merge key by key, anything
  *                  else is replaced by the child), then applies --set overrides ("train.lr=3e-4"; the value
- *                  is parsed as JSON when it is valid JSON, otherwise taken as a string).
+ *                  is parsed as JSON when it is valid JSON, otherwise taken as a string). An override path
+ *                  reaches into lists by index ("optim.groups[0].lr_mult=0.5"); the item must exist.
  *   config_bind()  validates the merged tree against a schema and fills a struct: an unknown key, a wrong
- *                  type or an out-of-range value is an error that names the key's full path, where it was
- *                  set (file or --set), the bad value, what is allowed, and a did-you-mean for near misses.
- *                  Keys missing from the tree take their schema default.
+ *                  type or an out-of-range value is an error that names the key's full path (list items
+ *                  as "optim.groups[1].lr_mult"), where it was set (file or --set), the bad value, what is
+ *                  allowed, and a did-you-mean for near misses. Keys missing from the tree take their
+ *                  schema default. config_bind_at() does the same for an object deeper in the tree (the
+ *                  options of a mixer, validated by the mixer's own schema).
  *   config_dump()  the resolved config (every key, defaults included) as JSON, for --print-config and the
  *                  copy stored in each run directory; binding the dump again gives the same struct.
+ *   config_free()  frees what bind allocated: a config whose schema has CFG_OBJLIST or CFG_JSON keys owns
+ *                  memory and must be freed (configs of the other types own none; freeing them is harmless).
  *   config_write_docs()  the Markdown reference of a schema (docs/config.md is generated from it).
  */
 #ifndef SEQ_CONFIG_H
@@ -36,7 +41,16 @@ typedef enum {
     CFG_ENUM,     // char[CFG_STR_MAX] holding one of choices ("a|b|c")
     CFG_STRLIST,  // CfgStrList
     CFG_SECTION,  // nested object described by .section, stored inline at .offset
+    CFG_OBJLIST,  // CfgList of items of .elem_size bytes, each an object described by .section;
+                  // items min..max (max 0 = no limit); default JSON text such as "[]"
+    CFG_JSON,     // cJSON * (a deep copy, owned by the config) of any JSON object, left for its owner to
+                  // validate (e.g. with config_bind_at); default such as "{}", so it is never NULL
 } CfgType;
+
+typedef struct CfgList {  // a bound CFG_OBJLIST: n items, an array allocated by bind (NULL when n == 0)
+    int n;
+    void *items;
+} CfgList;
 
 struct CfgSection;
 
@@ -45,10 +59,16 @@ typedef struct CfgKey {
     CfgType type;
     size_t offset;                     // offsetof(struct, field) within the section's struct
     const char *def;                   // default as JSON text ("512", "\"auto\"", "[]"); NULL = required
-                                       // (ignored for CFG_SECTION: a missing section binds its defaults)
-    double min, max;                   // inclusive numeric bounds (CFG_INT, CFG_FLOAT); 0, 0 = unbounded
-    const char *choices;               // CFG_ENUM: "a|b|c"
-    const struct CfgSection *section;  // CFG_SECTION
+                                       // (ignored for CFG_SECTION: a missing section binds its defaults);
+                                       // "null" for a CFG_FLOAT makes it nullable: JSON null or a missing
+                                       // key means unset, stored as NaN (the doc says what unset means)
+    double min, max;                   // inclusive numeric bounds (CFG_INT, CFG_FLOAT); 0, 0 = unbounded;
+                                       // CFG_OBJLIST: bounds on the number of items, max 0 = no limit
+    union {                            // CFG_ENUM: choices "a|b|c"; CFG_OBJLIST: elem_size, the sizeof one
+        const char *choices;           // item's struct. Initialised in braces, {"a|b"} or {NULL} (the
+        size_t elem_size;              // first member) or {.elem_size = sizeof(Item)}, so that every key
+    };                                 // keeps nine positional fields
+    const struct CfgSection *section;  // CFG_SECTION; CFG_OBJLIST: the schema of one item
     const char *doc;                   // one or two sentences for docs/config.md and --help
 } CfgKey;
 
@@ -62,20 +82,36 @@ typedef struct CfgSection {
 // Where each value came from, so errors can name the file or the --set that set it.
 typedef struct CfgOrigins CfgOrigins;
 
-// Read path, resolve "base" chains, apply overrides (n_overrides strings "a.b.c=value").
+// Read path, resolve "base" chains, apply overrides (n_overrides strings "a.b[2].c=value").
 // Returns the merged tree (caller frees with cJSON_Delete) and, if origins is non-NULL, a table of
-// where each leaf was set (free with config_origins_free). NULL on error.
+// where each value was set, list items included as "a.b[2]" (free with config_origins_free). NULL on error.
 cJSON *config_load(const char *path, const char *const *overrides, int n_overrides,
                    CfgOrigins **origins, Err *e);
 void config_origins_free(CfgOrigins *o);
 
 // Validate root against schema and fill out (a struct laid out as the schema says). origins may be NULL.
+// out's previous contents are overwritten, not freed. On error, whatever this call allocated is freed
+// again; on success, a schema with CFG_OBJLIST or CFG_JSON keys needs config_free(out, schema) later.
 int config_bind(void *out, const CfgSection *schema, const cJSON *root, const CfgOrigins *origins, Err *e);
 
-// The resolved config as a JSON tree (caller frees), every key of the schema present.
+// config_bind for the object node found at path of the loaded tree ("model.mixer",
+// "model.layers[2].mixer"; "" is the root, and then the same as config_bind): messages name keys by their
+// full path and origins finds the file or --set that set them. A NULL node (absent from the tree) binds
+// the schema's defaults, except at the root; anything but an object is an error.
+int config_bind_at(void *out, const CfgSection *schema, const cJSON *node, const CfgOrigins *origins,
+                   const char *path, Err *e);
+
+// Free what bind allocated in cfg (CFG_OBJLIST arrays, recursively, and CFG_JSON copies) and leave those
+// fields empty (n 0, NULL), so freeing twice is harmless. cfg must have been bound, or zeroed.
+// run_config_load's callers (the tools) free nothing yet: they must once the run schema has such keys.
+void config_free(void *cfg, const CfgSection *schema);
+
+// The resolved config as a JSON tree (caller frees), every key of the schema present (unset nullable
+// numbers as null, lists of objects item by item, CFG_JSON values as they are).
 cJSON *config_dump(const void *cfg, const CfgSection *schema);
 
-// Markdown reference: one table per section (key, type, default, allowed, description).
+// Markdown reference: one table per section (key, type, default, allowed, description), the items of
+// a list of objects under "## path[]".
 void config_write_docs(void *fp /* FILE* */, const CfgSection *schema);
 
 // Levenshtein distance, for did-you-mean suggestions (also used by the command-line parsers).

@@ -1,0 +1,74 @@
+/*
+ * The mixer interface: a mixer maps x (B,T,C) to y (B,T,C) and owns its projections, so attention with
+ * any position scheme, complex-valued filters (RFA) or fused recurrent blocks (KLA) fit the model the
+ * same way. One MixerOps per family, listed in mixers/registry.c; variants and ablations of one paper
+ * are options of one mixer, not copies of it.
+ *
+ * Life cycle (model.c drives it):
+ *   spec    the options, validated with the mixer's own config schema (config_bind_at) and then by
+ *           ops->check, which sees the model width C;
+ *   params  ops->params declares the tensors (names below the layer prefix, shapes, init, decay flag)
+ *           into the model's table; the model hands each layer's Mixer the flat buffers afterwards;
+ *   run     forward keeps what backward needs in m->acts (ops->act_size floats for B,T); x must stay
+ *           valid until backward (the model keeps every layer's input); backward ACCUMULATES into dx
+ *           and into the parameter gradients; m->scratch (ops->scratch_size floats, shared by all
+ *           layers) is free for temporaries in both passes.
+ */
+#ifndef SEQ_MIXER_H
+#define SEQ_MIXER_H
+
+#include <stddef.h>
+#include "core/config.h"
+#include "core/err.h"
+#include "model/params.h"
+
+struct MixerOps;
+
+typedef struct MixerSpec {
+    const struct MixerOps *ops;
+    void *opts;   // the mixer's options struct (ops->opts_size bytes), bound from its schema
+    int C;        // model width
+} MixerSpec;
+
+typedef struct Mixer {
+    const MixerSpec *spec;
+    const ParamTable *pt;
+    int first;        // index in pt of the first tensor this mixer declared
+    float *params;    // the model's flat parameter buffer
+    float *grads;     // the model's flat gradient buffer
+    float *acts;      // (act_size,) this layer's saved activations
+    float *scratch;   // (scratch_size,) shared temporaries
+    int B, T;         // the shape acts were sized for
+} Mixer;
+
+typedef struct MixerOps {
+    const char *name;
+    const char *doc;                  // one line for docs/mixers.md and --help
+    const CfgSection *schema;         // the options (model.mixer.* keys besides "kind")
+    size_t opts_size;
+    // cross-key validation once C is known (e.g. heads divide the width); may fill derived fields
+    int (*check)(MixerSpec *s, const char *path, Err *e);
+    // declare tensors under prefix ("blocks.3.mixer"); n_layers lets projections scale their init
+    int (*params)(const MixerSpec *s, ParamTable *pt, const char *prefix, int n_layers, Err *e);
+    // fill INIT_CUSTOM tensors after the table's rules ran (e.g. frequency banks); may be NULL
+    void (*init)(const Mixer *m);
+    size_t (*act_size)(const MixerSpec *s, int B, int T);
+    size_t (*scratch_size)(const MixerSpec *s, int B, int T);
+    void (*forward)(Mixer *m, float *y, const float *x, int B, int T);        // y, x (B,T,C)
+    void (*backward)(Mixer *m, float *dx, const float *dy, const float *x, int B, int T);  // dx += ...
+    size_t (*state_size)(const MixerSpec *s);  // recurrent state per sequence in floats; 0 = KV cache
+    // JSON diagnostics for the training log (per-head parameters...); may be NULL
+    void (*describe)(const Mixer *m, cJSON *out);
+} MixerOps;
+
+const MixerOps *mixer_lookup(const char *name);
+// "attention, ..." for messages
+const char *mixer_names(void);
+// parse {"kind": ..., options...} at `path` into s (allocates s->opts)
+int mixer_spec_parse(MixerSpec *s, const cJSON *j, const CfgOrigins *origins, const char *path, int C, Err *e);
+void mixer_spec_free(MixerSpec *s);
+// a mixer's tensor k (in declaration order) within its parameter / gradient buffer
+static inline float *mixer_param(const Mixer *m, int k) { return m->params + m->pt->t[m->first + k].offset; }
+static inline float *mixer_grad(const Mixer *m, int k) { return m->grads + m->pt->t[m->first + k].offset; }
+
+#endif

@@ -1,0 +1,399 @@
+#include "model/model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nn/activation.h"
+#include "nn/embedding.h"
+#include "nn/matmul.h"
+#include "nn/norm.h"
+#include "nn/xent.h"
+
+// ----------------------------------------------------------------------------
+// configuration schema
+
+#define MKEY_(S, name, type, field, def, lo, hi, choices, doc) \
+    {name, type, offsetof(S, field), def, lo, hi, {choices}, NULL, doc}
+
+static const CfgKey MLP_KEYS_[] = {
+    MKEY_(MlpSection, "kind", CFG_ENUM, kind, "\"gelu\"", 0, 0, "gelu|swiglu|relu|none",
+          "MLP after each mixer: gelu (erf) or relu with one hidden layer, swiglu (silu(a)·b), or none."),
+    MKEY_(MlpSection, "ratio", CFG_FLOAT, ratio, "4", 0.01, 64, NULL, "Hidden width = round(ratio · d_model)."),
+    MKEY_(MlpSection, "bias", CFG_BOOL, bias, "true", 0, 0, NULL, "Biases in the MLP's two projections."),
+};
+static const CfgSection MLP_SECTION_ = {"mlp", "The block's MLP.", MLP_KEYS_, 3};
+
+static const CfgKey LAYER_KEYS_[] = {
+    MKEY_(LayerOverride, "at", CFG_STR, at, NULL, 0, 0, NULL,
+          "Layers this override applies to: \"11\", \"-1\" (the last), \"0,2,4\", \"3-5\"."),
+    MKEY_(LayerOverride, "mixer", CFG_JSON, mixer, "{}", 0, 0, NULL,
+          "Mixer options merged over model.mixer for these layers; a different \"kind\" replaces it whole."),
+};
+static const CfgSection LAYER_SECTION_ = {"layers", "Per-layer overrides of the default mixer.", LAYER_KEYS_, 2};
+
+static const CfgKey MODEL_KEYS_[] = {
+    MKEY_(ModelSection, "vocab_size", CFG_INT, vocab_size, "0", 0, 1 << 24, NULL,
+          "Vocabulary size; 0 = the data's (must be >= every token id)."),
+    MKEY_(ModelSection, "d_model", CFG_INT, d_model, "256", 1, 1 << 16, NULL, "Model width C."),
+    MKEY_(ModelSection, "n_layers", CFG_INT, n_layers, "6", 1, 1024, NULL, "Number of blocks."),
+    MKEY_(ModelSection, "block", CFG_ENUM, block, "\"prenorm\"", 0, 0, "prenorm",
+          "Block kind: prenorm = x += mixer(norm(x)); x += mlp(norm(x))."),
+    MKEY_(ModelSection, "norm", CFG_ENUM, norm, "\"layernorm\"", 0, 0, "layernorm|rmsnorm",
+          "Norm used before the mixer, before the MLP and before the head."),
+    MKEY_(ModelSection, "norm_bias", CFG_BOOL, norm_bias, "true", 0, 0, NULL, "LayerNorm has a bias (ignored for rmsnorm)."),
+    {"mlp", CFG_SECTION, offsetof(ModelSection, mlp), "{}", 0, 0, {NULL}, &MLP_SECTION_, "The block's MLP."},
+    MKEY_(ModelSection, "mixer", CFG_JSON, mixer, "{\"kind\": \"attention\"}", 0, 0, NULL,
+          "The default sequence mixer of every layer: {\"kind\": name, options...}; docs/mixers.md lists the options."),
+    {"layers", CFG_OBJLIST, offsetof(ModelSection, layers), "[]", 0, 1024, {.elem_size = sizeof(LayerOverride)},
+     &LAYER_SECTION_, "Per-layer overrides (hybrid stacks)."},
+    MKEY_(ModelSection, "tie_embeddings", CFG_BOOL, tie_embeddings, "true", 0, 0, NULL,
+          "The head reuses the token embedding matrix."),
+    MKEY_(ModelSection, "head_bias", CFG_BOOL, head_bias, "false", 0, 0, NULL, "A bias on the output logits."),
+    MKEY_(ModelSection, "init_std", CFG_FLOAT, init_std, "0.02", 0, 10, NULL,
+          "Std of the normal init of embeddings and projections; residual projections use init_std/sqrt(2·n_layers)."),
+};
+const CfgSection MODEL_SECTION = {"model", "The network.", MODEL_KEYS_, (int)(sizeof MODEL_KEYS_ / sizeof MODEL_KEYS_[0])};
+
+// ----------------------------------------------------------------------------
+// per-layer overrides
+
+// does layer l (of L) match "11", "-1", "0,2,4", "3-5"? -1 on a malformed spec
+static int layer_matches_(const char *spec, int l, int L) {
+    const char *p = spec;
+    int hit = 0;
+    while (*p) {
+        char *end;
+        long a = strtol(p, &end, 10), b;
+        if (end == p) return -1;
+        if (*end == '-' && end[1] && end != p) {
+            const char *q = end + 1;
+            b = strtol(q, &end, 10);
+            if (end == q) return -1;
+        } else {
+            b = a;
+        }
+        if (a < 0) a += L;
+        if (b < 0) b += L;
+        if (a < 0 || b >= L || a > b) return -2;
+        if (l >= a && l <= b) hit = 1;
+        if (*end == ',') end++;
+        else if (*end) return -1;
+        p = end;
+    }
+    return hit;
+}
+
+// the mixer JSON of layer l: model.mixer with every matching override merged over it in order
+static cJSON *layer_mixer_json_(const ModelSection *c, int l, char *path, size_t path_n, Err *e) {
+    cJSON *j = cJSON_Duplicate(c->mixer, 1);
+    snprintf(path, path_n, "model.mixer");
+    const LayerOverride *ov = c->layers.items;
+    for (int i = 0; i < c->layers.n; i++) {
+        int hit = layer_matches_(ov[i].at, l, c->n_layers);
+        if (hit == -1) {
+            cJSON_Delete(j);
+            err_set(e, "model.layers[%d].at: \"%s\" is not a layer list (e.g. \"11\", \"-1\", \"0,2,4\", \"3-5\")", i,
+                    ov[i].at);
+            return NULL;
+        }
+        if (hit == -2) {
+            cJSON_Delete(j);
+            err_set(e, "model.layers[%d].at: \"%s\" names a layer outside 0..%d", i, ov[i].at, c->n_layers - 1);
+            return NULL;
+        }
+        if (!hit) continue;
+        const cJSON *kind = cJSON_GetObjectItemCaseSensitive(ov[i].mixer, "kind");
+        const cJSON *base_kind = cJSON_GetObjectItemCaseSensitive(j, "kind");
+        if (kind && (!base_kind || !cJSON_Compare(kind, base_kind, 1))) {
+            cJSON_Delete(j);
+            j = cJSON_Duplicate(ov[i].mixer, 1);
+        } else {
+            for (const cJSON *it = ov[i].mixer->child; it; it = it->next) {
+                cJSON_DeleteItemFromObjectCaseSensitive(j, it->string);
+                cJSON_AddItemToObject(j, it->string, cJSON_Duplicate(it, 1));
+            }
+        }
+        snprintf(path, path_n, "model.layers[%d].mixer", i);
+    }
+    return j;
+}
+
+// ----------------------------------------------------------------------------
+// build
+
+static int add_(ParamTable *pt, const char *name, int ndim, const int *shape, ParamInit init, int decay, Err *e) {
+    return param_add(pt, name, ndim, shape, init, decay, e);
+}
+
+int model_build(Model *m, const ModelSection *c, int vocab_size, const CfgOrigins *origins, uint64_t seed, Err *e) {
+    memset(m, 0, sizeof *m);
+    m->V = c->vocab_size ? c->vocab_size : vocab_size;
+    if (c->vocab_size && vocab_size > c->vocab_size)
+        return err_set(e, "model.vocab_size: %d is smaller than the data's vocab size %d", c->vocab_size, vocab_size);
+    if (m->V <= 0) return err_set(e, "model.vocab_size: unknown (set it, or give data with a vocab size)");
+    m->C = c->d_model;
+    m->L = c->n_layers;
+    m->rms = !strcmp(c->norm, "rmsnorm");
+    m->norm_bias = c->norm_bias && !m->rms;
+    m->mlp_kind = !strcmp(c->mlp.kind, "none") ? MLP_NONE : !strcmp(c->mlp.kind, "relu") ? MLP_RELU
+                : !strcmp(c->mlp.kind, "swiglu") ? MLP_SWIGLU : MLP_GELU;
+    m->hidden = (int)lround(c->mlp.ratio * m->C);
+    if (m->mlp_kind != MLP_NONE && m->hidden < 1) return err_set(e, "model.mlp.ratio: hidden width rounds to 0");
+    m->mlp_bias = c->mlp.bias;
+    m->tie = c->tie_embeddings;
+    m->head_bias = c->head_bias;
+    m->init_std = (float)c->init_std;
+    m->mspec = xcalloc((size_t)m->L, sizeof(MixerSpec));
+    for (int l = 0; l < m->L; l++) {
+        char path[64];
+        cJSON *j = layer_mixer_json_(c, l, path, sizeof path, e);
+        if (!j) { model_free(m); return -1; }
+        int rc = mixer_spec_parse(&m->mspec[l], j, origins, path, m->C, e);
+        cJSON_Delete(j);
+        if (rc != 0) { model_free(m); return -1; }
+    }
+
+    // parameters, in forward order
+    ParamTable *pt = &m->pt;
+    param_table_init(pt);
+    int C = m->C, V = m->V, F = m->mlp_kind == MLP_SWIGLU ? 2 * m->hidden : m->hidden;
+    float std = m->init_std, std_res = (float)(m->init_std / sqrt(2.0 * m->L));
+    m->lp = xcalloc((size_t)m->L, sizeof(LayerParams));
+    m->mix = xcalloc((size_t)m->L, sizeof(Mixer));
+    int rc = (m->k_wte = add_(pt, "wte", 2, (int[]){V, C}, init_normal(std), 0, e)) < 0;
+    for (int l = 0; l < m->L && !rc; l++) {
+        char n[PARAM_NAME_MAX];
+        LayerParams *lp = &m->lp[l];
+        memset(lp, -1, sizeof *lp);
+#define LADD_(field, suffix, ndim, shape, init, decay) \
+        if (!rc) { snprintf(n, sizeof n, "blocks.%d.%s", l, suffix); \
+                   rc = (lp->field = add_(pt, n, ndim, shape, init, decay, e)) < 0; }
+        LADD_(ln1_w, "ln1.weight", 1, (int[]){C}, init_ones(), 0);
+        if (m->norm_bias) LADD_(ln1_b, "ln1.bias", 1, (int[]){C}, init_zeros(), 0);
+        if (!rc) {
+            snprintf(n, sizeof n, "blocks.%d.mixer", l);
+            m->mix[l].first = pt->n;
+            rc = m->mspec[l].ops->params(&m->mspec[l], pt, n, m->L, e) != 0;
+        }
+        if (m->mlp_kind != MLP_NONE) {
+            LADD_(ln2_w, "ln2.weight", 1, (int[]){C}, init_ones(), 0);
+            if (m->norm_bias) LADD_(ln2_b, "ln2.bias", 1, (int[]){C}, init_zeros(), 0);
+            LADD_(fc_w, "mlp.fc.weight", 2, ((int[]){F, C}), init_normal(std), 1);
+            if (m->mlp_bias) LADD_(fc_b, "mlp.fc.bias", 1, (int[]){F}, init_zeros(), 0);
+            LADD_(proj_w, "mlp.proj.weight", 2, ((int[]){C, m->hidden}), init_normal(std_res), 1);
+            if (m->mlp_bias) LADD_(proj_b, "mlp.proj.bias", 1, (int[]){C}, init_zeros(), 0);
+        }
+#undef LADD_
+    }
+    m->k_lnf_b = m->k_head_w = m->k_head_b = -1;
+    if (!rc) rc = (m->k_lnf_w = add_(pt, "lnf.weight", 1, (int[]){C}, init_ones(), 0, e)) < 0;
+    if (!rc && m->norm_bias) rc = (m->k_lnf_b = add_(pt, "lnf.bias", 1, (int[]){C}, init_zeros(), 0, e)) < 0;
+    if (!rc && !m->tie) rc = (m->k_head_w = add_(pt, "head.weight", 2, (int[]){V, C}, init_normal(std), 1, e)) < 0;
+    if (!rc && m->head_bias) rc = (m->k_head_b = add_(pt, "head.bias", 1, (int[]){V}, init_zeros(), 0, e)) < 0;
+    if (rc) { model_free(m); return -1; }
+
+    m->params = xmalloc(pt->numel * sizeof(float));
+    m->grads = xcalloc(pt->numel, sizeof(float));
+    param_init_all(pt, m->params, seed);
+    for (int l = 0; l < m->L; l++) {
+        Mixer *mx = &m->mix[l];
+        mx->spec = &m->mspec[l];
+        mx->pt = pt;
+        mx->params = m->params;
+        mx->grads = m->grads;
+        if (mx->spec->ops->init) mx->spec->ops->init(mx);
+    }
+    return 0;
+}
+
+void model_free(Model *m) {
+    if (m->mspec)
+        for (int l = 0; l < m->L; l++) mixer_spec_free(&m->mspec[l]);
+    free(m->mspec);
+    free(m->mix);
+    free(m->lp);
+    param_table_free(&m->pt);
+    free(m->params);
+    free(m->grads);
+    free(m->arena);
+    free(m->la);
+    free(m->inputs);
+    free(m->targets);
+    memset(m, 0, sizeof *m);
+}
+
+size_t model_num_params(const Model *m) {
+    size_t n = 0;
+    for (int i = 0; i < m->pt.n; i++) n += m->pt.t[i].numel;
+    return n;
+}
+
+// ----------------------------------------------------------------------------
+// activations: one arena for the current (B,T)
+
+static void model_alloc_acts_(Model *m, int B, int T) {
+    if (m->arena && m->B == B && m->T == T) return;
+    size_t BT = (size_t)B * T, C = (size_t)m->C, H = (size_t)m->hidden;
+    size_t F = m->mlp_kind == MLP_SWIGLU ? 2 * H : H;
+    size_t per_layer = 4 * BT * C + 4 * BT + (m->mlp_kind != MLP_NONE ? BT * (F + H) : 0);
+    size_t mix_acts = 0, scratch = 0;
+    for (int l = 0; l < m->L; l++) {
+        const MixerSpec *s = &m->mspec[l];
+        mix_acts += s->ops->act_size(s, B, T);
+        size_t sc = s->ops->scratch_size(s, B, T);
+        if (sc > scratch) scratch = sc;
+    }
+    size_t final = 2 * BT * C + 2 * BT + BT * (size_t)m->V + 3 * BT;
+    size_t grads = 2 * BT * C + BT * F + BT * H;
+    size_t total = m->L * per_layer + mix_acts + final + scratch + grads + BT * C /* mixer out */;
+    free(m->arena);
+    free(m->la);
+    free(m->inputs);
+    free(m->targets);
+    m->arena = xmalloc(total * sizeof(float));
+    m->arena_size = total;
+    m->la = xcalloc((size_t)m->L, sizeof(LayerActs));
+    m->inputs = xmalloc(BT * sizeof(int));
+    m->targets = xmalloc(BT * sizeof(int));
+    float *p = m->arena;
+#define TAKE_(ptr, n) do { (ptr) = p; p += (n); } while (0)
+    for (int l = 0; l < m->L; l++) {
+        LayerActs *a = &m->la[l];
+        TAKE_(a->res, BT * C);
+        TAKE_(a->ln1, BT * C);
+        TAKE_(a->ln1_mean, BT);
+        TAKE_(a->ln1_rstd, BT);
+        TAKE_(a->res_mid, BT * C);
+        TAKE_(a->ln2, BT * C);
+        TAKE_(a->ln2_mean, BT);
+        TAKE_(a->ln2_rstd, BT);
+        if (m->mlp_kind != MLP_NONE) {
+            TAKE_(a->fc, BT * F);
+            TAKE_(a->act, BT * H);
+        }
+        const MixerSpec *s = &m->mspec[l];
+        TAKE_(m->mix[l].acts, s->ops->act_size(s, B, T));
+        m->mix[l].B = B;
+        m->mix[l].T = T;
+    }
+    TAKE_(m->res_out, BT * C);
+    TAKE_(m->lnf, BT * C);
+    TAKE_(m->lnf_mean, BT);
+    TAKE_(m->lnf_rstd, BT);
+    TAKE_(m->logits, BT * (size_t)m->V);
+    TAKE_(m->xstats, 2 * BT);
+    TAKE_(m->losses, BT);
+    TAKE_(m->scratch, scratch);
+    TAKE_(m->dres, BT * C);
+    TAKE_(m->dtmp, BT * C);
+    TAKE_(m->dfc, BT * F);
+    TAKE_(m->dact, BT * H);
+    TAKE_(m->mix_out, BT * C);
+#undef TAKE_
+    for (int l = 0; l < m->L; l++) m->mix[l].scratch = m->scratch;
+    m->B = B;
+    m->T = T;
+}
+
+// ----------------------------------------------------------------------------
+// forward / backward
+
+static void norm_forward_(const Model *m, float *out, float *mean, float *rstd, const float *inp, int kw, int kb, int N) {
+    if (m->rms) rmsnorm_forward(out, rstd, inp, m->params + m->pt.t[kw].offset, N, m->C);
+    else layernorm_forward(out, mean, rstd, inp, m->params + m->pt.t[kw].offset,
+                           kb >= 0 ? m->params + m->pt.t[kb].offset : NULL, N, m->C);
+}
+
+static void norm_backward_(Model *m, float *dinp, const float *dout, const float *inp, const float *mean,
+                           const float *rstd, int kw, int kb, int N) {
+    float *w = m->params + m->pt.t[kw].offset, *dw = m->grads + m->pt.t[kw].offset;
+    if (m->rms) rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, m->C);
+    else layernorm_backward(dinp, dw, kb >= 0 ? m->grads + m->pt.t[kb].offset : NULL, dout, inp, w, mean, rstd, N, m->C);
+}
+
+#define P_(k) ((k) >= 0 ? m->params + m->pt.t[k].offset : NULL)
+#define G_(k) ((k) >= 0 ? m->grads + m->pt.t[k].offset : NULL)
+
+int model_forward(Model *m, const int *inputs, const int *targets, int B, int T, Err *e) {
+    int bad = embedding_check_ids(inputs, B * T, m->V);
+    if (bad >= 0)
+        return err_set(e, "input token id %d at position %d is outside the model's vocabulary of %d", inputs[bad], bad, m->V);
+    if (targets && (bad = crossentropy_check_targets(targets, B * T, m->V)) >= 0)
+        return err_set(e, "target %d at position %d is outside the vocabulary of %d (and not the ignore index -100)",
+                       targets[bad], bad, m->V);
+    model_alloc_acts_(m, B, T);
+    int BT = B * T, C = m->C, H = m->hidden, F = m->mlp_kind == MLP_SWIGLU ? 2 * H : H;
+    memcpy(m->inputs, inputs, (size_t)BT * sizeof(int));
+    if (targets) memcpy(m->targets, targets, (size_t)BT * sizeof(int));
+    embedding_forward(m->L ? m->la[0].res : m->res_out, inputs, P_(m->k_wte), BT, C);
+    for (int l = 0; l < m->L; l++) {
+        LayerActs *a = &m->la[l];
+        const LayerParams *lp = &m->lp[l];
+        float *next = l + 1 < m->L ? m->la[l + 1].res : m->res_out;
+        norm_forward_(m, a->ln1, a->ln1_mean, a->ln1_rstd, a->res, lp->ln1_w, lp->ln1_b, BT);
+        m->mspec[l].ops->forward(&m->mix[l], m->mix_out, a->ln1, B, T);
+        if (m->mlp_kind == MLP_NONE) {
+            residual_forward(next, a->res, m->mix_out, (size_t)BT * C);
+            continue;
+        }
+        residual_forward(a->res_mid, a->res, m->mix_out, (size_t)BT * C);
+        norm_forward_(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res_mid, lp->ln2_w, lp->ln2_b, BT);
+        matmul_forward(a->fc, a->ln2, P_(lp->fc_w), P_(lp->fc_b), BT, C, F);
+        if (m->mlp_kind == MLP_GELU) gelu_forward(a->act, a->fc, (size_t)BT * H);
+        else if (m->mlp_kind == MLP_RELU) relu_forward(a->act, a->fc, (size_t)BT * H);
+        else swiglu_forward(a->act, a->fc, BT, H);
+        matmul_forward(m->mix_out, a->act, P_(lp->proj_w), P_(lp->proj_b), BT, H, C);
+        residual_forward(next, a->res_mid, m->mix_out, (size_t)BT * C);
+    }
+    norm_forward_(m, m->lnf, m->lnf_mean, m->lnf_rstd, m->res_out, m->k_lnf_w, m->k_lnf_b, BT);
+    const float *head = m->tie ? P_(m->k_wte) : P_(m->k_head_w);
+    matmul_forward(m->logits, m->lnf, head, P_(m->k_head_b), BT, C, m->V);
+    m->loss = 0;
+    m->n_supervised = 0;
+    if (targets) {
+        double mean;
+        m->n_supervised = crossentropy_forward(m->losses, m->xstats, &mean, m->logits, targets, BT, m->V);
+        m->loss = mean;
+    }
+    return 0;
+}
+
+void model_zero_grad(Model *m) { memset(m->grads, 0, m->pt.numel * sizeof(float)); }
+
+void model_backward(Model *m, int n_norm) {
+    int B = m->B, T = m->T, BT = B * T, C = m->C, H = m->hidden, F = m->mlp_kind == MLP_SWIGLU ? 2 * H : H;
+    size_t BTC = (size_t)BT * C;
+    // the logits become dlogits in place: the (B,T,V) buffer is the largest activation
+    crossentropy_backward_inplace(m->logits, m->xstats, m->targets, n_norm, BT, m->V);
+    float *dlogits = m->logits;
+    memset(m->dtmp, 0, BTC * sizeof(float));
+    float *dhead = m->tie ? G_(m->k_wte) : G_(m->k_head_w);
+    const float *head = m->tie ? P_(m->k_wte) : P_(m->k_head_w);
+    matmul_backward(m->dtmp, dhead, G_(m->k_head_b), dlogits, m->lnf, head, BT, C, m->V);
+    memset(m->dres, 0, BTC * sizeof(float));
+    norm_backward_(m, m->dres, m->dtmp, m->res_out, m->lnf_mean, m->lnf_rstd, m->k_lnf_w, m->k_lnf_b, BT);
+    // dres holds d(loss)/d(residual stream) at the output of the current layer, walking down
+    for (int l = m->L - 1; l >= 0; l--) {
+        LayerActs *a = &m->la[l];
+        const LayerParams *lp = &m->lp[l];
+        if (m->mlp_kind != MLP_NONE) {
+            // in the forward pass this was: next = res_mid + proj(act(fc(norm(res_mid))))
+            memset(m->dact, 0, (size_t)BT * H * sizeof(float));
+            matmul_backward(m->dact, G_(lp->proj_w), G_(lp->proj_b), m->dres, a->act, P_(lp->proj_w), BT, H, C);
+            memset(m->dfc, 0, (size_t)BT * F * sizeof(float));
+            if (m->mlp_kind == MLP_GELU) gelu_backward(m->dfc, a->fc, m->dact, (size_t)BT * H);
+            else if (m->mlp_kind == MLP_RELU) relu_backward(m->dfc, a->fc, m->dact, (size_t)BT * H);
+            else swiglu_backward(m->dfc, a->fc, m->dact, BT, H);
+            memset(m->dtmp, 0, BTC * sizeof(float));
+            matmul_backward(m->dtmp, G_(lp->fc_w), G_(lp->fc_b), m->dfc, a->ln2, P_(lp->fc_w), BT, C, F);
+            norm_backward_(m, m->dres, m->dtmp, a->res_mid, a->ln2_mean, a->ln2_rstd, lp->ln2_w, lp->ln2_b, BT);
+        }
+        // in the forward pass this was: res_mid = res + mixer(norm(res))
+        memset(m->dtmp, 0, BTC * sizeof(float));
+        m->mspec[l].ops->backward(&m->mix[l], m->dtmp, m->dres, a->ln1, B, T);
+        norm_backward_(m, m->dres, m->dtmp, a->res, a->ln1_mean, a->ln1_rstd, lp->ln1_w, lp->ln1_b, BT);
+    }
+    embedding_backward(G_(m->k_wte), m->dres, m->inputs, BT, C);
+}

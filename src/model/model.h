@@ -1,0 +1,98 @@
+/*
+ * The language model: token embedding -> n_layers blocks -> final norm -> head (tied to the embedding
+ * or its own matrix). Block kind `prenorm`: x += mixer(norm(x)); x += mlp(norm(x)). Every layer has the
+ * model's default mixer unless model.layers overrides it, so hybrid stacks (11 attention layers and a
+ * last KLA layer) are one config. No learned position embedding: positions are the mixers' business.
+ *
+ * Memory follows llm.c: one parameter buffer (ParamTable), one gradient buffer of the same layout, and
+ * one activation arena sized for the (B,T) of the current call; a call with another (B,T) re-sizes it.
+ */
+#ifndef SEQ_MODEL_H
+#define SEQ_MODEL_H
+
+#include <stdint.h>
+#include "core/config.h"
+#include "mixers/mixer.h"
+#include "model/params.h"
+
+// --- configuration ("model" section; docs/config.md) ---
+typedef struct MlpSection {
+    char kind[CFG_STR_MAX];  // gelu | swiglu | relu | none
+    double ratio;            // hidden = round(ratio * d_model)
+    int bias;
+} MlpSection;
+
+typedef struct LayerOverride {
+    char at[CFG_STR_MAX];    // "11", "-1" (last), "0,2,4", "3-5"
+    cJSON *mixer;            // merged over model.mixer (replaces it when "kind" differs)
+} LayerOverride;
+
+typedef struct ModelSection {
+    int vocab_size;          // 0 = the data's
+    int d_model, n_layers;
+    char block[CFG_STR_MAX]; // prenorm (fused arrives with KLA)
+    char norm[CFG_STR_MAX];  // layernorm | rmsnorm
+    int norm_bias;
+    MlpSection mlp;
+    cJSON *mixer;            // {"kind": ..., options}
+    CfgList layers;          // LayerOverride items
+    int tie_embeddings, head_bias;
+    double init_std;
+} ModelSection;
+
+extern const CfgSection MODEL_SECTION;
+
+// --- the model ---
+enum { MLP_NONE, MLP_GELU, MLP_RELU, MLP_SWIGLU };
+
+typedef struct LayerParams {  // tensor indices of one block (-1 = absent)
+    int ln1_w, ln1_b, ln2_w, ln2_b, fc_w, fc_b, proj_w, proj_b;
+} LayerParams;
+
+typedef struct LayerActs {
+    float *res;         // (B,T,C) residual stream entering the layer
+    float *ln1;         // (B,T,C)
+    float *ln1_mean, *ln1_rstd;  // (B*T,)
+    float *res_mid;     // (B,T,C) after the mixer
+    float *ln2;         // (B,T,C)
+    float *ln2_mean, *ln2_rstd;
+    float *fc;          // (B,T,F) F = hidden or 2*hidden (swiglu)
+    float *act;         // (B,T,hidden)
+} LayerActs;
+
+typedef struct Model {
+    int V, C, L, hidden, mlp_kind, rms, norm_bias, mlp_bias, tie, head_bias;
+    float init_std;
+    MixerSpec *mspec;   // (L,)
+    Mixer *mix;         // (L,)
+    ParamTable pt;
+    float *params, *grads;
+    int k_wte, k_lnf_w, k_lnf_b, k_head_w, k_head_b;
+    LayerParams *lp;    // (L,)
+    // activations for the current (B,T)
+    int B, T;
+    float *arena;
+    size_t arena_size;
+    LayerActs *la;      // (L,)
+    float *res_out, *lnf, *lnf_mean, *lnf_rstd, *logits, *xstats, *losses;
+    float *scratch;     // shared mixer temporaries
+    float *mix_out;     // (B,T,C) a mixer's output before the residual add
+    float *dres, *dtmp, *dfc, *dact;  // gradient work buffers
+    int *inputs, *targets;            // copies (B*T,)
+    double loss;        // mean over supervised positions of the last forward with targets
+    int n_supervised;
+} Model;
+
+// build the spec from the config (vocab from the data when model.vocab_size is 0), declare and
+// initialise the parameters with seed; origins may be NULL
+int model_build(Model *m, const ModelSection *cfg, int vocab_size, const CfgOrigins *origins, uint64_t seed, Err *e);
+void model_free(Model *m);
+// inputs/targets (B,T); targets may be NULL (logits only). Returns 0, or -1 with e set for bad ids.
+int model_forward(Model *m, const int *inputs, const int *targets, int B, int T, Err *e);
+void model_zero_grad(Model *m);
+// backward of the last forward (with targets); n_norm = supervised positions the loss is averaged over
+// (the forward's n_supervised, or the total over accumulated micro-batches); grads += ...
+void model_backward(Model *m, int n_norm);
+size_t model_num_params(const Model *m);
+
+#endif

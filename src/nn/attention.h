@@ -1,0 +1,65 @@
+/*
+ * Multi-head causal softmax attention, tiled with an online softmax (FlashAttention-style), so memory is
+ * O(T*HS) per head and any T works (train at 512, evaluate at 4096+). q, k, v arrive already projected
+ * and, for RoPE-family schemes, already rotated (nn/rotary.h); this kernel adds the schemes that act on
+ * the logits or on the attention weights. For query i and key j (positions within the sequence):
+ *
+ *   s_ij = scale * q_i.k_j  - slopes[h] * (i - j)  + (F[i] - F[j])        visible iff j <= i and i-W < j
+ *   p_ij = exp(s_ij - lse_i),   lse_i = log sum_j exp(s_ij)               (softmax over visible j)
+ *   w_ij = p_ij * exp(-decay[h] * (i - j))                                 (no renormalisation)
+ *   out_i = sum_j w_ij v_j
+ *
+ * Position schemes and how a caller gets each:
+ *   none (NoPE)     no options
+ *   rope, sc_rope   rotate q, k before the call (rotary_forward, with the scheme's frequencies)
+ *   alibi           slopes = alibi_slopes(NH)
+ *   fox             fgate = F, the cumulative sum over t of log forget gates logsigmoid(w.x + b); the
+ *                   gradient dF comes back and the caller chains it through the cumsum and logsigmoid
+ *   decayed_rope    rotate q, k, then either slopes = per-head decays (decay on the logits: the exponential
+ *                   decay exp(-d(i-j)) multiplies the unnormalised weights, i.e. is renormalised by the
+ *                   softmax) or decay = per-head decays (RFA-style post-softmax factor, not renormalised)
+ *   sliding window  window = W
+ *
+ * Every output element is computed by one thread in a fixed order, so results are bit-identical for any
+ * OMP_NUM_THREADS. Per-thread scratch is a few tiles (O(tile * HS)); nothing is O(T^2).
+ */
+#ifndef SEQ_ATTENTION_H
+#define SEQ_ATTENTION_H
+
+typedef struct AttnOpts {
+    float scale;            // logits = scale * q.k (usually 1/sqrt(HS))
+    int window;             // 0 = full causal; W > 0: key j visible from query i iff i-W < j <= i
+    const float *slopes;    // (NH,) or NULL: additive bias -slopes[h] * (i - j) (ALiBi; "decay on logits");
+                            //   fixed, gets no gradient
+    const float *fgate;     // (B,NH,T) or NULL: additive bias F[i] - F[j], F the cumulative sum over t of log
+                            //   forget gates (Forgetting Transformer, "fox"); F is given, its gradient returned
+    const float *decay;     // (NH,) or NULL: post-softmax factor exp(-decay[h] * (i - j)), no renormalisation
+                            //   (RFA paper baselines B3/B4); decay[h] >= 0, 0 = no decay
+} AttnOpts;
+
+// {scale = 1/sqrt(HS), full causal, no bias, no decay}
+AttnOpts attn_opts_default(int HS);
+
+// out (B,NH,T,HS); lse (B,NH,T): log-sum-exp of each query row's logits, kept for the backward pass;
+// q, k, v (B,NH,T,HS). out must not alias q, k or v. T >= 1, HS >= 1.
+void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
+                       const AttnOpts *o, int B, int NH, int T, int HS);
+
+// ACCUMULATES (+=): dq, dk, dv (B,NH,T,HS); dfgate (B,NH,T) when non-NULL and o->fgate is given;
+// ddecay (NH,) when non-NULL and o->decay is given. Any of dq/dk/dv may be NULL (skipped).
+// dout, out (B,NH,T,HS); lse (B,NH,T) from attention_forward with the same inputs and options;
+// q, k, v (B,NH,T,HS). Recomputes the weights tile by tile from lse: no T x T buffers.
+// Parallel over (b,h); ddecay is summed over b in a fixed order after the parallel part.
+void attention_backward(float *dq, float *dk, float *dv, float *dfgate, float *ddecay,
+                        const float *dout, const float *out, const float *lse,
+                        const float *q, const float *k, const float *v, const AttnOpts *o,
+                        int B, int NH, int T, int HS);
+
+// slopes (NH,): the standard ALiBi slopes of Press et al. (2022). For NH a power of two, the geometric
+// sequence slopes[h] = 2^(-8(h+1)/NH) (NH = 8: 1/2, 1/4, ..., 1/256). Otherwise, with n = the largest
+// power of two below NH: the n slopes for n heads, followed by the odd-indexed slopes for 2n heads
+// (2^(-8(2m+1)/(2n)) for m = 0, 1, ...) until NH slopes are taken — the rule of the reference
+// implementation, which interleaves between the power-of-two sequences.
+void alibi_slopes(float *slopes, int NH);
+
+#endif

@@ -1,0 +1,156 @@
+#include "train/evaluate.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data/eval_windows.h"
+#include "data/loader.h"
+
+// windows per forward: enough to keep the matmuls busy, few enough that the (B,L,V) logits stay small
+static int eval_batch_(long L) {
+    long b = 4096 / L;
+    return (int)(b < 1 ? 1 : b > 16 ? 16 : b);
+}
+
+int evaluate_context(Model *m, Shard *shards, int n_shards, long L, long stride, long max_windows, EvalResult *r,
+                     Err *e) {
+    memset(r, 0, sizeof *r);
+    r->context = L;
+    r->pos_loss = xcalloc((size_t)L, sizeof(double));
+    r->pos_count = xcalloc((size_t)L, sizeof(uint64_t));
+    int Bmax = eval_batch_(L);
+    int *in = xmalloc((size_t)Bmax * L * sizeof(int)), *tg = xmalloc((size_t)Bmax * L * sizeof(int));
+    uint32_t *win = xmalloc(((size_t)L + 1) * sizeof(uint32_t));
+    uint64_t *first = xmalloc((size_t)Bmax * sizeof(uint64_t));
+    double total = 0;
+    int rc = 0;
+    for (int f = 0; f < n_shards && rc == 0; f++) {
+        EvalWindows p = eval_windows_plan(shards[f].n_tokens, (uint64_t)L, (uint64_t)stride);
+        uint64_t n = p.n_windows;
+        for (uint64_t w0 = 0; w0 < n && rc == 0; w0 += (uint64_t)Bmax) {
+            if (max_windows && r->windows >= (uint64_t)max_windows) break;
+            int B = (int)((n - w0) < (uint64_t)Bmax ? (n - w0) : (uint64_t)Bmax);
+            if (max_windows && r->windows + (uint64_t)B > (uint64_t)max_windows) B = (int)(max_windows - (long)r->windows);
+            for (int b = 0; b < B && rc == 0; b++) {
+                uint64_t w = w0 + (uint64_t)b;
+                rc = shard_read(&shards[f], win, w * p.step, (uint64_t)L + 1, e);
+                first[b] = eval_windows_first_scored(&p, (uint64_t)L, w);
+                for (long t = 0; t < L; t++) {
+                    in[(size_t)b * L + t] = (int)win[t];
+                    // positions scored by an earlier window are ignored, so every token counts once
+                    tg[(size_t)b * L + t] = (uint64_t)t >= first[b] ? (int)win[t + 1] : -100;
+                }
+            }
+            if (rc == 0) rc = model_forward(m, in, tg, B, (int)L, e);
+            if (rc != 0) break;
+            for (int b = 0; b < B; b++)
+                for (long t = (long)first[b]; t < L; t++) {
+                    double l = m->losses[(size_t)b * L + t];
+                    r->pos_loss[t] += l;
+                    r->pos_count[t]++;
+                    total += l;
+                    r->tokens++;
+                }
+            r->windows += (uint64_t)B;
+        }
+    }
+    free(in);
+    free(tg);
+    free(win);
+    free(first);
+    if (rc != 0) return -1;
+    if (r->tokens == 0)
+        return err_set(e, "no window of %ld+1 tokens fits the evaluation data; use a shorter context", L);
+    r->loss = total / (double)r->tokens;
+    r->ppl = exp(r->loss);
+    for (long t = 0; t < L; t++) r->pos_loss[t] = r->pos_count[t] ? r->pos_loss[t] / r->pos_count[t] : NAN;
+    return 0;
+}
+
+void eval_result_free(EvalResult *r) {
+    free(r->pos_loss);
+    free(r->pos_count);
+    memset(r, 0, sizeof *r);
+}
+
+static FILE *open_out_(const char *dir, const char *name, Err *e) {
+    char path[2048];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    if (!f) err_set(e, "cannot write %s", path);
+    return f;
+}
+
+int eval_write(const char *dir, const char *what, const EvalResult *r, int n, void *out_fp, Err *e) {
+    FILE *out = out_fp;
+    FILE *md = open_out_(dir, "ppl.md", e), *csv = md ? open_out_(dir, "ppl.csv", e) : NULL;
+    FILE *js = csv ? open_out_(dir, "ppl.json", e) : NULL;
+    if (!js) {
+        if (md) fclose(md);
+        if (csv) fclose(csv);
+        return -1;
+    }
+    FILE *tables[2] = {md, out};
+    for (int k = 0; k < 2; k++) {
+        if (!tables[k]) continue;
+        fprintf(tables[k], "%s\n\n| context | windows | tokens scored | loss | ppl |\n|---:|---:|---:|---:|---:|\n", what);
+        for (int i = 0; i < n; i++)
+            fprintf(tables[k], "| %ld | %llu | %llu | %.4f | %.2f |\n", r[i].context, (unsigned long long)r[i].windows,
+                    (unsigned long long)r[i].tokens, r[i].loss, r[i].ppl);
+    }
+    fprintf(csv, "context,windows,tokens,loss,ppl\n");
+    fprintf(js, "{\"data\": \"%s\", \"results\": [", what);
+    for (int i = 0; i < n; i++) {
+        fprintf(csv, "%ld,%llu,%llu,%.6f,%.4f\n", r[i].context, (unsigned long long)r[i].windows,
+                (unsigned long long)r[i].tokens, r[i].loss, r[i].ppl);
+        fprintf(js, "%s{\"context\": %ld, \"windows\": %llu, \"tokens\": %llu, \"loss\": %.6f, \"ppl\": %.4f}",
+                i ? ", " : "", r[i].context, (unsigned long long)r[i].windows, (unsigned long long)r[i].tokens,
+                r[i].loss, r[i].ppl);
+        char name[64];
+        snprintf(name, sizeof name, "positions_%ld.csv", r[i].context);
+        FILE *pf = open_out_(dir, name, e);
+        if (!pf) { fclose(md); fclose(csv); fclose(js); return -1; }
+        fprintf(pf, "position,loss,count\n");
+        for (long t = 0; t < r[i].context; t++)
+            if (r[i].pos_count[t]) fprintf(pf, "%ld,%.6f,%llu\n", t, r[i].pos_loss[t], (unsigned long long)r[i].pos_count[t]);
+        fclose(pf);
+    }
+    fprintf(js, "]}\n");
+    int bad = ferror(md) || ferror(csv) || ferror(js);
+    fclose(md);
+    fclose(csv);
+    fclose(js);
+    if (bad) return err_set(e, "write error in %s", dir);
+    return 0;
+}
+
+int evaluate_loss(Model *m, Loader *l, int B, long n_batches, double *loss, uint64_t *tokens, Err *e) {
+    LoaderCursor saved = loader_cursor(l);
+    LoaderCursor start = {0, 0};
+    if (loader_seek(l, start, e) != 0) return -1;
+    int T = l->T;
+    long avail = (long)(l->n_windows / (uint64_t)B);
+    if (avail == 0) { B = (int)l->n_windows; avail = 1; }
+    long nb = n_batches > 0 && n_batches < avail ? n_batches : avail;
+    int *in = xmalloc((size_t)B * T * sizeof(int)), *tg = xmalloc((size_t)B * T * sizeof(int));
+    double total = 0;
+    uint64_t n = 0;
+    int rc = 0;
+    for (long i = 0; i < nb && rc == 0; i++) {
+        rc = loader_next(l, in, tg, B, e);
+        if (rc == 0) rc = model_forward(m, in, tg, B, T, e);
+        if (rc == 0) {
+            total += m->loss * m->n_supervised;
+            n += (uint64_t)m->n_supervised;
+        }
+    }
+    free(in);
+    free(tg);
+    loader_seek(l, saved, NULL);
+    if (rc != 0) return -1;
+    *loss = n ? total / (double)n : NAN;
+    *tokens = n;
+    return 0;
+}

@@ -1,0 +1,34 @@
+/*
+ * Perplexity by context length: a trained model scores the windows of an evaluation stream
+ * (data/eval_windows.h says which windows and which positions of each are scored), giving per context
+ * length the tokens scored, the mean loss, the perplexity and the mean loss at every position of the
+ * window (the "per-position loss curve" that shows whether a model uses context beyond its training
+ * length).
+ */
+#ifndef SEQ_EVALUATE_H
+#define SEQ_EVALUATE_H
+
+#include <stdint.h>
+#include "core/err.h"
+#include "data/shard.h"
+#include "model/model.h"
+
+typedef struct EvalResult {
+    long context;
+    uint64_t windows, tokens;
+    double loss, ppl;
+    double *pos_loss;      // (context,) mean loss at each position (NaN where nothing was scored)
+    uint64_t *pos_count;   // (context,)
+} EvalResult;
+
+// score the windows of every shard for context L (stride 0 = non-overlapping); max_windows 0 = all
+int evaluate_context(Model *m, Shard *shards, int n_shards, long L, long stride, long max_windows,
+                     EvalResult *r, Err *e);
+void eval_result_free(EvalResult *r);
+// ppl.md / ppl.csv / ppl.json and positions_<L>.csv into dir; the Markdown table also to out (may be NULL)
+int eval_write(const char *dir, const char *what, const EvalResult *r, int n, void *out /* FILE* */, Err *e);
+// the mean loss over the first n_batches batches of (B, T) windows of a loader (0 = all), in order
+struct Loader;
+int evaluate_loss(Model *m, struct Loader *l, int B, long n_batches, double *loss, uint64_t *tokens, Err *e);
+
+#endif

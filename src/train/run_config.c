@@ -1,0 +1,157 @@
+#include "train/run_config.h"
+
+#include <stddef.h>
+#include <string.h>
+
+#define KEY_(S, name, type, field, def, lo, hi, choices, doc) \
+    {name, type, offsetof(S, field), def, lo, hi, {choices}, NULL, doc}
+
+static const CfgKey RUN_KEYS_[] = {
+    KEY_(RunSection, "name", CFG_STR, name, "\"\"", 0, 0, NULL,
+         "Run name; the run directory is run.dir/run.name. Empty: the config file's name without .json."),
+    KEY_(RunSection, "dir", CFG_STR, dir, "\"runs\"", 0, 0, NULL, "Folder that holds run directories."),
+    KEY_(RunSection, "seed", CFG_INT, seed, "1337", 0, 2147483647, NULL,
+         "Seed of everything random in the run (data order, initialisation)."),
+    KEY_(RunSection, "threads", CFG_INT, threads, "0", 0, 4096, NULL,
+         "OpenMP threads; 0 = OMP_NUM_THREADS, or all cores when that is unset. Runs are bit-identical for a "
+         "given seed and thread count."),
+};
+
+static const CfgKey DATA_KEYS_[] = {
+    KEY_(DataSection, "train", CFG_STRLIST, train, NULL, 0, 0, NULL,
+         "Training shards: a path or glob, or a list of them (seqtok, llm.c .bin or raw files)."),
+    KEY_(DataSection, "val", CFG_STRLIST, val, "[]", 0, 0, NULL,
+         "Validation shards (same forms as data.train), scored every train.eval_every steps."),
+    KEY_(DataSection, "test", CFG_STRLIST, test, "[]", 0, 0, NULL,
+         "Test shards (same forms as data.train), used by the final perplexity-by-context table."),
+    KEY_(DataSection, "format", CFG_ENUM, format, "\"auto\"", 0, 0, "auto|seqtok|llmc|raw_u16|raw_u32",
+         "Shard format; auto detects seqtok and llm.c shards by their magic, raw files must be named."),
+    KEY_(DataSection, "vocab_size", CFG_INT, vocab_size, "0", 0, 1 << 30, NULL,
+         "Vocabulary size; 0 = from the shard headers. Required for raw shards; token ids must be below it."),
+    KEY_(DataSection, "tokenizer", CFG_STR, tokenizer, "\"\"", 0, 0, NULL,
+         "SentencePiece .model of the shards (optional): checked against the shards' tokenizer hash and "
+         "used to print text."),
+    KEY_(DataSection, "cache_mb", CFG_INT, cache_mb, "256", 1, 1 << 20, NULL,
+         "Memory for decoded shard frames, shared by all shards of a split (each keeps at least two frames)."),
+    KEY_(DataSection, "shuffle", CFG_BOOL, shuffle, "true", 0, 0, NULL,
+         "Visit training windows in a seeded random order, new each epoch; false = file order."),
+};
+
+static const CfgKey TRAIN_KEYS_[] = {
+    KEY_(TrainSection, "batch_size", CFG_INT, batch_size, "8", 1, 1 << 20, NULL, "Sequences per micro-batch (B)."),
+    KEY_(TrainSection, "seq_len", CFG_INT, seq_len, "512", 1, 1 << 24, NULL,
+         "Training context length T; each sequence is a window of T+1 tokens (inputs and shifted targets)."),
+    KEY_(TrainSection, "grad_accum", CFG_INT, grad_accum, "1", 1, 1 << 20, NULL,
+         "Micro-batches per optimizer step; the loss is averaged over all their supervised tokens."),
+    KEY_(TrainSection, "steps", CFG_INT, steps, "0", 0, 2147483647, NULL,
+         "Optimizer steps; 0 = derived from train.epochs."),
+    KEY_(TrainSection, "epochs", CFG_FLOAT, epochs, "1", 0, 1e6, NULL,
+         "Passes over the training windows when train.steps is 0 (fractions allowed)."),
+    KEY_(TrainSection, "eval_every", CFG_INT, eval_every, "0", 0, 2147483647, NULL,
+         "Validation loss every this many steps and at the end; 0 = only at the end."),
+    KEY_(TrainSection, "eval_batches", CFG_INT, eval_batches, "0", 0, 2147483647, NULL,
+         "Validation batches per evaluation (the first ones of data.val, always the same); 0 = all."),
+    KEY_(TrainSection, "log_every", CFG_INT, log_every, "1", 1, 2147483647, NULL,
+         "Write a log.jsonl line every this many steps."),
+    KEY_(TrainSection, "ckpt_every", CFG_INT, ckpt_every, "0", 0, 2147483647, NULL,
+         "Write a checkpoint every this many steps (and always at the end and on Ctrl-C); 0 = only then."),
+    KEY_(TrainSection, "keep_last", CFG_INT, keep_last, "3", 1, 1 << 20, NULL,
+         "Checkpoints kept in the run directory (older ones are deleted)."),
+};
+
+static const CfgKey GROUP_KEYS_[] = {
+    KEY_(OptimGroupSection, "match", CFG_STRLIST, match, NULL, 0, 0, NULL,
+         "Glob(s) on parameter names, e.g. \"blocks.*.mixer.fgate_b\"; the first matching group owns a tensor."),
+    KEY_(OptimGroupSection, "lr_mult", CFG_FLOAT, lr_mult, "1", 0, 1e6, NULL, "Multiplies the scheduled lr."),
+    KEY_(OptimGroupSection, "lr", CFG_FLOAT, lr, "null", 0, 10, NULL,
+         "The group's own peak lr, scaled by the schedule like optim.lr; null = lr_mult × optim.lr."),
+    KEY_(OptimGroupSection, "beta1", CFG_FLOAT, beta1, "null", 0, 0.999999, NULL, "null = optim.beta1 (or its cycle)."),
+    KEY_(OptimGroupSection, "beta2", CFG_FLOAT, beta2, "null", 0, 0.999999999, NULL, "null = optim.beta2."),
+    KEY_(OptimGroupSection, "eps", CFG_FLOAT, eps, "null", 0, 1, NULL, "null = optim.eps."),
+    KEY_(OptimGroupSection, "weight_decay", CFG_FLOAT, weight_decay, "null", 0, 10, NULL,
+         "Applies to every tensor of the group; null = optim.weight_decay on matrices only."),
+    KEY_(OptimGroupSection, "clip", CFG_FLOAT, clip, "0", 0, 1e30, NULL, "Local gradient-norm clip of the group; 0 = off."),
+};
+static const CfgSection GROUP_SECTION_ = {"groups", "A parameter group.", GROUP_KEYS_, 8};
+
+static const CfgKey OPTIM_KEYS_[] = {
+    KEY_(OptimSection, "lr", CFG_FLOAT, lr, "3e-4", 0, 10, NULL, "Peak learning rate (the schedule scales it)."),
+    KEY_(OptimSection, "beta1", CFG_FLOAT, beta1, "0.9", 0, 0.999999, NULL, "AdamW beta1."),
+    KEY_(OptimSection, "beta2", CFG_FLOAT, beta2, "0.999", 0, 0.999999999, NULL, "AdamW beta2."),
+    KEY_(OptimSection, "eps", CFG_FLOAT, eps, "1e-8", 0, 1, NULL, "AdamW epsilon."),
+    KEY_(OptimSection, "weight_decay", CFG_FLOAT, weight_decay, "0", 0, 10, NULL,
+         "Decoupled weight decay for matrices (not vectors, norms or embeddings) unless a group says otherwise."),
+    KEY_(OptimSection, "grad_clip", CFG_FLOAT, grad_clip, "1", 0, 1e30, NULL, "Global gradient-norm clip; 0 = off."),
+    {"groups", CFG_OBJLIST, offsetof(OptimSection, groups), "[]", 0, 64, {.elem_size = sizeof(OptimGroupSection)},
+     &GROUP_SECTION_, "Parameter groups with their own settings (first match wins)."},
+};
+
+static const CfgKey SCHED_KEYS_[] = {
+    KEY_(ScheduleSection, "kind", CFG_ENUM, kind, "\"cosine\"", 0, 0, "constant|cosine|onecycle|wsd",
+         "Learning-rate schedule (docs/training.md has the formulas)."),
+    KEY_(ScheduleSection, "warmup_steps", CFG_INT, warmup_steps, "0", 0, 2147483647, NULL,
+         "constant/cosine/wsd: linear warmup steps."),
+    KEY_(ScheduleSection, "warmup_frac", CFG_FLOAT, warmup_frac, "null", 0, 1, NULL,
+         "Warmup as a fraction of the steps (overrides warmup_steps); null = use warmup_steps."),
+    KEY_(ScheduleSection, "min_lr_frac", CFG_FLOAT, min_lr_frac, "0", 0, 1, NULL, "cosine: final lr = lr × min_lr_frac."),
+    KEY_(ScheduleSection, "pct_start", CFG_FLOAT, pct_start, "0.3", 0, 1, NULL, "onecycle: fraction of steps rising."),
+    KEY_(ScheduleSection, "div_factor", CFG_FLOAT, div_factor, "25", 1e-6, 1e12, NULL, "onecycle: start lr = lr / div_factor."),
+    KEY_(ScheduleSection, "final_div_factor", CFG_FLOAT, final_div_factor, "1e4", 1e-6, 1e12, NULL,
+         "onecycle: final lr = start lr / final_div_factor."),
+    KEY_(ScheduleSection, "three_phase", CFG_BOOL, three_phase, "false", 0, 0, NULL, "onecycle: PyTorch's three_phase."),
+    KEY_(ScheduleSection, "anneal", CFG_ENUM, anneal, "\"cos\"", 0, 0, "cos|linear", "onecycle: annealing shape."),
+    KEY_(ScheduleSection, "cycle_momentum", CFG_BOOL, cycle_momentum, "false", 0, 0, NULL,
+         "onecycle: cycle beta1 between max_momentum and base_momentum, inversely to the lr."),
+    KEY_(ScheduleSection, "base_momentum", CFG_FLOAT, base_momentum, "0.85", 0, 1, NULL, "onecycle: lowest beta1."),
+    KEY_(ScheduleSection, "max_momentum", CFG_FLOAT, max_momentum, "0.95", 0, 1, NULL, "onecycle: highest beta1."),
+    KEY_(ScheduleSection, "decay_frac", CFG_FLOAT, decay_frac, "0.2", 0, 1, NULL, "wsd: fraction of steps in the final decay."),
+    KEY_(ScheduleSection, "final_lr_frac", CFG_FLOAT, final_lr_frac, "0", 0, 1, NULL, "wsd: lr at the end = lr × final_lr_frac."),
+    KEY_(ScheduleSection, "decay_shape", CFG_ENUM, decay_shape, "\"linear\"", 0, 0, "linear|1-sqrt", "wsd: shape of the decay."),
+};
+
+static const CfgKey EVAL_KEYS_[] = {
+    KEY_(EvalSection, "contexts", CFG_STR, contexts, "\"\"", 0, 0, NULL,
+         "Context lengths of the perplexity table written at the end of training, e.g. \"512,1024,2048,4096\"; "
+         "empty = none."),
+    KEY_(EvalSection, "split", CFG_ENUM, split, "\"test\"", 0, 0, "test|val", "Which split that table scores."),
+    KEY_(EvalSection, "stride", CFG_INT, stride, "0", 0, 1 << 24, NULL,
+         "0 = non-overlapping windows; S = sliding windows scoring S new tokens each."),
+    KEY_(EvalSection, "max_windows", CFG_INT, max_windows, "0", 0, 2147483647, NULL,
+         "Score at most this many windows per context (the first ones); 0 = all."),
+};
+
+#define SECTION_(name, doc, keys) {name, doc, keys, (int)(sizeof keys / sizeof keys[0])}
+static const CfgSection RUN_SECTION_ = SECTION_("run", "Where the run lives, how it is seeded and threaded.", RUN_KEYS_);
+static const CfgSection DATA_SECTION_ = SECTION_("data", "Token shards and how they are read.", DATA_KEYS_);
+static const CfgSection TRAIN_SECTION_ = SECTION_("train", "The training loop.", TRAIN_KEYS_);
+static const CfgSection OPTIM_SECTION_ = SECTION_("optim", "AdamW and its parameter groups.", OPTIM_KEYS_);
+static const CfgSection SCHED_SECTION_ = SECTION_("schedule", "The learning-rate schedule.", SCHED_KEYS_);
+static const CfgSection EVAL_SECTION_ = SECTION_("eval", "The evaluation at the end of training.", EVAL_KEYS_);
+
+#define SEC_(name, field, sec, def, doc) {name, CFG_SECTION, offsetof(RunConfig, field), def, 0, 0, {NULL}, &sec, doc}
+static const CfgKey ROOT_KEYS_[] = {
+    SEC_("run", run, RUN_SECTION_, "{}", "Where the run lives, how it is seeded and threaded."),
+    SEC_("data", data, DATA_SECTION_, NULL, "Token shards and how they are read."),
+    SEC_("model", model, MODEL_SECTION, "{}", "The network."),
+    SEC_("train", train, TRAIN_SECTION_, "{}", "The training loop."),
+    SEC_("optim", optim, OPTIM_SECTION_, "{}", "AdamW and its parameter groups."),
+    SEC_("schedule", schedule, SCHED_SECTION_, "{}", "The learning-rate schedule."),
+    SEC_("eval", eval, EVAL_SECTION_, "{}", "The evaluation at the end of training."),
+};
+
+const CfgSection RUN_CONFIG_SCHEMA = SECTION_("", "A run's configuration file.", ROOT_KEYS_);
+
+int run_config_load(RunConfig *c, const char *path, const char *const *overrides, int n_overrides,
+                    CfgOrigins **origins_out, Err *e) {
+    CfgOrigins *origins = NULL;
+    cJSON *root = config_load(path, overrides, n_overrides, &origins, e);
+    if (!root) return -1;
+    memset(c, 0, sizeof *c);
+    int rc = config_bind(c, &RUN_CONFIG_SCHEMA, root, origins, e);
+    cJSON_Delete(root);
+    if (origins_out && rc == 0) *origins_out = origins;
+    else config_origins_free(origins);
+    return rc;
+}
+
+void run_config_free(RunConfig *c) { config_free(c, &RUN_CONFIG_SCHEMA); }

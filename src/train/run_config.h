@@ -1,0 +1,85 @@
+/*
+ * The schema of a run's configuration file: one C struct per section, one CfgKey table per struct.
+ * docs/config.md is generated from these tables (`seqtrain --config-docs`), so a key cannot exist
+ * without its documentation; tests/test_docs.sh checks the committed file is current.
+ */
+#ifndef SEQ_RUN_CONFIG_H
+#define SEQ_RUN_CONFIG_H
+
+#include "core/config.h"
+#include "model/model.h"
+
+typedef struct RunSection {
+    char name[CFG_STR_MAX];
+    char dir[CFG_STR_MAX];
+    int seed;
+    int threads;
+} RunSection;
+
+typedef struct DataSection {
+    CfgStrList train, val, test;
+    char format[CFG_STR_MAX];
+    int vocab_size;
+    char tokenizer[CFG_STR_MAX];
+    int cache_mb;
+    int shuffle;
+} DataSection;
+
+typedef struct TrainSection {
+    int batch_size;
+    int seq_len;
+    int grad_accum;
+    int steps;
+    double epochs;
+    int eval_every, eval_batches, log_every, ckpt_every, keep_last;
+} TrainSection;
+
+typedef struct OptimGroupSection {
+    CfgStrList match;
+    double lr_mult, lr, beta1, beta2, eps, weight_decay, clip;
+} OptimGroupSection;
+
+typedef struct OptimSection {
+    double lr, beta1, beta2, eps, weight_decay, grad_clip;
+    CfgList groups;  // OptimGroupSection items
+} OptimSection;
+
+typedef struct ScheduleSection {
+    char kind[CFG_STR_MAX];
+    int warmup_steps;
+    double warmup_frac, min_lr_frac;
+    double pct_start, div_factor, final_div_factor;
+    int three_phase, cycle_momentum;
+    char anneal[CFG_STR_MAX];
+    double base_momentum, max_momentum;
+    double decay_frac, final_lr_frac;
+    char decay_shape[CFG_STR_MAX];
+} ScheduleSection;
+
+typedef struct EvalSection {
+    char contexts[CFG_STR_MAX];
+    char split[CFG_STR_MAX];
+    int stride;
+    int max_windows;
+} EvalSection;
+
+typedef struct RunConfig {
+    RunSection run;
+    DataSection data;
+    ModelSection model;
+    TrainSection train;
+    OptimSection optim;
+    ScheduleSection schedule;
+    EvalSection eval;
+} RunConfig;
+
+extern const CfgSection RUN_CONFIG_SCHEMA;
+
+// load + resolve (base, --set) + validate + bind: what every tool does with --config and --set.
+// origins (may be NULL) receives the table of where values were set (free with config_origins_free);
+// the config owns allocations: run_config_free() when done.
+int run_config_load(RunConfig *c, const char *path, const char *const *overrides, int n_overrides,
+                    CfgOrigins **origins, Err *e);
+void run_config_free(RunConfig *c);
+
+#endif

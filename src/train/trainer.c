@@ -1,0 +1,568 @@
+#include "train/trainer.h"
+
+#include <errno.h>
+#include <libgen.h>
+#include <math.h>
+#include <stdarg.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "data/tokenizer.h"
+#include "train/ckptdir.h"
+#include "train/evaluate.h"
+#include "train/safetensors.h"
+
+static volatile sig_atomic_t stop_signal_ = 0;
+
+static void on_signal_(int sig) {
+    if (stop_signal_) _exit(128 + sig);  // a second Ctrl-C does not wait for the checkpoint
+    stop_signal_ = sig;
+}
+
+static double now_s_(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void fmt_duration_(double s, char *buf, size_t n) {
+    long t = (long)(s + 0.5);
+    if (t >= 3600) snprintf(buf, n, "%ldh%02ldm", t / 3600, (t / 60) % 60);
+    else if (t >= 60) snprintf(buf, n, "%ldm%02lds", t / 60, t % 60);
+    else snprintf(buf, n, "%lds", t);
+}
+
+static int mkdir_p_(const char *path, Err *e) {
+    char tmp[1024];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return err_set(e, "cannot create %s: %s", tmp, strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return err_set(e, "cannot create %s: %s", tmp, strerror(errno));
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// setup
+
+static int open_split_(Loader *l, const char *what, const CfgStrList *files, const RunConfig *c, int shuffle, Err *e) {
+    const char *pats[CFG_LIST_MAX];
+    for (int i = 0; i < files->n; i++) pats[i] = files->v[i];
+    ShardFormat fmt;
+    shard_format_parse(c->data.format, &fmt);
+    LoaderOpts lo = {
+        .patterns = pats, .n_patterns = files->n, .what = what, .format = fmt,
+        .vocab_size = (uint32_t)c->data.vocab_size, .T = c->train.seq_len, .shuffle = shuffle,
+        .seed = (uint64_t)c->run.seed, .cache_bytes = (size_t)c->data.cache_mb << 20,
+    };
+    return loader_open(l, &lo, e);
+}
+
+static int tokenizer_check_(const RunConfig *c, const Loader *l, Err *e) {
+    if (!c->data.tokenizer[0]) return 0;
+    Tokenizer *tok = tokenizer_load(c->data.tokenizer, e);
+    if (!tok) return err_prefix(e, "data.tokenizer: ");
+    int rc = 0;
+    if ((uint32_t)tokenizer_vocab_size(tok) != l->vocab_size)
+        rc = err_set(e, "data.tokenizer: %s has %d pieces but the shards' vocab size is %u", c->data.tokenizer,
+                     tokenizer_vocab_size(tok), l->vocab_size);
+    for (int i = 0; rc == 0 && i < l->n_shards; i++)
+        if (l->shards[i].has_tokenizer_hash && memcmp(l->shards[i].tokenizer_sha256, tokenizer_sha256(tok), 32))
+            rc = err_set(e, "data.tokenizer: %s was encoded with another tokenizer than %s (sha256 differs)",
+                         l->shards[i].path, c->data.tokenizer);
+    tokenizer_free(tok);
+    return rc;
+}
+
+static int optim_setup_(Trainer *t, Err *e) {
+    const OptimSection *os = &t->c.optim;
+    const OptimGroupSection *gs = os->groups.items;
+    t->groups = xcalloc((size_t)os->groups.n + 1, sizeof(OptimGroup));
+    for (int i = 0; i < os->groups.n; i++) {
+        OptimGroup *g = &t->groups[i];
+        *g = optim_group_default();
+        if (gs[i].match.n > OPTIM_GROUP_PATTERNS)
+            return err_set(e, "optim.groups[%d].match: at most %d patterns", i, OPTIM_GROUP_PATTERNS);
+        for (int k = 0; k < gs[i].match.n; k++) g->patterns[k] = gs[i].match.v[k];
+        g->lr_mult = (float)gs[i].lr_mult;
+        g->lr = (float)gs[i].lr;
+        g->beta1 = (float)gs[i].beta1;
+        g->beta2 = (float)gs[i].beta2;
+        g->eps = (float)gs[i].eps;
+        g->weight_decay = (float)gs[i].weight_decay;
+        g->clip = (float)gs[i].clip;
+    }
+    OptimConfig oc = {
+        .lr = (float)os->lr, .beta1 = (float)os->beta1, .beta2 = (float)os->beta2, .eps = (float)os->eps,
+        .weight_decay = (float)os->weight_decay, .grad_clip = (float)os->grad_clip,
+        .groups = t->groups, .n_groups = os->groups.n,
+    };
+    if (optim_init(&t->opt, &t->model.pt, &oc, e) != 0) return err_prefix(e, "optim: ");
+    return 0;
+}
+
+static int schedule_setup_(Trainer *t, Err *e) {
+    const ScheduleSection *s = &t->c.schedule;
+    ScheduleKind kind;
+    if (schedule_kind_parse(s->kind, &kind, e) != 0) return err_prefix(e, "schedule.kind: ");
+    Schedule *sc = &t->sched;
+    schedule_default(sc, kind, t->c.optim.lr, t->total_steps);
+    sc->warmup_steps = isnan(s->warmup_frac) ? s->warmup_steps : lround(s->warmup_frac * t->total_steps);
+    if (kind == SCHED_ONECYCLE) sc->warmup_steps = 0;  // onecycle rises over pct_start instead
+    sc->min_lr_frac = s->min_lr_frac;
+    sc->pct_start = s->pct_start;
+    sc->div_factor = s->div_factor;
+    sc->final_div_factor = s->final_div_factor;
+    sc->three_phase = s->three_phase;
+    sc->anneal = !strcmp(s->anneal, "linear") ? ANNEAL_LINEAR : ANNEAL_COS;
+    sc->cycle_momentum = s->cycle_momentum;
+    sc->base_momentum = s->base_momentum;
+    sc->max_momentum = s->max_momentum;
+    sc->decay_frac = s->decay_frac;
+    sc->final_lr_frac = s->final_lr_frac;
+    sc->decay_shape = !strcmp(s->decay_shape, "1-sqrt") ? WSD_SQRT : WSD_LINEAR;
+    if (schedule_check(sc, e) != 0) return err_prefix(e, "schedule: ");
+    return 0;
+}
+
+static void default_run_name_(const char *config_path, char *out, size_t n) {
+    char tmp[1024];
+    snprintf(tmp, sizeof tmp, "%s", config_path);
+    char *b = basename(tmp);
+    char *dot = strrchr(b, '.');
+    if (dot && !strcmp(dot, ".json")) *dot = '\0';
+    snprintf(out, n, "%s", b);
+}
+
+static int write_config_(const Trainer *t, Err *e) {
+    cJSON *j = config_dump(&t->c, &RUN_CONFIG_SCHEMA);
+    char *s = cJSON_Print(j);
+    cJSON_Delete(j);
+    char path[1200];
+    snprintf(path, sizeof path, "%s/config.json", t->run_dir);
+    size_t n = strlen(s);
+    s = xrealloc(s, n + 2);
+    s[n] = '\n';
+    s[n + 1] = '\0';
+    int rc = write_file_atomic(path, s, n + 1, e);
+    free(s);
+    return rc;
+}
+
+// ----------------------------------------------------------------------------
+// checkpoints
+
+static int save_checkpoint_(Trainer *t, Err *e) {
+    CkptDir cd;
+    if (ckptdir_begin(&cd, t->run_dir, t->step, e) != 0) return -1;
+    char path[2048];
+    char step_s[32];
+    snprintf(step_s, sizeof step_s, "%ld", t->step);
+    const char *meta[] = {"format", "seqtrain", "step", step_s};
+    const char *pre[] = {"m.", "v."};
+    const float *bufs[] = {t->opt.m, t->opt.v};
+    int rc = ckptdir_path(&cd, "model.safetensors", path, sizeof path, e);
+    if (rc == 0) rc = safetensors_write_table(path, &t->model.pt, t->model.params, meta, 2, e);
+    if (rc == 0) rc = ckptdir_path(&cd, "optim.safetensors", path, sizeof path, e);
+    if (rc == 0) rc = safetensors_write_tables(path, &t->model.pt, pre, bufs, 2, meta, 2, e);
+    if (rc == 0) {
+        LoaderCursor cur = loader_cursor(&t->train);
+        cJSON *st = cJSON_CreateObject();
+        cJSON_AddNumberToObject(st, "step", (double)t->step);
+        cJSON_AddNumberToObject(st, "total_steps", (double)t->total_steps);
+        cJSON_AddNumberToObject(st, "epoch", (double)cur.epoch);
+        cJSON_AddNumberToObject(st, "window", (double)cur.pos);
+        cJSON_AddNumberToObject(st, "optim_t", (double)t->opt.t);
+        cJSON_AddNumberToObject(st, "tokens", t->tokens);
+        cJSON_AddNumberToObject(st, "elapsed_s", t->elapsed);
+        cJSON_AddNumberToObject(st, "seed", t->c.run.seed);
+        cJSON_AddNumberToObject(st, "threads", t->threads);
+        cJSON_AddItemToObject(st, "config", config_dump(&t->c, &RUN_CONFIG_SCHEMA));
+        char *s = cJSON_Print(st);
+        cJSON_Delete(st);
+        rc = ckptdir_path(&cd, "state.json", path, sizeof path, e);
+        if (rc == 0) rc = write_file_atomic(path, s, strlen(s), e);
+        free(s);
+    }
+    if (rc == 0) rc = ckptdir_commit(&cd, e);
+    if (rc != 0) {
+        ckptdir_abort(&cd);
+        return err_prefix(e, "checkpoint at step %ld: ", t->step);
+    }
+    if (ckptdir_prune(t->run_dir, t->c.train.keep_last, e) < 0) return -1;
+    return 0;
+}
+
+static double json_num_(const cJSON *o, const char *k, int *ok) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    if (!cJSON_IsNumber(v)) { *ok = 0; return 0; }
+    return v->valuedouble;
+}
+
+static int load_checkpoint_(Trainer *t, const char *ckpt, Err *e) {
+    char path[2048];
+    snprintf(path, sizeof path, "%s/model.safetensors", ckpt);
+    if (safetensors_read_table(path, &t->model.pt, t->model.params, e) != 0) return -1;
+    snprintf(path, sizeof path, "%s/optim.safetensors", ckpt);
+    const char *pre[] = {"m.", "v."};
+    float *bufs[] = {t->opt.m, t->opt.v};
+    if (safetensors_read_tables(path, &t->model.pt, pre, bufs, 2, e) != 0) return -1;
+    snprintf(path, sizeof path, "%s/state.json", ckpt);
+    FILE *f = fopen(path, "rb");
+    if (!f) return err_set(e, "%s: cannot open: %s", path, strerror(errno));
+    char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    cJSON *st = cJSON_Parse(buf);
+    int ok = st != NULL;
+    long step = (long)json_num_(st, "step", &ok), total = (long)json_num_(st, "total_steps", &ok);
+    LoaderCursor cur = {(uint64_t)json_num_(st, "epoch", &ok), (uint64_t)json_num_(st, "window", &ok)};
+    long ot = (long)json_num_(st, "optim_t", &ok);
+    double tokens = json_num_(st, "tokens", &ok), elapsed = json_num_(st, "elapsed_s", &ok);
+    cJSON_Delete(st);
+    if (!ok) return err_set(e, "%s: not a seqtrain state file (missing or bad fields)", path);
+    if (total != t->total_steps)
+        return err_set(e, "%s: the run was planned for %ld steps but its config now gives %ld; the data or config "
+                       "changed since the checkpoint", path, total, t->total_steps);
+    if (loader_seek(&t->train, cur, e) != 0) return err_prefix(e, "%s: ", path);
+    t->step = step;
+    t->opt.t = ot;
+    t->tokens = tokens;
+    t->elapsed = elapsed;
+    return 0;
+}
+
+// keep the log lines up to the checkpoint's step, so a resumed run's log reads as one run
+static int truncate_log_(const char *log_path, long step, Err *e) {
+    FILE *f = fopen(log_path, "rb");
+    if (!f) return 0;
+    char tmp[1300];
+    snprintf(tmp, sizeof tmp, "%s.tmp", log_path);
+    FILE *o = fopen(tmp, "wb");
+    if (!o) { fclose(f); return err_set(e, "cannot write %s: %s", tmp, strerror(errno)); }
+    char line[4096];
+    while (fgets(line, sizeof line, f)) {
+        const char *p = strstr(line, "\"step\":");
+        long s = p ? strtol(p + 7, NULL, 10) : 0;
+        if (s <= step) fputs(line, o);
+    }
+    fclose(f);
+    if (fclose(o) != 0 || rename(tmp, log_path) != 0) return err_set(e, "cannot rewrite %s", log_path);
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// --check
+
+static void print_split_(const char *what, const Loader *l, const RunConfig *c) {
+    printf("%-11s %d shard%s  %12llu tokens  vocab %u  %llu windows of %d tokens = %llu batches of %d\n", what,
+           l->n_shards, l->n_shards == 1 ? " " : "s", (unsigned long long)l->n_tokens, l->vocab_size,
+           (unsigned long long)l->n_windows, c->train.seq_len + 1,
+           (unsigned long long)(l->n_windows / (uint64_t)c->train.batch_size), c->train.batch_size);
+}
+
+int trainer_check(const RunConfig *c, Err *e) {
+    Loader l[3];
+    const CfgStrList *files[3] = {&c->data.train, &c->data.val, &c->data.test};
+    const char *what[3] = {"data.train", "data.val", "data.test"};
+    int opened = 0, rc = 0;
+    for (int i = 0; i < 3 && rc == 0; i++, opened++) {
+        if (files[i]->n == 0) { memset(&l[i], 0, sizeof l[i]); continue; }
+        rc = open_split_(&l[i], what[i], files[i], c, i == 0 && c->data.shuffle, e);
+        if (rc != 0) break;
+        print_split_(what[i], &l[i], c);
+        if (i > 0 && l[i].vocab_size != l[0].vocab_size)
+            rc = err_set(e, "%s: %s has vocab size %u but data.train's %s has %u; all splits must use one vocabulary",
+                         what[i], l[i].shards[0].path, l[i].vocab_size, l[0].shards[0].path, l[0].vocab_size);
+    }
+    for (int i = 0; i < 3 && rc == 0; i++)
+        if (l[i].shards) rc = tokenizer_check_(c, &l[i], e);
+    if (rc == 0 && c->data.tokenizer[0]) {
+        int T = c->train.seq_len, n = T < 24 ? T : 24;
+        int32_t *x = xmalloc((size_t)T * sizeof(int32_t)), *y = xmalloc((size_t)T * sizeof(int32_t));
+        Tokenizer *tok = NULL;
+        rc = loader_next(&l[0], x, y, 1, e);
+        if (rc == 0 && !(tok = tokenizer_load(c->data.tokenizer, e))) rc = err_prefix(e, "data.tokenizer: ");
+        if (rc == 0) {
+            uint32_t ids[24];
+            for (int t = 0; t < n; t++) ids[t] = (uint32_t)x[t];
+            char *text;
+            size_t len;
+            rc = tokenizer_decode(tok, ids, (size_t)n, &text, &len, e);
+            if (rc == 0) {
+                for (size_t k = 0; k < len; k++) if (text[k] == '\n') text[k] = ' ';
+                printf("first training window, %d tokens: \"%s\"\n", n, text);
+                free(text);
+            }
+        }
+        if (tok) tokenizer_free(tok);
+        free(x);
+        free(y);
+    }
+    if (rc == 0) {
+        Model m;
+        rc = model_build(&m, &c->model, (int)l[0].vocab_size, NULL, (uint64_t)c->run.seed, e);
+        if (rc == 0) {
+            printf("model       %zu parameters, %d layers, d_model %d, vocab %d\n", model_num_params(&m), m.L, m.C, m.V);
+            model_free(&m);
+        }
+    }
+    for (int i = 0; i < opened && i < 3; i++)
+        if (l[i].shards) loader_close(&l[i]);
+    if (rc == 0) printf("config and data OK\n");
+    return rc;
+}
+
+// ----------------------------------------------------------------------------
+// the loop
+
+static int setup_(Trainer *t, const TrainerOpts *o, Err *e) {
+    char config_path[1200];
+    if (o->resume_dir) {
+        if (o->n_sets) return err_set(e, "--resume continues a run exactly as configured; --set is not allowed with it");
+        snprintf(config_path, sizeof config_path, "%s/config.json", o->resume_dir);
+    } else {
+        snprintf(config_path, sizeof config_path, "%s", o->config_path);
+    }
+    if (run_config_load(&t->c, config_path, o->sets, o->n_sets, &t->origins, e) != 0) return -1;
+    RunConfig *c = &t->c;
+#ifdef _OPENMP
+    if (c->run.threads > 0) omp_set_num_threads(c->run.threads);
+    t->threads = omp_get_max_threads();
+#else
+    t->threads = 1;
+#endif
+    if (o->resume_dir) {
+        snprintf(t->run_dir, sizeof t->run_dir, "%s", o->resume_dir);
+    } else {
+        char name[512];
+        if (c->run.name[0]) snprintf(name, sizeof name, "%s", c->run.name);
+        else default_run_name_(o->config_path, name, sizeof name);
+        snprintf(c->run.name, sizeof c->run.name, "%s", name);
+        snprintf(t->run_dir, sizeof t->run_dir, "%s/%s", c->run.dir, name);
+        char latest[1200];
+        int has = ckptdir_latest(t->run_dir, latest, sizeof latest, NULL);
+        if (has == 1)
+            return err_set(e, "%s already holds a run (%s); continue it with --resume %s, or start another with "
+                           "--set run.name=NEW", t->run_dir, latest, t->run_dir);
+    }
+    if (open_split_(&t->train, "data.train", &c->data.train, c, c->data.shuffle, e) != 0) return -1;
+    if (c->data.val.n) {
+        if (open_split_(&t->val, "data.val", &c->data.val, c, 0, e) != 0) return -1;
+        t->has_val = 1;
+        if (t->val.vocab_size != t->train.vocab_size)
+            return err_set(e, "data.val: %s has vocab size %u but data.train's %s has %u", t->val.shards[0].path,
+                           t->val.vocab_size, t->train.shards[0].path, t->train.vocab_size);
+    }
+    if (tokenizer_check_(c, &t->train, e) != 0) return -1;
+    if (model_build(&t->model, &c->model, (int)t->train.vocab_size, t->origins, (uint64_t)c->run.seed, e) != 0)
+        return -1;
+    long per_step = (long)c->train.batch_size * c->train.grad_accum;
+    t->total_steps = c->train.steps ? c->train.steps
+                                    : (long)ceil(c->train.epochs * (double)t->train.n_windows / (double)per_step);
+    if (t->total_steps < 1) return err_set(e, "train: 0 steps (set train.steps, or train.epochs > 0)");
+    if (optim_setup_(t, e) != 0 || schedule_setup_(t, e) != 0) return -1;
+    if (mkdir_p_(t->run_dir, e) != 0) return -1;
+    char log_path[1200];
+    snprintf(log_path, sizeof log_path, "%s/log.jsonl", t->run_dir);
+    if (o->resume_dir) {
+        char ckpt[1200];
+        int has = ckptdir_latest(t->run_dir, ckpt, sizeof ckpt, e);
+        if (has < 0) return -1;
+        if (has == 0) return err_set(e, "%s: no complete checkpoint to resume from", t->run_dir);
+        if (load_checkpoint_(t, ckpt, e) != 0) return -1;
+        if (truncate_log_(log_path, t->step, e) != 0) return -1;
+        printf("resuming %s from %s (step %ld of %ld)\n", t->run_dir, ckpt, t->step, t->total_steps);
+    } else {
+        if (write_config_(t, e) != 0) return -1;
+        FILE *f = fopen(log_path, "w");
+        if (!f) return err_set(e, "cannot write %s: %s", log_path, strerror(errno));
+        fclose(f);
+    }
+    return 0;
+}
+
+static void log_line_(FILE *log, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void log_line_(FILE *log, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(log, fmt, ap);
+    va_end(ap);
+    fputc('\n', log);
+    fflush(log);
+}
+
+static int validate_(Trainer *t, FILE *log, Err *e) {
+    if (!t->has_val) return 0;
+    double loss;
+    uint64_t n;
+    if (evaluate_loss(&t->model, &t->val, t->c.train.batch_size, t->c.train.eval_batches, &loss, &n, e) != 0)
+        return -1;
+    log_line_(log, "{\"step\": %ld, \"val_loss\": %.9g, \"val_ppl\": %.6g, \"val_tokens\": %llu}", t->step, loss,
+              exp(loss), (unsigned long long)n);
+    if (!t->o->quiet) printf("%sstep %ld: val loss %.4f, ppl %.2f (%llu tokens)\n", isatty(1) ? "\r\033[K" : "",
+                             t->step, loss, exp(loss), (unsigned long long)n);
+    return 0;
+}
+
+static int final_eval_(Trainer *t, Err *e) {
+    const EvalSection *ev = &t->c.eval;
+    if (!ev->contexts[0]) return 0;
+    long ctx[32];
+    int n = 0;
+    for (const char *p = ev->contexts; *p;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 1 || n == 32) return err_set(e, "eval.contexts: \"%s\" is not a list of lengths", ev->contexts);
+        ctx[n++] = v;
+        p = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') return err_set(e, "eval.contexts: \"%s\" is not a list of lengths", ev->contexts);
+    }
+    const CfgStrList *files = !strcmp(ev->split, "val") ? &t->c.data.val : &t->c.data.test;
+    if (files->n == 0) return err_set(e, "eval.split: data.%s is empty", ev->split);
+    Loader l;
+    if (open_split_(&l, !strcmp(ev->split, "val") ? "data.val" : "data.test", files, &t->c, 0, e) != 0) return -1;
+    EvalResult *r = xcalloc((size_t)n, sizeof(EvalResult));
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++)
+        rc = evaluate_context(&t->model, l.shards, l.n_shards, ctx[i], ev->stride, ev->max_windows, &r[i], e);
+    char dir[1200];
+    snprintf(dir, sizeof dir, "%s/eval", t->run_dir);
+    if (rc == 0) rc = mkdir_p_(dir, e);
+    if (rc == 0) {
+        char what[800];
+        snprintf(what, sizeof what, "%s perplexity by context (trained at %d)", ev->split, t->c.train.seq_len);
+        printf("\n");
+        rc = eval_write(dir, what, r, n, stdout, e);
+        printf("\ntables in %s/ (ppl.md, ppl.csv, ppl.json, positions_<L>.csv)\n", dir);
+    }
+    for (int i = 0; i < n; i++) eval_result_free(&r[i]);
+    free(r);
+    loader_close(&l);
+    return rc;
+}
+
+static int loop_(Trainer *t, Err *e) {
+    const RunConfig *c = &t->c;
+    int B = c->train.batch_size, T = c->train.seq_len, A = c->train.grad_accum;
+    size_t BT = (size_t)B * T;
+    int *in = xmalloc((size_t)A * BT * sizeof(int)), *tg = xmalloc((size_t)A * BT * sizeof(int));
+    char log_path[1200];
+    snprintf(log_path, sizeof log_path, "%s/log.jsonl", t->run_dir);
+    FILE *log = fopen(log_path, "a");
+    if (!log) { free(in); free(tg); return err_set(e, "cannot append to %s: %s", log_path, strerror(errno)); }
+    int tty = isatty(1) && !t->o->quiet;
+    double t_start = now_s_(), elapsed0 = t->elapsed, last_print = 0;
+    long steps_here = 0, first_step = t->step;
+    int rc = 0, status = 0;
+    while (t->step < t->total_steps) {
+        double t0 = now_s_();
+        // all micro-batches first: the loss is a mean over every supervised token of the step, so each
+        // backward needs the step's total count
+        long n_sup = 0;
+        for (int a = 0; a < A && rc == 0; a++) {
+            rc = loader_next(&t->train, in + a * BT, tg + a * BT, B, e);
+            for (size_t i = 0; rc == 0 && i < BT; i++) n_sup += tg[a * BT + i] != -100;
+        }
+        if (rc != 0) break;
+        model_zero_grad(&t->model);
+        double loss_sum = 0;
+        for (int a = 0; a < A && rc == 0; a++) {
+            rc = model_forward(&t->model, in + a * BT, tg + a * BT, B, T, e);
+            if (rc == 0) {
+                loss_sum += t->model.loss * t->model.n_supervised;
+                model_backward(&t->model, (int)n_sup);
+            }
+        }
+        if (rc != 0) break;
+        double loss = n_sup ? loss_sum / (double)n_sup : 0;
+        double gnorm = optim_clip_grads(&t->opt, t->model.grads);
+        if (!isfinite(loss) || !isfinite(gnorm)) {
+            rc = err_set(e, "step %ld: the loss (%g) or gradient norm (%g) is not finite; lower optim.lr or check the "
+                         "data (the last checkpoint is intact)", t->step + 1, loss, gnorm);
+            break;
+        }
+        float lr = schedule_lr(&t->sched, t->step);
+        float beta1 = schedule_beta1(&t->sched, t->step, (float)c->optim.beta1);
+        optim_step(&t->opt, t->model.params, t->model.grads, lr, beta1);
+        t->step++;
+        steps_here++;
+        t->tokens += (double)(A * BT);
+        double now = now_s_();
+        t->elapsed = elapsed0 + (now - t_start);
+        double tps = (double)(A * BT) / (now - t0);
+        double avg_tps = (double)(A * BT) * steps_here / (now - t_start);
+        if (t->step % c->train.log_every == 0 || t->step == t->total_steps)
+            log_line_(log, "{\"step\": %ld, \"loss\": %.17g, \"lr\": %.9g, \"beta1\": %.9g, \"grad_norm\": %.9g, "
+                      "\"tokens_per_s\": %.1f, \"tokens\": %.0f, \"elapsed_s\": %.3f}",
+                      t->step, loss, lr, beta1, gnorm, tps, t->tokens, t->elapsed);
+        if (!t->o->quiet && (now - last_print > (tty ? 0.2 : 10.0) || t->step == t->total_steps || t->step == first_step + 1)) {
+            last_print = now;
+            char el[32], eta[32];
+            fmt_duration_(t->elapsed, el, sizeof el);
+            fmt_duration_((double)(t->total_steps - t->step) * (double)(A * BT) / avg_tps, eta, sizeof eta);
+            printf("%sstep %ld/%ld | loss %.4f | lr %.3e | grad %.3f | %.0f tok/s | %s elapsed | ETA %s%s",
+                   tty ? "\r\033[K" : "", t->step, t->total_steps, loss, lr, gnorm, avg_tps, el, eta, tty ? "" : "\n");
+            fflush(stdout);
+        }
+        int last = t->step == t->total_steps;
+        if ((c->train.eval_every && t->step % c->train.eval_every == 0) || last)
+            if ((rc = validate_(t, log, e)) != 0) break;
+        int stop = stop_signal_ || (t->o->stop_after && steps_here >= t->o->stop_after);
+        if ((c->train.ckpt_every && t->step % c->train.ckpt_every == 0) || last || stop) {
+            if ((rc = save_checkpoint_(t, e)) != 0) break;
+        }
+        if (stop && !last) {
+            printf("%sstopped at step %ld/%ld%s; checkpoint written. Continue with: seqtrain --resume %s\n",
+                   tty ? "\n" : "", t->step, t->total_steps, stop_signal_ ? " (interrupted)" : "", t->run_dir);
+            status = 130;
+            break;
+        }
+    }
+    if (tty) printf("\n");
+    fclose(log);
+    free(in);
+    free(tg);
+    if (rc != 0) return -1;
+    return status;
+}
+
+int trainer_main(const TrainerOpts *o, Err *e) {
+    Trainer *t = xcalloc(1, sizeof(Trainer));
+    t->o = o;
+    int status = 1;
+    if (setup_(t, o, e) == 0) {
+        printf("seqtrain: %s | %zu parameters | %d layers, d_model %d, vocab %d | %ld steps of %d x %d x %d tokens | "
+               "%d thread%s\n", t->run_dir, model_num_params(&t->model), t->model.L, t->model.C, t->model.V,
+               t->total_steps, t->c.train.grad_accum, t->c.train.batch_size, t->c.train.seq_len, t->threads,
+               t->threads == 1 ? "" : "s");
+        signal(SIGINT, on_signal_);
+        signal(SIGTERM, on_signal_);
+        int rc = loop_(t, e);
+        signal(SIGINT, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+        if (rc == 0) status = final_eval_(t, e) == 0 ? 0 : 1;
+        else if (rc == 130) status = 130;
+    }
+    if (t->has_val) loader_close(&t->val);
+    if (t->train.shards) loader_close(&t->train);
+    if (t->model.params) optim_free(&t->opt);
+    model_free(&t->model);
+    free(t->groups);
+    run_config_free(&t->c);
+    config_origins_free(t->origins);
+    free(t);
+    return status;
+}

@@ -1,0 +1,51 @@
+/*
+ * The training loop behind `seqtrain --config X.json`: data, model, AdamW, schedule, periodic validation,
+ * a JSONL log, a progress line with ETA, atomic checkpoints (every N steps, at the end, and on Ctrl-C or
+ * SIGTERM), and `--resume RUN_DIR`, which continues so that the loss curve is bit-identical to an
+ * uninterrupted run with the same thread count. docs/training.md describes the run directory.
+ */
+#ifndef SEQ_TRAINER_H
+#define SEQ_TRAINER_H
+
+#include "core/err.h"
+#include "data/loader.h"
+#include "model/model.h"
+#include "train/optim.h"
+#include "train/run_config.h"
+#include "train/schedule.h"
+
+typedef struct TrainerOpts {
+    const char *config_path;   // NULL when resuming
+    const char *const *sets;
+    int n_sets;
+    const char *resume_dir;    // NULL for a fresh run
+    long stop_after;           // stop (checkpoint + exit as if interrupted) after this many steps of this
+                               // process; 0 = no such stop (tests of resume use it)
+    int quiet;                 // no progress line
+} TrainerOpts;
+
+typedef struct Trainer {
+    RunConfig c;
+    CfgOrigins *origins;
+    char run_dir[1024];
+    Loader train, val;
+    int has_val;
+    Model model;
+    Optim opt;
+    OptimGroup *groups;
+    Schedule sched;
+    long step, total_steps;
+    double tokens;          // tokens trained on, over all processes of the run
+    double elapsed;         // seconds of training, over all processes of the run
+    int threads;
+    const TrainerOpts *o;
+} Trainer;
+
+// --check: open every split (vocab sizes must agree, data.tokenizer must match the shards), read and
+// print the first training window, build the model (validating every mixer option), print the summary
+int trainer_check(const RunConfig *c, Err *e);
+
+// returns the process exit status: 0 finished, 130 interrupted (checkpoint written), 1 error (e set)
+int trainer_main(const TrainerOpts *o, Err *e);
+
+#endif

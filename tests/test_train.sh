@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# The trainer end to end on a tiny model: a run, its log and checkpoints, bit-identical resume (after
+# --stop-after and after a real SIGINT), determinism by seed, refusal to overwrite a run, seqeval on the
+# trained run (tables and their agreement with the trainer's own final evaluation), and --probe dumps.
+#   BIN=bin bash tests/test_train.sh     (run from the repository root)
+set -u
+BIN=${BIN:-bin}
+ROOT=$(pwd)
+BIN=$(cd "$BIN" && pwd)
+export OMP_NUM_THREADS=2
+export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+W=$(mktemp -d "${TMPDIR:-/tmp}/seqtrain-train.XXXXXX") || exit 2
+trap '[ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
+PASS=0; FAIL=0
+ok() { PASS=$((PASS + 1)); echo "ok - $1"; }
+not_ok() { FAIL=$((FAIL + 1)); echo "not ok - $1 ($2)"; }
+check() { local what=$1; shift; if "$@" >/dev/null 2>&1; then ok "$what"; else not_ok "$what" "condition failed: $*"; fi; }
+run() { "$@" >"$W/out" 2>"$W/err"; RC=$?; }
+losses() {  # the training-loss lines of a log without the timing fields, which differ between runs
+    grep '"loss"' "$1" | sed 's/, "tokens_per_s.*//'
+}
+
+MODEL="$ROOT/data/tokenizer/wikitext2_bpe8192.model"
+zstd -dc "$ROOT/data/wikitext-2/wiki.valid.tokens.zst" | head -n 1200 > "$W/train.txt"
+zstd -dc "$ROOT/data/wikitext-2/wiki.test.tokens.zst" | head -n 300 > "$W/val.txt"
+"$BIN/seqtok" encode --quiet --model "$MODEL" --input "$W/train.txt" --output "$W/train.shard" >/dev/null
+"$BIN/seqtok" encode --quiet --model "$MODEL" --input "$W/val.txt" --output "$W/val.shard" >/dev/null
+cat > "$W/tiny.json" <<JSON
+{
+  "run": {"dir": "$W/runs", "seed": 5},
+  "data": {"train": "$W/train.shard", "val": "$W/val.shard", "test": "$W/val.shard"},
+  "model": {"d_model": 32, "n_layers": 2, "mixer": {"kind": "attention", "heads": 2, "pos": "rope"}},
+  "train": {"batch_size": 4, "seq_len": 32, "grad_accum": 2, "steps": 24, "eval_every": 8, "eval_batches": 3,
+            "ckpt_every": 8, "keep_last": 2},
+  "optim": {"lr": 3e-3, "weight_decay": 0.1, "groups": [{"match": "*.ln*", "lr_mult": 0.5}]},
+  "schedule": {"kind": "onecycle", "pct_start": 0.1, "cycle_momentum": true},
+  "eval": {"contexts": "32,64", "split": "val", "max_windows": 12}
+}
+JSON
+
+# --- an uninterrupted run
+run "$BIN/seqtrain" --config "$W/tiny.json" --quiet --set run.name=a
+check "a 24-step run finishes (exit 0)" test "$RC" = 0
+A="$W/runs/a"
+check "the run directory holds config.json, log.jsonl, latest and the eval tables" \
+    test -f "$A/config.json" -a -f "$A/log.jsonl" -a -f "$A/latest" -a -f "$A/eval/ppl.md" -a -f "$A/eval/positions_64.csv"
+check "keep_last 2: only ckpt-16 and ckpt-24 remain" \
+    eval '[ "$(cd "$A" && ls -d ckpt-* | tr "\n" " ")" = "ckpt-00000016 ckpt-00000024 " ]'
+check "latest names ckpt-00000024" grep -qx "ckpt-00000024" "$A/latest"
+check "log has 24 training lines" eval '[ "$(grep -c "\"loss\"" "$A/log.jsonl")" = 24 ]'
+check "log has validation at steps 8, 16, 24" \
+    eval '[ "$(grep -o "\"step\": [0-9]*, \"val_loss\"" "$A/log.jsonl" | grep -o "[0-9]*" | tr "\n" " ")" = "8 16 24 " ]'
+check "the loss decreased over the run" python3 -c '
+import json, sys
+l = [json.loads(x) for x in open(sys.argv[1]) if "\"loss\"" in x]
+assert l[-1]["loss"] < l[0]["loss"] - 0.5, (l[0]["loss"], l[-1]["loss"])' "$A/log.jsonl"
+check "onecycle: lr rises then falls, beta1 cycles (0.95 -> 0.85 -> 0.95)" python3 -c '
+import json, sys
+l = [json.loads(x) for x in open(sys.argv[1]) if "\"loss\"" in x]
+lr = [x["lr"] for x in l]; b1 = [x["beta1"] for x in l]
+top = lr.index(max(lr))
+assert 0 < top < len(lr) - 1 and lr[0] < lr[top] and lr[-1] < lr[0], lr
+assert abs(b1[0] - 0.95) < 1e-6 and abs(b1[top] - 0.85) < 1e-3 and b1[-1] > 0.94, b1' "$A/log.jsonl"
+check "state.json records step, cursor, optimizer t and the resolved config" python3 -c '
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert s["step"] == 24 and s["optim_t"] == 24 and s["total_steps"] == 24 and "window" in s and "epoch" in s
+assert s["config"]["train"]["grad_accum"] == 2' "$A/ckpt-00000024/state.json"
+check "model.safetensors reads with the stdlib reader (wte 8192 x 32)" eval \
+    'python3 "$ROOT/scripts/safetensors_read.py" "$A/ckpt-00000024/model.safetensors" | grep -qP "^wte\t\[8192, 32\]\tF32"'
+n_params=$(python3 "$ROOT/scripts/safetensors_read.py" "$A/ckpt-00000024/model.safetensors" | grep -cP '\tF32\t')
+n_moments=$(python3 "$ROOT/scripts/safetensors_read.py" "$A/ckpt-00000024/optim.safetensors" | grep -cP '^[mv]\..*\tF32\t')
+check "optim.safetensors holds m.* and v.* of all $n_params parameters" test "$n_moments" = "$((2 * n_params))" -a "$n_params" -gt 10
+
+# --- the same seed gives the same run
+run "$BIN/seqtrain" --config "$W/tiny.json" --quiet --set run.name=a2
+check "same config and seed: identical loss curve" diff <(losses "$A/log.jsonl") <(losses "$W/runs/a2/log.jsonl")
+run "$BIN/seqtrain" --config "$W/tiny.json" --quiet --set run.name=a3 --set run.seed=6
+check "another seed: a different loss curve" eval '! diff -q <(losses "$A/log.jsonl") <(losses "$W/runs/a3/log.jsonl")'
+
+# --- stop and resume: bit-identical
+run "$BIN/seqtrain" --config "$W/tiny.json" --quiet --set run.name=b --stop-after 11
+check "--stop-after 11 exits 130 with a checkpoint at step 11" test "$RC" = 130 -a -d "$W/runs/b/ckpt-00000011"
+check "the stop message names the resume command" grep -q "seqtrain --resume $W/runs/b" "$W/out"
+run "$BIN/seqtrain" --resume "$W/runs/b" --quiet
+check "--resume finishes (exit 0)" test "$RC" = 0
+check "resumed run: loss curve bit-identical to the uninterrupted one" \
+    diff <(losses "$A/log.jsonl") <(losses "$W/runs/b/log.jsonl")
+check "resumed run: validation losses identical" diff <(grep val_ "$A/log.jsonl") <(grep val_ "$W/runs/b/log.jsonl")
+check "resumed run: final parameters identical" \
+    cmp "$A/ckpt-00000024/model.safetensors" "$W/runs/b/ckpt-00000024/model.safetensors"
+check "resumed run: final tables identical" cmp "$A/eval/ppl.csv" "$W/runs/b/eval/ppl.csv"
+
+# --- a real Ctrl-C
+"$BIN/seqtrain" --config "$W/tiny.json" --quiet --set run.name=c --set train.steps=100000 --set train.ckpt_every=0 \
+    >"$W/out" 2>"$W/err" &
+pid=$!
+for _ in $(seq 100); do sleep 0.1; grep -q '"step": 3,' "$W/runs/c/log.jsonl" 2>/dev/null && break; done
+kill -INT $pid
+wait $pid
+RC=$?
+check "SIGINT: exit 130" test "$RC" = 130
+check "SIGINT: a complete checkpoint that latest names" test -f "$W/runs/c/$(cat "$W/runs/c/latest" 2>/dev/null)/state.json"
+check "SIGINT: no temporary checkpoint left" eval '! ls -d "$W"/runs/c/*.tmp.* 2>/dev/null'
+check "SIGINT: the message says it was interrupted" grep -q "interrupted" "$W/out"
+
+# --- refusals
+run "$BIN/seqtrain" --config "$W/tiny.json" --quiet --set run.name=a
+check "a new run into a directory with checkpoints is refused, naming --resume" \
+    eval '[ "$RC" = 1 ] && grep -q -- "--resume" "$W/err"'
+run "$BIN/seqtrain" --resume "$A" --set train.steps=5
+check "--resume with --set is refused" eval '[ "$RC" = 1 ] && grep -q "not allowed" "$W/err"'
+run "$BIN/seqtrain" --resume "$W/nothing"
+check "--resume of a missing run fails with one line" eval '[ "$RC" = 1 ] && [ "$(wc -l < "$W/err")" = 1 ]'
+
+# --- seqeval on the trained run
+run "$BIN/seqeval" --run "$A" --data valid --context 32,64 --max-windows 12 --out "$W/ev"
+check "seqeval --run --data valid: exit 0 and the tables" \
+    test "$RC" = 0 -a -f "$W/ev/ppl.json" -a -f "$W/ev/positions_32.csv"
+check "seqeval agrees with the trainer's own final evaluation (same windows)" \
+    diff <(cut -d, -f1-5 "$A/eval/ppl.csv") <(cut -d, -f1-5 "$W/ev/ppl.csv")
+run "$BIN/seqeval" --run "$A" --data "$W/val.shard" --context 64 --stride 16 --max-windows 8 --out "$W/ev2"
+check "sliding windows: 8 windows score 64 + 7*16 = 176 tokens" grep -q "^64,8,176," "$W/ev2/ppl.csv"
+check "per-position curve: positions 0..63 of the first window, 48..63 of the others" python3 -c '
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+c = {int(r["position"]): int(r["count"]) for r in rows}
+assert c[0] == 1 and c[47] == 1 and c[48] == 8 and c[63] == 8, c' "$W/ev2/positions_64.csv"
+python3 - "$W/probe.npy" <<'PY'
+import struct, sys
+rows = [[(7 * r + 3 * t) % 8000 + 5 for t in range(17)] for r in range(2)]
+hdr = "{'descr': '<i4', 'fortran_order': False, 'shape': (2, 17), }"
+hdr += " " * (63 - (10 + len(hdr)) % 64) + "\n"
+with open(sys.argv[1], "wb") as f:
+    f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(hdr)) + hdr.encode())
+    for r in rows:
+        f.write(struct.pack("<17i", *r))
+PY
+run "$BIN/seqeval" --run "$A" --probe "$W/probe.npy" --out "$W/probe.safetensors"
+python3 "$ROOT/scripts/safetensors_read.py" "$W/probe.safetensors" > "$W/probe.txt" 2>&1
+check "--probe writes logits (2, 16, 8192)" grep -qP "^logits\t\[2, 16, 8192\]" "$W/probe.txt"
+check "--probe writes the loss and every gradient" eval \
+    'grep -qP "^loss\t" "$W/probe.txt" && [ "$(grep -c "^grad\." "$W/probe.txt")" = "$n_params" ]'
+run "$BIN/seqeval" --run "$A" --data valid --context 0
+check "seqeval --context 0 is refused in one line" eval '[ "$RC" = 1 ] && [ "$(wc -l < "$W/err")" = 1 ]'
+
+echo "$PASS passed, $FAIL failed" >&2
+[ "$FAIL" -eq 0 ]
