@@ -172,7 +172,7 @@ int main(int argc, char **argv) {
     ArgSpec specs[] = {
         {"--run", ARG_STR, &run, "RUN_DIR", "the trained run (its config.json and newest checkpoint)", 0, 0},
         {"--ckpt", ARG_STR, &ckpt, "DIR", "a specific checkpoint directory of the run (default: the newest)", 0, 0},
-        {"--data", ARG_STR, &data, "valid|test|FILE", "evaluation tokens: the run's data.val / data.test, or a shard file", 0, 0},
+        {"--data", ARG_STR, &data, "valid|test|FILE", "evaluation tokens: the run's data.val (valid or val) / data.test, or a shard file", 0, 0},
         {"--context", ARG_STR, &contexts, "L1,L2,...", "context lengths (default 512,1024,2048,4096)", 0, 0},
         {"--stride", ARG_INT, &stride, "S", "sliding windows scoring S new tokens each (default 0 = non-overlapping)", 0, 1 << 24},
         {"--max-windows", ARG_INT, &max_windows, "N", "score at most N windows per length (default 0 = all)", 0, 1e12},
@@ -215,11 +215,11 @@ int main(int argc, char **argv) {
     const char *files[CFG_LIST_MAX];
     int n_files = 0;
     ShardFormat fmt;
-    int split = !strcmp(data, "valid") || !strcmp(data, "test");
+    int split = !strcmp(data, "valid") || !strcmp(data, "val") || !strcmp(data, "test");
     if (split) {
         if (!run) { err_set(&e, "--data %s needs --run (the run's config says which files that is)", data); err_die(PROG, &e); }
-        const CfgStrList *l = !strcmp(data, "valid") ? &c.data.val : &c.data.test;
-        if (l->n == 0) { err_set(&e, "%s/config.json: data.%s is empty", run, !strcmp(data, "valid") ? "val" : "test"); err_die(PROG, &e); }
+        const CfgStrList *l = strcmp(data, "test") ? &c.data.val : &c.data.test;
+        if (l->n == 0) { err_set(&e, "%s/config.json: data.%s is empty", run, strcmp(data, "test") ? "val" : "test"); err_die(PROG, &e); }
         for (int i = 0; i < l->n; i++) files[n_files++] = l->v[i];
         shard_format_parse(c.data.format, &fmt);
         vocab = c.data.vocab_size;

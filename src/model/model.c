@@ -120,6 +120,20 @@ static cJSON *layer_mixer_json_(const ModelSection *c, int l, char *path, size_t
     return j;
 }
 
+int model_resolve_mixer(ModelSection *c, const CfgOrigins *origins, Err *e) {
+    MixerSpec s;
+    if (mixer_spec_parse(&s, c->mixer, origins, "model.mixer", c->d_model, e) != 0) return -1;
+    cJSON *full = config_dump(s.opts, s.ops->schema);
+    cJSON *out = cJSON_CreateObject();  // "kind" first, then the options in schema order
+    cJSON_AddStringToObject(out, "kind", s.ops->name);
+    for (cJSON *it = full->child; it; it = it->next) cJSON_AddItemToObject(out, it->string, cJSON_Duplicate(it, 1));
+    cJSON_Delete(full);
+    mixer_spec_free(&s);
+    cJSON_Delete(c->mixer);
+    c->mixer = out;
+    return 0;
+}
+
 // ----------------------------------------------------------------------------
 // build
 

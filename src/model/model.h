@@ -83,6 +83,10 @@ typedef struct Model {
     int n_supervised;
 } Model;
 
+// replace model.mixer by the full option set of its mixer (kind + every option, defaults filled in),
+// validating it on the way, so a resolved config records every setting
+int model_resolve_mixer(ModelSection *c, const CfgOrigins *origins, Err *e);
+
 // build the spec from the config (vocab from the data when model.vocab_size is 0), declare and
 // initialise the parameters with seed; origins may be NULL
 int model_build(Model *m, const ModelSection *cfg, int vocab_size, const CfgOrigins *origins, uint64_t seed, Err *e);

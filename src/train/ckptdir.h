@@ -7,7 +7,8 @@
  *     ckpt-00000500/            a complete checkpoint (the name alone means complete: see below)
  *       model.safetensors       parameters, one named tensor per ParamTable entry
  *       optim.safetensors       Adam state as tensors "m.<name>" and "v.<name>"
- *       state.json              trainer state: step, epoch, data cursor, RNG state, resolved config
+ *       state.json              trainer state: step, epoch, data cursor, optimizer step, resolved config
+ *                               (no RNG state: data order and init derive from the seed and the cursor)
  *     ckpt-00001000/
  *     ckpt-00001500.tmp.4242/   being written by process 4242, or left behind by a crash: ignored
  *     ckpt-00001000.old.4242/   an older copy of the same step being replaced: ignored

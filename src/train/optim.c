@@ -172,13 +172,7 @@ void optim_reset(Optim *o) {
 }
 
 // ----------------------------------------------------------------------------
-// gradients: scaling, norms, clipping
-
-void optim_scale_grads(float *g, size_t numel, float s) {
-    // g is (numel,)
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < numel; i++) g[i] *= s;
-}
+// gradients: norms, clipping
 
 double optim_grad_norm(Optim *o, const float *grads) {
     const ParamTable *pt = o->pt;

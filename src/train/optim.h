@@ -39,8 +39,8 @@
  * Norms are deterministic and independent of the thread count: sums of squares are taken in fixed
  * chunks of OPTIM_NORM_CHUNK floats, each summed sequentially in double, then added in a fixed order.
  *
- * Gradient accumulation is the trainer's: it sums micro-batch gradients and calls
- * optim_scale_grads(grads, numel, 1/micro_steps) before clipping.
+ * Gradient accumulation is the trainer's: every micro-batch's backward divides by the supervised-token
+ * count of the whole step, so the summed gradients are already the step's mean when clipping starts.
  *
  * State for checkpoints: m, v (pt->numel floats each, same layout as the parameters) and t (updates
  * done). Writing those three and restoring them into a freshly initialised Optim with the same
@@ -113,8 +113,6 @@ void optim_free(Optim *o);
 // zero m, v and t (a fresh start with the same groups)
 void optim_reset(Optim *o);
 
-// g (numel,) *= s; for averaging accumulated micro-batch gradients
-void optim_scale_grads(float *g, size_t numel, float s);
 // fill o->group_norm, o->grad_norm (and grad_norm_clipped = grad_norm); returns the global L2 norm of
 // grads (pt->numel,) over all tensors (alignment gaps between tensors are not read)
 double optim_grad_norm(Optim *o, const float *grads);

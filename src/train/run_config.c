@@ -148,6 +148,10 @@ int run_config_load(RunConfig *c, const char *path, const char *const *overrides
     if (!root) return -1;
     memset(c, 0, sizeof *c);
     int rc = config_bind(c, &RUN_CONFIG_SCHEMA, root, origins, e);
+    if (rc == 0 && model_resolve_mixer(&c->model, origins, e) != 0) {
+        config_free(c, &RUN_CONFIG_SCHEMA);  // a failed bind frees its own allocations; a failed resolve doesn't
+        rc = -1;
+    }
     cJSON_Delete(root);
     if (origins_out && rc == 0) *origins_out = origins;
     else config_origins_free(origins);

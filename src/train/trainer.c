@@ -85,12 +85,12 @@ static int tokenizer_check_(const RunConfig *c, const Loader *l, Err *e) {
     return rc;
 }
 
-static int optim_setup_(Trainer *t, Err *e) {
-    const OptimSection *os = &t->c.optim;
+// the optim section -> AdamW over the model's table (*groups holds the patterns' owner array; free it)
+static int optim_setup_(Optim *opt, OptimGroup **groups, const OptimSection *os, const ParamTable *pt, Err *e) {
     const OptimGroupSection *gs = os->groups.items;
-    t->groups = xcalloc((size_t)os->groups.n + 1, sizeof(OptimGroup));
+    *groups = xcalloc((size_t)os->groups.n + 1, sizeof(OptimGroup));
     for (int i = 0; i < os->groups.n; i++) {
-        OptimGroup *g = &t->groups[i];
+        OptimGroup *g = &(*groups)[i];
         *g = optim_group_default();
         if (gs[i].match.n > OPTIM_GROUP_PATTERNS)
             return err_set(e, "optim.groups[%d].match: at most %d patterns", i, OPTIM_GROUP_PATTERNS);
@@ -106,9 +106,9 @@ static int optim_setup_(Trainer *t, Err *e) {
     OptimConfig oc = {
         .lr = (float)os->lr, .beta1 = (float)os->beta1, .beta2 = (float)os->beta2, .eps = (float)os->eps,
         .weight_decay = (float)os->weight_decay, .grad_clip = (float)os->grad_clip,
-        .groups = t->groups, .n_groups = os->groups.n,
+        .groups = *groups, .n_groups = os->groups.n,
     };
-    if (optim_init(&t->opt, &t->model.pt, &oc, e) != 0) return err_prefix(e, "optim: ");
+    if (optim_init(opt, pt, &oc, e) != 0) return err_prefix(e, "optim: ");
     return 0;
 }
 
@@ -118,8 +118,9 @@ static int schedule_setup_(Trainer *t, Err *e) {
     if (schedule_kind_parse(s->kind, &kind, e) != 0) return err_prefix(e, "schedule.kind: ");
     Schedule *sc = &t->sched;
     schedule_default(sc, kind, t->c.optim.lr, t->total_steps);
+    if (kind == SCHED_ONECYCLE && (s->warmup_steps || !isnan(s->warmup_frac)))
+        return err_set(e, "schedule.warmup_steps/warmup_frac: onecycle warms up over schedule.pct_start; remove them");
     sc->warmup_steps = isnan(s->warmup_frac) ? s->warmup_steps : lround(s->warmup_frac * t->total_steps);
-    if (kind == SCHED_ONECYCLE) sc->warmup_steps = 0;  // onecycle rises over pct_start instead
     sc->min_lr_frac = s->min_lr_frac;
     sc->pct_start = s->pct_start;
     sc->div_factor = s->div_factor;
@@ -221,22 +222,31 @@ static int load_checkpoint_(Trainer *t, const char *ckpt, Err *e) {
     snprintf(path, sizeof path, "%s/state.json", ckpt);
     FILE *f = fopen(path, "rb");
     if (!f) return err_set(e, "%s: cannot open: %s", path, strerror(errno));
-    char buf[1 << 16];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = xmalloc(size > 0 ? (size_t)size + 1 : 1);
+    size_t n = size > 0 ? fread(buf, 1, (size_t)size, f) : 0;
     fclose(f);
     buf[n] = '\0';
     cJSON *st = cJSON_Parse(buf);
+    free(buf);
     int ok = st != NULL;
     long step = (long)json_num_(st, "step", &ok), total = (long)json_num_(st, "total_steps", &ok);
     LoaderCursor cur = {(uint64_t)json_num_(st, "epoch", &ok), (uint64_t)json_num_(st, "window", &ok)};
     long ot = (long)json_num_(st, "optim_t", &ok);
     double tokens = json_num_(st, "tokens", &ok), elapsed = json_num_(st, "elapsed_s", &ok);
+    int threads = (int)json_num_(st, "threads", &ok);
     cJSON_Delete(st);
     if (!ok) return err_set(e, "%s: not a seqtrain state file (missing or bad fields)", path);
     if (total != t->total_steps)
         return err_set(e, "%s: the run was planned for %ld steps but its config now gives %ld; the data or config "
                        "changed since the checkpoint", path, total, t->total_steps);
     if (loader_seek(&t->train, cur, e) != 0) return err_prefix(e, "%s: ", path);
+    if (threads != t->threads)
+        fprintf(stderr, "seqtrain: note: the run used %d thread%s and resumes with %d; results stay correct but are "
+                "not bit-identical to an uninterrupted run (set OMP_NUM_THREADS=%d for that)\n", threads,
+                threads == 1 ? "" : "s", t->threads, threads);
     t->step = step;
     t->opt.t = ot;
     t->tokens = tokens;
@@ -316,6 +326,11 @@ int trainer_check(const RunConfig *c, Err *e) {
         rc = model_build(&m, &c->model, (int)l[0].vocab_size, NULL, (uint64_t)c->run.seed, e);
         if (rc == 0) {
             printf("model       %zu parameters, %d layers, d_model %d, vocab %d\n", model_num_params(&m), m.L, m.C, m.V);
+            Optim opt;
+            OptimGroup *groups = NULL;
+            rc = optim_setup_(&opt, &groups, &c->optim, &m.pt, e);
+            if (rc == 0) optim_free(&opt);
+            free(groups);
             model_free(&m);
         }
     }
@@ -373,7 +388,7 @@ static int setup_(Trainer *t, const TrainerOpts *o, Err *e) {
     t->total_steps = c->train.steps ? c->train.steps
                                     : (long)ceil(c->train.epochs * (double)t->train.n_windows / (double)per_step);
     if (t->total_steps < 1) return err_set(e, "train: 0 steps (set train.steps, or train.epochs > 0)");
-    if (optim_setup_(t, e) != 0 || schedule_setup_(t, e) != 0) return -1;
+    if (optim_setup_(&t->opt, &t->groups, &c->optim, &t->model.pt, e) != 0 || schedule_setup_(t, e) != 0) return -1;
     if (mkdir_p_(t->run_dir, e) != 0) return -1;
     char log_path[1200];
     snprintf(log_path, sizeof log_path, "%s/log.jsonl", t->run_dir);
@@ -386,6 +401,9 @@ static int setup_(Trainer *t, const TrainerOpts *o, Err *e) {
         if (truncate_log_(log_path, t->step, e) != 0) return -1;
         printf("resuming %s from %s (step %ld of %ld)\n", t->run_dir, ckpt, t->step, t->total_steps);
     } else {
+        struct stat st;
+        if (stat(log_path, &st) == 0)
+            fprintf(stderr, "seqtrain: note: %s had no checkpoint; starting it over\n", t->run_dir);
         if (write_config_(t, e) != 0) return -1;
         FILE *f = fopen(log_path, "w");
         if (!f) return err_set(e, "cannot write %s: %s", log_path, strerror(errno));
@@ -527,7 +545,7 @@ static int loop_(Trainer *t, Err *e) {
         if (stop && !last) {
             printf("%sstopped at step %ld/%ld%s; checkpoint written. Continue with: seqtrain --resume %s\n",
                    tty ? "\n" : "", t->step, t->total_steps, stop_signal_ ? " (interrupted)" : "", t->run_dir);
-            status = 130;
+            status = stop_signal_ ? 128 + stop_signal_ : 130;
             break;
         }
     }
@@ -554,7 +572,7 @@ int trainer_main(const TrainerOpts *o, Err *e) {
         signal(SIGINT, SIG_DFL);
         signal(SIGTERM, SIG_DFL);
         if (rc == 0) status = final_eval_(t, e) == 0 ? 0 : 1;
-        else if (rc == 130) status = 130;
+        else if (rc > 1) status = rc;
     }
     if (t->has_val) loader_close(&t->val);
     if (t->train.shards) loader_close(&t->train);

@@ -45,7 +45,8 @@ typedef struct Trainer {
 // print the first training window, build the model (validating every mixer option), print the summary
 int trainer_check(const RunConfig *c, Err *e);
 
-// returns the process exit status: 0 finished, 130 interrupted (checkpoint written), 1 error (e set)
+// returns the process exit status: 0 finished; 130 stopped by SIGINT or --stop-after, 143 by SIGTERM
+// (a checkpoint is written in both cases); 1 error (e set)
 int trainer_main(const TrainerOpts *o, Err *e);
 
 #endif
