@@ -136,6 +136,7 @@ int main(void) {
     double peak = peak_gflops_();
     printf("threads %d, measured fp32 FMA peak %.1f GFLOP/s\n\n", num_threads(), peak);
     printf("%-10s %-20s %-28s %9s %9s %7s\n", "layer", "M x N x K", "layout", "ms", "GFLOP/s", "% peak");
+    double total_ms = 0, total_flops = 0;  // the 15 shapes of one training step (each layer type once)
     for (size_t l = 0; l < sizeof layers / sizeof layers[0]; l++) {
         int C = layers[l].C, OC = layers[l].OC;
         // forward out (BT,OC) = inp (BT,C) @ W^T; dinp (BT,C) += dout (BT,OC) @ W (OC,C);
@@ -148,11 +149,15 @@ int main(void) {
         for (int r = 0; r < 3; r++) {
             double ms;
             double gf = bench_one_(runs[r].M, runs[r].N, runs[r].K, runs[r].ta, runs[r].tb, runs[r].acc, &ms);
+            total_ms += ms;
+            total_flops += 2.0 * runs[r].M * runs[r].N * runs[r].K;
             char shape[48];
             snprintf(shape, sizeof shape, "%dx%dx%d", runs[r].M, runs[r].N, runs[r].K);
             printf("%-10s %-20s %-28s %9.2f %9.1f %6.1f%%\n", layers[l].name, shape, runs[r].layout, ms, gf,
                    100.0 * gf / peak);
         }
     }
+    double total_gf = total_flops / (total_ms * 1e-3) * 1e-9;
+    printf("%-10s %-20s %-28s %9.2f %9.1f %6.1f%%\n", "total", "15 shapes", "", total_ms, total_gf, 100.0 * total_gf / peak);
     return 0;
 }

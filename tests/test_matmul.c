@@ -46,7 +46,10 @@ static float *alloc_normal(GcRng *rng, size_t n) {
 static void test_layouts(void) {
     static const int shapes[][3] = {{1, 1, 1},     {7, 13, 5},   {65, 33, 129}, {128, 256, 64}, {0, 5, 3},
                                     {5, 0, 3},     {5, 3, 0},    {0, 0, 0},     {9, 40, 257},   {33, 70, 600},
-                                    {8, 32, 256},  {17, 31, 1}};
+                                    {8, 32, 256},  {17, 31, 1},
+                                    // several column tiles with K in one block (the packed A is reused
+                                    // across them), and several row tiles with K in several blocks
+                                    {40, 600, 100}, {530, 70, 300}};
     GcRng rng = {42};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
@@ -165,10 +168,9 @@ static void test_backward(void) {
     free(dinp); free(dw); free(db); free(dinp2); free(dw2); free(db2);
 }
 
-static void test_threads(void) {
 #ifdef _OPENMP
-    // big enough to run in parallel (several tiles and K blocks); results must not depend on thread count
-    int M = 200, N = 300, K = 600;
+// results must not depend on the thread count (the tiling does: it is chosen per thread count)
+static void test_threads_shape(int M, int N, int K) {
     GcRng rng = {5};
     float *A = alloc_normal(&rng, (size_t)M * K), *B = alloc_normal(&rng, (size_t)K * N);
     float *C1 = (float *)malloc((size_t)M * N * sizeof(float)), *C2 = (float *)malloc((size_t)M * N * sizeof(float));
@@ -182,10 +184,19 @@ static void test_threads(void) {
             matmul(C2, A, B, M, N, K, ta, tb, 0);
             same &= memcmp(C1, C2, (size_t)M * N * sizeof(float)) == 0;
         }
-        CHECK(same, "matmul bit-identical with 1, 2 and 3 threads (transA=%d transB=%d)", ta, tb);
+        CHECK(same, "matmul %dx%dx%d bit-identical with 1, 2 and 3 threads (transA=%d transB=%d)", M, N, K, ta, tb);
     }
     omp_set_num_threads(saved);
     free(A); free(B); free(C1); free(C2);
+}
+#endif
+
+static void test_threads(void) {
+#ifdef _OPENMP
+    // big enough to run in parallel: several tiles and K blocks; then several column tiles with K in one
+    // block (a thread reuses its packed A across them)
+    test_threads_shape(200, 300, 600);
+    test_threads_shape(100, 700, 200);
 #endif
 }
 

@@ -1,17 +1,22 @@
 /*
  * Matrix multiply (see matmul.h). GotoBLAS/BLIS-style blocking, written for this project:
  *
- *   for each K block of KC_ (sequential, so every C element is reduced over K in a fixed order)
- *     pack op(A)[:, kblock] into MR_-row panels   (k-major inside a panel: a[k*MR_ + i])
- *     pack op(B)[kblock, :] into NR_-col panels   (k-major inside a panel: b[k*NR_ + j])
- *     parallel over MC_ x NC_ output tiles (disjoint writes, no atomics):
+ *   one parallel region per call; the output is cut into MT x NT tiles, handed out statically
+ *   for each tile a thread owns:
+ *     for each K block of kc (in order, so every C element is reduced over K in a fixed order)
+ *       pack op(A)[tile rows, kblock] into MR_-row panels  (k-major inside a panel: a[k*MR_ + i])
+ *       pack op(B)[kblock, tile cols] into NR_-col panels  (k-major inside a panel: b[k*NR_ + j])
  *       for each MR_ x NR_ micro-tile: micro-kernel keeps the micro-tile in registers over kc
  *
+ * Each thread packs into its own buffers, so there is no barrier anywhere inside the region: a thread
+ * that gets descheduled on a busy machine delays only its own tiles, not every K block of everyone.
+ * The C tile stays in cache across its K blocks instead of making one pass over all of C per K block.
+ * When all of K is one block, consecutive tiles of a thread in the same tile row reuse the packed A.
  * Packing turns all four transA/transB layouts into the same contiguous, aligned panels, so one
  * micro-kernel serves every forward and backward layout, and the panels are zero-padded to whole
  * MR_/NR_ so the kernel never needs an edge case (edge micro-tiles go through a small local tile).
- * The K loop is never split across threads and the tiling does not depend on the thread count, so
- * the result is bit-identical for any number of threads.
+ * Every output element is one fma chain over k = 0..K-1 starting from 0 (or C): K blocking only stores
+ * and reloads the exact float, so neither the tiling nor the thread count changes a single bit.
  */
 #include "nn/matmul.h"
 
@@ -42,10 +47,21 @@
 #define MR_ 4
 #define NR_ 16
 #endif
-#define KC_ 256          // K block: an A micro-panel (MR_ x KC_, 8 KiB) stays in L1 while B streams
-#define MC_ (8 * MR_)    // output tile rows: one thread's unit of work
-#define NC_ (8 * NR_)    // output tile cols: the B block (KC_ x NC_, 256 KiB) stays in L2
-#define PAR_FLOPS_ 5e5   // below this much work per K block, threads cost more than they save
+// K block: an A micro-panel (MR_ x kc) stays in L1 while the B block streams from L2. K is cut into
+// equal blocks of at most KC_ (no short tail block), rounded up to a multiple of 8 for the transposing packs.
+#ifndef KC_
+#define KC_ 256
+#endif
+#ifndef MT_MAX_
+// output tile rows at most. Each tile repacks its B block per K block, so tall tiles amortize that; the
+// A block (MT_MAX_ x KC_, 512 KiB) plus the B block still fit a 1-2 MiB L2 (measured on Zen 5: 512 beat
+// 384 and 256; the micro-kernel streams one 8 KiB A micro-panel at a time from it)
+#define MT_MAX_ 512
+#endif
+#ifndef NT_MAX_
+#define NT_MAX_ 256  // output tile cols at most: the B block (KC_ x NT_MAX_, 256 KiB) stays in L2
+#endif
+#define PAR_FLOPS_ 2e6  // below this much work per call, waking threads costs more than it saves
 
 typedef void (*KernelFn)(int kc, const float *a, const float *b, float *c, size_t ldc, int load_c);
 
@@ -130,83 +146,235 @@ static void kernel_simd_(int kc, const float *a, const float *b, float *c, size_
 // ----------------------------------------------------------------------------
 // packing
 
-// dst (kc, MR_) = op(A)[i0 : i0+MR_, k0 : k0+kc], rows past M zero-filled
-// op(A) is (M,K): A stored (M,K) when !transA, (K,M) when transA
-static void pack_a_(float *dst, const float *A, int M, int K, int transA, int i0, int k0, int kc) {
+#if defined(__AVX2__)
+// dst[k*ldd + i] = src[i*lds + k] for i, k < 8: an 8x8 transpose in registers, so the transposing packs
+// read whole 32-byte rows and write whole 32-byte rows instead of moving one float at a time
+static inline void transpose8x8_(const float *src, size_t lds, float *dst, size_t ldd) {
+    __m256 r0 = _mm256_loadu_ps(src), r1 = _mm256_loadu_ps(src + lds);
+    __m256 r2 = _mm256_loadu_ps(src + 2 * lds), r3 = _mm256_loadu_ps(src + 3 * lds);
+    __m256 r4 = _mm256_loadu_ps(src + 4 * lds), r5 = _mm256_loadu_ps(src + 5 * lds);
+    __m256 r6 = _mm256_loadu_ps(src + 6 * lds), r7 = _mm256_loadu_ps(src + 7 * lds);
+    // interleave row pairs: t0 = r0[0] r1[0] r0[1] r1[1] | r0[4] r1[4] r0[5] r1[5], ...
+    __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+    __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+    __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+    __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+    // 4-row columns: s0 = col 0 of rows 0-3 | col 4 of rows 0-3, s1 = cols 1|5, s2 = cols 2|6, s3 = cols 3|7
+    __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    // join the rows 0-3 and rows 4-7 halves of each column
+    _mm256_storeu_ps(dst, _mm256_permute2f128_ps(s0, s4, 0x20));
+    _mm256_storeu_ps(dst + ldd, _mm256_permute2f128_ps(s1, s5, 0x20));
+    _mm256_storeu_ps(dst + 2 * ldd, _mm256_permute2f128_ps(s2, s6, 0x20));
+    _mm256_storeu_ps(dst + 3 * ldd, _mm256_permute2f128_ps(s3, s7, 0x20));
+    _mm256_storeu_ps(dst + 4 * ldd, _mm256_permute2f128_ps(s0, s4, 0x31));
+    _mm256_storeu_ps(dst + 5 * ldd, _mm256_permute2f128_ps(s1, s5, 0x31));
+    _mm256_storeu_ps(dst + 6 * ldd, _mm256_permute2f128_ps(s2, s6, 0x31));
+    _mm256_storeu_ps(dst + 7 * ldd, _mm256_permute2f128_ps(s3, s7, 0x31));
+}
+#define HAVE_TRANSPOSE8_ 1
+#endif
+
+// dst (kc, w) with row stride ldd = src (w, kc) with row stride lds, transposed, for w <= 8 rows of
+// src (dst columns past w are left alone). Whole 8x8 blocks go through registers when w == 8.
+static void pack_transpose_(float *dst, size_t ldd, const float *src, size_t lds, int w, int kc) {
+    int k = 0;
+#ifdef HAVE_TRANSPOSE8_
+    if (w == 8) {
+        for (; k + 8 <= kc; k += 8) transpose8x8_(src + k, lds, dst + (size_t)k * ldd, ldd);
+    }
+#endif
+    for (int i = 0; i < w; i++) {
+        const float *s_i = src + (size_t)i * lds;
+        for (int kk = k; kk < kc; kk++) dst[(size_t)kk * ldd + i] = s_i[kk];
+    }
+}
+
+// dst (kc, MR_) = op(A)[i0 : i0+MR_, k0 : k0+kc], rows past M zero-filled, for A stored (M,K) (!transA):
+// element (i,k) at A[i*K + k], so an (mr, kc) block is transposed into the panel, in 8-row groups
+static void pack_a_rows_(float *dst, const float *A, int M, int K, int i0, int k0, int kc) {
     int mr = M - i0 < MR_ ? M - i0 : MR_;
-    if (transA) {
-        // element (i,k) at A[k*M + i]: rows of A are contiguous along our i, so read them in order
+    for (int g = 0; g < MR_; g += 8) {
+        int w = mr - g < 8 ? mr - g : 8;
+        if (w > 0) pack_transpose_(dst + g, MR_, A + (size_t)(i0 + g) * K + k0, (size_t)K, w, kc);
+    }
+    if (mr < MR_) {
         for (int k = 0; k < kc; k++) {
-            const float *a_k = A + (size_t)(k0 + k) * M + i0;
-            float *d_k = dst + (size_t)k * MR_;
-            for (int i = 0; i < mr; i++) d_k[i] = a_k[i];
-            for (int i = mr; i < MR_; i++) d_k[i] = 0.0f;
+            for (int i = mr; i < MR_; i++) dst[(size_t)k * MR_ + i] = 0.0f;
         }
-    } else {
-        // element (i,k) at A[i*K + k]: read each row sequentially, scatter with stride MR_
-        for (int i = 0; i < MR_; i++) {
-            if (i < mr) {
-                const float *a_i = A + (size_t)(i0 + i) * K + k0;
-                for (int k = 0; k < kc; k++) dst[(size_t)k * MR_ + i] = a_i[k];
-            } else {
-                for (int k = 0; k < kc; k++) dst[(size_t)k * MR_ + i] = 0.0f;
+    }
+}
+
+// panels (each (kc, w)) = X[k0 : k0+kc, c0 : c_end] for X stored (K, ld) with the panel direction
+// contiguous (A when transA, B when !transB); columns past c_end zero-filled. Walks X in chunks of KCHUNK_
+// rows, every panel per chunk: the chunk's row segments (KCHUNK_ x tile width) stay in L1 and each panel
+// gets a contiguous KCHUNK_ x w run. Walking one panel over all kc instead touches a different page per k
+// when ld is large (the LM head dW: A^T rows are V floats apart); walking one row over all panels writes
+// to panels kc*w floats apart, which all fall in the same L1 set.
+#define KCHUNK_ 16
+static void pack_rows_contig_(float *dst, const float *X, size_t ld, int c0, int c_end, int w, int k0, int kc,
+                              int panels) {
+    for (int kb = 0; kb < kc; kb += KCHUNK_) {
+        int ke = kb + KCHUNK_ < kc ? kb + KCHUNK_ : kc;
+        for (int p = 0; p < panels; p++) {
+            int c = c0 + p * w, n = c_end - c < w ? c_end - c : w;
+            for (int k = kb; k < ke; k++) {
+                const float *x_k = X + (size_t)(k0 + k) * ld + c;
+                float *d = dst + (size_t)p * w * kc + (size_t)k * w;
+                if (n == w) {
+                    memcpy(d, x_k, (size_t)w * sizeof(float));
+                } else {
+                    for (int j = 0; j < n; j++) d[j] = x_k[j];
+                    for (int j = n; j < w; j++) d[j] = 0.0f;
+                }
             }
         }
     }
 }
 
-// dst (kc, NR_) = op(B)[k0 : k0+kc, j0 : j0+NR_], cols past N zero-filled
-// op(B) is (K,N): B stored (K,N) when !transB, (N,K) when transB
-static void pack_b_(float *dst, const float *B, int N, int K, int transB, int j0, int k0, int kc) {
+// dst (kc, NR_) = op(B)[k0 : k0+kc, j0 : j0+NR_], cols past N zero-filled, for B stored (N,K) (transB,
+// the Linear weight layout): element (k,j) at B[j*K + k], transposed 8 rows of B at a time
+static void pack_b_cols_(float *dst, const float *B, int N, int K, int j0, int k0, int kc) {
     int nr = N - j0 < NR_ ? N - j0 : NR_;
-    if (transB) {
-        // element (k,j) at B[j*K + k] (the Linear weight layout): read rows of B, scatter with stride NR_
-        for (int j = 0; j < NR_; j++) {
-            if (j < nr) {
-                const float *b_j = B + (size_t)(j0 + j) * K + k0;
-                for (int k = 0; k < kc; k++) dst[(size_t)k * NR_ + j] = b_j[k];
-            } else {
-                for (int k = 0; k < kc; k++) dst[(size_t)k * NR_ + j] = 0.0f;
-            }
-        }
-    } else {
+    for (int g = 0; g < NR_; g += 8) {
+        int w = nr - g < 8 ? nr - g : 8;
+        if (w > 0) pack_transpose_(dst + g, NR_, B + (size_t)(j0 + g) * K + k0, (size_t)K, w, kc);
+    }
+    if (nr < NR_) {
         for (int k = 0; k < kc; k++) {
-            const float *b_k = B + (size_t)(k0 + k) * N + j0;
-            float *d_k = dst + (size_t)k * NR_;
-            for (int j = 0; j < nr; j++) d_k[j] = b_k[j];
-            for (int j = nr; j < NR_; j++) d_k[j] = 0.0f;
+            for (int j = nr; j < NR_; j++) dst[(size_t)k * NR_ + j] = 0.0f;
         }
     }
 }
-
-// 64-byte aligned float buffer carved out of an xmalloc block (the kernels use aligned panel loads)
-static float *align64_(void *raw) { return (float *)(((uintptr_t)raw + 63) & ~(uintptr_t)63); }
 
 // ----------------------------------------------------------------------------
-// one MC_ x NC_ output tile (ti, tj) for the current K block
+// per-thread packing buffers: allocated on a thread's first call at the fixed maximum size and reused by
+// every later call (no malloc in the hot path; the OpenMP pool threads live as long as the process).
+// Every buffer is also linked into one list that an atexit handler frees, so nothing is left to leak.
 
-static void compute_tile_(KernelFn kernel, float *C, const float *apack, const float *bpack, int M, int N,
-                          int kc, int ti, int tj, int load_c) {
-    int i_end = (ti + 1) * MC_ < M ? (ti + 1) * MC_ : M;
-    int j_end = (tj + 1) * NC_ < N ? (tj + 1) * NC_ : N;
-    for (int i0 = ti * MC_; i0 < i_end; i0 += MR_) {
-        const float *a_p = apack + (size_t)(i0 / MR_) * MR_ * kc;
-        int mr = M - i0 < MR_ ? M - i0 : MR_;
-        for (int j0 = tj * NC_; j0 < j_end; j0 += NR_) {
-            const float *b_p = bpack + (size_t)(j0 / NR_) * NR_ * kc;
-            int nr = N - j0 < NR_ ? N - j0 : NR_;
-            float *c_ij = C + (size_t)i0 * N + j0;
-            if (mr == MR_ && nr == NR_) {
-                kernel(kc, a_p, b_p, c_ij, (size_t)N, load_c);
-            } else {
-                // edge: run the full-size kernel on a local tile, copy back only the valid part
-                float tile[MR_ * NR_];
-                memset(tile, 0, sizeof tile);
-                if (load_c) {
-                    for (int i = 0; i < mr; i++) memcpy(tile + i * NR_, c_ij + (size_t)i * N, nr * sizeof(float));
+#define APACK_FLOATS_ ((size_t)MT_MAX_ * KC_)  // A block (MT_MAX_ rows, KC_)
+#define BPACK_FLOATS_ ((size_t)KC_ * NT_MAX_)  // B block (KC_, NT_MAX_ cols)
+
+static _Thread_local float *pack_buf_ = NULL;  // this thread's buffer: APACK_FLOATS_ + BPACK_FLOATS_
+static void *pack_list_ = NULL;                // every thread's raw block; each starts with the next pointer
+
+static void free_pack_bufs_(void) {
+    while (pack_list_ != NULL) {
+        void *next = *(void **)pack_list_;
+        free(pack_list_);
+        pack_list_ = next;
+    }
+}
+
+static float *thread_pack_buf_(void) {
+    if (pack_buf_ == NULL) {
+        // raw block: the list link, then the buffer 64-byte aligned (the kernels use aligned panel loads)
+        char *raw = (char *)xmalloc((APACK_FLOATS_ + BPACK_FLOATS_) * sizeof(float) + sizeof(void *) + 64);
+#pragma omp critical(matmul_pack_list)
+        {
+            if (pack_list_ == NULL) atexit(free_pack_bufs_);
+            *(void **)raw = pack_list_;
+            pack_list_ = raw;
+        }
+        pack_buf_ = (float *)(((uintptr_t)(raw + sizeof(void *)) + 63) & ~(uintptr_t)63);
+    }
+    return pack_buf_;
+}
+
+// ----------------------------------------------------------------------------
+// tiling
+
+typedef struct Tiling {
+    int mt, nt;              // output tile rows (multiple of MR_) and cols (multiple of NR_)
+    int m_tiles, n_tiles;    // tile grid
+    int kc;                  // K block (the last one may be shorter)
+} Tiling;
+
+// choose the tile shape: big tiles amortize packing (each tile repacks its A rows and B cols per K block),
+// but the tile count must split evenly over the threads. Scores each candidate by the rows x cols a thread
+// computes in the slowest share (padding included), inflated by the packing overhead of small tiles.
+static Tiling plan_(int M, int N, int K, int threads) {
+    Tiling t;
+    int n_full = (N + NR_ - 1) / NR_ * NR_;
+    t.nt = n_full < NT_MAX_ ? n_full : NT_MAX_;
+    t.n_tiles = (N + t.nt - 1) / t.nt;
+    // even N tiles: e.g. N = 288 as 160 + 128 rather than 256 + 32
+    t.nt = ((N + t.n_tiles - 1) / t.n_tiles + NR_ - 1) / NR_ * NR_;
+    double best = 1e300;
+    t.mt = MR_;
+    int m_full = (M + MR_ - 1) / MR_ * MR_;
+    for (int mt = MT_MAX_; mt >= MR_; mt -= MR_) {
+        if (mt > m_full) continue;
+        int m_tiles = (M + mt - 1) / mt;
+        int rows = (M + m_tiles - 1) / m_tiles;  // rows of the tiles if spread evenly
+        rows = (rows + MR_ - 1) / MR_ * MR_;
+        long tiles = (long)m_tiles * t.n_tiles;
+        long share = (tiles + threads - 1) / threads;
+        // packing: per tile and K element, A costs ~ rows/8 and B ~ cols/8 micro-kernel steps' worth
+        double cost = (double)share * rows * t.nt * (1.0 + 8.0 / rows + 8.0 / t.nt);
+        if (cost < best * 0.999) {
+            best = cost;
+            t.mt = rows;
+        }
+    }
+    t.m_tiles = (M + t.mt - 1) / t.mt;
+    int k_blocks = (K + KC_ - 1) / KC_;
+    t.kc = (K + k_blocks - 1) / k_blocks;
+    t.kc = (t.kc + 7) / 8 * 8;
+    if (t.kc > KC_) t.kc = KC_;
+    return t;
+}
+
+// one output tile (rows i_begin.., cols j_begin..) over all of K
+static void compute_tile_(KernelFn kernel, float *buf, float *C, const float *A, const float *B, int M, int N,
+                          int K, int transA, int transB, int accumulate, int i_begin, int i_end, int j_begin,
+                          int j_end, int kc_max, int a_packed) {
+    float *apack = buf, *bpack = buf + APACK_FLOATS_;
+    int m_panels = (i_end - i_begin + MR_ - 1) / MR_, n_panels = (j_end - j_begin + NR_ - 1) / NR_;
+    for (int k0 = 0; k0 < K; k0 += kc_max) {
+        int kc = K - k0 < kc_max ? K - k0 : kc_max;
+        // the first K block overwrites C unless accumulating; later blocks add on
+        int load_c = accumulate || k0 > 0;
+        // apack: m_panels x (kc, MR_); bpack: n_panels x (kc, NR_)
+        if (a_packed) {
+            // apack already holds these rows over all of K (one K block), packed by the previous tile
+        } else if (transA) {
+            pack_rows_contig_(apack, A, (size_t)M, i_begin, i_end, MR_, k0, kc, m_panels);
+        } else {
+            for (int p = 0; p < m_panels; p++) {
+                pack_a_rows_(apack + (size_t)p * MR_ * kc, A, i_end, K, i_begin + p * MR_, k0, kc);
+            }
+        }
+        if (transB) {
+            for (int p = 0; p < n_panels; p++) {
+                pack_b_cols_(bpack + (size_t)p * NR_ * kc, B, j_end, K, j_begin + p * NR_, k0, kc);
+            }
+        } else {
+            pack_rows_contig_(bpack, B, (size_t)N, j_begin, j_end, NR_, k0, kc, n_panels);
+        }
+        for (int p = 0; p < m_panels; p++) {
+            int i0 = i_begin + p * MR_;
+            const float *a_p = apack + (size_t)p * MR_ * kc;
+            int mr = i_end - i0 < MR_ ? i_end - i0 : MR_;
+            for (int q = 0; q < n_panels; q++) {
+                int j0 = j_begin + q * NR_;
+                const float *b_p = bpack + (size_t)q * NR_ * kc;
+                int nr = j_end - j0 < NR_ ? j_end - j0 : NR_;
+                float *c_ij = C + (size_t)i0 * N + j0;
+                if (mr == MR_ && nr == NR_) {
+                    kernel(kc, a_p, b_p, c_ij, (size_t)N, load_c);
+                } else {
+                    // edge: run the full-size kernel on a local tile, copy back only the valid part
+                    float tile[MR_ * NR_];
+                    memset(tile, 0, sizeof tile);
+                    if (load_c) {
+                        for (int i = 0; i < mr; i++) memcpy(tile + i * NR_, c_ij + (size_t)i * N, nr * sizeof(float));
+                    }
+                    kernel(kc, a_p, b_p, tile, NR_, load_c);
+                    for (int i = 0; i < mr; i++) memcpy(c_ij + (size_t)i * N, tile + i * NR_, nr * sizeof(float));
                 }
-                kernel(kc, a_p, b_p, tile, NR_, load_c);
-                for (int i = 0; i < mr; i++) memcpy(c_ij + (size_t)i * N, tile + i * NR_, nr * sizeof(float));
             }
         }
     }
@@ -226,39 +394,32 @@ void matmul(float *C, const float *A, const float *B, int M, int N, int K, int t
 #ifdef HAVE_SIMD_KERNEL_
     if (!force_portable_) kernel = kernel_simd_;
 #endif
-    int m_panels = (M + MR_ - 1) / MR_, n_panels = (N + NR_ - 1) / NR_;
-    int kc_max = K < KC_ ? K : KC_;
-    size_t a_floats = (size_t)m_panels * MR_ * kc_max, b_floats = (size_t)n_panels * NR_ * kc_max;
-    void *raw = xmalloc((a_floats + b_floats) * sizeof(float) + 128);
-    float *apack = align64_(raw);
-    float *bpack = apack + ((a_floats + 15) & ~(size_t)15);  // stays 64-byte aligned
-    int m_tiles = (M + MC_ - 1) / MC_, n_tiles = (N + NC_ - 1) / NC_, tiles = m_tiles * n_tiles;
-
-    for (int k0 = 0; k0 < K; k0 += KC_) {
-        int kc = K - k0 < KC_ ? K - k0 : KC_;
-        // the first K block overwrites C unless accumulating; later blocks add on
-        int load_c = accumulate || k0 > 0;
-        double flops = 2.0 * M * N * kc;
-        (void)flops;  // unused without OpenMP
-#pragma omp parallel if (flops > PAR_FLOPS_)
-        {
-            // the two packs are independent: no barrier between them, one before the compute
-#pragma omp for schedule(static) nowait
-            for (int p = 0; p < m_panels; p++) {
-                pack_a_(apack + (size_t)p * MR_ * kc, A, M, K, transA, p * MR_, k0, kc);
-            }
+    int threads = 1;
+#ifdef _OPENMP
+    if (2.0 * M * N * K > PAR_FLOPS_ && !omp_in_parallel()) threads = omp_get_max_threads();
+#endif
+    Tiling t = plan_(M, N, K, threads);
+    int tiles = t.m_tiles * t.n_tiles;
+#pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+        float *buf = thread_pack_buf_();
+        int last_ti = -1;  // tile row whose A block this thread's apack holds (when K is a single block)
+        // static: contiguous runs of tiles per thread, no shared counter; which thread computes a tile
+        // never changes its result
 #pragma omp for schedule(static)
-            for (int p = 0; p < n_panels; p++) {
-                pack_b_(bpack + (size_t)p * NR_ * kc, B, N, K, transB, p * NR_, k0, kc);
-            }
-            // dynamic: edge tiles are smaller; which thread computes a tile never changes its result
-#pragma omp for schedule(dynamic, 1)
-            for (int t = 0; t < tiles; t++) {
-                compute_tile_(kernel, C, apack, bpack, M, N, kc, t / n_tiles, t % n_tiles, load_c);
-            }
+        for (int tile = 0; tile < tiles; tile++) {
+            int ti = tile / t.n_tiles, tj = tile % t.n_tiles;
+            int i_begin = ti * t.mt, j_begin = tj * t.nt;
+            int i_end = i_begin + t.mt < M ? i_begin + t.mt : M;
+            int j_end = j_begin + t.nt < N ? j_begin + t.nt : N;
+            // static schedule: a thread's tiles are consecutive, so a run of tiles shares its tile row and,
+            // when all of K is one block, its packed A (the LM head forward: 32 column tiles per row)
+            int a_packed = ti == last_ti && K <= t.kc;
+            compute_tile_(kernel, buf, C, A, B, M, N, K, transA, transB, accumulate, i_begin, i_end, j_begin, j_end,
+                          t.kc, a_packed);
+            last_ti = ti;
         }
     }
-    free(raw);
 }
 
 void matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int BT, int C, int OC) {

@@ -1,16 +1,62 @@
 /*
  * Softmax cross-entropy with ignore index (see xent.h).
  *
- * Numerics: each row subtracts its maximum before exponentiating (so no logit can overflow expf,
- * however large), sums the exponentials in double, and caches max and logsum = log(sum) separately (see xent.h). The
- * loss, max + logsum - logit[target], is formed in double before rounding to float, so logits around
- * +-1e4 still give the right loss. Rows are independent, so the row loops run in parallel; the mean is summed
- * serially in row order so it does not depend on the thread count.
+ * Numerics: each row subtracts its maximum before exponentiating (so no logit can overflow exp,
+ * however large), sums the exponentials in double (16 lanes in a fixed order, see row_sumexp_), and
+ * caches max and logsum = log(sum) separately (see xent.h). The loss, max + logsum - logit[target], is
+ * formed in double before rounding to float, so logits around +-1e4 still give the right loss. Rows
+ * are independent, so the row loops run in parallel; the mean is summed serially in row order so it
+ * does not depend on the thread count. exp is fast_expf_ (nn/fastmath.h): vectorised, <= 2 ulp, and
+ * its arguments here are all <= 0 up to rounding, where it is exact in range and 0 below -87.3.
  */
 #include "nn/xent.h"
 
 #include <math.h>
 #include <stddef.h>
+
+#include "nn/fastmath.h"
+
+#define XENT_LANES_ 16  // one AVX-512 vector of floats; the fixed lane split of the row sums
+
+// max of row (V,), V >= 1: 16 running maxima (lane u sees i = u, u+16, ...), folded at the end. max is
+// exact and order-independent (up to the sign of tied zeros), so this is only a form gcc vectorises:
+// "a > b ? a : b" is exactly x86 maxps, but one serial running max is a chain it will not reorder.
+static float row_max_(const float *row, int V) {
+    float m[XENT_LANES_];
+    for (int u = 0; u < XENT_LANES_; u++) m[u] = row[0];
+    int i = 0;
+    for (; i + XENT_LANES_ <= V; i += XENT_LANES_) {
+        // kept a loop (not unrolled into 16 scalar chains) so that it becomes one vector operation
+#pragma GCC unroll 1
+        for (int u = 0; u < XENT_LANES_; u++) m[u] = row[i + u] > m[u] ? row[i + u] : m[u];
+    }
+    for (int u = 0; i + u < V; u++) m[u] = row[i + u] > m[u] ? row[i + u] : m[u];
+    float maxval = m[0];
+    for (int u = 1; u < XENT_LANES_; u++) maxval = m[u] > maxval ? m[u] : maxval;
+    return maxval;
+}
+
+// sum(exp(row - maxval)) over row (V,), in double: 16 double partial sums (lane u takes i = u, u+16,
+// ...; the tail goes to lanes 0..V%16-1), added in a fixed tree. The order depends only on V, so the
+// result is the same for any thread count; double lanes keep the sum exact to ~1e-16 relative, as the
+// serial double sum did.
+static double row_sumexp_(const float *row, float maxval, int V) {
+    double acc[XENT_LANES_] = {0};
+    int i = 0;
+    for (; i + XENT_LANES_ <= V; i += XENT_LANES_) {
+        // two loops, each kept a loop (not unrolled into 16 scalar chains), each one vector operation
+        float e[XENT_LANES_];
+#pragma GCC unroll 1
+        for (int u = 0; u < XENT_LANES_; u++) e[u] = fast_expf_(row[i + u] - maxval);
+#pragma GCC unroll 1
+        for (int u = 0; u < XENT_LANES_; u++) acc[u] += (double)e[u];
+    }
+    for (int u = 0; i + u < V; u++) acc[u] += (double)fast_expf_(row[i + u] - maxval);
+    for (int w = XENT_LANES_ / 2; w >= 1; w /= 2) {
+        for (int u = 0; u < w; u++) acc[u] += acc[u + w];
+    }
+    return acc[0];
+}
 
 static inline int target_valid_(int t, int V) { return t >= 0 && t < V; }
 
@@ -43,11 +89,9 @@ int crossentropy_forward(float *losses, float *stats, double *mean_loss,
             continue;
         }
         const float *logits_n = logits + (size_t)n * V;
-        // start from the first logit, not from a made-up "very negative" constant
-        float maxval = logits_n[0];
-        for (int i = 1; i < V; i++) maxval = logits_n[i] > maxval ? logits_n[i] : maxval;
-        double sum = 0.0;
-        for (int i = 0; i < V; i++) sum += expf(logits_n[i] - maxval);
+        // starts from the first logit, not from a made-up "very negative" constant
+        float maxval = row_max_(logits_n, V);
+        double sum = row_sumexp_(logits_n, maxval, V);
         double logsum = log(sum);  // sum >= 1 (the max contributes exp(0)), so logsum >= 0 is finite
         stats[2 * n] = maxval;
         stats[2 * n + 1] = (float)logsum;
@@ -83,7 +127,7 @@ void crossentropy_backward(float *dlogits,
         // maxval + logsum is the log-sum-exp, whose derivative w.r.t. logit_i is softmax_i
         // (maxval itself cancels out), and d logits_n[t] / d logit_i = [i == t]
         for (int i = 0; i < V; i++) {
-            float p = expf((logits_n[i] - maxval) - logsum);
+            float p = fast_expf_((logits_n[i] - maxval) - logsum);
             dlogits_n[i] += (p - (i == t ? 1.0f : 0.0f)) * scale;
         }
     }
@@ -106,7 +150,7 @@ void crossentropy_backward_inplace(float *logits,
         float maxval = stats[2 * n], logsum = stats[2 * n + 1];
         // the same gradient as crossentropy_backward; each element is read once, then replaced
         for (int i = 0; i < V; i++) {
-            float p = expf((row[i] - maxval) - logsum);
+            float p = fast_expf_((row[i] - maxval) - logsum);
             row[i] = (p - (i == t ? 1.0f : 0.0f)) * scale;
         }
     }

@@ -1,0 +1,172 @@
+#!/usr/bin/python3
+"""PyTorch fp32 reference for bench/train_speed.sh: the seqtrain benchmark model, trained on random tokens.
+
+Model (same shapes and ops as bench/configs/speed_rope.json): token embedding (V, C), n_layers pre-LN blocks
+  x += Wo · attn(rope(Wq·ln1(x)), rope(Wk·ln1(x)), Wv·ln1(x))   q/k/v: C -> H·D = 2C, no bias; Wo: 2C -> C
+  x += W2 · gelu_erf(W1 · ln2(x) + b1) + b2                       C -> 4C -> C
+then a final LayerNorm (with bias) and the tied head (logits = x · E^T), mean cross-entropy, global grad-norm
+clip 1.0, AdamW. RoPE uses the half layout: channel pairs (i, i + D/2), omega_i = base^(-2i/D).
+
+torch 1.13 has no fused attention, so attention is the masked matmul -> softmax -> matmul formulation; the
+--attn / --qkv variants pick between equivalent formulations (all exact), --variant auto times each for a
+few steps and keeps the fastest. BLAS choice (OpenBLAS build, OPENBLAS_CORETYPE) is made by the caller's
+environment before this process starts.
+
+Prints one line:  torch_train: tokens_per_s=<median over the timed steps> best=<fastest step> ...
+"""
+import argparse
+import math
+import os
+import statistics
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Block(nn.Module):
+    def __init__(self, C, H, D, ratio, fused_qkv, attn):
+        super().__init__()
+        self.H, self.D, self.fused, self.attn = H, D, fused_qkv, attn
+        self.ln1 = nn.LayerNorm(C)
+        if fused_qkv:
+            self.qkv = nn.Linear(C, 3 * H * D, bias=False)
+        else:
+            self.q = nn.Linear(C, H * D, bias=False)
+            self.k = nn.Linear(C, H * D, bias=False)
+            self.v = nn.Linear(C, H * D, bias=False)
+        self.o = nn.Linear(H * D, C, bias=False)
+        self.ln2 = nn.LayerNorm(C)
+        self.fc = nn.Linear(C, int(round(ratio * C)))
+        self.proj = nn.Linear(int(round(ratio * C)), C)
+
+    def forward(self, x, cos, sin, mask):
+        B, T, _ = x.shape
+        H, D = self.H, self.D
+        h = self.ln1(x)
+        if self.fused:
+            q, k, v = self.qkv(h).split(H * D, dim=-1)
+        else:
+            q, k, v = self.q(h), self.k(h), self.v(h)
+        # (B, T, H·D) -> (B, H, T, D)
+        q, k, v = (t.view(B, T, H, D).transpose(1, 2) for t in (q, k, v))
+        q, k = rope_half(q, cos, sin), rope_half(k, cos, sin)
+        scale = 1.0 / math.sqrt(D)
+        if self.attn == "baddbmm":
+            # scores = mask + scale · q k^T in one BLAS call (mask is 0 / -inf, broadcast over B·H)
+            qf = q.reshape(B * H, T, D)
+            kf = k.reshape(B * H, T, D)
+            s = torch.baddbmm(mask, qf, kf.transpose(1, 2), beta=1.0, alpha=scale)
+            p = torch.softmax(s, dim=-1)
+            y = torch.bmm(p, v.reshape(B * H, T, D)).view(B, H, T, D)
+        else:  # "matmul": scale q, matmul, masked_fill
+            s = (q * scale) @ k.transpose(-2, -1)
+            s = s.masked_fill(mask != 0, float("-inf"))
+            y = torch.softmax(s, dim=-1) @ v
+        y = y.transpose(1, 2).reshape(B, T, H * D)
+        x = x + self.o(y)
+        x = x + self.proj(F.gelu(self.fc(self.ln2(x))))  # exact (erf) GELU
+        return x
+
+
+def rope_half(x, cos, sin):
+    """Rotary embedding, half layout: pairs (i, i + D/2). cos/sin: (T, D/2)."""
+    d2 = x.shape[-1] // 2
+    x1, x2 = x[..., :d2], x[..., d2:]
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+
+class LM(nn.Module):
+    def __init__(self, V, C, L, H, D, ratio, T, fused_qkv, attn, rope_base=10000.0):
+        super().__init__()
+        self.emb = nn.Embedding(V, C)
+        nn.init.normal_(self.emb.weight, std=0.02)
+        self.blocks = nn.ModuleList(Block(C, H, D, ratio, fused_qkv, attn) for _ in range(L))
+        self.lnf = nn.LayerNorm(C)
+        inv = rope_base ** (-torch.arange(0, D // 2, dtype=torch.float64) * 2.0 / D)
+        ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
+        self.register_buffer("cos", torch.cos(ang).float())
+        self.register_buffer("sin", torch.sin(ang).float())
+        # additive causal mask: 0 on/below the diagonal, -inf above
+        self.register_buffer("mask", torch.full((T, T), float("-inf")).triu(1))
+
+    def forward(self, idx, targets):
+        x = self.emb(idx)
+        for b in self.blocks:
+            x = b(x, self.cos, self.sin, self.mask)
+        logits = self.lnf(x) @ self.emb.weight.t()  # tied head
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def run(args, fused, attn, steps, warmup):
+    """Trains `warmup + steps` steps; returns the per-step tokens/s of the timed steps."""
+    torch.manual_seed(1337)
+    m = LM(args.vocab, args.d_model, args.layers, args.heads, args.head_dim, args.mlp_ratio, args.seq_len,
+           fused, attn)
+    # weight decay on matrices only, like seqtrain's default grouping
+    decay = [p for n, p in m.named_parameters() if p.dim() >= 2 and not n.startswith("emb")]
+    other = [p for n, p in m.named_parameters() if not (p.dim() >= 2 and not n.startswith("emb"))]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],
+                            lr=3e-4, foreach=args.foreach)
+    g = torch.Generator().manual_seed(0)
+    B, T = args.batch_size, args.seq_len
+    rates = []
+    for step in range(warmup + steps):
+        tok = torch.randint(0, args.vocab, (B, T + 1), generator=g)
+        t0 = time.perf_counter()
+        loss = m(tok[:, :-1].contiguous(), tok[:, 1:].contiguous())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
+        opt.step()
+        dt = time.perf_counter() - t0
+        if step >= warmup:
+            rates.append(B * T / dt)
+    return rates
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=10, help="timed steps")
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--vocab", type=int, default=8192)
+    ap.add_argument("--d-model", type=int, default=256)
+    ap.add_argument("--layers", type=int, default=6)
+    ap.add_argument("--heads", type=int, default=8)
+    ap.add_argument("--head-dim", type=int, default=64)
+    ap.add_argument("--mlp-ratio", type=float, default=4.0)
+    ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--seq-len", type=int, default=512)
+    ap.add_argument("--qkv", choices=["fused", "separate", "auto"], default="auto")
+    ap.add_argument("--attn", choices=["baddbmm", "matmul", "auto"], default="auto")
+    ap.add_argument("--foreach", type=int, default=1, help="AdamW foreach (multi-tensor) implementation")
+    ap.add_argument("--probe-steps", type=int, default=2, help="timed steps per variant when choosing (auto)")
+    args = ap.parse_args()
+
+    torch.set_num_threads(args.threads)
+    torch.set_num_interop_threads(1)
+
+    variants = [(f, a) for f in ([True, False] if args.qkv == "auto" else [args.qkv == "fused"])
+                for a in (["baddbmm", "matmul"] if args.attn == "auto" else [args.attn])]
+    if len(variants) > 1:
+        probe = {}
+        for f, a in variants:
+            probe[(f, a)] = statistics.median(run(args, f, a, args.probe_steps, 1))
+            print(f"torch_train: probe qkv={'fused' if f else 'separate'} attn={a}: {probe[(f, a)]:.0f} tok/s",
+                  flush=True)
+        fused, attn = max(probe, key=probe.get)
+    else:
+        fused, attn = variants[0]
+
+    rates = run(args, fused, attn, args.steps, args.warmup)
+    blas = os.environ.get("LD_LIBRARY_PATH", "system libblas") or "system libblas"
+    print(f"torch_train: tokens_per_s={statistics.median(rates):.1f} best={max(rates):.1f} steps={len(rates)} "
+          f"threads={torch.get_num_threads()} qkv={'fused' if fused else 'separate'} attn={attn} "
+          f"foreach={args.foreach} torch={torch.__version__} blas={blas} "
+          f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '')}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Training-speed benchmark (not a test): seqtrain vs PyTorch fp32 on the same model, same threads, same
+# machine, in one invocation.
+#
+#   bash bench/train_speed.sh            # STEPS=12 THREADS=2 by default
+#   STEPS=20 bash bench/train_speed.sh
+#
+# Model: bench/configs/speed_rope.json (6 layers, d=256, 8 heads x 64 = 2d attention width, RoPE, GELU MLP
+# 4x, V=8192, tied head, B=8, T=512). seqtrain's tokens/s is the median of log.jsonl's per-step tokens_per_s
+# over the steps after the first 2. bench/torch_train.py trains the same model on random tokens and reports
+# the median per-step tokens/s after 2 warmup steps.
+#
+# PyTorch gets its best setting: Debian's torch calls whatever libblas.so.3 it finds, so the script probes
+# every BLAS build present (system libblas.so.3, OpenBLAS openmp and pthread builds via LD_LIBRARY_PATH)
+# with OPENBLAS_CORETYPE unset and =SkylakeX, keeps the fastest, and lets torch_train.py pick its fastest
+# attention formulation. seqtrain uses no BLAS and runs with OPENBLAS_CORETYPE removed from its environment.
+#
+# Prints a Markdown table (implementation, threads, tokens/s, ratio) and, when build/release/bench/matmul
+# exists (make benches), the matmul kernel's % of the measured fp32 peak at the model's shapes.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+STEPS=${STEPS:-12}
+THREADS=${THREADS:-2}
+CONFIG=bench/configs/speed_rope.json
+PY=/usr/bin/python3                 # Debian's python3 with python3-torch (a pyenv python3 may shadow it)
+LIBDIR=/usr/lib/x86_64-linux-gnu
+RUN_DIR=$(mktemp -d /tmp/seqtrain_speed.XXXXXX)
+trap 'rm -rf "$RUN_DIR"' EXIT
+
+if [ "$STEPS" -le 3 ]; then echo "train_speed: STEPS must be > 3 (the first 2 steps are not timed)" >&2; exit 1; fi
+
+# ---- build and data ------------------------------------------------------------------------------------
+[ -x bin/seqtrain ] || make -j2 tools
+[ -f build/data/wikitext2/train.shard ] || make data
+
+echo "train_speed: $(lscpu | sed -n 's/^Model name: *//p'), nproc $(nproc), load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "train_speed: commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $STEPS steps, $THREADS threads"
+
+# ---- seqtrain ------------------------------------------------------------------------------------------
+echo "train_speed: seqtrain ..."
+env -u OPENBLAS_CORETYPE OMP_NUM_THREADS="$THREADS" bin/seqtrain --config "$CONFIG" \
+    --set run.dir="$RUN_DIR" --set run.name=seqtrain --set train.steps="$STEPS" \
+    --set run.threads="$THREADS" >"$RUN_DIR/seqtrain.out" 2>&1 \
+    || { cat "$RUN_DIR/seqtrain.out" >&2; exit 1; }
+read -r SEQ_TPS SEQ_BEST < <("$PY" - "$RUN_DIR/seqtrain/log.jsonl" <<'EOF'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+tps = [r['tokens_per_s'] for r in rows if r['step'] > 2]
+print(f"{statistics.median(tps):.1f} {max(tps):.1f}")
+EOF
+)
+echo "train_speed: seqtrain median tokens/s = $SEQ_TPS (fastest step $SEQ_BEST)"
+
+# ---- PyTorch: find its fastest BLAS setting -----------------------------------------------------------
+# each candidate: "LD_LIBRARY_PATH|OPENBLAS_CORETYPE" (empty library path = the system's libblas.so.3)
+candidates=("|")
+for lib in openblas-openmp openblas-pthread; do
+    if [ -f "$LIBDIR/$lib/libblas.so.3" ]; then candidates+=("$LIBDIR/$lib|" "$LIBDIR/$lib|SkylakeX"); fi
+done
+if [ ${#candidates[@]} -eq 1 ]; then
+    echo "train_speed: WARNING: no OpenBLAS found (apt-get install libopenblas0-openmp); torch uses $(readlink -f $LIBDIR/libblas.so.3)" >&2
+fi
+
+torch_run() {  # torch_run LIBPATH CORETYPE ARGS... : prints torch_train.py's result line
+    local lib=$1 ct=$2; shift 2
+    env -u OPENBLAS_CORETYPE -u LD_LIBRARY_PATH \
+        ${lib:+LD_LIBRARY_PATH=$lib} ${ct:+OPENBLAS_CORETYPE=$ct} \
+        OMP_NUM_THREADS="$THREADS" OPENBLAS_NUM_THREADS="$THREADS" \
+        "$PY" bench/torch_train.py --threads "$THREADS" "$@" 2>/dev/null | grep '^torch_train: tokens_per_s='
+}
+tps_of() { sed -n 's/.*tokens_per_s=\([0-9.]*\).*/\1/p'; }
+
+best_tps=0 best=""
+for c in "${candidates[@]}"; do
+    lib=${c%%|*} ct=${c#*|}
+    # short probe with a fixed formulation (fused qkv, baddbmm attention)
+    tps=$(torch_run "$lib" "$ct" --qkv fused --attn baddbmm --warmup 1 --steps 2 | tps_of)
+    echo "train_speed: torch probe blas=${lib:-system $(readlink -f $LIBDIR/libblas.so.3)} OPENBLAS_CORETYPE=${ct:-unset}: ${tps:-failed} tok/s"
+    if [ -n "$tps" ] && "$PY" -c "import sys; sys.exit(not float(sys.argv[1]) > float(sys.argv[2]))" "$tps" "$best_tps"; then
+        best_tps=$tps best=$c
+    fi
+done
+lib=${best%%|*} ct=${best#*|}
+echo "train_speed: torch best BLAS: ${lib:-system libblas.so.3}, OPENBLAS_CORETYPE=${ct:-unset}; full run ..."
+TORCH_LINE=$(torch_run "$lib" "$ct" --qkv auto --attn auto --warmup 2 --steps $((STEPS - 2)))
+echo "$TORCH_LINE"
+TORCH_TPS=$(echo "$TORCH_LINE" | tps_of)
+TORCH_BEST=$(echo "$TORCH_LINE" | sed -n 's/.* best=\([0-9.]*\).*/\1/p')
+TORCH_DESC="PyTorch $("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null) fp32 ($(basename "${lib:-libblas}"), OPENBLAS_CORETYPE=${ct:-unset}, $(echo "$TORCH_LINE" | sed -n 's/.*\(qkv=[a-z]*\) \(attn=[a-z]*\).*/\1, \2/p'))"
+
+# ---- table ---------------------------------------------------------------------------------------------
+echo
+# tokens/s = median step; "fastest step" is shown too because a shared machine makes medians noisy
+echo "| implementation | threads | tokens/s (median step) | ratio | fastest step tokens/s | ratio |"
+echo "|---|---|---|---|---|---|"
+"$PY" - "$SEQ_TPS" "$TORCH_TPS" "$SEQ_BEST" "$TORCH_BEST" "$THREADS" "$TORCH_DESC" <<'EOF'
+import sys
+seq, torch_, seq_b, torch_b = map(float, sys.argv[1:5])
+th, desc = sys.argv[5], sys.argv[6]
+print(f"| seqtrain (C11 + OpenMP, fp32) | {th} | {seq:.0f} | {seq / torch_:.2f}x | {seq_b:.0f} | {seq_b / torch_b:.2f}x |")
+print(f"| {desc} | {th} | {torch_:.0f} | 1.00x | {torch_b:.0f} | 1.00x |")
+EOF
+echo
+echo "target: seqtrain >= 3x PyTorch's tokens/s"
+
+# ---- matmul kernel vs peak -----------------------------------------------------------------------------
+if [ -x build/release/bench/matmul ]; then
+    echo
+    echo "matmul kernel (build/release/bench/matmul, OMP_NUM_THREADS=$THREADS):"
+    echo '```'
+    env -u OPENBLAS_CORETYPE OMP_NUM_THREADS="$THREADS" build/release/bench/matmul
+    echo '```'
+else
+    echo "(build/release/bench/matmul not built: make benches)"
+fi
