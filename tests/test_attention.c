@@ -284,6 +284,45 @@ static void test_accumulate_and_null(void) {
     inputs_free_(&in);
 }
 
+// attention_backward_write must equal attention_backward into zeroed buffers, bit for bit, whatever dq/dk/dv
+// held before (they are written, not added to); dfgate and ddecay still accumulate in both
+static void test_backward_write(void) {
+    static const struct { int B, NH, T, HS, W; } shapes[] = {{1, 1, 1, 16, 1}, {2, 2, 37, 16, 9}, {1, 3, 130, 64, 40}};
+    static const int opts[] = {OPT_NONE, OPT_FGATE, OPT_DECAY, OPT_WINDOW, OPT_ALL};
+    GcRng rng = {404};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (size_t oi = 0; oi < sizeof opts / sizeof opts[0]; oi++) {
+            int B = shapes[si].B, NH = shapes[si].NH, T = shapes[si].T, HS = shapes[si].HS;
+            size_t n = (size_t)B * NH * T * HS, nbt = (size_t)B * NH * T;
+            Inputs in;
+            inputs_init_(&in, &rng, B, NH, T, HS, opts[oi], shapes[si].W, 4.0f);
+            float *out = malloc(n * sizeof(float)), *lse = malloc(nbt * sizeof(float)), *dy = randn_(&rng, n, 1.0f);
+            attention_forward(out, lse, in.q, in.k, in.v, &in.o, B, NH, T, HS);
+            size_t sizes[5] = {n, n, n, nbt, (size_t)NH};
+            float *za[5], *wr[5];
+            for (int t = 0; t < 5; t++) {
+                za[t] = calloc(sizes[t], sizeof(float));
+                wr[t] = t < 3 ? randn_(&rng, sizes[t], 100.0f) : calloc(sizes[t], sizeof(float));  // stale dq/dk/dv
+            }
+            attention_backward(za[0], za[1], za[2], za[3], za[4], dy, out, lse, in.q, in.k, in.v, &in.o, B, NH, T, HS);
+            attention_backward_write(wr[0], wr[1], wr[2], wr[3], wr[4], dy, out, lse, in.q, in.k, in.v, &in.o, B, NH, T,
+                                     HS);
+            int same = 1;
+            for (int t = 0; t < 5; t++) same &= memcmp(za[t], wr[t], sizes[t] * sizeof(float)) == 0;
+            CHECK(same, "attention_backward_write == attention_backward into zeros (B%d NH%d T%d HS%d, %s)", B, NH, T,
+                  HS, opt_names_[opts[oi]]);
+            // NULL outputs are skipped there too
+            float *dv_only = randn_(&rng, n, 100.0f);
+            attention_backward_write(NULL, NULL, dv_only, NULL, NULL, dy, out, lse, in.q, in.k, in.v, &in.o, B, NH, T, HS);
+            CHECK(memcmp(dv_only, za[2], n * sizeof(float)) == 0, "backward_write with only dv: the same dv (T%d, %s)", T,
+                  opt_names_[opts[oi]]);
+            free(dv_only);
+            for (int t = 0; t < 5; t++) { free(za[t]); free(wr[t]); }
+            free(out); free(lse); free(dy);
+            inputs_free_(&in);
+        }
+}
+
 // ----------------------------------------------------------------------------
 // long contexts
 
@@ -406,6 +445,7 @@ int main(void) {
     test_forward_reference();
     test_gradcheck();
     test_accumulate_and_null();
+    test_backward_write();
     test_long_context();
 #ifdef _OPENMP
     test_threads();

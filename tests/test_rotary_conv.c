@@ -403,7 +403,48 @@ static void test_threads(void) {
 }
 #endif
 
+// the rotation fused with the (B,T,H,D) <-> (B,H,T,D) head permutation equals rotate-then-permute (forward)
+// and permute-then-inverse-rotate into zeros (backward), bit for bit, for both layouts and both spectra
+static void permute_(float *dst, const float *src, int B, int T, int H, int D, int to_heads) {
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < H; h++) {
+                size_t bthd = (((size_t)b * T + t) * H + h) * D, bhtd = (((size_t)b * H + h) * T + t) * D;
+                memcpy(dst + (to_heads ? bhtd : bthd), src + (to_heads ? bthd : bhtd), (size_t)D * sizeof(float));
+            }
+}
+
+static void test_rotary_heads(void) {
+    int B = 2, T = 37, H = 3, D = 16;
+    size_t n = (size_t)B * T * H * D;
+    GcRng r = {707};
+    float *x = randn_(&r, n, 1.0f), *freqs = randn_(&r, (size_t)H * D / 2, 0.3f);
+    float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float)), *c = malloc(n * sizeof(float));
+    for (int layout = 0; layout < 2; layout++)
+        for (int explicit_freqs = 0; explicit_freqs < 2; explicit_freqs++) {
+            RotaryCfg cfg = {layout ? ROTARY_HALF : ROTARY_INTERLEAVED, 500.0f, explicit_freqs ? freqs : NULL};
+            RotaryTable tab;
+            rotary_table_init(&tab, &cfg, 5, T, H, D);
+            rotary_forward_table(a, x, &tab, B);
+            permute_(b, a, B, T, H, D, 1);
+            rotary_forward_heads_table(c, x, &tab, B);
+            CHECK(memcmp(b, c, n * sizeof(float)) == 0, "rotary_forward_heads_table == rotate then permute (%s, %s)",
+                  layout ? "half" : "interleaved", explicit_freqs ? "explicit freqs" : "base");
+            // backward: dout in (B,H,T,D); reference = permute back, then inverse-rotate into zeros
+            permute_(a, x, B, T, H, D, 0);  // reuse x as a (B,H,T,D) gradient, laid out as (B,T,H,D) here
+            memset(b, 0, n * sizeof(float));
+            rotary_backward_table(b, a, &tab, B);
+            for (size_t i = 0; i < n; i++) c[i] = 1e30f;  // stale values must be overwritten, not added to
+            rotary_backward_heads_table(c, x, &tab, B);
+            CHECK(memcmp(b, c, n * sizeof(float)) == 0, "rotary_backward_heads_table == permute then R^T (%s, %s)",
+                  layout ? "half" : "interleaved", explicit_freqs ? "explicit freqs" : "base");
+            rotary_table_free(&tab);
+        }
+    free(x); free(freqs); free(a); free(b); free(c);
+}
+
 int main(void) {
+    test_rotary_heads();
     test_rotary_gradcheck();
     test_rotary_properties();
     test_rotary_long_reference();

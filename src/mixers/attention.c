@@ -166,6 +166,10 @@ static int att_params_(const MixerSpec *s, ParamTable *pt, const char *prefix, i
 // ----------------------------------------------------------------------------
 // saved activations, in floats, laid out one after another (BT = B*T)
 
+static int att_rotates_(const AttentionOpts *o) {
+    return o->pos_kind == POS_ROPE || o->pos_kind == POS_DECAYED_ROPE || o->pos_kind == POS_SC_ROPE;
+}
+
 typedef struct AttActs {
     float *q_lin, *k_lin;   // (B,T,HD) pre-norm q, k (qk_norm only)
     float *q_rstd, *k_rstd; // (B*T*H,) (qk_norm only)
@@ -175,6 +179,8 @@ typedef struct AttActs {
     float *o_lin;           // (B,T,HD) input of the output projection
     float *fg_pre;          // (B,T,H) forget-gate pre-activations (fox)
     float *fg_cum;          // (B,H,T) F = cumsum logsigmoid (fox)
+    float *rope_cos, *rope_sin;  // (T, H or 1, D/2) the forward's rotary table, reused by the backward
+                                 //   (building it costs T·D/2 double cos and sin)
 } AttActs;
 
 static size_t att_layout_(const AttentionOpts *o, int B, int T, float *base, AttActs *a) {
@@ -193,6 +199,9 @@ static size_t att_layout_(const AttentionOpts *o, int B, int T, float *base, Att
     TAKE_(o_lin, big, 1);
     TAKE_(fg_pre, heads, o->pos_kind == POS_FOX);
     TAKE_(fg_cum, heads, o->pos_kind == POS_FOX);
+    size_t rope_n = (size_t)T * (o->pos_kind == POS_SC_ROPE ? o->H : 1) * (o->D / 2);  // as rotary_table_init
+    TAKE_(rope_cos, rope_n, att_rotates_(o));
+    TAKE_(rope_sin, rope_n, att_rotates_(o));
 #undef TAKE_
     return n;
 }
@@ -230,10 +239,6 @@ static RotaryCfg att_rotary_(const AttentionOpts *o) {
     return rc;
 }
 
-static int att_rotates_(const AttentionOpts *o) {
-    return o->pos_kind == POS_ROPE || o->pos_kind == POS_DECAYED_ROPE || o->pos_kind == POS_SC_ROPE;
-}
-
 static AttnOpts att_kernel_opts_(const AttentionOpts *o, const AttActs *a) {
     AttnOpts k = {0};
     k.scale = 1.0f / sqrtf((float)o->D);
@@ -258,8 +263,16 @@ static void att_forward_(Mixer *m, float *y, const float *x, int B, int T) {
     const float *wqkv = mixer_param(m, o->k_wqkv);
     const float *bqkv = o->bias ? mixer_param(m, o->k_bqkv) : NULL;
     float *lin = m->scratch;                   // (BT,HD) one projection at a time
-    float *rot = m->scratch + (size_t)BT * HD; // (BT,HD) normalised/rotated copy
+    float *rot = m->scratch + (size_t)BT * HD; // (BT,HD) normalised copy (qk_norm)
     RotaryCfg rc = att_rotary_(o);
+    // one cos/sin table for q and k (same positions), instead of one per rotary_forward call
+    RotaryTable tab;
+    if (att_rotates_(o)) {
+        rotary_table_init(&tab, &rc, 0, T, H, D);
+        size_t n = (size_t)T * (tab.head_stride ? H : 1) * (D / 2);
+        memcpy(a.rope_cos, tab.cos, n * sizeof(float));
+        memcpy(a.rope_sin, tab.sin, n * sizeof(float));
+    }
     float *dst[3] = {a.qh, a.kh, a.vh};
     for (int part = 0; part < 3; part++) {
         // part 0 = q, 1 = k, 2 = v: rows [part*HD, (part+1)*HD) of wqkv
@@ -272,11 +285,13 @@ static void att_forward_(Mixer *m, float *y, const float *x, int B, int T) {
             cur = rot;
         }
         if (part < 2 && att_rotates_(o)) {
-            rotary_forward(rot, cur, &rc, 0, B, T, H, D);
-            cur = rot;
+            // rotate and permute to (B,H,T,D) in one pass
+            rotary_forward_heads_table(dst[part], cur, &tab, B);
+        } else {
+            to_heads_(dst[part], cur, B, T, H, D);
         }
-        to_heads_(dst[part], cur, B, T, H, D);
     }
+    if (att_rotates_(o)) rotary_table_free(&tab);
     if (o->pos_kind == POS_FOX) {
         // a = x W_f^T + b_f (B,T,H); F[b,h,t] = sum_{s<=t} logsigmoid(a[b,s,h])
         matmul_forward(a.fg_pre, x, mixer_param(m, o->k_fw), mixer_param(m, o->k_fb), BT, C, H);
@@ -314,29 +329,32 @@ static void att_backward_(Mixer *m, float *dx, const float *dy, const float *x, 
     float *dF = drot + big, *dfg = dF + (size_t)BT * H;      // (B,H,T), (B,T,H)
 
     // in the forward pass this was: y = o_lin W_o^T + b_o
-    memset(s0, 0, big * sizeof(float));
-    matmul_backward(s0, mixer_grad(m, o->k_wo), o->bias ? mixer_grad(m, o->k_bo) : NULL, dy, a.o_lin,
+    // dO (BT,HD) = dy (BT,C) @ W_o (C,HD), written directly (no zeroing pass); the weight gradients accumulate
+    matmul(s0, dy, mixer_param(m, o->k_wo), BT, HD, C, 0, 0, 0);
+    matmul_backward(NULL, mixer_grad(m, o->k_wo), o->bias ? mixer_grad(m, o->k_bo) : NULL, dy, a.o_lin,
                     mixer_param(m, o->k_wo), BT, HD, C);
     to_heads_(s1, s0, B, T, H, D);  // dO in (B,H,T,D)
-    memset(dqh, 0, 3 * big * sizeof(float));
     if (o->pos_kind == POS_FOX) memset(dF, 0, (size_t)BT * H * sizeof(float));
     AttnOpts ko = att_kernel_opts_(o, &a);
-    attention_backward(dqh, dkh, dvh, o->pos_kind == POS_FOX ? dF : NULL, NULL, s1, a.oh, a.lse, a.qh, a.kh, a.vh,
+    // writes dqh, dkh, dvh (no zeroing pass needed); dF accumulates
+    attention_backward_write(dqh, dkh, dvh, o->pos_kind == POS_FOX ? dF : NULL, NULL, s1, a.oh, a.lse, a.qh, a.kh, a.vh,
                        &ko, B, H, T, D);
 
     float *dwqkv = mixer_grad(m, o->k_wqkv);
     float *dbqkv = o->bias ? mixer_grad(m, o->k_bqkv) : NULL;
     const float *wqkv = mixer_param(m, o->k_wqkv);
-    RotaryCfg rc = att_rotary_(o);
+    // the forward's cos/sin table, kept in the activations (same cfg, positions 0..T-1, H, D)
+    RotaryTable tab = {o->layout, T, H, D, 0, o->pos_kind == POS_SC_ROPE ? D / 2 : 0, a.rope_cos, a.rope_sin};
     const float *dsrc[3] = {dqh, dkh, dvh};
     for (int part = 0; part < 3; part++) {
-        // undo the head permutation, then the rotation, then the norm, then the projection
-        from_heads_(s0, dsrc[part], B, T, H, D);
+        // undo the head permutation, then the rotation (both in one pass when there is one), then the
+        // norm, then the projection
         float *cur = s0;
         if (part < 2 && att_rotates_(o)) {
-            memset(drot, 0, big * sizeof(float));
-            rotary_backward(drot, cur, &rc, 0, B, T, H, D);
+            rotary_backward_heads_table(drot, dsrc[part], &tab, B);  // writes drot (B,T,H,D)
             cur = drot;
+        } else {
+            from_heads_(s0, dsrc[part], B, T, H, D);
         }
         if (part < 2 && o->qk_norm) {
             memset(dlin, 0, big * sizeof(float));

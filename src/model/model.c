@@ -382,10 +382,12 @@ void model_backward(Model *m, int n_norm) {
     // the logits become dlogits in place: the (B,T,V) buffer is the largest activation
     crossentropy_backward_inplace(m->logits, m->xstats, m->targets, n_norm, BT, m->V);
     float *dlogits = m->logits;
-    memset(m->dtmp, 0, BTC * sizeof(float));
     float *dhead = m->tie ? G_(m->k_wte) : G_(m->k_head_w);
     const float *head = m->tie ? P_(m->k_wte) : P_(m->k_head_w);
-    matmul_backward(m->dtmp, dhead, G_(m->k_head_b), dlogits, m->lnf, head, BT, C, m->V);
+    // dtmp (BT,C) = dlogits (BT,V) @ head (V,C), written rather than zeroed and accumulated (one pass
+    // less over the buffer); the weight and bias gradients accumulate as usual
+    matmul(m->dtmp, dlogits, head, BT, C, m->V, 0, 0, 0);
+    matmul_backward(NULL, dhead, G_(m->k_head_b), dlogits, m->lnf, head, BT, C, m->V);
     memset(m->dres, 0, BTC * sizeof(float));
     norm_backward_(m, m->dres, m->dtmp, m->res_out, m->lnf_mean, m->lnf_rstd, m->k_lnf_w, m->k_lnf_b, BT);
     // dres holds d(loss)/d(residual stream) at the output of the current layer, walking down
@@ -394,14 +396,16 @@ void model_backward(Model *m, int n_norm) {
         const LayerParams *lp = &m->lp[l];
         if (m->mlp_kind != MLP_NONE) {
             // in the forward pass this was: next = res_mid + proj(act(fc(norm(res_mid))))
-            memset(m->dact, 0, (size_t)BT * H * sizeof(float));
-            matmul_backward(m->dact, G_(lp->proj_w), G_(lp->proj_b), m->dres, a->act, P_(lp->proj_w), BT, H, C);
+            // dact (BT,H) = dres (BT,C) @ proj_w (C,H) written directly (no memset pass over BT*H floats)
+            matmul(m->dact, m->dres, P_(lp->proj_w), BT, H, C, 0, 0, 0);
+            matmul_backward(NULL, G_(lp->proj_w), G_(lp->proj_b), m->dres, a->act, P_(lp->proj_w), BT, H, C);
             memset(m->dfc, 0, (size_t)BT * F * sizeof(float));
             if (m->mlp_kind == MLP_GELU) gelu_backward(m->dfc, a->fc, m->dact, (size_t)BT * H);
             else if (m->mlp_kind == MLP_RELU) relu_backward(m->dfc, a->fc, m->dact, (size_t)BT * H);
             else swiglu_backward(m->dfc, a->fc, m->dact, BT, H);
-            memset(m->dtmp, 0, BTC * sizeof(float));
-            matmul_backward(m->dtmp, G_(lp->fc_w), G_(lp->fc_b), m->dfc, a->ln2, P_(lp->fc_w), BT, C, F);
+            // dtmp (BT,C) = dfc (BT,F) @ fc_w (F,C), written directly
+            matmul(m->dtmp, m->dfc, P_(lp->fc_w), BT, C, F, 0, 0, 0);
+            matmul_backward(NULL, G_(lp->fc_w), G_(lp->fc_b), m->dfc, a->ln2, P_(lp->fc_w), BT, C, F);
             norm_backward_(m, m->dres, m->dtmp, a->res_mid, a->ln2_mean, a->ln2_rstd, lp->ln2_w, lp->ln2_b, BT);
         }
         // in the forward pass this was: res_mid = res + mixer(norm(res))

@@ -696,6 +696,7 @@ typedef struct BwdScratch_ {
     float *DP;        // (ATTN_BR, ATTN_BC) do.v dots, then scale * ds
     float *dk, *dv;   // (ATTN_BC, HS) gradients of the key tile, added to dk/dv once per key tile
     float dFk[ATTN_BC];  // dF of the key tile
+    float *D;         // (T,) D_i = do_i . out_i of the current head, formed once per query row
 } BwdScratch_;
 
 // The per-row part of the backward for query i against keys j0 + c, c < ATTN_BC, visible for j in [lo, hi):
@@ -793,8 +794,14 @@ static void bwd_row_(float *s, float *dp, float *dFk, float *dF, const HeadOpts_
 // dq, dk, dv, dout, out, q, k, v (T, HS); dF, lse (T,). Returns this head's contribution to ddecay.
 static double backward_head_(float *dq, float *dk, float *dv, float *dF, const float *dout, const float *out,
                              const float *lse, const float *q, const float *k, const float *v,
-                             const HeadOpts_ *ho, int T, int HS, BwdScratch_ *sc) {
+                             const HeadOpts_ *ho, int T, int HS, int overwrite, BwdScratch_ *sc) {
     double ddecay = 0.0;
+    // overwrite: dq collects once per tile pair, so it starts from zero here (the slice stays in cache
+    // for the tile pairs that follow); dk, dv are stored once per key tile below instead of added
+    if (overwrite && dq) memset(dq, 0, (size_t)T * HS * sizeof(float));
+    // D_i = sum_j p_ij dp_ij with dp_ij = E_ij do_i.v_j, which equals do_i . out_i since
+    // out_i = sum_j p_ij E_ij v_j (also with the post-softmax decay); every key tile of row i needs it
+    for (int i = 0; i < T; i++) sc->D[i] = row_dot_(dout + (size_t)i * HS, out + (size_t)i * HS, HS);
     for (int j0 = 0; j0 < T; j0 += ATTN_BC) {
         int nc = T - j0 < ATTN_BC ? T - j0 : ATTN_BC;
         // queries that see some key of this tile: i >= j0, and i - W < j0 + nc - 1 with a window
@@ -817,9 +824,7 @@ static double backward_head_(float *dq, float *dk, float *dv, float *dF, const f
                 int i = i0 + r, lo, hi;
                 visible_range_(&lo, &hi, i, j0, nc, ho->W);
                 float *s = sc->S + (size_t)r * ATTN_BC, *dp = sc->DP + (size_t)r * ATTN_BC;
-                // D_i = sum_j p_ij dp_ij with dp_ij = E_ij do_i.v_j, which equals do_i . out_i since
-                // out_i = sum_j p_ij E_ij v_j (also with the post-softmax decay)
-                float D = row_dot_(dout + (size_t)i * HS, out + (size_t)i * HS, HS);
+                float D = sc->D[i];
                 if (ho->has_decay) ddecay += bwd_row_decay_(s, dp, sc->dFk, dF, ho, i, j0, lo, hi, lse[i], D);
                 else bwd_row_(s, dp, sc->dFk, dF, ho, i, j0, lo, hi, lse[i], D);
             }
@@ -837,10 +842,12 @@ static double backward_head_(float *dq, float *dk, float *dv, float *dF, const f
         }
         for (int c = 0; c < nc; c++) {
             size_t row = (size_t)(j0 + c) * HS;
-            if (dk) {
+            if (dk && overwrite) memcpy(dk + row, sc->dk + (size_t)c * HS, (size_t)HS * sizeof(float));
+            else if (dk) {
                 for (int d = 0; d < HS; d++) dk[row + d] += sc->dk[(size_t)c * HS + d];
             }
-            if (dv) {
+            if (dv && overwrite) memcpy(dv + row, sc->dv + (size_t)c * HS, (size_t)HS * sizeof(float));
+            else if (dv) {
                 for (int d = 0; d < HS; d++) dv[row + d] += sc->dv[(size_t)c * HS + d];
             }
             if (dF) dF[j0 + c] += sc->dFk[c];
@@ -849,10 +856,11 @@ static double backward_head_(float *dq, float *dk, float *dv, float *dF, const f
     return ddecay;
 }
 
-void attention_backward(float *dq, float *dk, float *dv, float *dfgate, float *ddecay,
-                        const float *dout, const float *out, const float *lse,
-                        const float *q, const float *k, const float *v, const AttnOpts *o,
-                        int B, int NH, int T, int HS) {
+// attention_backward (overwrite = 0) and attention_backward_write (overwrite = 1)
+static void attention_backward_(float *dq, float *dk, float *dv, float *dfgate, float *ddecay,
+                                const float *dout, const float *out, const float *lse,
+                                const float *q, const float *k, const float *v, const AttnOpts *o,
+                                int B, int NH, int T, int HS, int overwrite) {
     // dq, dk, dv are (B,NH,T,HS), dfgate is (B,NH,T), ddecay is (NH,): accumulated into, may be NULL
     // dout, out are (B,NH,T,HS); lse is (B,NH,T); q, k, v are (B,NH,T,HS)
     if (!o->fgate) dfgate = NULL;
@@ -863,13 +871,14 @@ void attention_backward(float *dq, float *dk, float *dv, float *dfgate, float *d
     {
         BwdScratch_ sc;
         size_t tile_hs = (size_t)HS * ATTN_BC, tile_sq = (size_t)ATTN_BR * ATTN_BC;
-        float *buf = scratch_alloc_(4 * tile_hs + 2 * tile_sq);
+        float *buf = scratch_alloc_(4 * tile_hs + 2 * tile_sq + (size_t)T);
         sc.kt = buf;
         sc.vt = sc.kt + tile_hs;
         sc.dk = sc.vt + tile_hs;
         sc.dv = sc.dk + tile_hs;
         sc.S = sc.dv + tile_hs;
         sc.DP = sc.S + tile_sq;
+        sc.D = sc.DP + tile_sq;
         // every head is the same amount of work
         #pragma omp for schedule(dynamic, 1)
         for (int bh = 0; bh < B * NH; bh++) {
@@ -877,7 +886,7 @@ void attention_backward(float *dq, float *dk, float *dv, float *dfgate, float *d
             HeadOpts_ ho = head_opts_(o, bh / NH, bh % NH, NH, T);
             double dd = backward_head_(dq ? dq + off : NULL, dk ? dk + off : NULL, dv ? dv + off : NULL,
                                        dfgate ? dfgate + (size_t)bh * T : NULL, dout + off, out + off,
-                                       lse + (size_t)bh * T, q + off, k + off, v + off, &ho, T, HS, &sc);
+                                       lse + (size_t)bh * T, q + off, k + off, v + off, &ho, T, HS, overwrite, &sc);
             if (dd_bh) dd_bh[bh] = dd;
         }
         free(buf);
@@ -890,4 +899,18 @@ void attention_backward(float *dq, float *dk, float *dv, float *dfgate, float *d
         }
         free(dd_bh);
     }
+}
+
+void attention_backward(float *dq, float *dk, float *dv, float *dfgate, float *ddecay,
+                        const float *dout, const float *out, const float *lse,
+                        const float *q, const float *k, const float *v, const AttnOpts *o,
+                        int B, int NH, int T, int HS) {
+    attention_backward_(dq, dk, dv, dfgate, ddecay, dout, out, lse, q, k, v, o, B, NH, T, HS, 0);
+}
+
+void attention_backward_write(float *dq, float *dk, float *dv, float *dfgate, float *ddecay,
+                              const float *dout, const float *out, const float *lse,
+                              const float *q, const float *k, const float *v, const AttnOpts *o,
+                              int B, int NH, int T, int HS) {
+    attention_backward_(dq, dk, dv, dfgate, ddecay, dout, out, lse, q, k, v, o, B, NH, T, HS, 1);
 }

@@ -55,6 +55,14 @@ void attention_backward(float *dq, float *dk, float *dv, float *dfgate, float *d
                         const float *q, const float *k, const float *v, const AttnOpts *o,
                         int B, int NH, int T, int HS);
 
+// attention_backward, except that dq, dk, dv (those not NULL) are WRITTEN (=, not +=): the caller
+// needs no zeroing pass over 3·B·NH·T·HS floats (each head's slices are filled while cache-hot).
+// dfgate and ddecay still accumulate. Same values as attention_backward into zeroed buffers.
+void attention_backward_write(float *dq, float *dk, float *dv, float *dfgate, float *ddecay,
+                              const float *dout, const float *out, const float *lse,
+                              const float *q, const float *k, const float *v, const AttnOpts *o,
+                              int B, int NH, int T, int HS);
+
 // slopes (NH,): the standard ALiBi slopes of Press et al. (2022). For NH a power of two, the geometric
 // sequence slopes[h] = 2^(-8(h+1)/NH) (NH = 8: 1/2, 1/4, ..., 1/256). Otherwise, with n = the largest
 // power of two below NH: the n slopes for n heads, followed by the odd-indexed slopes for 2n heads

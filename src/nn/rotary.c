@@ -138,6 +138,64 @@ void rotary_backward_table(float *dinp, const float *dout, const RotaryTable *ta
     }
 }
 
+void rotary_forward_heads_table(float *out, const float *inp, const RotaryTable *tab, int B) {
+    // out is (B,NH,T,HS); inp is (B,T,NH,HS)
+    int T = tab->T, NH = tab->NH, HS = tab->HS, half = HS / 2;
+    size_t row_cs = (size_t)(tab->head_stride ? NH : 1) * half;
+    #pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+            const float *inp_bt = inp + ((size_t)b * T + t) * NH * HS;
+            const float *cos_t = tab->cos + (size_t)t * row_cs;
+            const float *sin_t = tab->sin + (size_t)t * row_cs;
+            for (int h = 0; h < NH; h++) {
+                const float *inp_bth = inp_bt + h * HS;
+                float *out_bht = out + (((size_t)b * NH + h) * T + t) * HS;
+                const float *cos_th = cos_t + h * tab->head_stride;
+                const float *sin_th = sin_t + h * tab->head_stride;
+                for (int i = 0; i < half; i++) {
+                    int i0, i1;
+                    rotary_pair_(tab->layout, HS, i, &i0, &i1);
+                    // the same expressions as rotary_forward_table, so the same bits
+                    float x0 = inp_bth[i0], x1 = inp_bth[i1];
+                    float c = cos_th[i], s = sin_th[i];
+                    out_bht[i0] = x0 * c - x1 * s;
+                    out_bht[i1] = x0 * s + x1 * c;
+                }
+            }
+        }
+    }
+}
+
+void rotary_backward_heads_table(float *dinp, const float *dout, const RotaryTable *tab, int B) {
+    // dinp is (B,T,NH,HS), written; dout is (B,NH,T,HS)
+    int T = tab->T, NH = tab->NH, HS = tab->HS, half = HS / 2;
+    size_t row_cs = (size_t)(tab->head_stride ? NH : 1) * half;
+    #pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+            float *dinp_bt = dinp + ((size_t)b * T + t) * NH * HS;
+            const float *cos_t = tab->cos + (size_t)t * row_cs;
+            const float *sin_t = tab->sin + (size_t)t * row_cs;
+            for (int h = 0; h < NH; h++) {
+                float *dinp_bth = dinp_bt + h * HS;
+                const float *dout_bht = dout + (((size_t)b * NH + h) * T + t) * HS;
+                const float *cos_th = cos_t + h * tab->head_stride;
+                const float *sin_th = sin_t + h * tab->head_stride;
+                for (int i = 0; i < half; i++) {
+                    int i0, i1;
+                    rotary_pair_(tab->layout, HS, i, &i0, &i1);
+                    float dy0 = dout_bht[i0], dy1 = dout_bht[i1];
+                    float c = cos_th[i], s = sin_th[i];
+                    // the transposed (= inverse) rotation, as in rotary_backward_table
+                    dinp_bth[i0] = dy0 * c + dy1 * s;
+                    dinp_bth[i1] = dy1 * c - dy0 * s;
+                }
+            }
+        }
+    }
+}
+
 void rotary_forward(float *out, const float *inp, const RotaryCfg *cfg, int pos0, int B, int T, int NH, int HS) {
     // out, inp are (B,T,NH,HS); out may be inp
     RotaryTable tab;

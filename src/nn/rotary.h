@@ -61,4 +61,12 @@ void rotary_backward(float *dinp, const float *dout, const RotaryCfg *cfg, int p
 void rotary_forward_table(float *out, const float *inp, const RotaryTable *tab, int B);
 void rotary_backward_table(float *dinp, const float *dout, const RotaryTable *tab, int B);
 
+// the rotation fused with the (B,T,NH,HS) -> (B,NH,T,HS) head permutation that an attention kernel wants,
+// one pass instead of two: out (B,NH,T,HS) gets the rows rotary_forward_table would write for inp
+// (B,T,NH,HS), bit for bit. out must not alias inp.
+void rotary_forward_heads_table(float *out, const float *inp, const RotaryTable *tab, int B);
+// its backward: dinp (B,T,NH,HS) = R^T dout for dout (B,NH,T,HS). WRITES dinp (no +=), so the caller
+// needs no zeroing pass; equals rotary_backward_table into a zeroed buffer of the permuted dout.
+void rotary_backward_heads_table(float *dinp, const float *dout, const RotaryTable *tab, int B);
+
 #endif
