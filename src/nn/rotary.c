@@ -75,125 +75,62 @@ static inline void rotary_pair_(int layout, int HS, int i, int *i0, int *i1) {
     }
 }
 
-void rotary_forward_table(float *out, const float *inp, const RotaryTable *tab, int B) {
-    // out, inp are (B,T,NH,HS); out may be inp
+// One walker for all four public variants, specialised by constant flags (always inlined):
+//   inverse     the rotation R (forward) or its transpose R^T = R^{-1} (backward)
+//   in_heads    inp is (B,NH,T,HS) instead of (B,T,NH,HS)       out_heads  likewise for out
+//   accumulate  out += instead of out = (llm.c backward convention)
+// Both reads of a pair happen before either write, which is what makes the in-place forward safe.
+static inline __attribute__((always_inline)) void rotary_apply_(float *out, const float *inp, const RotaryTable *tab,
+                                                                 int B, int inverse, int in_heads, int out_heads,
+                                                                 int accumulate) {
     int T = tab->T, NH = tab->NH, HS = tab->HS, half = HS / 2;
     size_t row_cs = (size_t)(tab->head_stride ? NH : 1) * half;  // table floats per position
     #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < T; t++) {
-            const float *inp_bt = inp + ((size_t)b * T + t) * NH * HS;
-            float *out_bt = out + ((size_t)b * T + t) * NH * HS;
             const float *cos_t = tab->cos + (size_t)t * row_cs;
             const float *sin_t = tab->sin + (size_t)t * row_cs;
             for (int h = 0; h < NH; h++) {
-                const float *inp_bth = inp_bt + h * HS;
-                float *out_bth = out_bt + h * HS;
+                size_t bthd = (((size_t)b * T + t) * NH + h) * HS, bhtd = (((size_t)b * NH + h) * T + t) * HS;
+                const float *x = inp + (in_heads ? bhtd : bthd);
+                float *y = out + (out_heads ? bhtd : bthd);
                 const float *cos_th = cos_t + h * tab->head_stride;
                 const float *sin_th = sin_t + h * tab->head_stride;
                 for (int i = 0; i < half; i++) {
                     int i0, i1;
                     rotary_pair_(tab->layout, HS, i, &i0, &i1);
-                    // both reads happen before either write, which is what makes in place safe
-                    float x0 = inp_bth[i0], x1 = inp_bth[i1];
+                    float x0 = x[i0], x1 = x[i1];
                     float c = cos_th[i], s = sin_th[i];
-                    out_bth[i0] = x0 * c - x1 * s;
-                    out_bth[i1] = x0 * s + x1 * c;
+                    // forward: y0 = x0 c - x1 s, y1 = x0 s + x1 c; its gradient is the transposed rotation
+                    float y0 = inverse ? x0 * c + x1 * s : x0 * c - x1 * s;
+                    float y1 = inverse ? x1 * c - x0 * s : x0 * s + x1 * c;
+                    if (accumulate) {
+                        y[i0] += y0;
+                        y[i1] += y1;
+                    } else {
+                        y[i0] = y0;
+                        y[i1] = y1;
+                    }
                 }
             }
         }
     }
+}
+
+void rotary_forward_table(float *out, const float *inp, const RotaryTable *tab, int B) {
+    rotary_apply_(out, inp, tab, B, 0, 0, 0, 0);  // out, inp (B,T,NH,HS); out may be inp
 }
 
 void rotary_backward_table(float *dinp, const float *dout, const RotaryTable *tab, int B) {
-    // dinp, dout are (B,T,NH,HS)
-    int T = tab->T, NH = tab->NH, HS = tab->HS, half = HS / 2;
-    size_t row_cs = (size_t)(tab->head_stride ? NH : 1) * half;
-    #pragma omp parallel for collapse(2)
-    for (int b = 0; b < B; b++) {
-        for (int t = 0; t < T; t++) {
-            float *dinp_bt = dinp + ((size_t)b * T + t) * NH * HS;
-            const float *dout_bt = dout + ((size_t)b * T + t) * NH * HS;
-            const float *cos_t = tab->cos + (size_t)t * row_cs;
-            const float *sin_t = tab->sin + (size_t)t * row_cs;
-            for (int h = 0; h < NH; h++) {
-                float *dinp_bth = dinp_bt + h * HS;
-                const float *dout_bth = dout_bt + h * HS;
-                const float *cos_th = cos_t + h * tab->head_stride;
-                const float *sin_th = sin_t + h * tab->head_stride;
-                for (int i = 0; i < half; i++) {
-                    int i0, i1;
-                    rotary_pair_(tab->layout, HS, i, &i0, &i1);
-                    float dy0 = dout_bth[i0], dy1 = dout_bth[i1];
-                    float c = cos_th[i], s = sin_th[i];
-                    // in the forward pass this was:
-                    // out_bth[i0] = x0 * c - x1 * s;
-                    // out_bth[i1] = x0 * s + x1 * c;
-                    // so the gradient is the transposed (= inverse) rotation:
-                    dinp_bth[i0] += dy0 * c + dy1 * s;
-                    dinp_bth[i1] += dy1 * c - dy0 * s;
-                }
-            }
-        }
-    }
+    rotary_apply_(dinp, dout, tab, B, 1, 0, 0, 1);  // dinp += R^T dout, both (B,T,NH,HS)
 }
 
 void rotary_forward_heads_table(float *out, const float *inp, const RotaryTable *tab, int B) {
-    // out is (B,NH,T,HS); inp is (B,T,NH,HS)
-    int T = tab->T, NH = tab->NH, HS = tab->HS, half = HS / 2;
-    size_t row_cs = (size_t)(tab->head_stride ? NH : 1) * half;
-    #pragma omp parallel for collapse(2)
-    for (int b = 0; b < B; b++) {
-        for (int t = 0; t < T; t++) {
-            const float *inp_bt = inp + ((size_t)b * T + t) * NH * HS;
-            const float *cos_t = tab->cos + (size_t)t * row_cs;
-            const float *sin_t = tab->sin + (size_t)t * row_cs;
-            for (int h = 0; h < NH; h++) {
-                const float *inp_bth = inp_bt + h * HS;
-                float *out_bht = out + (((size_t)b * NH + h) * T + t) * HS;
-                const float *cos_th = cos_t + h * tab->head_stride;
-                const float *sin_th = sin_t + h * tab->head_stride;
-                for (int i = 0; i < half; i++) {
-                    int i0, i1;
-                    rotary_pair_(tab->layout, HS, i, &i0, &i1);
-                    // the same expressions as rotary_forward_table, so the same bits
-                    float x0 = inp_bth[i0], x1 = inp_bth[i1];
-                    float c = cos_th[i], s = sin_th[i];
-                    out_bht[i0] = x0 * c - x1 * s;
-                    out_bht[i1] = x0 * s + x1 * c;
-                }
-            }
-        }
-    }
+    rotary_apply_(out, inp, tab, B, 0, 0, 1, 0);  // out (B,NH,T,HS) = R inp (B,T,NH,HS)
 }
 
 void rotary_backward_heads_table(float *dinp, const float *dout, const RotaryTable *tab, int B) {
-    // dinp is (B,T,NH,HS), written; dout is (B,NH,T,HS)
-    int T = tab->T, NH = tab->NH, HS = tab->HS, half = HS / 2;
-    size_t row_cs = (size_t)(tab->head_stride ? NH : 1) * half;
-    #pragma omp parallel for collapse(2)
-    for (int b = 0; b < B; b++) {
-        for (int t = 0; t < T; t++) {
-            float *dinp_bt = dinp + ((size_t)b * T + t) * NH * HS;
-            const float *cos_t = tab->cos + (size_t)t * row_cs;
-            const float *sin_t = tab->sin + (size_t)t * row_cs;
-            for (int h = 0; h < NH; h++) {
-                float *dinp_bth = dinp_bt + h * HS;
-                const float *dout_bht = dout + (((size_t)b * NH + h) * T + t) * HS;
-                const float *cos_th = cos_t + h * tab->head_stride;
-                const float *sin_th = sin_t + h * tab->head_stride;
-                for (int i = 0; i < half; i++) {
-                    int i0, i1;
-                    rotary_pair_(tab->layout, HS, i, &i0, &i1);
-                    float dy0 = dout_bht[i0], dy1 = dout_bht[i1];
-                    float c = cos_th[i], s = sin_th[i];
-                    // the transposed (= inverse) rotation, as in rotary_backward_table
-                    dinp_bth[i0] = dy0 * c + dy1 * s;
-                    dinp_bth[i1] = dy1 * c - dy0 * s;
-                }
-            }
-        }
-    }
+    rotary_apply_(dinp, dout, tab, B, 1, 1, 0, 0);  // dinp (B,T,NH,HS) = R^T dout (B,NH,T,HS), written
 }
 
 void rotary_forward(float *out, const float *inp, const RotaryCfg *cfg, int pos0, int B, int T, int NH, int HS) {
