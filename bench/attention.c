@@ -21,12 +21,7 @@
 #endif
 
 #include "nn/attention.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
+#include "core/timer.h"
 
 static int num_threads(void) {
 #ifdef _OPENMP
@@ -139,7 +134,7 @@ static double time_best_(int what, Bufs *bf, float *att, const AttnOpts *o, int 
                          double min_s) {
     double best = 1e30, spent = 0;
     for (int rep = 0; rep < 20 && (spent < min_s || rep < 2); rep++) {
-        double t0 = now_s();
+        double t0 = time_now_s();
         if (what <= 1) attention_forward(bf->out, bf->lse, bf->q, bf->k, bf->v, o, B, NH, T, HS);
         if (what == 1) {
             attention_backward(bf->dq, bf->dk, bf->dv, NULL, NULL, bf->dout, bf->out, bf->lse, bf->q, bf->k, bf->v,
@@ -147,7 +142,7 @@ static double time_best_(int what, Bufs *bf, float *att, const AttnOpts *o, int 
         }
         if (what >= 2) naive_forward_(bf->out, att, bf->q, bf->k, bf->v, o->scale, B, NH, T, HS);
         if (what == 3) naive_backward_(bf->dq, bf->dk, bf->dv, bf->dout, att, bf->q, bf->k, bf->v, o->scale, B, NH, T, HS);
-        double t = now_s() - t0;
+        double t = time_now_s() - t0;
         spent += t;
         if (t < best) best = t;
     }

@@ -19,12 +19,7 @@
 #endif
 
 #include "nn/matmul.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
+#include "core/timer.h"
 
 static int num_threads(void) {
 #ifdef _OPENMP
@@ -81,7 +76,7 @@ static double peak_gflops_(void) {
     long iters = 20000000;
     double best = 0;
     for (int rep = 0; rep < 3; rep++) {
-        double flops = 0, t0 = now_s();
+        double flops = 0, t0 = time_now_s();
         float sinks[256] = {0};
 #pragma omp parallel reduction(+ : flops)
         {
@@ -91,7 +86,7 @@ static double peak_gflops_(void) {
 #endif
             flops += peak_thread_(iters, &sinks[tid]);
         }
-        double t = now_s() - t0;
+        double t = time_now_s() - t0;
         if (sinks[0] == 12345.0f) printf("(sink)\n");
         if (flops / t > best) best = flops / t;
     }
@@ -115,9 +110,9 @@ static double bench_one_(int M, int N, int K, int transA, int transB, int accumu
     matmul(C, A, B, M, N, K, transA, transB, accumulate);  // warm-up: page in buffers, wake threads
     double best = 1e30, spent = 0;
     for (int rep = 0; rep < 50 && (spent < 0.3 || rep < 3); rep++) {
-        double t0 = now_s();
+        double t0 = time_now_s();
         matmul(C, A, B, M, N, K, transA, transB, accumulate);
-        double t = now_s() - t0;
+        double t = time_now_s() - t0;
         spent += t;
         if (t < best) best = t;
     }

@@ -36,6 +36,13 @@ static inline void gc_fill_normal(GcRng *r, float *x, size_t n, float std) {
     for (size_t i = 0; i < n; i++) x[i] = std * gc_normal(r);
 }
 
+// a malloc'd array of n values ~ N(0, std^2)
+static inline float *gc_randn(GcRng *r, size_t n, float std) {
+    float *x = (float *)malloc((n ? n : 1) * sizeof(float));
+    gc_fill_normal(r, x, n, std);
+    return x;
+}
+
 // L = sum(dy * y) in double: the loss whose gradient w.r.t. y is dy
 static inline double gc_dot(const float *dy, const float *y, size_t n) {
     double s = 0;

@@ -33,12 +33,6 @@
 #define GC_RTOL 1e-2
 #define GC_ATOL 2e-3
 
-static float *randn_(GcRng *r, size_t n, float std) {
-    float *x = malloc((n ? n : 1) * sizeof(float));
-    gc_fill_normal(r, x, n, std);
-    return x;
-}
-
 // F (B,NH,T): cumulative sums of log forget gates logsigmoid(a), a ~ N(mu, 1), per (b,h) row
 static float *forget_cumsum_(GcRng *r, int B, int NH, int T, float mu) {
     float *F = malloc((size_t)B * NH * T * sizeof(float));
@@ -124,9 +118,9 @@ typedef struct Inputs {
 static void inputs_init_(Inputs *in, GcRng *r, int B, int NH, int T, int HS, int opt, int W, float slope_mul) {
     size_t n = (size_t)B * NH * T * HS;
     in->B = B; in->NH = NH; in->T = T; in->HS = HS;
-    in->q = randn_(r, n, 1.0f);
-    in->k = randn_(r, n, 1.0f);
-    in->v = randn_(r, n, 1.0f);
+    in->q = gc_randn(r, n, 1.0f);
+    in->k = gc_randn(r, n, 1.0f);
+    in->v = gc_randn(r, n, 1.0f);
     in->F = forget_cumsum_(r, B, NH, T, 2.0f);
     in->slopes = malloc((size_t)NH * sizeof(float));
     alibi_slopes(in->slopes, NH);
@@ -208,7 +202,7 @@ static void test_gradcheck(void) {
         Inputs in;
         // ALiBi slopes x 64 (1/4 and 1/64 per step for NH = 2) so the bias shapes the weights at T = 70
         inputs_init_(&in, &rng, B, NH, T, HS, opt, 20, 64.0f);
-        AttnCtx c = {&in, malloc(n * sizeof(float)), malloc(nbt * sizeof(float)), randn_(&rng, n, 1.0f)};
+        AttnCtx c = {&in, malloc(n * sizeof(float)), malloc(nbt * sizeof(float)), gc_randn(&rng, n, 1.0f)};
         float *dq = calloc(n, sizeof(float)), *dk = calloc(n, sizeof(float)), *dv = calloc(n, sizeof(float));
         float *dF = calloc(nbt, sizeof(float)), *dd = calloc((size_t)NH, sizeof(float));
         attn_loss_(&c);
@@ -248,12 +242,12 @@ static void test_accumulate_and_null(void) {
     GcRng rng = {303};
     Inputs in;
     inputs_init_(&in, &rng, B, NH, T, HS, OPT_ALL, 30, 8.0f);
-    float *out = malloc(n * sizeof(float)), *lse = malloc(nbt * sizeof(float)), *dy = randn_(&rng, n, 1.0f);
+    float *out = malloc(n * sizeof(float)), *lse = malloc(nbt * sizeof(float)), *dy = gc_randn(&rng, n, 1.0f);
     attention_forward(out, lse, in.q, in.k, in.v, &in.o, B, NH, T, HS);
     float *g0[5], *g[5], *gz[5];
     size_t sizes[5] = {n, n, n, nbt, (size_t)NH};
     for (int t = 0; t < 5; t++) {
-        g0[t] = randn_(&rng, sizes[t], 1.0f);
+        g0[t] = gc_randn(&rng, sizes[t], 1.0f);
         g[t] = malloc(sizes[t] * sizeof(float));
         memcpy(g[t], g0[t], sizes[t] * sizeof(float));
         gz[t] = calloc(sizes[t], sizeof(float));
@@ -296,13 +290,13 @@ static void test_backward_write(void) {
             size_t n = (size_t)B * NH * T * HS, nbt = (size_t)B * NH * T;
             Inputs in;
             inputs_init_(&in, &rng, B, NH, T, HS, opts[oi], shapes[si].W, 4.0f);
-            float *out = malloc(n * sizeof(float)), *lse = malloc(nbt * sizeof(float)), *dy = randn_(&rng, n, 1.0f);
+            float *out = malloc(n * sizeof(float)), *lse = malloc(nbt * sizeof(float)), *dy = gc_randn(&rng, n, 1.0f);
             attention_forward(out, lse, in.q, in.k, in.v, &in.o, B, NH, T, HS);
             size_t sizes[5] = {n, n, n, nbt, (size_t)NH};
             float *za[5], *wr[5];
             for (int t = 0; t < 5; t++) {
                 za[t] = calloc(sizes[t], sizeof(float));
-                wr[t] = t < 3 ? randn_(&rng, sizes[t], 100.0f) : calloc(sizes[t], sizeof(float));  // stale dq/dk/dv
+                wr[t] = t < 3 ? gc_randn(&rng, sizes[t], 100.0f) : calloc(sizes[t], sizeof(float));  // stale dq/dk/dv
             }
             attention_backward(za[0], za[1], za[2], za[3], za[4], dy, out, lse, in.q, in.k, in.v, &in.o, B, NH, T, HS);
             attention_backward_write(wr[0], wr[1], wr[2], wr[3], wr[4], dy, out, lse, in.q, in.k, in.v, &in.o, B, NH, T,
@@ -312,7 +306,7 @@ static void test_backward_write(void) {
             CHECK(same, "attention_backward_write == attention_backward into zeros (B%d NH%d T%d HS%d, %s)", B, NH, T,
                   HS, opt_names_[opts[oi]]);
             // NULL outputs are skipped there too
-            float *dv_only = randn_(&rng, n, 100.0f);
+            float *dv_only = gc_randn(&rng, n, 100.0f);
             attention_backward_write(NULL, NULL, dv_only, NULL, NULL, dy, out, lse, in.q, in.k, in.v, &in.o, B, NH, T, HS);
             CHECK(memcmp(dv_only, za[2], n * sizeof(float)) == 0, "backward_write with only dv: the same dv (T%d, %s)", T,
                   opt_names_[opts[oi]]);
@@ -357,7 +351,7 @@ static void long_context_(int T, int opt, int W, float slope_mul, int with_backw
           "T=%d %s: 15 sampled rows of out and lse match the double reference (worst %.3f / %.3f of tol)", T, what,
           worst, worst_lse);
     if (with_backward) {
-        float *dy = randn_(&rng, n, 1.0f);
+        float *dy = gc_randn(&rng, n, 1.0f);
         float *dq = calloc(n, sizeof(float)), *dk = calloc(n, sizeof(float)), *dv = calloc(n, sizeof(float));
         float *dF = calloc((size_t)T, sizeof(float)), dd = 0.0f;
         attention_backward(dq, dk, dv, dF, &dd, dy, out, lse, in.q, in.k, in.v, &in.o, 1, 1, T, HS);
@@ -417,7 +411,7 @@ static void test_threads(void) {
     GcRng rng = {505};
     Inputs in;
     inputs_init_(&in, &rng, B, NH, T, HS, OPT_ALL, 90, 8.0f);
-    float *dy = randn_(&rng, n, 1.0f);
+    float *dy = gc_randn(&rng, n, 1.0f);
     float *out[2], *lse[2], *g[2][5];
     int saved = omp_get_max_threads();
     for (int r = 0; r < 2; r++) {

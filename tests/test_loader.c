@@ -16,9 +16,8 @@
 
 #include "data/loader.h"
 #include "test.h"
+#include "testfs.h"
 
-
-static char dir_[64];
 
 // ----------------------------------------------------------------------------------------------------
 // test data
@@ -38,15 +37,6 @@ static const ShardSpec specs_[3] = {
     {"a.shard", 2, 1501},
 };
 static const int sorted_[3] = {2, 0, 1};  // specs_ index of a, b, c: the order glob must give
-
-static void path_(char *out, size_t n, const char *rel) { snprintf(out, n, "%s/%s", dir_, rel); }
-
-static void file_write_(const char *path, const void *data, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return;
-    if (n) fwrite(data, 1, n, f);
-    fclose(f);
-}
 
 // a seqtok shard of tok(id, i) for i < len; sha NULL = no tokenizer recorded
 static int write_seqtok_(const char *rel, uint32_t id, uint64_t len, uint32_t vocab, const uint8_t *sha) {
@@ -661,11 +651,7 @@ static void test_edges_(void) {
 }
 
 int main(void) {
-    snprintf(dir_, sizeof dir_, "/tmp/seqtrain_loader_XXXXXX");
-    if (!mkdtemp(dir_)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    if (testfs_init("seqtrain_loader") != 0) return 1;
     static const char *subs[] = {"multi", "vocab", "short", "bad", "edge", "small"};
     char p[160];
     for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) {

@@ -23,12 +23,6 @@
 #define GC_RTOL 1e-3
 #define GC_ATOL 1e-4
 
-static float *randn_(GcRng *r, size_t n, float std) {
-    float *x = malloc((n ? n : 1) * sizeof(float));
-    gc_fill_normal(r, x, n, std);
-    return x;
-}
-
 static double max_abs_diff_(const float *a, const float *b, size_t n) {
     double m = 0;
     for (size_t i = 0; i < n; i++) {
@@ -61,8 +55,8 @@ static void test_rotary_gradcheck(void) {
     for (int k = 0; k < NH * HS / 2; k++) freqs[k] = 0.05f + 0.37f * (float)k;  // a made-up per-head spectrum
     for (int variant = 0; variant < 4; variant++) {
         RotCtx c = {{variant & 1 ? ROTARY_HALF : ROTARY_INTERLEAVED, 10000.0f, variant & 2 ? freqs : NULL},
-                    variant == 0 ? 0 : 37, B, T, NH, HS, randn_(&rng, n, 1.0f), malloc(n * sizeof(float)),
-                    randn_(&rng, n, 1.0f)};
+                    variant == 0 ? 0 : 37, B, T, NH, HS, gc_randn(&rng, n, 1.0f), malloc(n * sizeof(float)),
+                    gc_randn(&rng, n, 1.0f)};
         float *dinp = malloc(n * sizeof(float));
         for (size_t i = 0; i < n; i++) dinp[i] = 0.0f;
         rotary_backward(dinp, c.dy, &c.cfg, c.pos0, B, T, NH, HS);
@@ -90,7 +84,7 @@ static void test_rotary_properties(void) {
     GcRng rng = {12};
     int B = 2, T = 33, NH = 2, HS = 16, half = HS / 2;
     size_t n = (size_t)B * T * NH * HS;
-    float *x = randn_(&rng, n, 1.0f), *y = malloc(n * sizeof(float)), *z = malloc(n * sizeof(float));
+    float *x = gc_randn(&rng, n, 1.0f), *y = malloc(n * sizeof(float)), *z = malloc(n * sizeof(float));
 
     for (int layout = 0; layout < 2; layout++) {
         RotaryCfg cfg = {layout, 10000.0f, NULL};
@@ -256,8 +250,8 @@ static void test_conv_gradcheck_and_reference(void) {
     for (int v = 0; v < 4; v++) {
         int B = 2, T = Ts[v], C = 5, K = Ks[v];
         size_t n = (size_t)B * T * C;
-        ConvCtx c = {B, T, C, K, randn_(&rng, n, 1.0f), randn_(&rng, (size_t)C * K, 0.5f), randn_(&rng, C, 0.5f),
-                     malloc(n * sizeof(float)), randn_(&rng, n, 1.0f)};
+        ConvCtx c = {B, T, C, K, gc_randn(&rng, n, 1.0f), gc_randn(&rng, (size_t)C * K, 0.5f), gc_randn(&rng, C, 0.5f),
+                     malloc(n * sizeof(float)), gc_randn(&rng, n, 1.0f)};
         float *dinp = calloc(n, sizeof(float)), *dw = calloc((size_t)C * K, sizeof(float));
         float *db = calloc(C, sizeof(float));
         conv1d_causal_backward(dinp, dw, db, c.dy, c.inp, c.weight, B, T, C, K);
@@ -313,7 +307,7 @@ static void test_conv_step_and_causality(void) {
     for (int v = 0; v < 3; v++) {
         int B = 3, T = 10, C = 7, K = Ks[v];
         size_t n = (size_t)B * T * C;
-        float *inp = randn_(&rng, n, 1.0f), *w = randn_(&rng, (size_t)C * K, 0.5f), *bias = randn_(&rng, C, 0.5f);
+        float *inp = gc_randn(&rng, n, 1.0f), *w = gc_randn(&rng, (size_t)C * K, 0.5f), *bias = gc_randn(&rng, C, 0.5f);
         float *out = malloc(n * sizeof(float)), *out2 = malloc(n * sizeof(float));
         float *x = malloc((size_t)B * C * sizeof(float)), *y = malloc((size_t)B * C * sizeof(float));
         float *state = calloc((size_t)B * C * (K > 1 ? K - 1 : 1), sizeof(float));
@@ -372,8 +366,8 @@ static void test_threads(void) {
     GcRng rng = {31};
     int B = 3, T = 40, C = 150, K = 4;  // C spans several channel blocks of the dweight reduction
     size_t n = (size_t)B * T * C;
-    float *inp = randn_(&rng, n, 1.0f), *w = randn_(&rng, (size_t)C * K, 0.5f), *bias = randn_(&rng, C, 0.5f);
-    float *dy = randn_(&rng, n, 1.0f);
+    float *inp = gc_randn(&rng, n, 1.0f), *w = gc_randn(&rng, (size_t)C * K, 0.5f), *bias = gc_randn(&rng, C, 0.5f);
+    float *dy = gc_randn(&rng, n, 1.0f);
     float *res[2][4];
     int saved = omp_get_max_threads();
     for (int run = 0; run < 2; run++) {
@@ -418,7 +412,7 @@ static void test_rotary_heads(void) {
     int B = 2, T = 37, H = 3, D = 16;
     size_t n = (size_t)B * T * H * D;
     GcRng r = {707};
-    float *x = randn_(&r, n, 1.0f), *freqs = randn_(&r, (size_t)H * D / 2, 0.3f);
+    float *x = gc_randn(&r, n, 1.0f), *freqs = gc_randn(&r, (size_t)H * D / 2, 0.3f);
     float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float)), *c = malloc(n * sizeof(float));
     for (int layout = 0; layout < 2; layout++)
         for (int explicit_freqs = 0; explicit_freqs < 2; explicit_freqs++) {

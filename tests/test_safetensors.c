@@ -18,10 +18,7 @@
 #include "train/ckptdir.h"
 #include "train/safetensors.h"
 #include "test.h"
-
-static char dir_[64];
-
-static void path_(char *out, size_t n, const char *name) { snprintf(out, n, "%s/%s", dir_, name); }
+#include "testfs.h"
 
 static uint64_t rng_state_ = 0x5eed5eed12345678ull;
 static uint64_t rng_next_(void) {
@@ -31,27 +28,6 @@ static uint64_t rng_next_(void) {
     return z ^ (z >> 31);
 }
 static float rng_float_(void) { return (float)((rng_next_() >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f; }
-
-static void file_write_(const char *path, const void *data, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return;
-    if (n) fwrite(data, 1, n, f);
-    fclose(f);
-}
-
-static uint8_t *file_read_(const char *path, size_t *n) {
-    *n = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *buf = malloc(size > 0 ? (size_t)size + 1 : 1);
-    *n = fread(buf, 1, (size_t)size, f);
-    buf[*n] = 0;
-    fclose(f);
-    return buf;
-}
 
 static int exists_(const char *path) {
     struct stat st;
@@ -658,8 +634,7 @@ static void test_full_checkpoint(void) {
 }
 
 int main(void) {
-    snprintf(dir_, sizeof dir_, "/tmp/seq_safetensors_XXXXXX");
-    if (!mkdtemp(dir_)) { perror("mkdtemp"); return 1; }
+    if (testfs_init("seq_safetensors") != 0) return 1;
     test_round_trip();
     test_table();
     test_bad_files();

@@ -13,10 +13,7 @@
 
 #include "data/shard.h"
 #include "test.h"
-
-static char dir_[64];
-
-static void path_(char *out, size_t n, const char *name) { snprintf(out, n, "%s/%s", dir_, name); }
+#include "testfs.h"
 
 // splitmix64: a seeded generator of our own, so failures reproduce
 static uint64_t rng_state_ = 0x5eed5eed12345678ull;
@@ -27,26 +24,6 @@ static uint64_t rng_next_(void) {
     return z ^ (z >> 31);
 }
 static uint64_t rng_below_(uint64_t n) { return rng_next_() % n; }
-
-static void file_write_(const char *path, const void *data, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return;
-    if (n) fwrite(data, 1, n, f);
-    fclose(f);
-}
-
-// whole file into a malloc'd buffer (n bytes); NULL when unreadable
-static uint8_t *file_read_(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *buf = malloc(size > 0 ? (size_t)size : 1);
-    *n = fread(buf, 1, (size_t)size, f);
-    fclose(f);
-    return buf;
-}
 
 static void put32_(uint8_t *p, uint32_t x) {
     for (int i = 0; i < 4; i++) p[i] = (uint8_t)(x >> (8 * i));
@@ -551,11 +528,7 @@ static void test_bad_seqtok(void) {
 }
 
 int main(void) {
-    snprintf(dir_, sizeof dir_, "/tmp/seqtrain_test_shard_XXXXXX");
-    if (!mkdtemp(dir_)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    if (testfs_init("seqtrain_test_shard") != 0) return 1;
     test_formats();
     test_roundtrips();
     test_writer();

@@ -13,18 +13,8 @@
 
 #include "data/text.h"
 #include "test.h"
+#include "testfs.h"
 
-
-static char dir_[64];
-
-static void path_(char *out, size_t n, const char *name) { snprintf(out, n, "%s/%s", dir_, name); }
-
-static void file_write_(const char *path, const void *data, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return;
-    if (n) fwrite(data, 1, n, f);
-    fclose(f);
-}
 
 // data (n,) compressed as one zstd frame at level 3 with a content checksum, as the zstd CLI writes
 // it (so corrupted bytes are detectable); returns the compressed size, *out malloc'd
@@ -506,11 +496,7 @@ static void test_utf8_(void) {
 }
 
 int main(void) {
-    snprintf(dir_, sizeof dir_, "/tmp/seqtrain_text_XXXXXX");
-    if (!mkdtemp(dir_)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    if (testfs_init("seqtrain_text") != 0) return 1;
     test_lines_();
     test_large_();
     test_zstd_frames_();

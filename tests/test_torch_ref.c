@@ -29,6 +29,7 @@
 #include <omp.h>
 #endif
 
+#include "data/npy.h"
 #include "model/model.h"
 #include "test.h"
 #include "train/run_config.h"
@@ -39,65 +40,6 @@
 #define TOL_ATOL_FLOOR 1e-9
 #define TOL_RTOL 1e-3
 #define TOL_LOSS_RTOL 1e-5
-
-// ----------------------------------------------------------------------------------------------------
-// tokens.npy: a 2-D little-endian int32/int64 array in C order
-
-static int npy_read_2d_(const char *path, long **out, long *rows, long *cols, char *msg, size_t msg_n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { snprintf(msg, msg_n, "%.300s: %s", path, strerror(errno)); return -1; }
-    unsigned char pre[12];
-    size_t hlen;
-    if (fread(pre, 1, 10, f) != 10 || memcmp(pre, "\x93NUMPY", 6) != 0) {
-        fclose(f);
-        snprintf(msg, msg_n, "%.300s: not a .npy file", path);
-        return -1;
-    }
-    if (pre[6] == 1) {
-        hlen = (size_t)pre[8] | (size_t)pre[9] << 8;
-    } else {
-        if (fread(pre + 10, 1, 2, f) != 2) { fclose(f); snprintf(msg, msg_n, "%.300s: truncated", path); return -1; }
-        hlen = (size_t)pre[8] | (size_t)pre[9] << 8 | (size_t)pre[10] << 16 | (size_t)pre[11] << 24;
-    }
-    char *h = calloc(hlen + 1, 1);
-    if (!h || fread(h, 1, hlen, f) != hlen) {
-        free(h);
-        fclose(f);
-        snprintf(msg, msg_n, "%.300s: truncated header", path);
-        return -1;
-    }
-    int width = strstr(h, "'<i8'") ? 8 : strstr(h, "'<i4'") ? 4 : 0;
-    const char *sh = strstr(h, "'shape': (");
-    long r = 0, c = 0;
-    int ok = width && !strstr(h, "'fortran_order': True") && sh && sscanf(sh, "'shape': (%ld, %ld)", &r, &c) == 2;
-    free(h);
-    if (!ok || r <= 0 || c <= 0) {
-        fclose(f);
-        snprintf(msg, msg_n, "%.300s: need a C-order int32/int64 array of 2 dimensions", path);
-        return -1;
-    }
-    size_t n = (size_t)r * (size_t)c;
-    unsigned char *raw = malloc(n * (size_t)width);
-    long *v = malloc(n * sizeof(long));
-    size_t got = raw ? fread(raw, (size_t)width, n, f) : 0;
-    fclose(f);
-    if (!raw || !v || got != n) {
-        free(raw);
-        free(v);
-        snprintf(msg, msg_n, "%.300s: holds %zu of %zu values", path, got, n);
-        return -1;
-    }
-    for (size_t i = 0; i < n; i++) {
-        uint64_t x = 0;
-        for (int k = 0; k < width; k++) x |= (uint64_t)raw[i * (size_t)width + (size_t)k] << (8 * k);
-        v[i] = width == 4 ? (long)(int32_t)(uint32_t)x : (long)(int64_t)x;
-    }
-    free(raw);
-    *out = v;
-    *rows = r;
-    *cols = c;
-    return 0;
-}
 
 // ----------------------------------------------------------------------------------------------------
 // comparison
@@ -171,8 +113,15 @@ static int load_and_run_(const char *dir, const char *name, Model *m, float **lo
     }
     // tokens (B, T+1): inputs [:, :-1], targets [:, 1:]
     long *tok = NULL, B = 0, T1 = 0;
+    int nd = 0;
+    Err ne = {{0}};
     snprintf(path, sizeof path, "%s/%s/tokens.npy", dir, name);
-    if (npy_read_2d_(path, &tok, &B, &T1, msg, msg_n) != 0) { model_free(m); return -1; }
+    if (npy_read_ints(path, &tok, &B, &T1, &nd, &ne) != 0 || nd != 2) {
+        snprintf(msg, msg_n, "%.300s", nd != 2 && !ne.msg[0] ? "tokens.npy must have 2 dimensions" : ne.msg);
+        free(tok);
+        model_free(m);
+        return -1;
+    }
     if (T1 < 2) {
         free(tok);
         model_free(m);

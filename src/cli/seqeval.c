@@ -21,6 +21,7 @@
 
 #include "cli/args.h"
 #include "data/eval_windows.h"
+#include "data/npy.h"
 #include "data/shard.h"
 #include "train/ckptdir.h"
 #include "train/evaluate.h"
@@ -59,68 +60,20 @@ static int load_run_(Model *m, RunConfig *c, const char *run, const char *ckpt, 
     return 0;
 }
 
-// minimal .npy reader: little-endian integer arrays in C order, 1-D or 2-D
-static int read_npy_ints_(const char *path, int **out, long *rows, long *cols, Err *e) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return err_set(e, "%s: cannot open: %s", path, strerror(errno));
-    unsigned char pre[10];
-    if (fread(pre, 1, 10, f) != 10 || memcmp(pre, "\x93NUMPY", 6) != 0) {
-        fclose(f);
-        return err_set(e, "%s: not a .npy file", path);
-    }
-    size_t hlen = pre[8] | (pre[9] << 8);
-    if (pre[6] >= 2) {
-        unsigned char extra[2];
-        if (fread(extra, 1, 2, f) != 2) { fclose(f); return err_set(e, "%s: truncated header", path); }
-        hlen = (size_t)pre[8] | ((size_t)pre[9] << 8) | ((size_t)extra[0] << 16) | ((size_t)extra[1] << 24);
-    }
-    char *h = xcalloc(hlen + 1, 1);
-    if (fread(h, 1, hlen, f) != hlen) { free(h); fclose(f); return err_set(e, "%s: truncated header", path); }
-    int width = strstr(h, "'<i8'") ? 8 : strstr(h, "'<i4'") ? 4 : strstr(h, "'<u2'") ? 2 : strstr(h, "'<u4'") ? -4 : 0;
-    int fortran = strstr(h, "'fortran_order': True") != NULL;
-    char *sh = strstr(h, "'shape': (");
-    long r = 0, cc = 1;
-    if (sh) {
-        char *p = sh + 10, *end;
-        r = strtol(p, &end, 10);
-        if (*end == ',' && end[1] == ' ' && end[2] != ')') cc = strtol(end + 2, NULL, 10);
-    }
-    free(h);
-    if (!width || fortran || r <= 0 || cc <= 0) {
-        fclose(f);
-        return err_set(e, "%s: need a C-order int32/int64/uint16/uint32 array of shape (B, T+1)", path);
-    }
-    size_t n = (size_t)r * (size_t)cc, w = (size_t)(width < 0 ? -width : width);
-    unsigned char *raw = xmalloc(n * w);
-    size_t got = fread(raw, w, n, f);
-    fclose(f);
-    if (got != n) { free(raw); return err_set(e, "%s: holds %zu of %zu values", path, got, n); }
-    int *v = xmalloc(n * sizeof(int));
-    for (size_t i = 0; i < n; i++) {
-        const unsigned char *b = raw + i * w;
-        long long x = 0;
-        for (size_t k = 0; k < w; k++) x |= (long long)b[k] << (8 * k);
-        if (width == 8 || width == 4) x = width == 4 ? (int32_t)x : x;  // sign of signed types
-        v[i] = (int)x;
-    }
-    free(raw);
-    *out = v;
-    *rows = r;
-    *cols = cc;
-    return 0;
-}
-
 static int probe_(Model *m, const char *npy, const char *out, Err *e) {
-    int *tok = NULL;
-    long B = 0, T1 = 0;
-    if (read_npy_ints_(npy, &tok, &B, &T1, e) != 0) return -1;
-    if (T1 < 2) { free(tok); return err_set(e, "%s: each row needs at least 2 tokens (inputs and targets)", npy); }
+    long *tok = NULL, B = 0, T1 = 0;
+    int nd = 0;
+    if (npy_read_ints(npy, &tok, &B, &T1, &nd, e) != 0) return -1;
+    if (nd != 2 || T1 < 2) {
+        free(tok);
+        return err_set(e, "%s: need a (B, T+1) array: each row holds inputs and their next-token targets", npy);
+    }
     int T = (int)T1 - 1;
     int *in = xmalloc((size_t)B * T * sizeof(int)), *tg = xmalloc((size_t)B * T * sizeof(int));
     for (long b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
-            in[b * T + t] = tok[b * T1 + t];
-            tg[b * T + t] = tok[b * T1 + t + 1];
+            in[b * T + t] = (int)tok[b * T1 + t];  // out-of-range ids are refused by model_forward
+            tg[b * T + t] = (int)tok[b * T1 + t + 1];
         }
     free(tok);
     int rc = model_forward(m, in, tg, (int)B, T, e);

@@ -16,18 +16,13 @@
 #endif
 
 #include "cli/args.h"
+#include "core/timer.h"
 #include "core/sha256.h"
 #include "data/shard.h"
 #include "data/text.h"
 #include "data/tokenizer.h"
 
 static const char *PROG = "seqtok";
-
-static double now_s_(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void usage_(FILE *f) {
     fprintf(f,
@@ -124,7 +119,7 @@ static int cmd_train_(int argc, char **argv) {
         .character_coverage = coverage, .byte_fallback = (int)byte_fallback, .threads = (int)threads,
         .max_sentence_length = (int)max_len, .input_sentence_size = sentences, .seed = (int)seed,
     };
-    double t0 = now_s_();
+    double t0 = time_now_s();
     printf("seqtok train: %s, vocab %ld, coverage %g, %d input file(s)\n", model_type, vocab, coverage, inputs.n);
     fflush(stdout);
     if (tokenizer_train(&o, input_next_, &in, &e) != 0) {
@@ -137,7 +132,7 @@ static int cmd_train_(int argc, char **argv) {
     char hex[65];
     if (sha256_file(model, sha, &e) != 0) err_die(PROG, &e);
     sha256_hex(sha, hex);
-    printf("wrote %s (%llu lines, %.1f s)\nsha256 %s\n", model, (unsigned long long)in.lines, now_s_() - t0, hex);
+    printf("wrote %s (%llu lines, %.1f s)\nsha256 %s\n", model, (unsigned long long)in.lines, time_now_s() - t0, hex);
     return 0;
 }
 
@@ -249,7 +244,7 @@ static int cmd_encode_(int argc, char **argv) {
     EncodeBatch b = {0};
     uint32_t eos_id = (uint32_t)eos;
     uint64_t docs = 0;
-    double t0 = now_s_(), last = t0;
+    double t0 = time_now_s(), last = t0;
     // a terminal gets a line redrawn twice a second; a log file gets a new line every 10 seconds
     int tty = isatty(2), progress = !quiet, shown = 0;
     double every = tty ? 0.5 : 10.0;
@@ -272,7 +267,7 @@ static int cmd_encode_(int argc, char **argv) {
             docs++;
         }
         if (interrupted_) { rc = err_set(&e, "encode: interrupted; %s not written", output); }
-        double t = now_s_();
+        double t = time_now_s();
         if (progress && rc == 0 && t - last > every) {
             last = t;
             shown = 1;
@@ -290,7 +285,7 @@ static int cmd_encode_(int argc, char **argv) {
     else shard_writer_abort(&w);
     tokenizer_free(tok);
     if (rc != 0) err_die(PROG, &e);
-    double dt = now_s_() - t0;
+    double dt = time_now_s() - t0;
     printf("wrote %s: %llu documents, %llu tokens in %.2f s (%.0f tokens/s)\n", output, (unsigned long long)docs,
            (unsigned long long)n_tokens, dt, n_tokens / (dt > 0 ? dt : 1e-9));
     return 0;

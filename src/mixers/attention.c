@@ -400,5 +400,4 @@ const MixerOps MIXER_ATTENTION = {
     .forward = att_forward_,
     .backward = att_backward_,
     .state_size = att_state_size_,
-    .describe = NULL,
 };

@@ -57,8 +57,6 @@ typedef struct MixerOps {
     void (*forward)(Mixer *m, float *y, const float *x, int B, int T);        // y, x (B,T,C)
     void (*backward)(Mixer *m, float *dx, const float *dy, const float *x, int B, int T);  // dx += ...
     size_t (*state_size)(const MixerSpec *s);  // recurrent state per sequence in floats; 0 = KV cache
-    // JSON diagnostics for the training log (per-head parameters...); may be NULL
-    void (*describe)(const Mixer *m, cJSON *out);
 } MixerOps;
 
 const MixerOps *mixer_lookup(const char *name);

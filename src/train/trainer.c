@@ -15,6 +15,7 @@
 #include <omp.h>
 #endif
 
+#include "core/timer.h"
 #include "data/tokenizer.h"
 #include "train/ckptdir.h"
 #include "train/evaluate.h"
@@ -25,12 +26,6 @@ static volatile sig_atomic_t stop_signal_ = 0;
 static void on_signal_(int sig) {
     if (stop_signal_) _exit(128 + sig);  // a second Ctrl-C does not wait for the checkpoint
     stop_signal_ = sig;
-}
-
-static double now_s_(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 static void fmt_duration_(double s, char *buf, size_t n) {
@@ -482,11 +477,11 @@ static int loop_(Trainer *t, Err *e) {
     FILE *log = fopen(log_path, "a");
     if (!log) { free(in); free(tg); return err_set(e, "cannot append to %s: %s", log_path, strerror(errno)); }
     int tty = isatty(1) && !t->o->quiet;
-    double t_start = now_s_(), elapsed0 = t->elapsed, last_print = 0;
+    double t_start = time_now_s(), elapsed0 = t->elapsed, last_print = 0;
     long steps_here = 0, first_step = t->step;
     int rc = 0, status = 0;
     while (t->step < t->total_steps) {
-        double t0 = now_s_();
+        double t0 = time_now_s();
         // all micro-batches first: the loss is a mean over every supervised token of the step, so each
         // backward needs the step's total count
         long n_sup = 0;
@@ -518,7 +513,7 @@ static int loop_(Trainer *t, Err *e) {
         t->step++;
         steps_here++;
         t->tokens += (double)(A * BT);
-        double now = now_s_();
+        double now = time_now_s();
         t->elapsed = elapsed0 + (now - t_start);
         double tps = (double)(A * BT) / (now - t0);
         double avg_tps = (double)(A * BT) * steps_here / (now - t_start);
