@@ -89,6 +89,21 @@ int main(void) {
          "\"heads\": 4, \"pos\": \"sc_rope\", \"rope_layout\": \"interleaved\", \"damping\": 0.05}", 0},
         {"hybrid: layer 1 alibi", "\"mixer\": {\"kind\": \"attention\", \"heads\": 2}, \"layers\": [{\"at\": \"-1\", "
          "\"mixer\": {\"pos\": \"alibi\"}}]", 0},
+        // rfa: every ablation flag in some case, mu = 0 heads (zero_decay_heads) in most
+        {"rfa (M1) mu=0 head", "\"mixer\": {\"kind\": \"rfa\", \"heads\": 2, \"zero_decay_heads\": 1, "
+         "\"damping\": 0.5}", 0},
+        {"rfa SC (M2) learn_omega", "\"mixer\": {\"kind\": \"rfa\", \"heads\": 2, \"head_dim\": 4, "
+         "\"spectral_coupling\": true, \"learn_omega\": true, \"damping\": 0.5, \"zero_decay_heads\": 0}", 1},
+        {"rfa gaussian (M2.1) flat (M2.2) no bias", "\"mixer\": {\"kind\": \"rfa\", \"heads\": 2, "
+         "\"kernel\": \"gaussian\", \"prior\": \"flat\", \"bias\": false, \"damping\": 0.5}", 0},
+        {"rfa gaussian dle", "\"mixer\": {\"kind\": \"rfa\", \"heads\": 2, \"kernel\": \"gaussian\", "
+         "\"damping\": 0.5, \"zero_decay_heads\": 1}", 0},
+        {"rfa no gate (M2.3) no value rotation (M2.4)", "\"mixer\": {\"kind\": \"rfa\", \"heads\": 2, "
+         "\"mult_gate\": false, \"rotate_values\": false, \"damping\": 0.5, \"zero_decay_heads\": 1}", 0},
+        {"rfa no rotations (M2.5)", "\"mixer\": {\"kind\": \"rfa\", \"heads\": 2, \"rotations\": false, "
+         "\"damping\": 0.5, \"zero_decay_heads\": 1}", 0},
+        {"rfa unitary (M2.6) learn_omega", "\"mixer\": {\"kind\": \"rfa\", \"heads\": 2, \"unitary\": true, "
+         "\"learn_omega\": true}", 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char json[1024];

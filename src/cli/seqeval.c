@@ -9,6 +9,8 @@
  *       references (tokens.npy: integer array (B, T+1); inputs are [:, :-1], targets [:, 1:])
  *   seqeval --data FILE --context ... --plan
  *       only the evaluation plan (windows and tokens scored per length), no model needed
+ *   seqeval --run RUN_DIR --data test --context 4096 --attention-map DIR [--layer N]
+ *       each head's attention map (softmax weights) of one layer at one context length, as PNGs
  */
 #include <errno.h>
 #include <stdio.h>
@@ -20,6 +22,7 @@
 #endif
 
 #include "cli/args.h"
+#include "core/png.h"
 #include "data/eval_windows.h"
 #include "data/npy.h"
 #include "data/shard.h"
@@ -58,6 +61,42 @@ static int load_run_(Model *m, RunConfig *c, const char *run, const char *ckpt, 
     if (c->run.threads > 0) omp_set_num_threads(c->run.threads);
 #endif
     return 0;
+}
+
+// the attention maps of one layer at context L: the first L tokens of the data, one forward pass, then
+// each head's softmax weights as DIR/layer<l>_head<h>.png (docs/mixers.md; RFA: the unattenuated A^)
+static int attention_maps_(Model *m, Shard *sh, int L, int layer, const char *dir, Err *e) {
+    if (layer < 0) layer += m->L;
+    if (layer < 0 || layer >= m->L) return err_set(e, "--layer: %d is not a layer of this %d-layer model", layer, m->L);
+    const Mixer *mx = &m->mix[layer];
+    const MixerOps *ops = mx->spec->ops;
+    if (!ops->attn_map) return err_set(e, "--attention-map: layer %d's mixer '%s' has no attention map", layer, ops->name);
+    if (sh->n_tokens < (uint64_t)L + 1)
+        return err_set(e, "%s: %llu tokens, fewer than the %d + 1 an attention map at context %d needs", sh->path,
+                       (unsigned long long)sh->n_tokens, L, L);
+    uint32_t *tok = xmalloc(((size_t)L + 1) * sizeof(uint32_t));
+    int *in = xmalloc((size_t)L * sizeof(int)), *tg = xmalloc((size_t)L * sizeof(int));
+    int rc = shard_read(sh, tok, 0, (uint64_t)L + 1, e);
+    for (int t = 0; rc == 0 && t < L; t++) {
+        in[t] = (int)tok[t];
+        tg[t] = (int)tok[t + 1];
+    }
+    if (rc == 0) rc = model_forward(m, in, tg, 1, L, e);
+    if (rc == 0 && mkdir(dir, 0755) != 0 && errno != EEXIST) rc = err_set(e, "cannot create %s: %s", dir, strerror(errno));
+    float *P = rc == 0 ? xmalloc((size_t)L * L * sizeof(float)) : NULL;
+    int H = rc == 0 ? ops->attn_heads(mx->spec) : 0;
+    for (int h = 0; h < H && rc == 0; h++) {
+        ops->attn_map(mx, 0, h, P);
+        char path[1400];
+        snprintf(path, sizeof path, "%s/layer%d_head%d.png", dir, layer, h);
+        rc = png_write_heatmap(path, P, L, L, 1024, e);
+        if (rc == 0) printf("wrote %s (%d x %d weights)\n", path, L, L);
+    }
+    free(P);
+    free(tok);
+    free(in);
+    free(tg);
+    return rc;
 }
 
 static int probe_(Model *m, const char *npy, const char *out, Err *e) {
@@ -119,7 +158,8 @@ static int probe_(Model *m, const char *npy, const char *out, Err *e) {
 
 int main(int argc, char **argv) {
     const char *run = NULL, *ckpt = NULL, *data = NULL, *contexts = "512,1024,2048,4096", *format = "auto";
-    const char *out = NULL, *probe = NULL;
+    const char *out = NULL, *probe = NULL, *attn_dir = NULL;
+    int attn_layer = -1;
     long stride = 0, vocab = 0, max_windows = 0;
     int help = 0, plan = 0;
     ArgSpec specs[] = {
@@ -131,6 +171,8 @@ int main(int argc, char **argv) {
         {"--max-windows", ARG_INT, &max_windows, "N", "score at most N windows per length (default 0 = all)", 0, 1e12},
         {"--out", ARG_STR, &out, "PATH", "output folder for the tables (default RUN_DIR/eval-<data>), or the probe's .safetensors", 0, 0},
         {"--probe", ARG_STR, &probe, "TOKENS.npy", "write logits, loss and every parameter's gradient for this batch to --out", 0, 0},
+        {"--attention-map", ARG_STR, &attn_dir, "DIR", "write each head's attention map of --layer at the first --context length as DIR/layer<l>_head<h>.png (from the first tokens of --data)", 0, 0},
+        {"--layer", ARG_INT, &attn_layer, "L", "layer for --attention-map (default -1 = the last; negative counts from the end)", -4096, 4096},
         {"--plan", ARG_FLAG, &plan, NULL, "print only the windows and tokens each length would score (no model)", 0, 0},
         {"--format", ARG_STR, &format, "FMT", "shard format of a FILE (default auto)", 0, 0},
         {"--vocab", ARG_INT, &vocab, "N", "vocab size of a raw FILE", 0, 1 << 30},
@@ -143,6 +185,7 @@ int main(int argc, char **argv) {
         FILE *f = help ? stdout : stderr;
         fprintf(f, "usage: seqeval --run RUN_DIR --data valid|test|FILE [--context L1,L2,...] [--stride S]\n"
                    "       seqeval --run RUN_DIR --probe TOKENS.npy --out DUMP.safetensors\n"
+                   "       seqeval --run RUN_DIR --data valid|test|FILE --context L --attention-map DIR [--layer N]\n"
                    "       seqeval --data FILE --context L1,L2,... --plan\n\noptions:\n");
         args_usage(f, specs, ns);
         return help ? 0 : 2;
@@ -194,7 +237,10 @@ int main(int argc, char **argv) {
             err_die(PROG, &e);
         }
     }
-    if (plan) {
+    if (attn_dir) {
+        if (!run) { err_set(&e, "--attention-map needs --run"); err_die(PROG, &e); }
+        if (attention_maps_(&m, &shards[0], (int)ctx[0], attn_layer, attn_dir, &e) != 0) err_die(PROG, &e);
+    } else if (plan) {
         printf("| context | windows | tokens scored |\n|---:|---:|---:|\n");
         for (int i = 0; i < n_ctx; i++) {
             uint64_t w = 0, scored = 0;

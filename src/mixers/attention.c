@@ -25,6 +25,7 @@
 
 #include "mixers/mixer.h"
 #include "nn/attention.h"
+#include "nn/heads.h"
 #include "nn/matmul.h"
 #include "nn/norm.h"
 #include "nn/rotary.h"
@@ -214,25 +215,6 @@ static size_t att_scratch_size_(const MixerSpec *s, int B, int T) {
     return 7 * BT * o->HD + 2 * BT * o->H;
 }
 
-// (B,T,H,D) <-> (B,H,T,D)
-static void to_heads_(float *dst, const float *src, int B, int T, int H, int D) {
-#pragma omp parallel for collapse(2)
-    for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++)
-            for (int h = 0; h < H; h++)
-                memcpy(dst + (((size_t)b * H + h) * T + t) * D, src + (((size_t)b * T + t) * H + h) * D,
-                       (size_t)D * sizeof(float));
-}
-
-static void from_heads_(float *dst, const float *src, int B, int T, int H, int D) {
-#pragma omp parallel for collapse(2)
-    for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++)
-            for (int h = 0; h < H; h++)
-                memcpy(dst + (((size_t)b * T + t) * H + h) * D, src + (((size_t)b * H + h) * T + t) * D,
-                       (size_t)D * sizeof(float));
-}
-
 static RotaryCfg att_rotary_(const AttentionOpts *o) {
     RotaryCfg rc = {o->layout, (float)o->rope_base, NULL};
     if (o->pos_kind == POS_SC_ROPE) rc.freqs = o->freqs;
@@ -288,7 +270,7 @@ static void att_forward_(Mixer *m, float *y, const float *x, int B, int T) {
             // rotate and permute to (B,H,T,D) in one pass
             rotary_forward_heads_table(dst[part], cur, &tab, B);
         } else {
-            to_heads_(dst[part], cur, B, T, H, D);
+            heads_split(dst[part], cur, B, T, H, D);
         }
     }
     if (att_rotates_(o)) rotary_table_free(&tab);
@@ -310,7 +292,7 @@ static void att_forward_(Mixer *m, float *y, const float *x, int B, int T) {
     }
     AttnOpts ko = att_kernel_opts_(o, &a);
     attention_forward(a.oh, a.lse, a.qh, a.kh, a.vh, &ko, B, H, T, D);
-    from_heads_(a.o_lin, a.oh, B, T, H, D);
+    heads_merge(a.o_lin, a.oh, B, T, H, D);
     matmul_forward(y, a.o_lin, mixer_param(m, o->k_wo), o->bias ? mixer_param(m, o->k_bo) : NULL, BT, HD, C);
 }
 
@@ -333,7 +315,7 @@ static void att_backward_(Mixer *m, float *dx, const float *dy, const float *x, 
     matmul(s0, dy, mixer_param(m, o->k_wo), BT, HD, C, 0, 0, 0);
     matmul_backward(NULL, mixer_grad(m, o->k_wo), o->bias ? mixer_grad(m, o->k_bo) : NULL, dy, a.o_lin,
                     mixer_param(m, o->k_wo), BT, HD, C);
-    to_heads_(s1, s0, B, T, H, D);  // dO in (B,H,T,D)
+    heads_split(s1, s0, B, T, H, D);  // dO in (B,H,T,D)
     if (o->pos_kind == POS_FOX) memset(dF, 0, (size_t)BT * H * sizeof(float));
     AttnOpts ko = att_kernel_opts_(o, &a);
     // writes dqh, dkh, dvh (no zeroing pass needed); dF accumulates
@@ -354,7 +336,7 @@ static void att_backward_(Mixer *m, float *dx, const float *dy, const float *x, 
             rotary_backward_heads_table(drot, dsrc[part], &tab, B);  // writes drot (B,T,H,D)
             cur = drot;
         } else {
-            from_heads_(s0, dsrc[part], B, T, H, D);
+            heads_merge(s0, dsrc[part], B, T, H, D);
         }
         if (part < 2 && o->qk_norm) {
             memset(dlin, 0, big * sizeof(float));
@@ -387,6 +369,18 @@ static void att_backward_(Mixer *m, float *dx, const float *dy, const float *x, 
 
 static size_t att_state_size_(const MixerSpec *s) { return 0; }
 
+static int att_attn_heads_(const MixerSpec *s) { return ((const AttentionOpts *)s->opts)->H; }
+
+static void att_attn_map_(const Mixer *m, int b, int h, float *P) {
+    const AttentionOpts *o = m->spec->opts;
+    int T = m->T, D = o->D;
+    AttActs a;
+    att_layout_(o, m->B, T, m->acts, &a);
+    AttnOpts ko = att_kernel_opts_(o, &a);
+    size_t off = ((size_t)b * o->H + h) * T * D;
+    attention_probs(P, a.qh + off, a.kh + off, a.lse + ((size_t)b * o->H + h) * T, &ko, b, h, o->H, T, D);
+}
+
 const MixerOps MIXER_ATTENTION = {
     .name = "attention",
     .doc = "multi-head causal softmax attention; positions none|rope|alibi|fox|decayed_rope|sc_rope",
@@ -400,4 +394,7 @@ const MixerOps MIXER_ATTENTION = {
     .forward = att_forward_,
     .backward = att_backward_,
     .state_size = att_state_size_,
+    .diag = NULL,
+    .attn_heads = att_attn_heads_,
+    .attn_map = att_attn_map_,
 };

@@ -57,6 +57,13 @@ typedef struct MixerOps {
     void (*forward)(Mixer *m, float *y, const float *x, int B, int T);        // y, x (B,T,C)
     void (*backward)(Mixer *m, float *dx, const float *dy, const float *x, int B, int T);  // dx += ...
     size_t (*state_size)(const MixerSpec *s);  // recurrent state per sequence in floats; 0 = KV cache
+    // optional (NULL = none): per-head quantities worth watching during training, added to obj as named
+    // arrays (the trainer writes them to diag.jsonl)
+    void (*diag)(const Mixer *m, cJSON *obj);
+    // optional (NULL = not an attention-like mixer): number of heads, and head h's attention map of batch
+    // row b from the last forward's saved activations: P (T,T), softmax weights, NaN where hidden
+    int (*attn_heads)(const MixerSpec *s);
+    void (*attn_map)(const Mixer *m, int b, int h, float *P);
 } MixerOps;
 
 const MixerOps *mixer_lookup(const char *name);

@@ -8,9 +8,11 @@
 #include <string.h>
 
 extern const MixerOps MIXER_ATTENTION;
+extern const MixerOps MIXER_RFA;
 
 static const MixerOps *const MIXERS_[] = {
     &MIXER_ATTENTION,
+    &MIXER_RFA,
 };
 static const int N_MIXERS_ = (int)(sizeof MIXERS_ / sizeof MIXERS_[0]);
 

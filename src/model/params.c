@@ -70,6 +70,25 @@ void param_init_all(const ParamTable *pt, float *params, uint64_t seed) {
         case INIT_UNIFORM:
             for (size_t k = 0; k < t->numel; k++) p[k] = (float)(t->init.a + (t->init.b - t->init.a) * rng_uniform(&r));
             break;
+        case INIT_COMPLEX_ROWS:
+        case INIT_COMPLEX_COLS: {
+            // (rows, cols) = shape; pairs (Re, Im) are b apart within blocks of 2b along one axis
+            int half = (int)t->init.b, rows = t->shape[0], cols = t->ndim > 1 ? t->shape[1] : 1;
+            int by_cols = t->init.kind == INIT_COMPLEX_COLS;
+            int n_along = by_cols ? cols : rows, n_other = by_cols ? rows : cols;
+            for (int blk = 0; blk + 2 * half <= n_along; blk += 2 * half)
+                for (int kk = 0; kk < half; kk++)
+                    for (int o = 0; o < n_other; o++) {
+                        // Rayleigh(sigma) = sigma sqrt(-2 ln U), U in (0, 1]
+                        double mag = t->init.a * sqrt(-2.0 * log(1.0 - rng_uniform(&r)));
+                        double phase = 6.283185307179586 * rng_uniform(&r);
+                        size_t re = by_cols ? (size_t)o * cols + blk + kk : (size_t)(blk + kk) * cols + o;
+                        size_t im = by_cols ? re + half : re + (size_t)half * cols;
+                        p[re] = (float)(mag * cos(phase));
+                        p[im] = (float)(mag * sin(phase));
+                    }
+            break;
+        }
         case INIT_LOGUNIFORM: {
             double la = log(t->init.a), lb = log(t->init.b);
             for (size_t k = 0; k < t->numel; k++) p[k] = (float)exp(la + (lb - la) * rng_uniform(&r));

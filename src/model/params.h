@@ -21,6 +21,10 @@ typedef enum {
     INIT_NORMAL,   // N(0, a^2)
     INIT_UNIFORM,  // U[a, b)
     INIT_LOGUNIFORM, // exp(U[log a, log b))
+    INIT_COMPLEX_ROWS,  // complex matrix stored as real/imaginary row blocks: in every block of 2b rows, rows
+                        //   k and b + k are Re and Im of one entry per column; magnitude ~ Rayleigh(a), phase
+                        //   ~ U(0, 2 pi) (RFA App. D.2)
+    INIT_COMPLEX_COLS,  // the same with column blocks of 2b columns (a complex-to-real output projection)
     INIT_CUSTOM,   // filled by the owner after param_init_all (e.g. frequency banks); left as zeros here
 } InitKind;
 
@@ -59,5 +63,10 @@ static inline ParamInit init_zeros(void) { ParamInit i = {INIT_ZEROS, 0, 0}; ret
 static inline ParamInit init_ones(void) { ParamInit i = {INIT_ONES, 0, 0}; return i; }
 static inline ParamInit init_const(float v) { ParamInit i = {INIT_CONST, v, 0}; return i; }
 static inline ParamInit init_uniform(float lo, float hi) { ParamInit i = {INIT_UNIFORM, lo, hi}; return i; }
+// half = complex entries per block (D), sigma = the Rayleigh scale
+static inline ParamInit init_complex(int cols, float sigma, int half) {
+    ParamInit i = {cols ? INIT_COMPLEX_COLS : INIT_COMPLEX_ROWS, sigma, (float)half};
+    return i;
+}
 
 #endif

@@ -469,6 +469,10 @@ typedef struct HeadOpts_ {
     const float *F;  // (T,) or NULL
     int W;
     int has_decay;   // decay given: the backward then returns ddecay even where decay[h] = 0
+    // RFA logits (AttnFilter): kind (0 = none), this head's lag tables (L,) and beta
+    int fkind;
+    const float *fa, *fc, *fe;
+    float beta;
 } HeadOpts_;
 
 static HeadOpts_ head_opts_(const AttnOpts *o, int b, int h, int NH, int T) {
@@ -481,7 +485,77 @@ static HeadOpts_ head_opts_(const AttnOpts *o, int b, int h, int NH, int T) {
     // arithmetic with W (j + W, i0 - j0 - W + 1, ...) far from int overflow
     ho.W = o->window > 0 && o->window < T ? o->window : 0;
     ho.has_decay = o->decay != NULL;
+    const AttnFilter *f = o->filter;
+    ho.fkind = f ? f->kind : 0;
+    ho.fa = f ? f->bias + (size_t)h * f->lag_len : NULL;
+    ho.fc = f ? f->prec + (size_t)h * f->lag_len : NULL;
+    ho.fe = f ? f->decay + (size_t)h * f->lag_len : NULL;
+    ho.beta = f ? f->beta[h] : 0.0f;
     return ho;
+}
+
+// log(1 + u) for u >= 0, branch-free so the loops calling it vectorise: y = 1 + u = 2^e m with m in
+// [sqrt(1/2), sqrt(2)), log m = 2 atanh(z), z = (m-1)/(m+1), |z| <= 0.172, by its odd series to z^9
+// (truncation < 3e-9 relative). y is capped at 2^126 (u that large only arises from overflowed inputs).
+// The rounding of 1 + u costs at most 6e-8 absolute, nothing next to the logits it enters.
+static inline float log1p_pos_(float u) {
+    float y = u < 8.5e37f ? 1.0f + u : 8.5e37f;
+    int32_t bits;
+    memcpy(&bits, &y, sizeof bits);
+    // shift the mantissa range so that m lands in [sqrt(1/2), sqrt(2)): subtract the bits of sqrt(1/2)
+    int32_t k = (bits - 0x3f3504f3) >> 23;       // the exponent e
+    int32_t mb = bits - (k << 23);               // y / 2^e
+    float m;
+    memcpy(&m, &mb, sizeof m);
+    float z = (m - 1.0f) / (m + 1.0f), z2 = z * z;
+    float pz = 2.0f / 9.0f;
+    pz = fmaf(pz, z2, 2.0f / 7.0f);
+    pz = fmaf(pz, z2, 2.0f / 5.0f);
+    pz = fmaf(pz, z2, 2.0f / 3.0f);
+    pz = fmaf(pz, z2, 2.0f);
+    return fmaf((float)k, 0.693147182f, z * pz);
+}
+
+// the RFA logit (attention.h, AttnFilter) of one entry at lag d; *R2 and *lg (log(1 + c R2), STUDENT) are
+// returned for the backward. Forward and backward call this with the same inputs (same floats out). kind
+// is a compile-time constant at every call (the loops are instantiated per kind), so they vectorise.
+ALWAYS_INLINE_ float filter_logit_(int kind, float dot, float qn, float kn, float a, float c, float e, float beta,
+                                   float *R2, float *lg) {
+    if (kind == ATTN_FILTER_DOT) {
+        *R2 = 0.0f;
+        *lg = 0.0f;
+        return beta * dot;
+    }
+    float r2 = fmaf(-2.0f * e, dot, fmaf(e * e, kn, qn));
+    *R2 = r2;
+    if (kind == ATTN_FILTER_GAUSS) {
+        *lg = 0.0f;
+        return fmaf(-beta, c * r2, a);
+    }
+    // R2 >= 0 up to rounding; a slightly negative value must not reach the log's domain edge
+    float u = c * r2;
+    float l = log1p_pos_(u > 0.0f ? u : 0.0f);
+    *lg = l;
+    return fmaf(-beta, l, a);
+}
+
+// s[r] = the logit of query r (lag d0 + r) against a key with squared norm kn, for r in [rlo, rhi)
+ALWAYS_INLINE_ void filter_logits_k_(int kind, float *restrict s, const float *restrict qn, float kn,
+                                     const HeadOpts_ *ho, int d0, int rlo, int rhi) {
+    const float *restrict fa = ho->fa + d0, *restrict fc = ho->fc + d0, *restrict fe = ho->fe + d0;
+    float beta = ho->beta;
+    for (int r = rlo; r < rhi; r++) {
+        float R2, lg;
+        s[r] = filter_logit_(kind, s[r], qn[r], kn, fa[r], fc[r], fe[r], beta, &R2, &lg);
+    }
+}
+
+static void filter_logits_(float *s, const float *qn, float kn, const HeadOpts_ *ho, int d0, int rlo, int rhi) {
+    switch (ho->fkind) {
+    case ATTN_FILTER_STUDENT: filter_logits_k_(ATTN_FILTER_STUDENT, s, qn, kn, ho, d0, rlo, rhi); break;
+    case ATTN_FILTER_GAUSS: filter_logits_k_(ATTN_FILTER_GAUSS, s, qn, kn, ho, d0, rlo, rhi); break;
+    default: filter_logits_k_(ATTN_FILTER_DOT, s, qn, kn, ho, d0, rlo, rhi); break;
+    }
 }
 
 // s_ij = scale * q_i.k_j - slope * (i - j) + (F[i] - F[j]) from the raw dot product. The forward and the
@@ -509,17 +583,30 @@ typedef struct FwdScratch_ {
     float *S;    // (ATTN_BC, ATTN_BR) transposed logits, then weights, of the current key tile
     float *acc;  // (ATTN_BR, HS) running numerators
     float m[ATTN_BR], l[ATTN_BR], alpha[ATTN_BR];  // running max, running sum, this tile's rescale factor
+    float qn[ATTN_BR], kn[ATTN_BC];  // RFA: squared norms of the tile's queries and keys
 } FwdScratch_;
 
 // S (nc, ATTN_BR): S[c][r] = q_{i0+r} . k_{j0+c} on entry; on return the weights exp(s - m_new) E (0 where
 // masked), with m, l updated and alpha = exp(m_old - m_new) for rescaling acc. Columns r >= nr are unused.
-PORTABLE_ void fwd_softmax_portable_(float *S, float *m, float *l, float *alpha, const HeadOpts_ *ho, int i0, int nr,
-                                  int j0, int nc) {
+// With the RFA filter: qn (nr,), kn (nc,) the squared norms of the queries and keys; this function is then
+// the path of every build (the filter's logits have no SIMD twin; the loops are left to the compiler).
+static void fwd_softmax_portable_(float *S, float *m, float *l, float *alpha, const HeadOpts_ *ho, int i0, int nr,
+                                  int j0, int nc, const float *qn, const float *kn) {
     float mt[ATTN_BR], ms[ATTN_BR], lsum[ATTN_BR];
     for (int r = 0; r < nr; r++) mt[r] = m[r];
     for (int c = 0; c < nc; c++) {
         int j = j0 + c;
         float *s = S + (size_t)c * ATTN_BR;
+        if (ho->fkind) {
+            // visible queries r: i0 + r >= j (and inside the window); the others get -inf
+            int rlo = j - i0 > 0 ? j - i0 : 0, rhi = ho->W ? j + ho->W - i0 : nr;
+            if (rhi > nr) rhi = nr;
+            for (int r = 0; r < rlo && r < nr; r++) s[r] = -INFINITY;
+            for (int r = rhi > rlo ? rhi : rlo; r < nr; r++) s[r] = -INFINITY;
+            filter_logits_(s, qn, kn[c], ho, i0 - j, rlo, rhi);
+            for (int r = 0; r < nr; r++) mt[r] = s[r] > mt[r] ? s[r] : mt[r];
+            continue;
+        }
         for (int r = 0; r < nr; r++) {
             int i = i0 + r;
             float x = logit_(s[r], ho, i, j);
@@ -545,6 +632,11 @@ PORTABLE_ void fwd_softmax_portable_(float *S, float *m, float *l, float *alpha,
             if (ho->decay != 0.0f) p *= exp_neg_(-ho->decay * (float)(i0 + r - j));
             s[r] = p;
         }
+        if (ho->fkind) {
+            // the filter's E from its lag table, for the visible entries (the others are 0 already)
+            int rlo = j - i0 > 0 ? j - i0 : 0;
+            for (int r = rlo; r < nr; r++) s[r] *= ho->fe[i0 + r - j];
+        }
     }
     for (int r = 0; r < nr; r++) {
         l[r] = l[r] * alpha[r] + lsum[r];
@@ -555,7 +647,11 @@ PORTABLE_ void fwd_softmax_portable_(float *S, float *m, float *l, float *alpha,
 #ifdef ATTN_SIMD_
 // fwd_softmax_portable_ with 16 queries per vector (the same operations; lanes r >= nr are masked off)
 static void fwd_softmax_(float *S, float *m, float *l, float *alpha, const HeadOpts_ *ho, int i0, int nr, int j0,
-                         int nc) {
+                         int nc, const float *qn, const float *kn) {
+    if (ho->fkind) {
+        fwd_softmax_portable_(S, m, l, alpha, ho, i0, nr, j0, nc, qn, kn);
+        return;
+    }
     int nv = (nr + 15) / 16;
     const __m512i iota = iota16_();
     const __m512 scale = _mm512_set1_ps(ho->scale), slope = _mm512_set1_ps(ho->slope);
@@ -617,8 +713,8 @@ static void fwd_softmax_(float *S, float *m, float *l, float *alpha, const HeadO
 }
 #else
 static void fwd_softmax_(float *S, float *m, float *l, float *alpha, const HeadOpts_ *ho, int i0, int nr, int j0,
-                         int nc) {
-    fwd_softmax_portable_(S, m, l, alpha, ho, i0, nr, j0, nc);
+                         int nc, const float *qn, const float *kn) {
+    fwd_softmax_portable_(S, m, l, alpha, ho, i0, nr, j0, nc, qn, kn);
 }
 #endif
 
@@ -632,6 +728,9 @@ static void forward_tile_(float *out, float *lse, const float *q, const float *k
     }
     memset(sc->acc, 0, (size_t)nr * HS * sizeof(float));
     transpose_rows_(sc->qt, q + (size_t)i0 * HS, nr, HS);
+    if (ho->fkind) {
+        for (int r = 0; r < nr; r++) sc->qn[r] = row_dot_(q + (size_t)(i0 + r) * HS, q + (size_t)(i0 + r) * HS, HS);
+    }
     // keys before the window of the tile's first row are invisible to every row of the tile; from this
     // start, every row sees at least one key of the first key tile
     int kstart = (ho->W > 0 && i0 - ho->W + 1 > 0) ? i0 - ho->W + 1 : 0;
@@ -639,7 +738,10 @@ static void forward_tile_(float *out, float *lse, const float *q, const float *k
         int nc = i1 - j0 < ATTN_BC ? i1 - j0 : ATTN_BC;
         // key c is seen by query r iff r - c >= j0 - i0 (causal) and r - c < j0 - i0 + W (window)
         dot_tile_(sc->S, k + (size_t)j0 * HS, sc->qt, nc, HS, j0 - i0, ho->W ? j0 - i0 + ho->W - 1 : ATTN_NOLIM_);
-        fwd_softmax_(sc->S, sc->m, sc->l, sc->alpha, ho, i0, nr, j0, nc);
+        if (ho->fkind) {
+            for (int c = 0; c < nc; c++) sc->kn[c] = row_dot_(k + (size_t)(j0 + c) * HS, k + (size_t)(j0 + c) * HS, HS);
+        }
+        fwd_softmax_(sc->S, sc->m, sc->l, sc->alpha, ho, i0, nr, j0, nc, sc->qn, sc->kn);
         // acc[r] = alpha[r] acc[r] + sum_c S[c][r] v_c
         // query r sees key c only if c - r <= i0 - j0 (causal) and c - r > i0 - j0 - W (window)
         int dlo = ho->W ? i0 - j0 - ho->W + 1 : -ATTN_NOLIM_;
@@ -697,6 +799,13 @@ typedef struct BwdScratch_ {
     float *dk, *dv;   // (ATTN_BC, HS) gradients of the key tile, added to dk/dv once per key tile
     float dFk[ATTN_BC];  // dF of the key tile
     float *D;         // (T,) D_i = do_i . out_i of the current head, formed once per query row
+    // RFA filter: squared norms of the head's queries and keys (T,), the gradients of those norms
+    // (dqn per query over the whole head, dkn per key of the current tile), and this (b,h)'s gradients
+    // of the lag tables (3, T: a, c, E) and of beta
+    float *qn, *kn, *dqn;
+    float dkn[ATTN_BC];
+    float *glag, gbeta;
+    int glag_T;       // stride of glag's three rows
 } BwdScratch_;
 
 // The per-row part of the backward for query i against keys j0 + c, c < ATTN_BC, visible for j in [lo, hi):
@@ -734,6 +843,72 @@ static double bwd_row_decay_(float *s, float *dp, float *dFk, float *dF, const H
     // in the forward pass this was: s_ij = ... + (F[i] - F[j]); so dF_i += ds_ij, dF_j -= ds_ij
     if (dF) dF[i] += tree16_(part);
     return dd;
+}
+
+// the RFA filter case (plain C in every build): the row's entries from the logits of filter_logit_, the
+// post-softmax factor E from the table; dp becomes the coefficient of q_i.k_j (dq_i += dp_j k_j, ...),
+// and the norm terms go to dqn_i (returned), dkn[c]; the table and beta gradients to sc->glag, sc->gbeta.
+// Lags run backwards along the row (d = i - j0 - c): the tables are read through pointers at d = i - j0
+// with index -c, which the compiler vectorises with a lane reversal.
+ALWAYS_INLINE_ float bwd_row_filter_k_(int kind, float *restrict s, float *restrict dp, BwdScratch_ *sc,
+                                       const HeadOpts_ *ho, int i, int j0, int lo, int hi, float lse_i, float D) {
+    int clo = lo - j0, chi = hi - j0, d0 = i - j0;
+    float qn = sc->qn[i], dqn = 0.0f, gbeta = 0.0f, beta = ho->beta;
+    const float *restrict kn = sc->kn + j0;
+    float *restrict dkn = sc->dkn;
+    const float *restrict fa = ho->fa + d0, *restrict fc = ho->fc + d0, *restrict fe = ho->fe + d0;
+    float *restrict ga = sc->glag + d0, *restrict gc = sc->glag + sc->glag_T + d0,
+          *restrict gE = sc->glag + 2 * (size_t)sc->glag_T + d0;
+    for (int c = 0; c < clo; c++) s[c] = dp[c] = 0.0f;
+    for (int c = chi > clo ? chi : clo; c < ATTN_BC; c++) s[c] = dp[c] = 0.0f;
+    for (int c = clo; c < chi; c++) {
+        float R2, lg, e = fe[-c], cc = fc[-c], dot = s[c];
+        float x = filter_logit_(kind, dot, qn, kn[c], fa[-c], cc, e, beta, &R2, &lg);
+        float p = exp_neg_(x - lse_i);
+        float dw = dp[c];
+        // softmax backward with the post-softmax factor, as in bwd_row_decay_: w = p E
+        float dl = p * (e * dw - D);
+        s[c] = p * e;
+        if (kind == ATTN_FILTER_DOT) {
+            // in the forward pass this was: l = beta s
+            gE[-c] += p * dw;
+            gbeta += dl * dot;
+            dp[c] = dl * beta;
+            continue;
+        }
+        // in the forward pass this was: l = a - beta log(1 + c R2) (or a - beta c R2), p = exp(l - lse),
+        // with R2 = qn + E^2 kn - 2 E s
+        float dR2, dcc;
+        if (kind == ATTN_FILTER_STUDENT) {
+            float u = cc * R2;
+            float g = dl * beta / (1.0f + (u > 0.0f ? u : 0.0f));  // -dl/du
+            dR2 = -g * cc;
+            dcc = -g * R2;
+            gbeta -= dl * lg;
+        } else {
+            dR2 = -dl * beta * cc;
+            dcc = -dl * beta * R2;
+            gbeta -= dl * cc * R2;
+        }
+        ga[-c] += dl;
+        gc[-c] += dcc;
+        // E enters w = p E and R2 (E^2 kn - 2 E s)
+        gE[-c] += p * dw + dR2 * (2.0f * e * kn[c] - 2.0f * dot);
+        dqn += dR2;
+        dkn[c] += e * e * dR2;
+        dp[c] = -2.0f * e * dR2;
+    }
+    sc->gbeta += gbeta;
+    return dqn;
+}
+
+static float bwd_row_filter_(float *s, float *dp, BwdScratch_ *sc, const HeadOpts_ *ho, int i, int j0, int lo, int hi,
+                             float lse_i, float D) {
+    switch (ho->fkind) {
+    case ATTN_FILTER_STUDENT: return bwd_row_filter_k_(ATTN_FILTER_STUDENT, s, dp, sc, ho, i, j0, lo, hi, lse_i, D);
+    case ATTN_FILTER_GAUSS: return bwd_row_filter_k_(ATTN_FILTER_GAUSS, s, dp, sc, ho, i, j0, lo, hi, lse_i, D);
+    default: return bwd_row_filter_k_(ATTN_FILTER_DOT, s, dp, sc, ho, i, j0, lo, hi, lse_i, D);
+    }
 }
 
 PORTABLE_ void bwd_row_portable_(float *s, float *dp, float *dFk, float *dF, const HeadOpts_ *ho, int i, int j0,
@@ -802,6 +977,14 @@ static double backward_head_(float *dq, float *dk, float *dv, float *dF, const f
     // D_i = sum_j p_ij dp_ij with dp_ij = E_ij do_i.v_j, which equals do_i . out_i since
     // out_i = sum_j p_ij E_ij v_j (also with the post-softmax decay); every key tile of row i needs it
     for (int i = 0; i < T; i++) sc->D[i] = row_dot_(dout + (size_t)i * HS, out + (size_t)i * HS, HS);
+    if (ho->fkind) {
+        // the same norms (same fma chains) as the forward's
+        for (int i = 0; i < T; i++) {
+            sc->qn[i] = row_dot_(q + (size_t)i * HS, q + (size_t)i * HS, HS);
+            sc->kn[i] = row_dot_(k + (size_t)i * HS, k + (size_t)i * HS, HS);
+            sc->dqn[i] = 0.0f;
+        }
+    }
     for (int j0 = 0; j0 < T; j0 += ATTN_BC) {
         int nc = T - j0 < ATTN_BC ? T - j0 : ATTN_BC;
         // queries that see some key of this tile: i >= j0, and i - W < j0 + nc - 1 with a window
@@ -812,6 +995,7 @@ static double backward_head_(float *dq, float *dk, float *dv, float *dF, const f
         memset(sc->dk, 0, (size_t)nc * HS * sizeof(float));
         memset(sc->dv, 0, (size_t)nc * HS * sizeof(float));
         memset(sc->dFk, 0, sizeof sc->dFk);
+        memset(sc->dkn, 0, sizeof sc->dkn);
         for (int i0 = j0; i0 < iend; i0 += ATTN_BR) {
             int nr = iend - i0 < ATTN_BR ? iend - i0 : ATTN_BR;
             const float *q_t = q + (size_t)i0 * HS, *do_t = dout + (size_t)i0 * HS;
@@ -825,7 +1009,8 @@ static double backward_head_(float *dq, float *dk, float *dv, float *dF, const f
                 visible_range_(&lo, &hi, i, j0, nc, ho->W);
                 float *s = sc->S + (size_t)r * ATTN_BC, *dp = sc->DP + (size_t)r * ATTN_BC;
                 float D = sc->D[i];
-                if (ho->has_decay) ddecay += bwd_row_decay_(s, dp, sc->dFk, dF, ho, i, j0, lo, hi, lse[i], D);
+                if (ho->fkind) sc->dqn[i] += bwd_row_filter_(s, dp, sc, ho, i, j0, lo, hi, lse[i], D);
+                else if (ho->has_decay) ddecay += bwd_row_decay_(s, dp, sc->dFk, dF, ho, i, j0, lo, hi, lse[i], D);
                 else bwd_row_(s, dp, sc->dFk, dF, ho, i, j0, lo, hi, lse[i], D);
             }
             // in the forward pass this was: out_i = sum_j w_ij v_j; so dv_j += sum_i w_ij do_i
@@ -838,6 +1023,14 @@ static double backward_head_(float *dq, float *dk, float *dv, float *dF, const f
             if (dq) {
                 acc_tile_(dq + (size_t)i0 * HS, sc->DP, ATTN_BC, 1, k + (size_t)j0 * HS, nr, nc, HS, NULL, 1, dlo_q,
                           i0 - j0);
+            }
+        }
+        if (ho->fkind && dk) {
+            // in the forward pass this was: R2 = ... + E^2 |k_j|^2 ...; so dk_j += 2 k_j dkn_j
+            for (int c = 0; c < nc; c++) {
+                const float *kr = k + (size_t)(j0 + c) * HS;
+                float g = 2.0f * sc->dkn[c];
+                for (int d = 0; d < HS; d++) sc->dk[(size_t)c * HS + d] += g * kr[d];
             }
         }
         for (int c = 0; c < nc; c++) {
@@ -853,6 +1046,13 @@ static double backward_head_(float *dq, float *dk, float *dv, float *dF, const f
             if (dF) dF[j0 + c] += sc->dFk[c];
         }
     }
+    if (ho->fkind && dq) {
+        // in the forward pass this was: R2 = |q_i|^2 + ...; so dq_i += 2 q_i dqn_i
+        for (int i = 0; i < T; i++) {
+            float g = 2.0f * sc->dqn[i];
+            for (int d = 0; d < HS; d++) dq[(size_t)i * HS + d] += g * q[(size_t)i * HS + d];
+        }
+    }
     return ddecay;
 }
 
@@ -865,13 +1065,17 @@ static void attention_backward_(float *dq, float *dk, float *dv, float *dfgate, 
     // dout, out are (B,NH,T,HS); lse is (B,NH,T); q, k, v are (B,NH,T,HS)
     if (!o->fgate) dfgate = NULL;
     if (!o->decay) ddecay = NULL;
+    const AttnFilter *f = o->filter;
+    // per-(b,h) filter gradients: lag tables (3, T) then beta, summed over b in order afterwards
+    size_t gstride = 3 * (size_t)T + 1;
+    float *g_bh = f ? xcalloc((size_t)B * NH * gstride, sizeof(float)) : NULL;
     // per-(b,h) decay gradients, summed over b in order after the parallel loop (thread-count independent)
     double *dd_bh = ddecay ? xcalloc((size_t)B * NH, sizeof(double)) : NULL;
     #pragma omp parallel
     {
         BwdScratch_ sc;
         size_t tile_hs = (size_t)HS * ATTN_BC, tile_sq = (size_t)ATTN_BR * ATTN_BC;
-        float *buf = scratch_alloc_(4 * tile_hs + 2 * tile_sq + (size_t)T);
+        float *buf = scratch_alloc_(4 * tile_hs + 2 * tile_sq + 4 * (size_t)T);
         sc.kt = buf;
         sc.vt = sc.kt + tile_hs;
         sc.dk = sc.vt + tile_hs;
@@ -879,17 +1083,45 @@ static void attention_backward_(float *dq, float *dk, float *dv, float *dfgate, 
         sc.S = sc.dv + tile_hs;
         sc.DP = sc.S + tile_sq;
         sc.D = sc.DP + tile_sq;
+        sc.qn = sc.D + T;
+        sc.kn = sc.qn + T;
+        sc.dqn = sc.kn + T;
+        sc.glag_T = T;
         // every head is the same amount of work
         #pragma omp for schedule(dynamic, 1)
         for (int bh = 0; bh < B * NH; bh++) {
             size_t off = (size_t)bh * T * HS;
             HeadOpts_ ho = head_opts_(o, bh / NH, bh % NH, NH, T);
+            if (g_bh) {
+                sc.glag = g_bh + (size_t)bh * gstride;
+                sc.gbeta = 0.0f;
+            }
             double dd = backward_head_(dq ? dq + off : NULL, dk ? dk + off : NULL, dv ? dv + off : NULL,
                                        dfgate ? dfgate + (size_t)bh * T : NULL, dout + off, out + off,
                                        lse + (size_t)bh * T, q + off, k + off, v + off, &ho, T, HS, overwrite, &sc);
             if (dd_bh) dd_bh[bh] = dd;
+            if (g_bh) g_bh[(size_t)bh * gstride + 3 * (size_t)T] = sc.gbeta;
         }
         free(buf);
+    }
+    if (f) {
+        for (int h = 0; h < NH; h++) {
+            float *outs[3] = {f->dbias, f->dprec, f->ddecay};
+            for (int w = 0; w < 3; w++) {
+                if (!outs[w]) continue;
+                for (int d = 0; d < T; d++) {
+                    double acc = 0.0;
+                    for (int b = 0; b < B; b++) acc += g_bh[((size_t)b * NH + h) * gstride + (size_t)w * T + d];
+                    outs[w][(size_t)h * f->lag_len + d] += (float)acc;
+                }
+            }
+            if (f->dbeta) {
+                double acc = 0.0;
+                for (int b = 0; b < B; b++) acc += g_bh[((size_t)b * NH + h) * gstride + 3 * (size_t)T];
+                f->dbeta[h] += (float)acc;
+            }
+        }
+        free(g_bh);
     }
     if (ddecay) {
         for (int h = 0; h < NH; h++) {
@@ -913,4 +1145,50 @@ void attention_backward_write(float *dq, float *dk, float *dv, float *dfgate, fl
                               const float *q, const float *k, const float *v, const AttnOpts *o,
                               int B, int NH, int T, int HS) {
     attention_backward_(dq, dk, dv, dfgate, ddecay, dout, out, lse, q, k, v, o, B, NH, T, HS, 1);
+}
+
+// ----------------------------------------------------------------------------
+// attention maps
+
+void attention_probs(float *P, const float *q, const float *k, const float *lse, const AttnOpts *o,
+                     int b, int h, int NH, int T, int HS) {
+    // P is (T, T); q, k are this head's (T, HS) slices, lse its (T,) slice
+    HeadOpts_ ho = head_opts_(o, b, h, NH, T);
+    #pragma omp parallel for schedule(dynamic, 16)
+    for (int i = 0; i < T; i++) {
+        const float *qi = q + (size_t)i * HS;
+        float qn = ho.fkind ? row_dot_(qi, qi, HS) : 0.0f;
+        float *row = P + (size_t)i * T;
+        for (int j = 0; j < T; j++) {
+            if (j > i || (ho.W && i - j >= ho.W)) {
+                row[j] = NAN;
+                continue;
+            }
+            const float *kj = k + (size_t)j * HS;
+            // the forward's dot product: one fma chain over d from 0 (dot_tile_)
+            float dot = 0.0f;
+            for (int d = 0; d < HS; d++) dot = fmaf(qi[d], kj[d], dot);
+            float x;
+            if (ho.fkind) {
+                float R2, lg;
+                size_t d = (size_t)(i - j);
+                switch (ho.fkind) {  // constant kinds, as in the kernels
+                case ATTN_FILTER_STUDENT:
+                    x = filter_logit_(ATTN_FILTER_STUDENT, dot, qn, row_dot_(kj, kj, HS), ho.fa[d], ho.fc[d], ho.fe[d],
+                                      ho.beta, &R2, &lg);
+                    break;
+                case ATTN_FILTER_GAUSS:
+                    x = filter_logit_(ATTN_FILTER_GAUSS, dot, qn, row_dot_(kj, kj, HS), ho.fa[d], ho.fc[d], ho.fe[d],
+                                      ho.beta, &R2, &lg);
+                    break;
+                default:
+                    x = filter_logit_(ATTN_FILTER_DOT, dot, qn, 0.0f, 0.0f, 0.0f, 1.0f, ho.beta, &R2, &lg);
+                    break;
+                }
+            } else {
+                x = logit_(dot, &ho, i, j);
+            }
+            row[j] = exp_neg_(x - lse[i]);
+        }
+    }
 }

@@ -19,12 +19,37 @@
  *                   decay exp(-d(i-j)) multiplies the unnormalised weights, i.e. is renormalised by the
  *                   softmax) or decay = per-head decays (RFA-style post-softmax factor, not renormalised)
  *   sliding window  window = W
+ *   rfa             filter = an AttnFilter (below): the Robust Filter Attention logits, which replace the
+ *                   scaled dot product (slopes, fgate and decay must then be unset)
  *
  * Every output element is computed by one thread in a fixed order, so results are bit-identical for any
  * OMP_NUM_THREADS. Per-thread scratch is a few tiles (O(tile * HS)); nothing is O(T^2).
  */
 #ifndef SEQ_ATTENTION_H
 #define SEQ_ATTENTION_H
+
+// Robust Filter Attention logits (RFA paper, Algorithm 1): for query i, key j, lag d = i - j, with
+// s = q_i.k_j, qn = |q_i|^2, kn = |k_j|^2 (the kernel forms both) and per-head tables over the lag:
+//   R2  = qn + E[d]^2 kn - 2 E[d] s                       (squared residual of q_i against the transported k_j)
+//   STUDENT  l = a[d] - beta * log(1 + c[d] R2)
+//   GAUSS    l = a[d] - beta * c[d] R2
+//   DOT      l = beta * s                                  (the tables a, c are unused)
+// and the post-softmax factor w_ij = p_ij E[d] (no renormalisation), E also from the table. The backward
+// returns the gradients of the tables and of beta, so any parameterisation of them (a mixer's SDE
+// parameters) gets its gradient by the chain rule outside the kernel.
+enum { ATTN_FILTER_STUDENT = 1, ATTN_FILTER_GAUSS = 2, ATTN_FILTER_DOT = 3 };
+
+typedef struct AttnFilter {
+    int kind;               // ATTN_FILTER_*
+    int lag_len;            // L >= T: the tables hold lags 0 .. L-1
+    const float *bias;      // (NH, L) a[d]
+    const float *prec;      // (NH, L) c[d]
+    const float *decay;     // (NH, L) E[d] in (0, 1]
+    const float *beta;      // (NH,)
+    // backward outputs, ACCUMULATED (+=); any may be NULL. Summed over b in a fixed order.
+    float *dbias, *dprec, *ddecay;  // (NH, L)
+    float *dbeta;                   // (NH,)
+} AttnFilter;
 
 typedef struct AttnOpts {
     float scale;            // logits = scale * q.k (usually 1/sqrt(HS))
@@ -35,6 +60,7 @@ typedef struct AttnOpts {
                             //   forget gates (Forgetting Transformer, "fox"); F is given, its gradient returned
     const float *decay;     // (NH,) or NULL: post-softmax factor exp(-decay[h] * (i - j)), no renormalisation
                             //   (RFA paper baselines B3/B4); decay[h] >= 0, 0 = no decay
+    const AttnFilter *filter;  // or NULL: RFA logits (scale unused)
 } AttnOpts;
 
 // {scale = 1/sqrt(HS), full causal, no bias, no decay}
@@ -62,6 +88,13 @@ void attention_backward_write(float *dq, float *dk, float *dv, float *dfgate, fl
                               const float *dout, const float *out, const float *lse,
                               const float *q, const float *k, const float *v, const AttnOpts *o,
                               int B, int NH, int T, int HS);
+
+// the softmax weights of one head before any post-softmax factor (for attention maps): P (T, T) with
+// P[i][j] = p_ij for visible j and NaN for hidden j (above the diagonal, outside the window). q, k (T, HS)
+// and lse (T,) are the (b, h) slices the forward saw, h the head (for per-head options), b the batch
+// row (for fgate). O(T^2 HS) time.
+void attention_probs(float *P, const float *q, const float *k, const float *lse, const AttnOpts *o,
+                     int b, int h, int NH, int T, int HS);
 
 // slopes (NH,): the standard ALiBi slopes of Press et al. (2022). For NH a power of two, the geometric
 // sequence slopes[h] = 2^(-8(h+1)/NH) (NH = 8: 1/2, 1/4, ..., 1/256). Otherwise, with n = the largest

@@ -394,6 +394,9 @@ static int setup_(Trainer *t, const TrainerOpts *o, Err *e) {
         if (has == 0) return err_set(e, "%s: no complete checkpoint to resume from", t->run_dir);
         if (load_checkpoint_(t, ckpt, e) != 0) return -1;
         if (truncate_log_(log_path, t->step, e) != 0) return -1;
+        char diag_path[1200];
+        snprintf(diag_path, sizeof diag_path, "%s/diag.jsonl", t->run_dir);
+        if (truncate_log_(diag_path, t->step, e) != 0) return -1;
         printf("resuming %s from %s (step %ld of %ld)\n", t->run_dir, ckpt, t->step, t->total_steps);
     } else {
         struct stat st;
@@ -403,7 +406,34 @@ static int setup_(Trainer *t, const TrainerOpts *o, Err *e) {
         FILE *f = fopen(log_path, "w");
         if (!f) return err_set(e, "cannot write %s: %s", log_path, strerror(errno));
         fclose(f);
+        snprintf(log_path, sizeof log_path, "%s/diag.jsonl", t->run_dir);
+        remove(log_path);  // a previous run's diagnostics; ENOENT is fine
     }
+    return 0;
+}
+
+// one line per layer whose mixer reports diagnostics (docs/mixers.md): {"step", "layer", name: [per head]}
+static int diag_write_(const Trainer *t, Err *e) {
+    const Model *m = &t->model;
+    FILE *f = NULL;
+    for (int l = 0; l < m->L; l++) {
+        const Mixer *mx = &m->mix[l];
+        if (!mx->spec->ops->diag) continue;
+        if (!f) {
+            char path[1200];
+            snprintf(path, sizeof path, "%s/diag.jsonl", t->run_dir);
+            if (!(f = fopen(path, "a"))) return err_set(e, "cannot write %s: %s", path, strerror(errno));
+        }
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "step", (double)t->step);
+        cJSON_AddNumberToObject(o, "layer", l);
+        mx->spec->ops->diag(mx, o);
+        char *txt = cJSON_PrintUnformatted(o);
+        fprintf(f, "%s\n", txt);
+        cJSON_free(txt);
+        cJSON_Delete(o);
+    }
+    if (f && fclose(f) != 0) return err_set(e, "cannot write %s/diag.jsonl", t->run_dir);
     return 0;
 }
 
@@ -521,6 +551,7 @@ static int loop_(Trainer *t, Err *e) {
             log_line_(log, "{\"step\": %ld, \"loss\": %.17g, \"lr\": %.9g, \"beta1\": %.9g, \"grad_norm\": %.9g, "
                       "\"tokens_per_s\": %.1f, \"tokens\": %.0f, \"elapsed_s\": %.3f}",
                       t->step, loss, lr, beta1, gnorm, tps, t->tokens, t->elapsed);
+        if ((t->step % c->train.log_every == 0 || t->step == t->total_steps) && (rc = diag_write_(t, e)) != 0) break;
         if (!t->o->quiet && (now - last_print > (tty ? 0.2 : 10.0) || t->step == t->total_steps || t->step == first_step + 1)) {
             last_print = now;
             char el[32], eta[32];
