@@ -8,6 +8,9 @@
  * (q.k and p.v, 2 flops per multiply-add); backward 10 T^2 HS / 2 per head (recomputed q.k, do.v, dv, dk,
  * dq), so forward + backward = 14 T^2 HS / 2 per head. exp and the softmax bookkeeping are not counted.
  *
+ * The RFA filter logits (AttnFilter, Student-t kind, the rfa mixer's hot path) are timed on the same
+ * shapes, forward and forward + backward, as a ratio to the plain kernel.
+ *
  *   make benches && OMP_NUM_THREADS=2 build/release/bench/attention
  */
 #include <math.h>
@@ -177,6 +180,32 @@ int main(void) {
                    (fwd_flop + bwd_flop) / nfb * 1e-9, nfb / tfb);
             free(att);
         }
+        // RFA: per-head lag tables shaped like the rfa mixer's at init
+        float *tabs = (float *)malloc(3 * (size_t)NH * T * sizeof(float)), beta[64];
+        for (int h = 0; h < NH; h++) {
+            double mu = 0.002 * h;
+            for (int d = 0; d < T; d++) {
+                double E = exp(-mu * d), V = 0.1 * (1 - E * E) + E * E + 1.0;
+                tabs[(size_t)h * T + d] = (float)-log(V);
+                tabs[((size_t)NH + h) * T + d] = (float)(1.0 / (4.0 * HS / 2 * V));
+                tabs[(2 * (size_t)NH + h) * T + d] = (float)E;
+            }
+            beta[h] = 5.0f;
+        }
+        AttnFilter f = {ATTN_FILTER_STUDENT, T, tabs, tabs + (size_t)NH * T, tabs + 2 * (size_t)NH * T, beta,
+                        NULL, NULL, NULL, NULL};
+        float *g = (float *)calloc(3 * (size_t)NH * T + NH, sizeof(float));
+        f.dbias = g; f.dprec = g + (size_t)NH * T; f.ddecay = g + 2 * (size_t)NH * T; f.dbeta = g + 3 * (size_t)NH * T;
+        AttnOpts of = o;
+        of.filter = &f;
+        double rf = time_best_(0, &bf, NULL, &of, B, NH, T, HS, 0.5);
+        double rfb = time_best_(1, &bf, NULL, &of, B, NH, T, HS, 0.5);
+        printf("%-28s %6d %10.2f %9.1f   (%.2fx the plain forward)\n", "rfa filter forward", T, rf * 1e3,
+               fwd_flop / rf * 1e-9, rf / tf);
+        printf("%-28s %6d %10.2f %9.1f   (%.2fx the plain forward+backward)\n", "rfa filter forward+backward", T,
+               rfb * 1e3, (fwd_flop + bwd_flop) / rfb * 1e-9, rfb / tfb);
+        free(tabs);
+        free(g);
         bufs_free_(&bf);
     }
     return 0;

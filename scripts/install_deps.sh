@@ -2,7 +2,8 @@
 # Installs the Debian packages seqtrain needs when they are missing. Called by the Makefile on first
 # build; safe to run again (it only installs what `dpkg -s` does not find).
 set -euo pipefail
-need=(gcc g++ make python3 libcjson-dev libzstd-dev zstd libsentencepiece-dev sentencepiece)
+# gnuplot-nox (gnuplot without X) draws the figures of scripts/plot_rfa.sh
+need=(gcc g++ make python3 libcjson-dev libzstd-dev zstd libsentencepiece-dev sentencepiece gnuplot-nox)
 missing=()
 for p in "${need[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

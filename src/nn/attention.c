@@ -516,6 +516,58 @@ static inline float log1p_pos_(float u) {
     return fmaf((float)k, 0.693147182f, z * pz);
 }
 
+#ifdef ATTN_SIMD_
+// log1p_pos_ on 16 lanes (the same operations)
+static inline __m512 log1p_pos_v_(__m512 u) {
+    const __m512 big = _mm512_set1_ps(8.5e37f), one = _mm512_set1_ps(1.0f);
+    __m512 y = _mm512_mask_mov_ps(big, _mm512_cmp_ps_mask(u, big, _CMP_LT_OQ), _mm512_add_ps(one, u));
+    __m512i bits = _mm512_castps_si512(y);
+    __m512i k = _mm512_srai_epi32(_mm512_sub_epi32(bits, _mm512_set1_epi32(0x3f3504f3)), 23);
+    __m512 m = _mm512_castsi512_ps(_mm512_sub_epi32(bits, _mm512_slli_epi32(k, 23)));
+    __m512 z = _mm512_div_ps(_mm512_sub_ps(m, one), _mm512_add_ps(m, one)), z2 = _mm512_mul_ps(z, z);
+    __m512 pz = _mm512_set1_ps(2.0f / 9.0f);
+    pz = _mm512_fmadd_ps(pz, z2, _mm512_set1_ps(2.0f / 7.0f));
+    pz = _mm512_fmadd_ps(pz, z2, _mm512_set1_ps(2.0f / 5.0f));
+    pz = _mm512_fmadd_ps(pz, z2, _mm512_set1_ps(2.0f / 3.0f));
+    pz = _mm512_fmadd_ps(pz, z2, _mm512_set1_ps(2.0f));
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(k), _mm512_set1_ps(0.693147182f), _mm512_mul_ps(z, pz));
+}
+
+// lanes in reverse order, and the 16-bit mask of those lanes
+static inline __m512 rev16_(__m512 v) {
+    return _mm512_permutexvar_ps(_mm512_set_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), v);
+}
+static inline __mmask16 rev16_mask_(__mmask16 m) {
+    unsigned x = m;
+    x = ((x >> 1) & 0x5555u) | ((x & 0x5555u) << 1);
+    x = ((x >> 2) & 0x3333u) | ((x & 0x3333u) << 2);
+    x = ((x >> 4) & 0x0F0Fu) | ((x & 0x0F0Fu) << 4);
+    x = ((x >> 8) & 0x00FFu) | ((x & 0x00FFu) << 8);
+    return (__mmask16)x;
+}
+
+// the RFA logits of 16 lanes (filter_logit_'s operations); lg gets log(1 + c R2) (STUDENT)
+ALWAYS_INLINE_ __m512 filter_logit_v_(int kind, __m512 dot, __m512 qn, __m512 kn, __m512 a, __m512 c, __m512 e,
+                                      __m512 beta, __m512 *R2, __m512 *lg) {
+    if (kind == ATTN_FILTER_DOT) {
+        *R2 = *lg = _mm512_setzero_ps();
+        return _mm512_mul_ps(beta, dot);
+    }
+    __m512 r2 = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(-2.0f), e), dot,
+                                _mm512_fmadd_ps(_mm512_mul_ps(e, e), kn, qn));
+    *R2 = r2;
+    __m512 nbeta = _mm512_sub_ps(_mm512_setzero_ps(), beta);
+    if (kind == ATTN_FILTER_GAUSS) {
+        *lg = _mm512_setzero_ps();
+        return _mm512_fmadd_ps(nbeta, _mm512_mul_ps(c, r2), a);
+    }
+    __m512 u = _mm512_mul_ps(c, r2);
+    __m512 l = log1p_pos_v_(_mm512_max_ps(u, _mm512_setzero_ps()));
+    *lg = l;
+    return _mm512_fmadd_ps(nbeta, l, a);
+}
+#endif
+
 // the RFA logit (attention.h, AttnFilter) of one entry at lag d; *R2 and *lg (log(1 + c R2), STUDENT) are
 // returned for the backward. Forward and backward call this with the same inputs (same floats out). kind
 // is a compile-time constant at every call (the loops are instantiated per kind), so they vectorise.
@@ -590,7 +642,7 @@ typedef struct FwdScratch_ {
 // masked), with m, l updated and alpha = exp(m_old - m_new) for rescaling acc. Columns r >= nr are unused.
 // With the RFA filter: qn (nr,), kn (nc,) the squared norms of the queries and keys; this function is then
 // the path of every build (the filter's logits have no SIMD twin; the loops are left to the compiler).
-static void fwd_softmax_portable_(float *S, float *m, float *l, float *alpha, const HeadOpts_ *ho, int i0, int nr,
+PORTABLE_ void fwd_softmax_portable_(float *S, float *m, float *l, float *alpha, const HeadOpts_ *ho, int i0, int nr,
                                   int j0, int nc, const float *qn, const float *kn) {
     float mt[ATTN_BR], ms[ATTN_BR], lsum[ATTN_BR];
     for (int r = 0; r < nr; r++) mt[r] = m[r];
@@ -627,10 +679,12 @@ static void fwd_softmax_portable_(float *S, float *m, float *l, float *alpha, co
         for (int r = 0; r < nr; r++) {
             float p = exp_neg_(s[r] - ms[r]);
             lsum[r] += p;
-            // the numerator gets the post-softmax decay E = exp(-decay (i-j)) (the "second accumulator");
-            // masked entries have p = 0 and E finite (clamped), so they stay 0
-            if (ho->decay != 0.0f) p *= exp_neg_(-ho->decay * (float)(i0 + r - j));
             s[r] = p;
+        }
+        // the numerator gets the post-softmax decay E = exp(-decay (i-j)) (the "second accumulator");
+        // masked entries have p = 0 and E finite (clamped), so they stay 0
+        if (ho->decay != 0.0f) {
+            for (int r = 0; r < nr; r++) s[r] *= exp_neg_(-ho->decay * (float)(i0 + r - j));
         }
         if (ho->fkind) {
             // the filter's E from its lag table, for the visible entries (the others are 0 already)
@@ -646,12 +700,10 @@ static void fwd_softmax_portable_(float *S, float *m, float *l, float *alpha, co
 
 #ifdef ATTN_SIMD_
 // fwd_softmax_portable_ with 16 queries per vector (the same operations; lanes r >= nr are masked off)
-static void fwd_softmax_(float *S, float *m, float *l, float *alpha, const HeadOpts_ *ho, int i0, int nr, int j0,
-                         int nc, const float *qn, const float *kn) {
-    if (ho->fkind) {
-        fwd_softmax_portable_(S, m, l, alpha, ho, i0, nr, j0, nc, qn, kn);
-        return;
-    }
+// fkind 0: the plain logits; else the RFA filter's (filter_logit_v_), with lag d = i - j running forward
+// along the 16 queries of a vector, so the tables are plain masked loads at d
+ALWAYS_INLINE_ void fwd_softmax_simd_(int fkind, float *S, float *m, float *l, float *alpha, const HeadOpts_ *ho,
+                                      int i0, int nr, int j0, int nc, const float *qn, const float *kn) {
     int nv = (nr + 15) / 16;
     const __m512i iota = iota16_();
     const __m512 scale = _mm512_set1_ps(ho->scale), slope = _mm512_set1_ps(ho->slope);
@@ -667,11 +719,30 @@ static void fwd_softmax_(float *S, float *m, float *l, float *alpha, const HeadO
         mt[v] = _mm512_loadu_ps(m + 16 * v);
         Fi[v] = ho->F ? _mm512_maskz_loadu_ps(live[v], ho->F + i0 + 16 * v) : _mm512_setzero_ps();
     }
+    __m512 qnv[4];
+    const __m512 fbeta = _mm512_set1_ps(ho->beta);
+    for (int v = 0; v < nv && fkind; v++) qnv[v] = _mm512_maskz_loadu_ps(live[v], qn + 16 * v);
     for (int c = 0; c < nc; c++) {
         int j = j0 + c;
         float *s = S + (size_t)c * ATTN_BR;
         __m512i jv = _mm512_set1_epi32(j), jwv = _mm512_set1_epi32(j + ho->W);
         __m512 Fj = _mm512_set1_ps(ho->F ? ho->F[j] : 0.0f);
+        if (fkind) {
+            __m512 knv = _mm512_set1_ps(kn[c]);
+            for (int v = 0; v < nv; v++) {
+                __mmask16 vis = live[v] & _mm512_cmpge_epi32_mask(iv[v], jv);
+                if (ho->W) vis &= _mm512_cmplt_epi32_mask(iv[v], jwv);
+                ptrdiff_t d = (ptrdiff_t)i0 + 16 * v - j;  // lag of lane 0
+                __m512 R2, lg;
+                __m512 x = filter_logit_v_(fkind, _mm512_loadu_ps(s + 16 * v), qnv[v], knv,
+                                           _mm512_maskz_loadu_ps(vis, ho->fa + d), _mm512_maskz_loadu_ps(vis, ho->fc + d),
+                                           _mm512_maskz_loadu_ps(vis, ho->fe + d), fbeta, &R2, &lg);
+                x = _mm512_mask_mov_ps(ninf, vis, x);
+                _mm512_storeu_ps(s + 16 * v, x);
+                mt[v] = _mm512_max_ps(x, mt[v]);
+            }
+            continue;
+        }
         for (int v = 0; v < nv; v++) {
             __m512 x = _mm512_mul_ps(_mm512_loadu_ps(s + 16 * v), scale);
             if (ho->slope != 0.0f) {
@@ -702,6 +773,11 @@ static void fwd_softmax_(float *S, float *m, float *l, float *alpha, const HeadO
                 __m512 dist = _mm512_cvtepi32_ps(_mm512_sub_epi32(iv[v], jv));  // i - j
                 p = _mm512_mul_ps(p, exp_neg_v_(_mm512_mul_ps(ndecay, dist)));
             }
+            if (fkind) {
+                // the filter's E from its lag table (masked entries have p = 0 and stay 0)
+                __mmask16 vis = live[v] & _mm512_cmpge_epi32_mask(iv[v], jv);
+                p = _mm512_mul_ps(p, _mm512_maskz_loadu_ps(vis, ho->fe + ((ptrdiff_t)i0 + 16 * v - (j0 + c))));
+            }
             _mm512_storeu_ps(s + 16 * v, p);
         }
     }
@@ -711,6 +787,16 @@ static void fwd_softmax_(float *S, float *m, float *l, float *alpha, const HeadO
         _mm512_storeu_ps(m + 16 * v, mt[v]);
     }
 }
+static void fwd_softmax_(float *S, float *m, float *l, float *alpha, const HeadOpts_ *ho, int i0, int nr, int j0,
+                         int nc, const float *qn, const float *kn) {
+    switch (ho->fkind) {  // the kind as a constant, so the filter's branches fold away
+    case ATTN_FILTER_STUDENT: fwd_softmax_simd_(ATTN_FILTER_STUDENT, S, m, l, alpha, ho, i0, nr, j0, nc, qn, kn); break;
+    case ATTN_FILTER_GAUSS: fwd_softmax_simd_(ATTN_FILTER_GAUSS, S, m, l, alpha, ho, i0, nr, j0, nc, qn, kn); break;
+    case ATTN_FILTER_DOT: fwd_softmax_simd_(ATTN_FILTER_DOT, S, m, l, alpha, ho, i0, nr, j0, nc, qn, kn); break;
+    default: fwd_softmax_simd_(0, S, m, l, alpha, ho, i0, nr, j0, nc, qn, kn); break;
+    }
+}
+
 #else
 static void fwd_softmax_(float *S, float *m, float *l, float *alpha, const HeadOpts_ *ho, int i0, int nr, int j0,
                          int nc, const float *qn, const float *kn) {
@@ -853,14 +939,17 @@ static double bwd_row_decay_(float *s, float *dp, float *dFk, float *dF, const H
 ALWAYS_INLINE_ float bwd_row_filter_k_(int kind, float *restrict s, float *restrict dp, BwdScratch_ *sc,
                                        const HeadOpts_ *ho, int i, int j0, int lo, int hi, float lse_i, float D) {
     int clo = lo - j0, chi = hi - j0, d0 = i - j0;
-    float qn = sc->qn[i], dqn = 0.0f, gbeta = 0.0f, beta = ho->beta;
+    float qn = sc->qn[i], beta = ho->beta;
+    // the row's two sums (dqn_i and beta's gradient) are formed after the loop from these per-key terms:
+    // a float sum inside the loop would keep it from vectorising (it would need reassociation)
+    float rq[ATTN_BC], rb[ATTN_BC];
     const float *restrict kn = sc->kn + j0;
     float *restrict dkn = sc->dkn;
     const float *restrict fa = ho->fa + d0, *restrict fc = ho->fc + d0, *restrict fe = ho->fe + d0;
     float *restrict ga = sc->glag + d0, *restrict gc = sc->glag + sc->glag_T + d0,
           *restrict gE = sc->glag + 2 * (size_t)sc->glag_T + d0;
-    for (int c = 0; c < clo; c++) s[c] = dp[c] = 0.0f;
-    for (int c = chi > clo ? chi : clo; c < ATTN_BC; c++) s[c] = dp[c] = 0.0f;
+    for (int c = 0; c < clo; c++) s[c] = dp[c] = rq[c] = rb[c] = 0.0f;
+    for (int c = chi > clo ? chi : clo; c < ATTN_BC; c++) s[c] = dp[c] = rq[c] = rb[c] = 0.0f;
     for (int c = clo; c < chi; c++) {
         float R2, lg, e = fe[-c], cc = fc[-c], dot = s[c];
         float x = filter_logit_(kind, dot, qn, kn[c], fa[-c], cc, e, beta, &R2, &lg);
@@ -872,7 +961,8 @@ ALWAYS_INLINE_ float bwd_row_filter_k_(int kind, float *restrict s, float *restr
         if (kind == ATTN_FILTER_DOT) {
             // in the forward pass this was: l = beta s
             gE[-c] += p * dw;
-            gbeta += dl * dot;
+            rb[c] = dl * dot;
+            rq[c] = 0.0f;
             dp[c] = dl * beta;
             continue;
         }
@@ -884,30 +974,120 @@ ALWAYS_INLINE_ float bwd_row_filter_k_(int kind, float *restrict s, float *restr
             float g = dl * beta / (1.0f + (u > 0.0f ? u : 0.0f));  // -dl/du
             dR2 = -g * cc;
             dcc = -g * R2;
-            gbeta -= dl * lg;
+            rb[c] = -(dl * lg);
         } else {
             dR2 = -dl * beta * cc;
             dcc = -dl * beta * R2;
-            gbeta -= dl * cc * R2;
+            rb[c] = -(dl * cc * R2);
         }
         ga[-c] += dl;
         gc[-c] += dcc;
         // E enters w = p E and R2 (E^2 kn - 2 E s)
         gE[-c] += p * dw + dR2 * (2.0f * e * kn[c] - 2.0f * dot);
-        dqn += dR2;
+        rq[c] = dR2;
         dkn[c] += e * e * dR2;
         dp[c] = -2.0f * e * dR2;
     }
-    sc->gbeta += gbeta;
-    return dqn;
+    // the sums in a fixed order: 16 interleaved partial sums folded by tree16_
+    float pq[16] = {0}, pb[16] = {0};
+    for (int c = 0; c < ATTN_BC; c++) {
+        pq[c & 15] += rq[c];
+        pb[c & 15] += rb[c];
+    }
+    sc->gbeta += tree16_(pb);
+    return tree16_(pq);
 }
+
+#ifdef ATTN_SIMD_
+// bwd_row_filter_k_ on 4 vectors of 16 keys (the same operations). The lags of a vector run backwards, so
+// the tables are read (and the table gradients updated) as 16 ascending lags reversed into key order.
+ALWAYS_INLINE_ float bwd_row_filter_simd_(int kind, float *restrict s, float *restrict dp, BwdScratch_ *sc,
+                                          const HeadOpts_ *ho, int i, int j0, int lo, int hi, float lse_i, float D) {
+    const __m512i iota = iota16_();
+    const __m512i lov = _mm512_set1_epi32(lo), hiv = _mm512_set1_epi32(hi);
+    const __m512 zero = _mm512_setzero_ps(), qn = _mm512_set1_ps(sc->qn[i]), beta = _mm512_set1_ps(ho->beta);
+    const __m512 lse_v = _mm512_set1_ps(lse_i), D_v = _mm512_set1_ps(D), two = _mm512_set1_ps(2.0f);
+    const __m512 ntwo = _mm512_set1_ps(-2.0f);
+    int d0 = i - j0;
+    float *ga = sc->glag, *gc = sc->glag + sc->glag_T, *gE = sc->glag + 2 * (size_t)sc->glag_T;
+    float rq[ATTN_BC], rb[ATTN_BC];
+    for (int v = 0; v < ATTN_BC / 16; v++) {
+        int c0 = 16 * v;
+        __m512i jv = _mm512_add_epi32(_mm512_set1_epi32(j0 + c0), iota);
+        __mmask16 vis = _mm512_cmpge_epi32_mask(jv, lov) & _mm512_cmplt_epi32_mask(jv, hiv);
+        if (!vis) {
+            _mm512_storeu_ps(s + c0, zero);
+            _mm512_storeu_ps(dp + c0, zero);
+            _mm512_storeu_ps(rq + c0, zero);
+            _mm512_storeu_ps(rb + c0, zero);
+            continue;
+        }
+        // lane u is lag d0 - c0 - u: memory lanes base + (15 - u), base = d0 - c0 - 15
+        __mmask16 mm = rev16_mask_(vis);
+        ptrdiff_t base = (ptrdiff_t)d0 - c0 - 15;
+        __m512 e = rev16_(_mm512_maskz_loadu_ps(mm, ho->fe + base));
+        __m512 cc = rev16_(_mm512_maskz_loadu_ps(mm, ho->fc + base));
+        __m512 a = rev16_(_mm512_maskz_loadu_ps(mm, ho->fa + base));
+        __m512 kn = _mm512_maskz_loadu_ps(vis, sc->kn + j0 + c0);
+        __m512 dot = _mm512_loadu_ps(s + c0), dw = _mm512_loadu_ps(dp + c0);
+        __m512 R2, lg;
+        __m512 x = filter_logit_v_(kind, dot, qn, kn, a, cc, e, beta, &R2, &lg);
+        __m512 p = _mm512_maskz_mov_ps(vis, exp_neg_v_(_mm512_sub_ps(x, lse_v)));
+        __m512 dl = _mm512_mul_ps(p, _mm512_sub_ps(_mm512_mul_ps(e, dw), D_v));
+        _mm512_storeu_ps(s + c0, _mm512_mul_ps(p, e));
+        __m512 gE_add, dR2 = zero, dcc = zero, rbv;
+        if (kind == ATTN_FILTER_DOT) {
+            gE_add = _mm512_mul_ps(p, dw);
+            rbv = _mm512_mul_ps(dl, dot);
+            _mm512_storeu_ps(dp + c0, _mm512_mul_ps(dl, beta));
+        } else {
+            if (kind == ATTN_FILTER_STUDENT) {
+                __m512 u = _mm512_mul_ps(cc, R2);
+                __m512 g = _mm512_div_ps(_mm512_mul_ps(dl, beta),
+                                         _mm512_add_ps(_mm512_set1_ps(1.0f), _mm512_max_ps(u, zero)));
+                __m512 ng = _mm512_sub_ps(zero, g);
+                dR2 = _mm512_mul_ps(ng, cc);
+                dcc = _mm512_mul_ps(ng, R2);
+                rbv = _mm512_sub_ps(zero, _mm512_mul_ps(dl, lg));
+            } else {
+                __m512 ndlb = _mm512_mul_ps(_mm512_sub_ps(zero, dl), beta);
+                dR2 = _mm512_mul_ps(ndlb, cc);
+                dcc = _mm512_mul_ps(ndlb, R2);
+                rbv = _mm512_sub_ps(zero, _mm512_mul_ps(_mm512_mul_ps(dl, cc), R2));
+            }
+            __m512 t = _mm512_sub_ps(_mm512_mul_ps(_mm512_mul_ps(two, e), kn), _mm512_mul_ps(two, dot));
+            gE_add = _mm512_add_ps(_mm512_mul_ps(p, dw), _mm512_mul_ps(dR2, t));
+            __m512 ga_v = _mm512_maskz_loadu_ps(mm, ga + base), gc_v = _mm512_maskz_loadu_ps(mm, gc + base);
+            _mm512_mask_storeu_ps(ga + base, mm, _mm512_add_ps(ga_v, rev16_(dl)));
+            _mm512_mask_storeu_ps(gc + base, mm, _mm512_add_ps(gc_v, rev16_(dcc)));
+            __m512 dknv = _mm512_loadu_ps(sc->dkn + c0);
+            _mm512_storeu_ps(sc->dkn + c0, _mm512_add_ps(dknv, _mm512_mul_ps(_mm512_mul_ps(e, e), dR2)));
+            _mm512_storeu_ps(dp + c0, _mm512_mul_ps(_mm512_mul_ps(ntwo, e), dR2));
+        }
+        __m512 gE_v = _mm512_maskz_loadu_ps(mm, gE + base);
+        _mm512_mask_storeu_ps(gE + base, mm, _mm512_add_ps(gE_v, rev16_(gE_add)));
+        _mm512_storeu_ps(rq + c0, _mm512_maskz_mov_ps(vis, dR2));
+        _mm512_storeu_ps(rb + c0, _mm512_maskz_mov_ps(vis, rbv));
+    }
+    float pq[16] = {0}, pb[16] = {0};
+    for (int c = 0; c < ATTN_BC; c++) {
+        pq[c & 15] += rq[c];
+        pb[c & 15] += rb[c];
+    }
+    sc->gbeta += tree16_(pb);
+    return tree16_(pq);
+}
+#define BWD_ROW_FILTER_K_ bwd_row_filter_simd_
+#else
+#define BWD_ROW_FILTER_K_ bwd_row_filter_k_
+#endif
 
 static float bwd_row_filter_(float *s, float *dp, BwdScratch_ *sc, const HeadOpts_ *ho, int i, int j0, int lo, int hi,
                              float lse_i, float D) {
     switch (ho->fkind) {
-    case ATTN_FILTER_STUDENT: return bwd_row_filter_k_(ATTN_FILTER_STUDENT, s, dp, sc, ho, i, j0, lo, hi, lse_i, D);
-    case ATTN_FILTER_GAUSS: return bwd_row_filter_k_(ATTN_FILTER_GAUSS, s, dp, sc, ho, i, j0, lo, hi, lse_i, D);
-    default: return bwd_row_filter_k_(ATTN_FILTER_DOT, s, dp, sc, ho, i, j0, lo, hi, lse_i, D);
+    case ATTN_FILTER_STUDENT: return BWD_ROW_FILTER_K_(ATTN_FILTER_STUDENT, s, dp, sc, ho, i, j0, lo, hi, lse_i, D);
+    case ATTN_FILTER_GAUSS: return BWD_ROW_FILTER_K_(ATTN_FILTER_GAUSS, s, dp, sc, ho, i, j0, lo, hi, lse_i, D);
+    default: return BWD_ROW_FILTER_K_(ATTN_FILTER_DOT, s, dp, sc, ho, i, j0, lo, hi, lse_i, D);
     }
 }
 
