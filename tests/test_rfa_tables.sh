@@ -23,6 +23,11 @@ ok() { PASS=$((PASS + 1)); echo "ok - $1"; }
 not_ok() { FAIL=$((FAIL + 1)); echo "not ok - $1 ($2)"; }
 check() { local what=$1; shift; if "$@" >/dev/null 2>&1; then ok "$what"; else not_ok "$what" "condition failed: $*"; fi; }
 T1="$ROOT/scripts/rfa_table1.sh"; T2="$ROOT/scripts/rfa_table2.sh"; T3="$ROOT/scripts/rfa_table3.sh"
+# the bundled WikiText-2 shards: the scripts make them when a run needs them, but the B1 command below is
+# run straight from --dry-run's output (a fresh clone has no build/data yet)
+if [ ! -f "$ROOT/build/data/wikitext2/test.shard" ]; then
+    make -s -C "$ROOT" data > /dev/null || { echo "test_rfa_tables.sh: make data failed" >&2; exit 2; }
+fi
 O="$W/out"
 
 # the table rows of a Markdown table (after its header and rule), one per line: "label|c1|c2|c3|c4"

@@ -141,8 +141,44 @@ python3 "$ROOT/scripts/safetensors_read.py" "$W/probe.safetensors" > "$W/probe.t
 check "--probe writes logits (2, 16, 8192)" grep -qP "^logits\t\[2, 16, 8192\]" "$W/probe.txt"
 check "--probe writes the loss and every gradient" eval \
     'grep -qP "^loss\t" "$W/probe.txt" && [ "$(grep -c "^grad\." "$W/probe.txt")" = "$n_params" ]'
+# --- attention maps: one PNG per head of the chosen layer, each row of the map a softmax (checked on the PNG
+# size and signature here; the weights themselves are tested in test_attention_filter/test_rfa)
+run "$BIN/seqeval" --run "$A" --data valid --context 48 --attention-map "$W/maps"
+check "--attention-map: exit 0, one PNG per head of the last layer" \
+    eval '[ "$RC" = 0 ] && [ -f "$W/maps/layer1_head0.png" ] && [ -f "$W/maps/layer1_head1.png" ] && [ ! -f "$W/maps/layer1_head2.png" ]'
+check "--attention-map: the files are 48 x 48 PNGs" python3 -c '
+import struct, sys
+b = open(sys.argv[1], "rb").read()
+assert b[:8] == b"\x89PNG\r\n\x1a\n" and b[12:16] == b"IHDR", b[:16]
+assert struct.unpack(">II", b[16:24]) == (48, 48)' "$W/maps/layer1_head0.png"
+run "$BIN/seqeval" --run "$A" --data valid --context 48 --attention-map "$W/maps0" --layer 0
+check "--attention-map --layer 0 writes layer0_head*.png" test -f "$W/maps0/layer0_head1.png"
+run "$BIN/seqeval" --run "$A" --data valid --context 48 --attention-map "$W/maps5" --layer 5
+check "--attention-map --layer 5 on a 2-layer model is refused in one line naming --layer" \
+    eval '[ "$RC" = 1 ] && [ "$(wc -l < "$W/err")" = 1 ] && grep -q -- "--layer" "$W/err"'
 run "$BIN/seqeval" --run "$A" --data valid --context 0
 check "seqeval --context 0 is refused in one line" eval '[ "$RC" = 1 ] && [ "$(wc -l < "$W/err")" = 1 ]'
 
+
+# --- rfa: per-head diagnostics in diag.jsonl every log_every steps, identical after an interrupted run resumes
+# (the same tiny config with the rfa mixer: a --set would merge into the attention options)
+sed 's/"mixer": {"kind": "attention", "heads": 2, "pos": "rope"}/"mixer": {"kind": "rfa", "heads": 4, "zero_decay_heads": 1}/' \
+    "$W/tiny.json" > "$W/rfa.json"
+RFA_SET=(--set train.steps=6 --set train.log_every=2 --set train.eval_every=0 --set train.ckpt_every=0)
+run "$BIN/seqtrain" --config "$W/rfa.json" --quiet --set run.name=rfa_a "${RFA_SET[@]}"
+check "rfa run finishes (exit 0)" test "$RC" = 0
+check "diag.jsonl: 2 layers x steps 2, 4, 6, each with 7 per-head arrays of 4; mu = 0 exactly in head 0" python3 -c '
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert [(r["step"], r["layer"]) for r in rows] == [(s, l) for s in (2, 4, 6) for l in (0, 1)], rows
+for r in rows:
+    for k in ("mu", "sigma_tilde2", "eta2", "gamma2", "alpha", "nu_over_d", "tau"):
+        assert len(r[k]) == 4, (k, r[k])
+    assert r["mu"][0] == 0 and r["mu"][1] > 0
+    assert all(abs(a - (e - s)) < 1e-9 for a, e, s in zip(r["alpha"], r["eta2"], r["sigma_tilde2"]))' "$W/runs/rfa_a/diag.jsonl"
+run "$BIN/seqtrain" --config "$W/rfa.json" --quiet --set run.name=rfa_b "${RFA_SET[@]}" --stop-after 3
+run "$BIN/seqtrain" --resume "$W/runs/rfa_b" --quiet
+check "rfa: diag.jsonl after --stop-after 3 and --resume equals the uninterrupted run's" \
+    cmp "$W/runs/rfa_a/diag.jsonl" "$W/runs/rfa_b/diag.jsonl"
 echo "$PASS passed, $FAIL failed" >&2
 [ "$FAIL" -eq 0 ]
