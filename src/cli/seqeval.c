@@ -159,7 +159,7 @@ static int probe_(Model *m, const char *npy, const char *out, Err *e) {
 int main(int argc, char **argv) {
     const char *run = NULL, *ckpt = NULL, *data = NULL, *contexts = "512,1024,2048,4096", *format = "auto";
     const char *out = NULL, *probe = NULL, *attn_dir = NULL;
-    int attn_layer = -1;
+    long attn_layer = -1;  // ARG_INT stores a long
     long stride = 0, vocab = 0, max_windows = 0;
     int help = 0, plan = 0;
     ArgSpec specs[] = {
@@ -239,7 +239,7 @@ int main(int argc, char **argv) {
     }
     if (attn_dir) {
         if (!run) { err_set(&e, "--attention-map needs --run"); err_die(PROG, &e); }
-        if (attention_maps_(&m, &shards[0], (int)ctx[0], attn_layer, attn_dir, &e) != 0) err_die(PROG, &e);
+        if (attention_maps_(&m, &shards[0], (int)ctx[0], (int)attn_layer, attn_dir, &e) != 0) err_die(PROG, &e);
     } else if (plan) {
         printf("| context | windows | tokens scored |\n|---:|---:|---:|\n");
         for (int i = 0; i < n_ctx; i++) {
