@@ -610,7 +610,7 @@ printf '{"data": {"train": "x", "shuffle": "yes"}}\n' >"$C/bool.json"
 expect_fail "data.shuffle \"yes\" is not a boolean" "$C/bool.json" "data.shuffle" "true or false" -- \
     "$SEQTRAIN" --config "$C/bool.json"
 printf '{"data": {"val": "x"}, "train": {"seq_len": 16}}\n' >"$C/notrain.json"
-expect_fail "missing required data.train" "$C/notrain.json" "missing required key 'data.train'" -- \
+expect_fail "missing required data.train" "$C/notrain.json" "data.train: no training shards given" "data.task" -- \
     "$SEQTRAIN" --config "$C/notrain.json"
 printf '{"data": {"train": "x"}, "data": {"train": "y"}}\n' >"$C/dup.json"
 expect_fail "duplicate key data" "$C/dup.json" "duplicate key 'data'" -- "$SEQTRAIN" --config "$C/dup.json"

@@ -90,7 +90,7 @@ static int open_(Loader *l, const char *const *rel, int n, int T, int shuffle, u
         path_(paths[i], sizeof paths[i], rel[i]);
         pp[i] = paths[i];
     }
-    LoaderOpts o = {pp, n, "data.train", fmt, vocab, T, shuffle, seed, cache};
+    LoaderOpts o = {pp, n, "data.train", fmt, vocab, T, shuffle, seed, cache, NULL, 0, 0};
     return loader_open(l, &o, e);
 }
 

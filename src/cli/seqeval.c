@@ -9,6 +9,8 @@
  *       references (tokens.npy: integer array (B, T+1); inputs are [:, :-1], targets [:, 1:])
  *   seqeval --data FILE --context ... --plan
  *       only the evaluation plan (windows and tokens scored per length), no model needed
+ *   seqeval --run RUN_DIR --task
+ *       a run trained on a synthetic task (data.task): loss and accuracy on the task's test split
  *   seqeval --run RUN_DIR --data test --context 4096 --attention-map DIR [--layer N]
  *       each head's attention map (softmax weights) of one layer at one context length, as PNGs
  */
@@ -24,6 +26,7 @@
 #include "cli/args.h"
 #include "core/png.h"
 #include "data/eval_windows.h"
+#include "data/loader.h"
 #include "data/npy.h"
 #include "data/shard.h"
 #include "train/ckptdir.h"
@@ -99,6 +102,26 @@ static int attention_maps_(Model *m, Shard *sh, int L, int layer, const char *di
     return rc;
 }
 
+// a task run: loss and accuracy over the task's whole test split (the trainer's final evaluation)
+static int task_eval_(Model *m, const RunConfig *c, const char *run, Err *e) {
+    if (!run_config_has_task(c))
+        return err_set(e, "--task: %s trains on shards, not on a data.task; use --data for perplexity", run);
+    TaskSpec spec;
+    if (run_config_task(c, &spec, e) != 0) return -1;
+    LoaderOpts lo = {.what = "data.task (test split)", .T = c->train.seq_len, .task = &spec, .task_split = TASK_TEST,
+                     .n_examples = (uint64_t)c->data.task.test_examples};
+    Loader l;
+    if (loader_open(&l, &lo, e) != 0) return -1;
+    double loss, acc;
+    uint64_t n;
+    int rc = evaluate_loss(m, &l, c->train.batch_size, 0, &loss, &n, &acc, e);
+    loader_close(&l);
+    if (rc == 0)
+        printf("{\"task\": \"%s\", \"split\": \"test\", \"examples\": %d, \"positions\": %llu, \"loss\": %.9g, "
+               "\"accuracy\": %.6f}\n", c->data.task.kind, c->data.task.test_examples, (unsigned long long)n, loss, acc);
+    return rc;
+}
+
 static int probe_(Model *m, const char *npy, const char *out, Err *e) {
     long *tok = NULL, B = 0, T1 = 0;
     int nd = 0;
@@ -159,6 +182,7 @@ static int probe_(Model *m, const char *npy, const char *out, Err *e) {
 int main(int argc, char **argv) {
     const char *run = NULL, *ckpt = NULL, *data = NULL, *contexts = "512,1024,2048,4096", *format = "auto";
     const char *out = NULL, *probe = NULL, *attn_dir = NULL;
+    int task = 0;
     long attn_layer = -1;  // ARG_INT stores a long
     long stride = 0, vocab = 0, max_windows = 0;
     int help = 0, plan = 0;
@@ -173,6 +197,7 @@ int main(int argc, char **argv) {
         {"--probe", ARG_STR, &probe, "TOKENS.npy", "write logits, loss and every parameter's gradient for this batch to --out", 0, 0},
         {"--attention-map", ARG_STR, &attn_dir, "DIR", "write each head's attention map of --layer at the first --context length as DIR/layer<l>_head<h>.png (from the first tokens of --data)", 0, 0},
         {"--layer", ARG_INT, &attn_layer, "L", "layer for --attention-map (default -1 = the last; negative counts from the end)", -4096, 4096},
+        {"--task", ARG_FLAG, &task, NULL, "a run trained on a data.task: loss and accuracy on the task's test split (JSON line)", 0, 0},
         {"--plan", ARG_FLAG, &plan, NULL, "print only the windows and tokens each length would score (no model)", 0, 0},
         {"--format", ARG_STR, &format, "FMT", "shard format of a FILE (default auto)", 0, 0},
         {"--vocab", ARG_INT, &vocab, "N", "vocab size of a raw FILE", 0, 1 << 30},
@@ -185,6 +210,7 @@ int main(int argc, char **argv) {
         FILE *f = help ? stdout : stderr;
         fprintf(f, "usage: seqeval --run RUN_DIR --data valid|test|FILE [--context L1,L2,...] [--stride S]\n"
                    "       seqeval --run RUN_DIR --probe TOKENS.npy --out DUMP.safetensors\n"
+                   "       seqeval --run RUN_DIR --task\n"
                    "       seqeval --run RUN_DIR --data valid|test|FILE --context L --attention-map DIR [--layer N]\n"
                    "       seqeval --data FILE --context L1,L2,... --plan\n\noptions:\n");
         args_usage(f, specs, ns);
@@ -195,6 +221,13 @@ int main(int argc, char **argv) {
     Model m;
     memset(&m, 0, sizeof m);
     if (run && load_run_(&m, &c, run, ckpt, &e) != 0) err_die(PROG, &e);
+    if (task) {
+        if (!run) { err_set(&e, "--task needs --run"); err_die(PROG, &e); }
+        if (task_eval_(&m, &c, run, &e) != 0) err_die(PROG, &e);
+        model_free(&m);
+        run_config_free(&c);
+        return 0;
+    }
     if (probe) {
         if (!out) { err_set(&e, "--probe needs --out FILE.safetensors"); err_die(PROG, &e); }
         if (probe_(&m, probe, out, &e) != 0) err_die(PROG, &e);

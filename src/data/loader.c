@@ -94,9 +94,33 @@ static int loader_check_shards_(const Loader *l, const char *what, Err *e) {
     return 0;
 }
 
+// the task mode of loader_open: no shards, N = n_examples windows that are generated on demand
+static int loader_open_task_(Loader *l, const LoaderOpts *o, const char *what, Err *e) {
+    l->task = *o->task;
+    l->task.seq_len = o->T;
+    if (task_resolve(&l->task, e) != 0) return err_prefix(e, "%s: ", what);
+    if (o->n_examples == 0) return err_set(e, "%s: a task needs at least one example per epoch", what);
+    l->has_task = 1;
+    l->task_split = o->task_split;
+    l->n_windows = o->n_examples;
+    l->n_tokens = o->n_examples * (uint64_t)o->T;
+    l->vocab_size = (uint32_t)l->task.vocab;
+    l->ex_in = xmalloc((size_t)o->T * sizeof(int));
+    l->ex_tg = xmalloc((size_t)o->T * sizeof(int));
+    return 0;
+}
+
 int loader_open(Loader *l, const LoaderOpts *o, Err *e) {
     memset(l, 0, sizeof *l);
     const char *what = o->what ? o->what : "data";
+    if (o->task) {
+        if (o->T < 1) return err_set(e, "%s: window length T must be >= 1 (got %d)", what, o->T);
+        if (loader_open_task_(l, o, what, e) != 0) {
+            loader_close(l);
+            return -1;
+        }
+        goto permutation;
+    }
     if (o->n_patterns <= 0) return err_set(e, "%s: no shard files given", what);
     if (o->T < 1) return err_set(e, "%s: window length T must be >= 1 (got %d)", what, o->T);
     char **paths;
@@ -131,6 +155,7 @@ int loader_open(Loader *l, const LoaderOpts *o, Err *e) {
         loader_close(l);
         return -1;
     }
+permutation:
     l->T = o->T;
     l->shuffle = o->shuffle;
     l->seed = o->seed;
@@ -147,6 +172,8 @@ void loader_close(Loader *l) {
     free(l->shards);
     free(l->first_window);
     free(l->window);
+    free(l->ex_in);
+    free(l->ex_tg);
     memset(l, 0, sizeof *l);
 }
 
@@ -160,6 +187,15 @@ int loader_next(Loader *l, int32_t *inputs, int32_t *targets, int B, Err *e) {
             epoch_keys_(l->seed, l->cur.epoch, l->keys);
         }
         uint64_t w = loader_window_at(l, l->cur.epoch, l->cur.pos);
+        if (l->has_task) {
+            task_example(&l->task, l->task_split, w, l->ex_in, l->ex_tg);
+            for (int t = 0; t < T; t++) {
+                inputs[(size_t)b * T + t] = (int32_t)l->ex_in[t];
+                targets[(size_t)b * T + t] = (int32_t)l->ex_tg[t];
+            }
+            l->cur.pos++;
+            continue;
+        }
         // binary search for the shard holding window w
         int lo = 0, hi = l->n_shards - 1;
         while (lo < hi) {

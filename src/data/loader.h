@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include "core/err.h"
 #include "data/shard.h"
+#include "data/tasks.h"
 
 typedef struct LoaderCursor {
     uint64_t epoch;  // completed passes over the data
@@ -32,6 +33,12 @@ typedef struct LoaderOpts {
     int shuffle;
     uint64_t seed;
     size_t cache_bytes;           // decoded-frame cache, split over the shards
+    // instead of shards: a synthetic task (data/tasks.h). Window j is then example j of task_split, its
+    // targets the task's (TASK_IGNORE where unsupervised); n_examples windows per epoch; task->seq_len
+    // is set to T. patterns, format and vocab_size are unused.
+    const TaskSpec *task;
+    int task_split;
+    uint64_t n_examples;
 } LoaderOpts;
 
 typedef struct Loader {
@@ -47,11 +54,14 @@ typedef struct Loader {
     uint64_t keys[4];        // Feistel round keys of the current epoch
     int half_bits;           // the permutation works on 2*half_bits-bit integers
     uint32_t *window;        // (T+1,) scratch
+    int has_task, task_split;  // windows are task examples (LoaderOpts.task)
+    TaskSpec task;
+    int *ex_in, *ex_tg;      // (T,) scratch for one example
 } Loader;
 
 int loader_open(Loader *l, const LoaderOpts *o, Err *e);
 void loader_close(Loader *l);
-// the next B windows: inputs (B,T) and targets (B,T) = inputs shifted by one token
+// the next B windows: inputs (B,T) and targets (B,T) = inputs shifted by one token (a task: its targets)
 int loader_next(Loader *l, int32_t *inputs, int32_t *targets, int B, Err *e);
 LoaderCursor loader_cursor(const Loader *l);
 int loader_seek(Loader *l, LoaderCursor c, Err *e);  // jump to a saved cursor

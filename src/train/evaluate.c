@@ -126,7 +126,23 @@ int eval_write(const char *dir, const char *what, const EvalResult *r, int n, vo
     return 0;
 }
 
-int evaluate_loss(Model *m, Loader *l, int B, long n_batches, double *loss, uint64_t *tokens, Err *e) {
+// positions of the batch whose target is not ignored and whose argmax logit equals it
+static uint64_t count_correct_(const Model *m, const int *tg, int B, int T) {
+    // logits (B,T,V) of the last forward
+    uint64_t correct = 0;
+    int V = m->V;
+    for (size_t i = 0; i < (size_t)B * T; i++) {
+        if (tg[i] < 0) continue;
+        const float *row = m->logits + i * V;
+        int best = 0;
+        for (int v = 1; v < V; v++)
+            if (row[v] > row[best]) best = v;
+        correct += best == tg[i];
+    }
+    return correct;
+}
+
+int evaluate_loss(Model *m, Loader *l, int B, long n_batches, double *loss, uint64_t *tokens, double *acc, Err *e) {
     LoaderCursor saved = loader_cursor(l);
     LoaderCursor start = {0, 0};
     if (loader_seek(l, start, e) != 0) return -1;
@@ -136,7 +152,7 @@ int evaluate_loss(Model *m, Loader *l, int B, long n_batches, double *loss, uint
     long nb = n_batches > 0 && n_batches < avail ? n_batches : avail;
     int *in = xmalloc((size_t)B * T * sizeof(int)), *tg = xmalloc((size_t)B * T * sizeof(int));
     double total = 0;
-    uint64_t n = 0;
+    uint64_t n = 0, correct = 0;
     int rc = 0;
     for (long i = 0; i < nb && rc == 0; i++) {
         rc = loader_next(l, in, tg, B, e);
@@ -144,6 +160,7 @@ int evaluate_loss(Model *m, Loader *l, int B, long n_batches, double *loss, uint
         if (rc == 0) {
             total += m->loss * m->n_supervised;
             n += (uint64_t)m->n_supervised;
+            if (acc) correct += count_correct_(m, tg, B, T);
         }
     }
     free(in);
@@ -152,5 +169,6 @@ int evaluate_loss(Model *m, Loader *l, int B, long n_batches, double *loss, uint
     if (rc != 0) return -1;
     *loss = n ? total / (double)n : NAN;
     *tokens = n;
+    if (acc) *acc = n ? (double)correct / (double)n : NAN;
     return 0;
 }

@@ -27,8 +27,10 @@ int evaluate_context(Model *m, Shard *shards, int n_shards, long L, long stride,
 void eval_result_free(EvalResult *r);
 // ppl.md / ppl.csv / ppl.json and positions_<L>.csv into dir; the Markdown table also to out (may be NULL)
 int eval_write(const char *dir, const char *what, const EvalResult *r, int n, void *out /* FILE* */, Err *e);
-// the mean loss over the first n_batches batches of (B, T) windows of a loader (0 = all), in order
+// the mean loss over the first n_batches batches of (B, T) windows of a loader (0 = all), in order, and
+// (acc not NULL) the fraction of supervised positions whose argmax logit is the target
 struct Loader;
-int evaluate_loss(Model *m, struct Loader *l, int B, long n_batches, double *loss, uint64_t *tokens, Err *e);
+int evaluate_loss(Model *m, struct Loader *l, int B, long n_batches, double *loss, uint64_t *tokens, double *acc,
+                  Err *e);
 
 #endif

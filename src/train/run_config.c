@@ -17,9 +17,46 @@ static const CfgKey RUN_KEYS_[] = {
          "given seed and thread count."),
 };
 
+#define TK_(name, type, field, def, lo, hi, doc) KEY_(TaskSection, name, type, field, def, lo, hi, NULL, doc)
+static const CfgKey TASK_KEYS_[] = {
+    KEY_(TaskSection, "kind", CFG_ENUM, kind, "\"none\"", 0, 0,
+         "none|icr|noisy_icr|fuzzy_icr|selective_copy|memorization|compression|mqar|a5|s5|parity|copy|regbench",
+         "The task (docs/tasks.md); none = train on data.train shards."),
+    TK_("vocab", CFG_INT, vocab, "0", 0, 1 << 24, "Vocabulary size; 0 = the task's default (derived for a5/s5/parity/copy)."),
+    TK_("seed", CFG_INT, seed, "12345", 0, 2147483647, "Seed of the generated examples (MAD-Lab uses 12345)."),
+    TK_("train_examples", CFG_INT, train_examples, "12800", 1, 2147483647, "Training examples per epoch (MAD: 12,800; Zoology MQAR: 100,000)."),
+    TK_("test_examples", CFG_INT, test_examples, "1280", 1, 2147483647, "Test examples, scored every train.eval_every steps and at the end (MAD: 1,280)."),
+    TK_("noise_vocab", CFG_INT, noise_vocab, "0", 0, 1 << 20, "Noisy ICR: noise tokens (0 = 16)."),
+    TK_("frac_noise", CFG_FLOAT, frac_noise, "0", 0, 1, "Noisy ICR: fraction of noise pairs (0 = 0.2)."),
+    TK_("multi_query", CFG_INT, multi_query, "0", -1, 1, "ICR variants: 0 or 1 = multi-query (the benchmark), -1 = a single final query."),
+    TK_("k_motif", CFG_INT, k_motif, "0", 0, 64, "Fuzzy ICR: key motif length (0 = 3)."),
+    TK_("v_motif", CFG_INT, v_motif, "0", 0, 64, "Fuzzy ICR: value motif length (0 = 3)."),
+    TK_("n_copy", CFG_INT, n_copy, "0", 0, 1 << 20, "Selective copying: tokens to copy (0 = 16)."),
+    TK_("n_train", CFG_INT, n_train, "0", 0, 2147483647, "Memorization: distinct training examples (0 = 256)."),
+    TK_("num_kv_pairs", CFG_INT, num_kv_pairs, "0", 0, 1 << 20, "MQAR: key-value pairs N (0 = 8)."),
+    TK_("power_a", CFG_FLOAT, power_a, "0", 0, 1, "MQAR: power-law exponent of the query gaps (0 = 0.01)."),
+    TK_("random_non_queries", CFG_INT, random_non_queries, "0", -1, 1, "MQAR: 0 or 1 = fill non-query positions with random tokens, -1 = zeros."),
+    TK_("train_len_min", CFG_INT, train_len_min, "0", 0, 1 << 24, "State tracking / copying: shortest training example (0 = the task's default)."),
+    TK_("train_len_max", CFG_INT, train_len_max, "0", 0, 1 << 24, "State tracking / copying: longest training example."),
+    TK_("test_len_min", CFG_INT, test_len_min, "0", 0, 1 << 24, "State tracking / copying: shortest test example (length generalisation)."),
+    TK_("test_len_max", CFG_INT, test_len_max, "0", 0, 1 << 24, "State tracking / copying: longest test example."),
+    TK_("dfa_states_min", CFG_INT, dfa_states_min, "0", 0, 1 << 16, "RegBench: fewest DFA states."),
+    TK_("dfa_states_max", CFG_INT, dfa_states_max, "0", 0, 1 << 16, "RegBench: most DFA states."),
+    TK_("dfa_alphabet_min", CFG_INT, dfa_alphabet_min, "0", 0, 1 << 16, "RegBench: smallest DFA alphabet."),
+    TK_("dfa_alphabet_max", CFG_INT, dfa_alphabet_max, "0", 0, 1 << 16, "RegBench: largest DFA alphabet."),
+    TK_("n_strings", CFG_INT, n_strings, "0", 0, 1 << 20, "RegBench: most strings per example (0 = as many as fit)."),
+};
+#undef TK_
+static const CfgSection TASK_SECTION_ = {"task", "A synthetic task instead of shards.", TASK_KEYS_,
+                                         (int)(sizeof TASK_KEYS_ / sizeof TASK_KEYS_[0])};
+
 static const CfgKey DATA_KEYS_[] = {
-    KEY_(DataSection, "train", CFG_STRLIST, train, NULL, 0, 0, NULL,
-         "Training shards: a path or glob, or a list of them (seqtok, llm.c .bin or raw files)."),
+    KEY_(DataSection, "train", CFG_STRLIST, train, "[]", 0, 0, NULL,
+         "Training shards: a path or glob, or a list of them (seqtok, llm.c .bin or raw files); required unless "
+         "data.task is set."),
+    {"task", CFG_SECTION, offsetof(DataSection, task), "{}", 0, 0, {NULL}, &TASK_SECTION_,
+     "A synthetic task generated in-process (docs/tasks.md) instead of shards: training examples from its "
+     "train split, validation and the final evaluation (loss and accuracy) on its test split."},
     KEY_(DataSection, "val", CFG_STRLIST, val, "[]", 0, 0, NULL,
          "Validation shards (same forms as data.train), scored every train.eval_every steps."),
     KEY_(DataSection, "test", CFG_STRLIST, test, "[]", 0, 0, NULL,
@@ -159,3 +196,35 @@ int run_config_load(RunConfig *c, const char *path, const char *const *overrides
 }
 
 void run_config_free(RunConfig *c) { config_free(c, &RUN_CONFIG_SCHEMA); }
+
+int run_config_task(const RunConfig *c, TaskSpec *t, Err *e) {
+    const TaskSection *s = &c->data.task;
+    memset(t, 0, sizeof *t);
+    int kind = task_kind_parse(s->kind);
+    if (kind < 0) return err_set(e, "data.task.kind: \"%s\" is not a task", s->kind);
+    t->kind = (TaskKind)kind;
+    t->vocab = s->vocab;
+    t->seq_len = c->train.seq_len;
+    t->seed = (uint64_t)s->seed;
+    t->noise_vocab = s->noise_vocab;
+    t->frac_noise = s->frac_noise;
+    t->multi_query = s->multi_query;
+    t->k_motif = s->k_motif;
+    t->v_motif = s->v_motif;
+    t->n_copy = s->n_copy;
+    t->n_train = s->n_train;
+    t->num_kv_pairs = s->num_kv_pairs;
+    t->power_a = s->power_a;
+    t->random_non_queries = s->random_non_queries;
+    t->train_len_min = s->train_len_min;
+    t->train_len_max = s->train_len_max;
+    t->test_len_min = s->test_len_min;
+    t->test_len_max = s->test_len_max;
+    t->dfa_states_min = s->dfa_states_min;
+    t->dfa_states_max = s->dfa_states_max;
+    t->dfa_alphabet_min = s->dfa_alphabet_min;
+    t->dfa_alphabet_max = s->dfa_alphabet_max;
+    t->n_strings = s->n_strings;
+    if (task_resolve(t, e) != 0) return err_prefix(e, "data.");
+    return 0;
+}

@@ -6,7 +6,10 @@
 #ifndef SEQ_RUN_CONFIG_H
 #define SEQ_RUN_CONFIG_H
 
+#include <string.h>
+
 #include "core/config.h"
+#include "data/tasks.h"
 #include "model/model.h"
 
 typedef struct RunSection {
@@ -16,8 +19,23 @@ typedef struct RunSection {
     int threads;
 } RunSection;
 
+// a synthetic task instead of shards (data/tasks.h; docs/tasks.md)
+typedef struct TaskSection {
+    char kind[CFG_STR_MAX];
+    int vocab, seed, train_examples, test_examples;
+    int noise_vocab;
+    double frac_noise;
+    int multi_query, k_motif, v_motif, n_copy, n_train;
+    int num_kv_pairs;
+    double power_a;
+    int random_non_queries;
+    int train_len_min, train_len_max, test_len_min, test_len_max;
+    int dfa_states_min, dfa_states_max, dfa_alphabet_min, dfa_alphabet_max, n_strings;
+} TaskSection;
+
 typedef struct DataSection {
     CfgStrList train, val, test;
+    TaskSection task;
     char format[CFG_STR_MAX];
     int vocab_size;
     char tokenizer[CFG_STR_MAX];
@@ -81,5 +99,8 @@ extern const CfgSection RUN_CONFIG_SCHEMA;
 int run_config_load(RunConfig *c, const char *path, const char *const *overrides, int n_overrides,
                     CfgOrigins **origins, Err *e);
 void run_config_free(RunConfig *c);
+// data.task as a resolved TaskSpec (seq_len = train.seq_len); an error names the bad key
+int run_config_task(const RunConfig *c, TaskSpec *t, Err *e);
+static inline int run_config_has_task(const RunConfig *c) { return strcmp(c->data.task.kind, "none") != 0; }
 
 #endif

@@ -64,6 +64,33 @@ static int open_split_(Loader *l, const char *what, const CfgStrList *files, con
     return loader_open(l, &lo, e);
 }
 
+// a split of data.task: TASK_TRAIN (train_examples per epoch) or TASK_TEST (test_examples)
+static int open_task_split_(Loader *l, const RunConfig *c, int split, int shuffle, Err *e) {
+    TaskSpec spec;
+    if (run_config_task(c, &spec, e) != 0) return -1;
+    LoaderOpts lo = {
+        .what = split == TASK_TRAIN ? "data.task (train split)" : "data.task (test split)",
+        .T = c->train.seq_len, .shuffle = shuffle, .seed = (uint64_t)c->run.seed,
+        .task = &spec, .task_split = split,
+        .n_examples = (uint64_t)(split == TASK_TRAIN ? c->data.task.train_examples : c->data.task.test_examples),
+    };
+    return loader_open(l, &lo, e);
+}
+
+// data.task and shards exclude each other; without a task, data.train is required
+static int data_source_check_(const RunConfig *c, Err *e) {
+    if (run_config_has_task(c)) {
+        if (c->data.train.n || c->data.val.n || c->data.test.n)
+            return err_set(e, "data.task: the run trains on the task \"%s\"; remove data.train/val/test (or set "
+                           "data.task.kind to \"none\" to train on them)", c->data.task.kind);
+        if (c->data.tokenizer[0]) return err_set(e, "data.tokenizer: a task has no tokenizer; remove it");
+        return 0;
+    }
+    if (c->data.train.n == 0)
+        return err_set(e, "data.train: no training shards given (set data.train, or data.task for a synthetic task)");
+    return 0;
+}
+
 static int tokenizer_check_(const RunConfig *c, const Loader *l, Err *e) {
     if (!c->data.tokenizer[0]) return 0;
     Tokenizer *tok = tokenizer_load(c->data.tokenizer, e);
@@ -280,10 +307,21 @@ static void print_split_(const char *what, const Loader *l, const RunConfig *c) 
 
 int trainer_check(const RunConfig *c, Err *e) {
     Loader l[3];
+    memset(l, 0, sizeof l);
     const CfgStrList *files[3] = {&c->data.train, &c->data.val, &c->data.test};
     const char *what[3] = {"data.train", "data.val", "data.test"};
-    int opened = 0, rc = 0;
-    for (int i = 0; i < 3 && rc == 0; i++, opened++) {
+    int opened = 0, rc = data_source_check_(c, e);
+    if (rc == 0 && run_config_has_task(c)) {
+        // the task's two splits in l[0] (train) and l[1] (test)
+        rc = open_task_split_(&l[0], c, TASK_TRAIN, c->data.shuffle, e);
+        if (rc == 0) rc = open_task_split_(&l[1], c, TASK_TEST, 0, e);
+        if (rc == 0)
+            printf("task        %s: vocab %u, %llu train / %llu test examples of %d tokens\n", c->data.task.kind,
+                   l[0].vocab_size, (unsigned long long)l[0].n_windows, (unsigned long long)l[1].n_windows,
+                   c->train.seq_len);
+        opened = 3;
+    }
+    for (int i = 0; i < 3 && rc == 0 && !run_config_has_task(c); i++, opened++) {
         if (files[i]->n == 0) { memset(&l[i], 0, sizeof l[i]); continue; }
         rc = open_split_(&l[i], what[i], files[i], c, i == 0 && c->data.shuffle, e);
         if (rc != 0) break;
@@ -329,8 +367,7 @@ int trainer_check(const RunConfig *c, Err *e) {
             model_free(&m);
         }
     }
-    for (int i = 0; i < opened && i < 3; i++)
-        if (l[i].shards) loader_close(&l[i]);
+    for (int i = 0; i < opened && i < 3; i++) loader_close(&l[i]);
     if (rc == 0) printf("config and data OK\n");
     return rc;
 }
@@ -368,7 +405,14 @@ static int setup_(Trainer *t, const TrainerOpts *o, Err *e) {
             return err_set(e, "%s already holds a run (%s); continue it with --resume %s, or start another with "
                            "--set run.name=NEW", t->run_dir, latest, t->run_dir);
     }
-    if (open_split_(&t->train, "data.train", &c->data.train, c, c->data.shuffle, e) != 0) return -1;
+    if (data_source_check_(c, e) != 0) return err_prefix(e, "%s: ", config_path);
+    if (run_config_has_task(c)) {
+        if (open_task_split_(&t->train, c, TASK_TRAIN, c->data.shuffle, e) != 0) return -1;
+        if (open_task_split_(&t->val, c, TASK_TEST, 0, e) != 0) return -1;
+        t->has_val = 1;
+    } else if (open_split_(&t->train, "data.train", &c->data.train, c, c->data.shuffle, e) != 0) {
+        return -1;
+    }
     if (c->data.val.n) {
         if (open_split_(&t->val, "data.val", &c->data.val, c, 0, e) != 0) return -1;
         t->has_val = 1;
@@ -449,10 +493,20 @@ static void log_line_(FILE *log, const char *fmt, ...) {
 
 static int validate_(Trainer *t, FILE *log, Err *e) {
     if (!t->has_val) return 0;
-    double loss;
+    double loss, acc;
     uint64_t n;
-    if (evaluate_loss(&t->model, &t->val, t->c.train.batch_size, t->c.train.eval_batches, &loss, &n, e) != 0)
+    int task = run_config_has_task(&t->c);
+    if (evaluate_loss(&t->model, &t->val, t->c.train.batch_size, t->c.train.eval_batches, &loss, &n, task ? &acc : NULL,
+                      e) != 0)
         return -1;
+    if (task) {
+        // a task: accuracy over the supervised positions of its test split is the metric
+        log_line_(log, "{\"step\": %ld, \"val_loss\": %.9g, \"val_acc\": %.6f, \"val_tokens\": %llu}", t->step,
+                  loss, acc, (unsigned long long)n);
+        if (!t->o->quiet) printf("%sstep %ld: test loss %.4f, accuracy %.4f (%llu positions)\n",
+                                 isatty(1) ? "\r\033[K" : "", t->step, loss, acc, (unsigned long long)n);
+        return 0;
+    }
     log_line_(log, "{\"step\": %ld, \"val_loss\": %.9g, \"val_ppl\": %.6g, \"val_tokens\": %llu}", t->step, loss,
               exp(loss), (unsigned long long)n);
     if (!t->o->quiet) printf("%sstep %ld: val loss %.4f, ppl %.2f (%llu tokens)\n", isatty(1) ? "\r\033[K" : "",
@@ -460,7 +514,28 @@ static int validate_(Trainer *t, FILE *log, Err *e) {
     return 0;
 }
 
+// a task's final evaluation: loss and accuracy over its whole test split, to RUN_DIR/eval/acc.json
+static int final_eval_task_(Trainer *t, Err *e) {
+    double loss, acc;
+    uint64_t n;
+    if (evaluate_loss(&t->model, &t->val, t->c.train.batch_size, 0, &loss, &n, &acc, e) != 0) return -1;
+    char dir[1200], path[1300];
+    snprintf(dir, sizeof dir, "%s/eval", t->run_dir);
+    if (mkdir_p_(dir, e) != 0) return -1;
+    snprintf(path, sizeof path, "%s/acc.json", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) return err_set(e, "cannot write %s: %s", path, strerror(errno));
+    fprintf(f, "{\"task\": \"%s\", \"split\": \"test\", \"examples\": %d, \"positions\": %llu, \"loss\": %.9g, "
+               "\"accuracy\": %.6f}\n", t->c.data.task.kind, t->c.data.task.test_examples, (unsigned long long)n,
+            loss, acc);
+    if (fclose(f) != 0) return err_set(e, "cannot write %s", path);
+    printf("\n%s test split: accuracy %.4f, loss %.4f over %llu supervised positions (%s)\n", t->c.data.task.kind,
+           acc, loss, (unsigned long long)n, path);
+    return 0;
+}
+
 static int final_eval_(Trainer *t, Err *e) {
+    if (run_config_has_task(&t->c)) return final_eval_task_(t, e);
     const EvalSection *ev = &t->c.eval;
     if (!ev->contexts[0]) return 0;
     long ctx[32];
@@ -601,7 +676,7 @@ int trainer_main(const TrainerOpts *o, Err *e) {
         else if (rc > 1) status = rc;
     }
     if (t->has_val) loader_close(&t->val);
-    if (t->train.shards) loader_close(&t->train);
+    loader_close(&t->train);  // a zeroed Loader (setup failed early) closes as a no-op
     if (t->model.params) optim_free(&t->opt);
     model_free(&t->model);
     free(t->groups);
