@@ -5,6 +5,7 @@
  *   seqtrain --resume RUN_DIR                             continue from its newest checkpoint
  *   seqtrain --config FILE.json --print-config           the resolved configuration
  *   seqtrain --config FILE.json --check                  validate the config and data, print the data summary
+ *   seqtrain --config FILE.json --info                   --check, plus per-layer parameters and decoding state
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,13 +33,14 @@ int main(int argc, char **argv) {
     const char *config = NULL, *resume = NULL;
     ArgList sets = {0};
     long stop_after = 0;
-    int print_config = 0, config_docs = 0, help = 0, check = 0, quiet = 0;
+    int print_config = 0, config_docs = 0, help = 0, check = 0, info = 0, quiet = 0;
     ArgSpec specs[] = {
         {"--config", ARG_STR, &config, "FILE", "run configuration (JSON; may name a \"base\" to inherit)", 0, 0},
         {"--set", ARG_LIST, &sets, "KEY=VALUE", "override one key, e.g. --set train.seq_len=256 (repeatable)", 0, 0},
         {"--resume", ARG_STR, &resume, "RUN_DIR", "continue the run in RUN_DIR from its newest checkpoint", 0, 0},
         {"--print-config", ARG_FLAG, &print_config, NULL, "print the resolved configuration (defaults filled in) and exit", 0, 0},
         {"--check", ARG_FLAG, &check, NULL, "validate the configuration and its data, print the data summary, exit", 0, 0},
+        {"--info", ARG_FLAG, &info, NULL, "--check, plus each layer's mixer, parameters and decoding state size, exit", 0, 0},
         {"--config-docs", ARG_FLAG, &config_docs, NULL, "print the Markdown reference of every config key and exit", 0, 0},
         {"--stop-after", ARG_INT, &stop_after, "N", "stop after N steps of this process as if interrupted (checkpoint, exit 130)", 1, 1e12},
         {"--quiet", ARG_FLAG, &quiet, NULL, "no progress line (the log file is written as usual)", 0, 0},
@@ -54,8 +56,8 @@ int main(int argc, char **argv) {
         usage_(stderr, specs, ns);
         return 2;
     }
-    if (print_config || check) {
-        if (!config) { err_set(&e, "--print-config and --check need --config"); err_die(PROG, &e); }
+    if (print_config || check || info) {
+        if (!config) { err_set(&e, "--print-config, --check and --info need --config"); err_die(PROG, &e); }
         RunConfig c;
         if (run_config_load(&c, config, sets.v, sets.n, NULL, &e) != 0) err_die(PROG, &e);
         if (print_config) {
@@ -64,7 +66,7 @@ int main(int argc, char **argv) {
             printf("%s\n", s);
             free(s);
             cJSON_Delete(j);
-        } else if (trainer_check(&c, &e) != 0) {
+        } else if (trainer_check(&c, info, &e) != 0) {
             err_die(PROG, &e);
         }
         run_config_free(&c);

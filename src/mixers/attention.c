@@ -369,6 +369,12 @@ static void att_backward_(Mixer *m, float *dx, const float *dy, const float *x, 
 
 static size_t att_state_size_(const MixerSpec *s) { return 0; }
 
+// k and v of every head: 2 H D floats per token (a window caps the cache at `window` tokens)
+static size_t att_cache_per_token_(const MixerSpec *s) {
+    const AttentionOpts *o = s->opts;
+    return 2 * (size_t)o->HD;
+}
+
 static int att_attn_heads_(const MixerSpec *s) { return ((const AttentionOpts *)s->opts)->H; }
 
 static void att_attn_map_(const Mixer *m, int b, int h, float *P) {
@@ -394,6 +400,7 @@ const MixerOps MIXER_ATTENTION = {
     .forward = att_forward_,
     .backward = att_backward_,
     .state_size = att_state_size_,
+    .cache_per_token = att_cache_per_token_,
     .diag = NULL,
     .attn_heads = att_attn_heads_,
     .attn_map = att_attn_map_,

@@ -57,6 +57,7 @@ typedef struct MixerOps {
     void (*forward)(Mixer *m, float *y, const float *x, int B, int T);        // y, x (B,T,C)
     void (*backward)(Mixer *m, float *dx, const float *dy, const float *x, int B, int T);  // dx += ...
     size_t (*state_size)(const MixerSpec *s);  // recurrent state per sequence in floats; 0 = KV cache
+    size_t (*cache_per_token)(const MixerSpec *s);  // floats cached per token when decoding (K and V); 0 = none
     // optional (NULL = none): per-head quantities worth watching during training, added to obj as named
     // arrays (the trainer writes them to diag.jsonl)
     void (*diag)(const Mixer *m, cJSON *obj);

@@ -477,6 +477,9 @@ static size_t rfa_state_size_(const MixerSpec *s) {
     return 0;  // a KV cache, like attention
 }
 
+// complex k and v of every head: 2 x 2 H D reals per token
+static size_t rfa_cache_per_token_(const MixerSpec *s) { return 2 * (size_t)((const RfaOpts *)s->opts)->HD2; }
+
 const MixerOps MIXER_RFA = {
     .name = "rfa",
     .doc = "Robust Filter Attention (RFA / SC-RFA) with the paper's ablations as options",
@@ -490,6 +493,7 @@ const MixerOps MIXER_RFA = {
     .forward = rfa_forward_,
     .backward = rfa_backward_,
     .state_size = rfa_state_size_,
+    .cache_per_token = rfa_cache_per_token_,
     .diag = rfa_diag_,
     .attn_heads = rfa_attn_heads_,
     .attn_map = rfa_attn_map_,

@@ -305,7 +305,31 @@ static void print_split_(const char *what, const Loader *l, const RunConfig *c) 
            (unsigned long long)(l->n_windows / (uint64_t)c->train.batch_size), c->train.batch_size);
 }
 
-int trainer_check(const RunConfig *c, Err *e) {
+// --info: each layer's mixer, its parameters and what it keeps per sequence when decoding (BLA Table 1's
+// state-size accounting): a fixed recurrent state, or a cache that grows by so many floats per token
+static void print_layers_(const Model *m, int T) {
+    printf("\n| layer | mixer | mixer parameters | decoding state (floats) | at T = %d |\n|---:|---|---:|---|---:|\n", T);
+    size_t total = 0;
+    for (int l = 0; l < m->L; l++) {
+        const MixerSpec *s = &m->mspec[l];
+        char prefix[64];
+        snprintf(prefix, sizeof prefix, "blocks.%d.mixer.", l);
+        size_t n = 0;
+        for (int k = 0; k < m->pt.n; k++)
+            if (!strncmp(m->pt.t[k].name, prefix, strlen(prefix))) n += m->pt.t[k].numel;
+        size_t fixed = s->ops->state_size ? s->ops->state_size(s) : 0;
+        size_t per_tok = s->ops->cache_per_token ? s->ops->cache_per_token(s) : 0;
+        size_t at_T = fixed + per_tok * (size_t)T;
+        total += at_T;
+        char what[96];
+        if (per_tok) snprintf(what, sizeof what, "%zu per token (KV cache)", per_tok);
+        else snprintf(what, sizeof what, "%zu (recurrent)", fixed);
+        printf("| %d | %s | %zu | %s | %zu |\n", l, s->ops->name, n, what, at_T);
+    }
+    printf("| all | | | | %zu |\n", total);
+}
+
+int trainer_check(const RunConfig *c, int info, Err *e) {
     Loader l[3];
     memset(l, 0, sizeof l);
     const CfgStrList *files[3] = {&c->data.train, &c->data.val, &c->data.test};
@@ -359,6 +383,7 @@ int trainer_check(const RunConfig *c, Err *e) {
         rc = model_build(&m, &c->model, (int)l[0].vocab_size, NULL, (uint64_t)c->run.seed, e);
         if (rc == 0) {
             printf("model       %zu parameters, %d layers, d_model %d, vocab %d\n", model_num_params(&m), m.L, m.C, m.V);
+            if (info) print_layers_(&m, c->train.seq_len);
             Optim opt;
             OptimGroup *groups = NULL;
             rc = optim_setup_(&opt, &groups, &c->optim, &m.pt, e);

@@ -43,7 +43,7 @@ typedef struct Trainer {
 
 // --check: open every split (vocab sizes must agree, data.tokenizer must match the shards), read and
 // print the first training window, build the model (validating every mixer option), print the summary
-int trainer_check(const RunConfig *c, Err *e);
+int trainer_check(const RunConfig *c, int info, Err *e);
 
 // returns the process exit status: 0 finished; 130 stopped by SIGINT or --stop-after, 143 by SIGTERM
 // (a checkpoint is written in both cases); 1 error (e set)
