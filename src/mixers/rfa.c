@@ -401,7 +401,7 @@ static void rfa_backward_(Mixer *m, float *dx, const float *dy, const float *x, 
     // the SDE parameters, by the chain rule through the tables (rfa_tables_)
     for (int h = 0; h < H; h++) {
         RfaHead_ p = rfa_head_(m, h);
-        double nu = p.nod * o->D, kappa = 1.0 + p.nod;
+        double kappa = 1.0 + p.nod;
         double dtau = 0, dnod = 0, dst2 = 0, deta2 = 0, dgam2 = 0, dmu = 0;
         double gb = gbeta[h];
         if (o->unitary) {
@@ -429,7 +429,6 @@ static void rfa_backward_(Mixer *m, float *dx, const float *dy, const float *x, 
             }
             dmu += dE * (-(double)d * E);  // E = exp(-mu d)
         }
-        (void)nu;
         // through the softplus: d softplus(r)/dr = sigmoid(r)
 #define RAW_(k, g) mixer_grad(m, k)[h] += (float)((g) * sigmoid_(mixer_param(m, k)[h]))
         if (h >= o->n_zero) RAW_(o->k_mu, dmu);
