@@ -189,6 +189,15 @@ rfa_state_() {
     fi
 }
 
+# the result of row I's finished run RUN_DIR for the progress line (a sourcing script may redefine it,
+# as scripts/mad_table.sh does for accuracy)
+rfa_result_() {  # rfa_result_ I RUN_DIR
+    local c ppl="" L
+    IFS=, read -ra c <<< "$(rfa_cfg_get "$RFA_STATE/${RFA_IDS[$1]}.cfg" contexts)"
+    for L in "${c[@]}"; do ppl+=" L=$L $(rfa_ppl_ "$2" "$L")"; done
+    printf 'test ppl%s' "$ppl"
+}
+
 # one row, run in the background: lock the run directory (another table script may train the same run),
 # then train it (or resume it, or just re-evaluate a finished one); the outcome goes to $RFA_STATE/<id>.rc
 rfa_worker_() {
@@ -221,10 +230,7 @@ rfa_worker_() {
     if [ "$rc" = 0 ] && ! rfa_is_done_ "$d" "$(rfa_cfg_get "$RFA_STATE/$id.cfg" contexts)"; then rc=incomplete; fi
     echo "$rc" > "$RFA_STATE/$id.rc"
     if [ "$rc" = 0 ]; then
-        local c ppl="" L
-        IFS=, read -ra c <<< "$(rfa_cfg_get "$RFA_STATE/$id.cfg" contexts)"
-        for L in "${c[@]}"; do ppl+=" L=$L $(rfa_ppl_ "$d" "$L")"; done
-        rfa_say "$tag $id: done in $((SECONDS - t0))s; test ppl$ppl"
+        rfa_say "$tag $id: done in $((SECONDS - t0))s; $(rfa_result_ "$i" "$d")"
     elif [ "$rc" = 130 ] || [ "$rc" = 143 ]; then
         rfa_say "$tag $id: stopped with a checkpoint (exit $rc); run the same command again to resume"
         return "$rc"   # tells rfa_run_all to start nothing more

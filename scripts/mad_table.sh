@@ -1,0 +1,203 @@
+#!/usr/bin/env bash
+# The MAD synthetic-LM suite (Poli et al. 2024; KLA paper Fig. 5a) as one table: rows = sequence mixers,
+# columns = the six MAD tasks and their average; each cell is the best test accuracy over the lr x wd grid
+# (as MAD reports it). Every (mixer, task, lr, wd) is one seqtrain run of configs/tasks/mad/<task>.json in
+# $OUT/runs/<mixer>__<task>__lr<lr>_wd<wd>/ whose final accuracy is RUN_DIR/eval/acc.json.
+# Resumable: finished runs are reused, interrupted ones resumed (run the same command again).
+# The run queue, locking, resuming and settings come from scripts/rfa_common.sh.
+source "$(dirname "${BASH_SOURCE[0]}")/rfa_common.sh"
+
+RFA_USAGE="usage: scripts/mad_table.sh [--set KEY=VALUE ...] [--dry-run]
+
+Trains every (mixer, task, lr, wd) run of the MAD table that is not finished yet, then prints the table
+(Markdown on stdout, and OUT/mad_table.md, OUT/mad_table.csv).
+
+Settings (environment):
+  SCALE=tiny|small|paper  (default small)
+      paper: the MAD protocol: configs/tasks/mad/*.json as they are (d 128, 2 x [mixer, swiglu], 12,800 train /
+             1,280 test examples, batch 128, 200 epochs, cosine to 1e-6), grid lr {1e-4, 5e-4, 1e-3} x wd {0, 0.1}
+      small: CPU-sized: 1/20 of the training examples (640; memorization keeps its 256) and 1/20 of the
+             epochs (10), 1,280 test examples, the paper model; grid lr {5e-4, 1e-3} x wd {0}
+      tiny:  pipeline check (CI): d 32, batch 4, 2 steps, 8 train / 8 test examples, sequences of at most
+             64 tokens; grid lr {1e-3} x wd {0}; the numbers mean nothing
+  ROWS=id,id,...          only these mixer rows (default all): $(printf '%s ' attn_none attn_rope attn_alibi attn_fox rfa sc_rfa)
+  TASKS=t,t,...           only these task columns (default all six)
+  LRS='a b' WDS='a b'     override the scale's lr / wd grid
+  OUT=DIR                 output folder (default runs/mad_table/\$SCALE)
+  JOBS=N, THREADS=N, BIN=DIR, PROGRESS_EVERY=S   as in scripts/rfa_common.sh (OMP_WAIT_POLICY=passive when JOBS>1)
+Options:
+  --set KEY=VALUE         extra override for every run (after the row's)
+  --dry-run               list the seqtrain commands of the runs still to do; train nothing
+
+Compression: MAD trains it with an encoder + MLP-decoder (autoencoder) head, which seqtrain does not have
+yet; this script trains the decoder-only model on it, where every target is the input token at the same
+position: a trivial identity map, so its accuracy (near 1) measures nothing (footnote in the table)."
+
+# --- the rows: id | label | mixer JSON (merged over base.json's {\"kind\": \"attention\", \"heads\": 8})
+MAD_MIXERS=(
+    'attn_none|Attention (no PE)|{"kind": "attention", "pos": "none"}'
+    'attn_rope|Attention (RoPE)|{"kind": "attention", "pos": "rope"}'
+    'attn_alibi|Attention (ALiBi)|{"kind": "attention", "pos": "alibi"}'
+    'attn_fox|Attention (FoX)|{"kind": "attention", "pos": "fox"}'
+    'rfa|RFA|{"kind": "rfa"}'
+    'sc_rfa|SC-RFA|{"kind": "rfa", "spectral_coupling": true, "damping": 0.05}'
+)
+# the RFA configs' optimizer group of the SDE parameters (configs/rfa/m1_rfa.json), for the rfa rows
+MAD_RFA_GROUPS='[{"match": "blocks.*.mixer.sde_*", "lr": 5e-4, "beta1": 0.0, "eps": 1e-7, "clip": 1e-4}]'
+# --- the columns: task | label
+MAD_TASKS=(
+    'icr|ICR'
+    'noisy_icr|Noisy ICR'
+    'fuzzy_icr|Fuzzy ICR'
+    'selective_copy|Sel. Copy'
+    'memorization|Memorization'
+    'compression|Compression†'
+)
+
+rfa_parse_opts mad_table "$@"
+SCALE=${SCALE:-small}
+[ -n "${OUT:-}" ] || OUT="$RFA_ROOT/runs/mad_table/$SCALE"
+rfa_setup
+case "$SCALE" in
+    paper) MAD_LRS=${LRS:-"1e-4 5e-4 1e-3"}; MAD_WDS=${WDS:-"0 0.1"} ;;
+    small) MAD_LRS=${LRS:-"5e-4 1e-3"};      MAD_WDS=${WDS:-"0"} ;;
+    tiny)  MAD_LRS=${LRS:-"1e-3"};           MAD_WDS=${WDS:-"0"} ;;
+esac
+[ -n "${LRS:-}" ] && RFA_CMDLINE="LRS='$LRS' $RFA_CMDLINE"
+[ -n "${WDS:-}" ] && RFA_CMDLINE="WDS='$WDS' $RFA_CMDLINE"
+[ -n "${TASKS:-}" ] && RFA_CMDLINE="TASKS=$TASKS $RFA_CMDLINE"
+[ -n "${ROWS:-}" ] && RFA_CMDLINE="ROWS=$ROWS $RFA_CMDLINE"
+
+# --- hooks of rfa_common.sh, redefined for tasks
+rfa_config_path() { printf 'configs/tasks/mad/%s.json\n' "$1"; }
+# the scale's overrides for a task (rfa_row's KIND is the task here)
+rfa_scale_sets_() {
+    case "$SCALE" in
+        small)
+            [ "$1" = memorization ] || echo data.task.train_examples=640
+            echo train.epochs=10 ;;
+        tiny)
+            printf '%s\n' model.d_model=32 train.batch_size=4 train.steps=2 train.ckpt_every=0 \
+                data.task.train_examples=8 data.task.test_examples=8
+            case "$1" in memorization|compression) ;; *) echo train.seq_len=64 ;; esac ;;
+    esac
+}
+# the accuracy of RUN_DIR/eval/acc.json (empty when missing or not a number)
+mad_acc_() {
+    [ -f "$1/eval/acc.json" ] || return 0
+    sed -n 's/.*"accuracy": *\([-+0-9.eE]*\).*/\1/p' "$1/eval/acc.json" | awk 'NF && $1 + 0 == $1 { printf "%.6f", $1; exit }'
+}
+rfa_is_done_() { [ -n "$(mad_acc_ "$1")" ]; }
+
+# rfa_common.sh's progress line reports accuracy instead of perplexity
+rfa_result_() { printf 'test accuracy %s' "$(mad_acc_ "$2")"; }
+
+# --- the runs
+mad_in_list_() { [ -z "$2" ] && return 0; case ",$2," in *",$1,"*) return 0 ;; esac; return 1; }
+MAD_ROW_IDS=(); MAD_ROW_LABELS=(); MAD_COL_IDS=(); MAD_COL_LABELS=()
+for m in "${MAD_MIXERS[@]}"; do
+    IFS='|' read -r mid mlabel mjson <<< "$m"
+    mad_in_list_ "$mid" "${ROWS:-}" || continue
+    MAD_ROW_IDS+=("$mid"); MAD_ROW_LABELS+=("$mlabel")
+done
+for t in "${MAD_TASKS[@]}"; do
+    IFS='|' read -r tid tlabel <<< "$t"
+    mad_in_list_ "$tid" "${TASKS:-}" || continue
+    MAD_COL_IDS+=("$tid"); MAD_COL_LABELS+=("$tlabel")
+done
+[ "${#MAD_ROW_IDS[@]}" -gt 0 ] || RFA_DIE_RC=2 rfa_die "ROWS='${ROWS:-}' selects no row"
+[ "${#MAD_COL_IDS[@]}" -gt 0 ] || RFA_DIE_RC=2 rfa_die "TASKS='${TASKS:-}' selects no task"
+for m in "${MAD_MIXERS[@]}"; do
+    IFS='|' read -r mid mlabel mjson <<< "$m"
+    mad_in_list_ "$mid" "${ROWS:-}" || continue
+    extra=()
+    case "$mjson" in *'"rfa"'*) extra+=("optim.groups=$MAD_RFA_GROUPS") ;; esac
+    for tid in "${MAD_COL_IDS[@]}"; do
+        for lr in $MAD_LRS; do
+            minfrac=$(awk -v l="$lr" 'BEGIN { f = 1e-6 / l; if (f > 1) f = 1; printf "%.6g", f }')
+            for wd in $MAD_WDS; do
+                rfa_row "${mid}__${tid}__lr${lr}_wd${wd}" "$mlabel / $tid / lr $lr wd $wd" "$tid" "$tid" "$mid" \
+                    "model.mixer=$mjson" "optim.lr=$lr" "optim.weight_decay=$wd" "schedule.min_lr_frac=$minfrac" \
+                    "${extra[@]+"${extra[@]}"}"
+            done
+        done
+    done
+done
+
+rfa_run_all; rc=$?
+[ "$RFA_DRY_RUN" = 0 ] || exit 0
+
+# --- the table: best accuracy over the grid per (mixer, task); the average over the tasks of a row
+mad_render() {
+    local md="$RFA_OUT/mad_table.md" csv="$RFA_OUT/mad_table.csv" r c lr wd id acc best n k cells sum cnt avg
+    local commit host ngrid
+    commit=$(git -C "$RFA_ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
+    [ -n "$(git -C "$RFA_ROOT" status --porcelain -- src configs scripts 2>/dev/null)" ] && commit+=" (with uncommitted changes in src/, configs/ or scripts/)"
+    host=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -n 1)
+    ngrid=$(( $(wc -w <<< "$MAD_LRS") * $(wc -w <<< "$MAD_WDS") ))
+    local -a rowcells=() csvrows=()
+    for ((r = 0; r < ${#MAD_ROW_IDS[@]}; r++)); do
+        cells=""; sum=0; cnt=0
+        local csvline="${MAD_ROW_IDS[$r]},\"${MAD_ROW_LABELS[$r]}\""
+        for c in "${MAD_COL_IDS[@]}"; do
+            best=""; n=0
+            for lr in $MAD_LRS; do for wd in $MAD_WDS; do
+                id="${MAD_ROW_IDS[$r]}__${c}__lr${lr}_wd${wd}"
+                [ "$(cat "$RFA_STATE/$id.rc" 2>/dev/null)" = 0 ] || continue
+                acc=$(mad_acc_ "$RFA_RUNS/$id"); [ -n "$acc" ] || continue
+                n=$((n + 1))
+                if [ -z "$best" ] || awk -v a="$acc" -v b="$best" 'BEGIN { exit !(a > b) }'; then best=$acc; fi
+            done; done
+            if [ -z "$best" ]; then
+                cells+=" — |"; csvline+=","
+            else
+                k=$(printf '%.4f' "$best")
+                sum=$(awk -v s="$sum" -v a="$best" 'BEGIN { printf "%.8f", s + a }'); cnt=$((cnt + 1))
+                if [ "$n" -lt "$ngrid" ]; then cells+=" $k ($n/$ngrid) |"; else cells+=" $k |"; fi
+                csvline+=",$k"
+            fi
+        done
+        if [ "$cnt" = "${#MAD_COL_IDS[@]}" ]; then
+            avg=$(awk -v s="$sum" -v n="$cnt" 'BEGIN { printf "%.4f", s / n }'); cells+=" $avg |"; csvline+=",$avg"
+        else
+            cells+=" — |"; csvline+=","
+        fi
+        rowcells+=("| ${MAD_ROW_LABELS[$r]} |$cells"); csvrows+=("$csvline")
+    done
+    {
+        echo "**MAD synthetic LM suite.** Test accuracy (fraction of supervised positions), best over the lr × wd grid."
+        echo
+        case "$SCALE" in
+            paper) echo "Scale \`paper\`: the MAD protocol (configs/tasks/mad/*.json: d 128, 2 × [mixer, SwiGLU], 12,800 train / 1,280 test examples, batch 128, 200 epochs, cosine to 1e-6)." ;;
+            small) echo "Scale \`small\`: CPU-sized: the paper model, 640 training examples (memorization 256), 10 epochs, batch 128, 1,280 test examples." ;;
+            tiny)  echo "Scale \`tiny\`: a pipeline check (d 32, 2 steps of batch 4, 8 test examples, sequences ≤ 64); the numbers mean nothing." ;;
+        esac
+        echo "Grid: lr ∈ {${MAD_LRS// /, }} × wd ∈ {${MAD_WDS// /, }} ($ngrid runs per cell; a cell with fewer finished runs shows (k/$ngrid)). Average over the tasks of the row."
+        echo "Generated by \`SCALE=$SCALE $RFA_CMDLINE\` on $(date -u '+%Y-%m-%d %H:%M UTC'), commit $commit;" \
+             "${host:-unknown CPU}, $RFA_NPROC cores, JOBS=$RFA_JOBS, THREADS=$RFA_THREADS."
+        echo
+        printf '| Mixer |'; for c in "${MAD_COL_LABELS[@]}"; do printf ' %s |' "$c"; done; echo ' Avg |'
+        printf '|---|'; for c in "${MAD_COL_LABELS[@]}"; do printf -- '---:|'; done; printf -- '---:|\n'
+        for r in "${rowcells[@]}"; do echo "$r"; done
+        echo
+        echo "† MAD trains compression with an encoder + MLP-decoder (autoencoder) head, which seqtrain does not implement yet;" \
+             "this column is a decoder-only model trained on the same data. There every target is the input token at the same position," \
+             "so the task is a trivial identity map (accuracy near 1 is expected and measures nothing; not comparable with MAD's numbers)." \
+             "It is counted in Avg as in the paper's layout."
+        local failed=() i
+        for ((i = 0; i < ${#RFA_IDS[@]}; i++)); do
+            [ "$(cat "$RFA_STATE/${RFA_IDS[$i]}.rc" 2>/dev/null)" = 0 ] || failed+=("${RFA_IDS[$i]}")
+        done
+        if [ "${#failed[@]}" -gt 0 ]; then echo; echo "Runs without a result: ${failed[*]} (logs in $RFA_LOGS/)."; fi
+    } > "$md"
+    {
+        printf 'id,mixer'; for c in "${MAD_COL_IDS[@]}"; do printf ',%s' "$c"; done; echo ',average'
+        for r in "${csvrows[@]}"; do echo "$r"; done
+    } > "$csv"
+    cat "$md"
+    rfa_say "table written to $md and $csv"
+}
+mad_render || rc=1
+[ "$RFA_INTERRUPTED" != 0 ] && { rfa_say "interrupted; run the same command again to resume"; exit "$RFA_INTERRUPTED"; }
+[ "$rc" = 0 ] || { rfa_say "$RFA_FAILED of ${#RFA_IDS[@]} runs have no result"; exit 1; }
+exit 0

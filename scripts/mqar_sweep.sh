@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# MQAR (Zoology multi-query associative recall): test accuracy vs model width for a list of mixers, the
+# best over a learning-rate grid (Zoology protocol, ../shared/reference/tasks.md C.6): one table per
+# (setting, sequence length), rows = mixers, columns = d_model.
+#
+#   scripts/mqar_sweep.sh [--set KEY=VALUE ...] [--dry-run]
+#
+# Settings (environment):
+#   SETTING=zoology|kla_long|bla   configs/tasks/mqar/$SETTING.json (default zoology)
+#       zoology:  V 8192, T/N = 64/4, 128/8, 256/16, 512/64 (one table per T), 100,000 / 3,000 examples
+#       kla_long: V 256, T 2048, N 64, 12,800 / 1,280 examples (KLA paper Fig. 6a / Table 9; N is not
+#                 given there, 64 is our choice)
+#       bla:      V 8192, T 512, N 64 (BLA paper Fig. 3a / Table 2: 32 epochs, batch 32, wd 0.01)
+#   SCALE=tiny|small|paper   (default small)
+#       tiny:  d 16,32; lr 1e-3,3e-3; T 16, N 2, V 64, 4 steps of 16 examples (pipeline check, meaningless numbers)
+#       small: d 64,128; lr logspace(-4,-2,4); zoology at T 64 only; 20,000 train / 1,000 test examples,
+#              4 epochs, batch 64 (a CPU-sized version; kla_long/bla keep their T, N and V). About 4 min
+#              (d 64) and 7.5 min (d 128) per zoology run on 2 cores: ~4 h for the 32 runs
+#       paper: d 64,128,256,512; lr logspace(-4,-2,4); the config's examples and epochs; Zoology's batch
+#              size by T (512 for T <= 128, 256, 128, 64 for T = 256, 512, 1024; 32 for T = 2048)
+#   DIMS="64 128" LRS="1e-3 3e-3" TS="64 128"   override the scale's widths / lr grid / zoology lengths
+#   MIXERS="attn_rope rfa"                      only these rows (ids from the MIXER list below)
+#   OUT=DIR      output folder (default runs/tasks/mqar/$SCALE); runs in OUT/runs, logs in OUT/logs
+#   JOBS=N       runs trained at the same time (default: tiny nproc, else 1); OMP_WAIT_POLICY=passive if > 1
+#   THREADS=N    run.threads of every run (default max(1, nproc / JOBS))
+#   BIN=DIR      where seqtrain is (default bin)
+# Resumable: finished runs (RUN_DIR/eval/acc.json) are reused, interrupted ones resumed from their
+# checkpoint; run the same command again after Ctrl-C. The tables go to stdout and to
+# OUT/mqar_<setting>_T<T>.md and .csv; every single run (mixer, d, lr, accuracy) to OUT/mqar_<setting>_runs.csv.
+set -u -o pipefail
+PROG=mqar_sweep
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+USAGE=$(sed -n '2,/^set -u/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//')
+
+# The rows: id | label | model.mixer (merged over the base config's {"kind": "attention", "heads": 1},
+# so that object keeps only keys every mixer has) | further --set values separated by ';'
+MIXER=(
+    'attn_rope|Attention (RoPE)|{"kind":"attention","pos":"rope"}|'
+    'attn_nope|Attention (no position)|{"kind":"attention","pos":"none"}|'
+    'attn_alibi|Attention (ALiBi)|{"kind":"attention","pos":"alibi"}|'
+    'rfa|RFA|{"kind":"rfa","zero_decay_heads":1}|optim.groups=[{"match":"blocks.*.mixer.sde_*","lr":5e-4,"beta1":0.0,"eps":1e-7,"clip":1e-4}]'
+)
+
+# the run queue, option parsing and setup shared with the other task sweep
+source "$ROOT/scripts/tasks_common.sh"
+parse_opts "$@"
+setup mqar
+SETTING=${SETTING:-zoology}
+CFG="configs/tasks/mqar/$SETTING.json"
+[ -f "$CFG" ] || DIE_RC=2 die "SETTING must be zoology, kla_long or bla (no $CFG)"
+
+case "$SCALE" in
+    tiny)  dims="16 32"; lrs="1e-3 3e-3"; ts="16" ;;
+    small) dims="64 128"; lrs="1e-4 4.64e-4 2.15e-3 1e-2"; ts="64" ;;
+    paper) dims="64 128 256 512"; lrs="1e-4 4.64e-4 2.15e-3 1e-2"; ts="64 128 256 512" ;;
+esac
+DIMS=${DIMS:-$dims}; LRS=${LRS:-$lrs}
+if [ "$SETTING" = zoology ]; then TS=${TS:-$ts}
+else TS=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["train"]["seq_len"])' "$CFG"); fi
+[ "$SCALE" = tiny ] && TS=16
+MIXERS=${MIXERS:-$(for m in "${MIXER[@]}"; do printf '%s ' "${m%%|*}"; done)}
+
+# the --set values of the scale for sequence length T
+scale_sets() {
+    local T=$1 N
+    case "$SCALE" in
+        tiny) printf '%s\n' data.task.vocab=64 data.task.num_kv_pairs=2 data.task.train_examples=64 \
+                  data.task.test_examples=32 train.batch_size=16 train.steps=4 train.seq_len=16 ;;
+        *)
+            if [ "$SETTING" = zoology ]; then
+                case "$T" in 64) N=4 ;; 128) N=8 ;; 256) N=16 ;; 512) N=64 ;; *) N=$((T / 16)) ;; esac
+                printf '%s\n' "train.seq_len=$T" "data.task.num_kv_pairs=$N"
+                if [ "$SCALE" = paper ]; then
+                    if [ "$T" -le 128 ]; then echo train.batch_size=512; elif [ "$T" -le 256 ]; then echo train.batch_size=256
+                    elif [ "$T" -le 512 ]; then echo train.batch_size=128; else echo train.batch_size=64; fi
+                fi
+            fi
+            if [ "$SCALE" = small ]; then
+                printf '%s\n' data.task.train_examples=20000 data.task.test_examples=1000 train.epochs=4 train.batch_size=64
+            fi ;;
+    esac
+}
+
+mixer_field() { local m; for m in "${MIXER[@]}"; do [ "${m%%|*}" = "$1" ] && { cut -d'|' -f"$2" <<< "$m"; return 0; }; done; return 1; }
+for m in $MIXERS; do mixer_field "$m" 1 >/dev/null || DIE_RC=2 die "unknown mixer '$m' (known: $(for x in "${MIXER[@]}"; do printf '%s ' "${x%%|*}"; done))"; done
+
+for T in $TS; do for m in $MIXERS; do for d in $DIMS; do for lr in $LRS; do
+    args=(--config "$CFG" --set "model.mixer=$(mixer_field "$m" 3)")
+    while IFS= read -r s; do [ -n "$s" ] && args+=(--set "$s"); done < <(mixer_field "$m" 4 | tr ';' '\n')
+    while IFS= read -r s; do [ -n "$s" ] && args+=(--set "$s"); done < <(scale_sets "$T")
+    args+=(--set "model.d_model=$d" --set "optim.lr=$lr")
+    for s in "${EXTRA_SETS[@]+"${EXTRA_SETS[@]}"}"; do args+=(--set "$s"); done
+    job "${SETTING}_T${T}_${m}_d${d}_lr${lr}" "${args[@]}"
+done; done; done; done
+say "$SETTING, SCALE=$SCALE: ${#JOB_IDS[@]} runs (T: $TS; mixers: $MIXERS; d: $DIMS; lr: $LRS), $NJOBS at a time, $THREADS threads each; output in $OUTD"
+run_jobs; rc=$?
+[ "$DRY_RUN" = 1 ] && exit 0
+
+# the tables: cell = best test accuracy over the lr grid (and the lr in the CSV)
+allcsv="$OUTD/mqar_${SETTING}_runs.csv"
+echo "setting,T,mixer,d_model,lr,accuracy" > "$allcsv"
+commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
+CMDLINE="SETTING=$SETTING SCALE=$SCALE"
+for v in MIXERS DIMS LRS TS; do [ -n "${!v+x}" ] && [ -n "$(printenv "$v")" ] && CMDLINE+=" $v=\"$(printenv "$v")\""; done
+CMDLINE+=" scripts/mqar_sweep.sh"; for x in "${EXTRA_SETS[@]+"${EXTRA_SETS[@]}"}"; do CMDLINE+=" --set $x"; done
+for T in $TS; do
+    md="$OUTD/mqar_${SETTING}_T${T}.md"; csv="$OUTD/mqar_${SETTING}_T${T}.csv"
+    {
+        echo "**MQAR ($SETTING, T = $T, SCALE=$SCALE).** Test accuracy, best over lr ∈ {${LRS// /, }}; rows = mixers, columns = d_model."
+        echo
+        printf '| Mixer |'; for d in $DIMS; do printf ' d=%s |' "$d"; done; echo
+        printf '|---|'; for d in $DIMS; do printf -- '---|'; done; echo
+    } > "$md"
+    { printf 'mixer,label'; for d in $DIMS; do printf ',acc_d%s,lr_d%s' "$d" "$d"; done; echo; } > "$csv"
+    for m in $MIXERS; do
+        label=$(mixer_field "$m" 2); line="| $label |"; cline="$m,\"$label\""
+        for d in $DIMS; do
+            best=""; blr=""
+            for lr in $LRS; do
+                a=$(job_acc "${SETTING}_T${T}_${m}_d${d}_lr${lr}")
+                [ -n "$a" ] && echo "$SETTING,$T,$m,$d,$lr,$a" >> "$allcsv"
+                if [ -n "$a" ] && { [ -z "$best" ] || awk -v a="$a" -v b="$best" 'BEGIN { exit !(a > b) }'; }; then best=$a; blr=$lr; fi
+            done
+            line+=" ${best:-—} |"; cline+=",${best},${blr}"
+        done
+        echo "$line" >> "$md"; echo "$cline" >> "$csv"
+    done
+    echo >> "$md"
+    echo "Runs: \`$CMDLINE\` (commit $commit); per-run accuracies in $(basename "$allcsv")." >> "$md"
+    cat "$md"; echo
+done
+exit "$rc"

@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# State tracking: (a) A5 word problem — for each mixer the fewest layers in 1..L_MAX whose best seed
+# reaches >= 90% test accuracy (the KLA paper's criterion: solved in >= 1 of 5 seeds, Fig. 1a after
+# Merrill et al. 2024); (b) parity length generalisation — train at length TRAIN_LEN, test accuracy by
+# test length (one evaluation per length: a copy of the run directory whose config.json has
+# data.task.test_len_min = test_len_max = train.seq_len = L, scored by `seqeval --run COPY --task`).
+#
+#   scripts/state_tracking.sh [--set KEY=VALUE ...] [--dry-run]
+#
+# Settings (environment):
+#   SCALE=tiny|small|paper   (default small)
+#       tiny:  A5 length 8, layers 1-2, 2 seeds, d 32; parity train 8, test 8,16,32; 4 steps (pipeline check)
+#       small: A5 length 16, layers 1-3, 2 seeds, d 64, 20,000 examples x 4 epochs; parity d 64 train 128,
+#              test 128,256,384,512, 20,000 examples x 2 epochs
+#       paper: A5 length 128 (configs/tasks/state/a5.json), layers 1-4, 5 seeds; parity as the config
+#              (train 128, test 128,256,384,512)
+#   L_MAX=N SEEDS=N A5_LEN=N TEST_LENS="128 512"   override the scale's values
+#   MIXERS="attn_rope rfa"    only these rows (ids from the MIXER list below)
+#   OUT=DIR      output folder (default runs/tasks/state/$SCALE); runs in OUT/runs, logs in OUT/logs
+#   JOBS, THREADS, BIN   as scripts/mqar_sweep.sh
+# Resumable: finished runs and per-length evaluations are reused. Tables to stdout and OUT/a5.md|csv,
+# OUT/parity.md|csv.
+# The parity runs train with train.seq_len = TRAIN_LEN and test length TRAIN_LEN (the in-distribution
+# accuracy in RUN_DIR/eval/acc.json); the longer lengths are only scored afterwards, so no training step
+# pads to the longest test length (the result is the same: the models are causal).
+set -u -o pipefail
+PROG=state_tracking
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+USAGE=$(sed -n '2,/^set -u/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//')
+
+# The rows: id | label | model.mixer (merged over the base config's {"kind": "attention", "heads": 2}) |
+# further --set values separated by ';'
+MIXER=(
+    'attn_rope|Attention (RoPE)|{"kind":"attention","pos":"rope"}|'
+    'attn_nope|Attention (no position)|{"kind":"attention","pos":"none"}|'
+    'attn_alibi|Attention (ALiBi)|{"kind":"attention","pos":"alibi"}|'
+    'rfa|RFA|{"kind":"rfa","zero_decay_heads":1}|optim.groups=[{"match":"blocks.*.mixer.sde_*","lr":5e-4,"beta1":0.0,"eps":1e-7,"clip":1e-4}]'
+)
+THRESH=0.9
+
+# the run queue, option parsing and setup shared with the other task sweep
+source "$ROOT/scripts/tasks_common.sh"
+parse_opts "$@"
+setup state
+case "$SCALE" in
+    tiny)  lmax=2; seeds=2; a5len=8;   trlen=8;   tlens="8 16 32" ;;
+    small) lmax=3; seeds=2; a5len=16;  trlen=128; tlens="128 256 384 512" ;;
+    paper) lmax=4; seeds=5; a5len=128; trlen=128; tlens="128 256 384 512" ;;
+esac
+L_MAX=${L_MAX:-$lmax}; SEEDS=${SEEDS:-$seeds}; A5_LEN=${A5_LEN:-$a5len}; TRAIN_LEN=$trlen; TEST_LENS=${TEST_LENS:-$tlens}
+MIXERS=${MIXERS:-$(for m in "${MIXER[@]}"; do printf '%s ' "${m%%|*}"; done)}
+mixer_field() { local m; for m in "${MIXER[@]}"; do [ "${m%%|*}" = "$1" ] && { cut -d'|' -f"$2" <<< "$m"; return 0; }; done; return 1; }
+for m in $MIXERS; do mixer_field "$m" 1 >/dev/null || DIE_RC=2 die "unknown mixer '$m'"; done
+
+scale_sets() {  # scale_sets a5|parity
+    case "$SCALE" in
+        tiny)  printf '%s\n' model.d_model=32 data.task.train_examples=64 data.task.test_examples=16 train.batch_size=16 train.steps=4 ;;
+        small) printf '%s\n' model.d_model=64 data.task.train_examples=20000 data.task.test_examples=500
+               if [ "$1" = a5 ]; then echo train.epochs=4; else echo train.epochs=2; fi ;;
+    esac
+}
+mixer_sets() {
+    echo "model.mixer=$(mixer_field "$1" 3)"
+    mixer_field "$1" 4 | tr ';' '\n'
+}
+add_sets() { local s; while IFS= read -r s; do [ -n "$s" ] && args+=(--set "$s"); done; }
+
+for m in $MIXERS; do
+    for ((L = 1; L <= L_MAX; L++)); do for ((s = 1; s <= SEEDS; s++)); do
+        args=(--config configs/tasks/state/a5.json)
+        add_sets < <(mixer_sets "$m"); add_sets < <(scale_sets a5)
+        args+=(--set "model.n_layers=$L" --set "run.seed=$s" --set "train.seq_len=$A5_LEN")
+        for k in train_len_min train_len_max test_len_min test_len_max; do args+=(--set "data.task.$k=$A5_LEN"); done
+        for x in "${EXTRA_SETS[@]+"${EXTRA_SETS[@]}"}"; do args+=(--set "$x"); done
+        job "a5_${m}_L${L}_s${s}" "${args[@]}"
+    done; done
+    args=(--config configs/tasks/state/parity.json)
+    add_sets < <(mixer_sets "$m"); add_sets < <(scale_sets parity)
+    args+=(--set "train.seq_len=$TRAIN_LEN")
+    for k in train_len_min train_len_max test_len_min test_len_max; do args+=(--set "data.task.$k=$TRAIN_LEN"); done
+    for x in "${EXTRA_SETS[@]+"${EXTRA_SETS[@]}"}"; do args+=(--set "$x"); done
+    job "parity_${m}" "${args[@]}"
+done
+say "SCALE=$SCALE: ${#JOB_IDS[@]} runs (A5 at length $A5_LEN, layers 1-$L_MAX, $SEEDS seeds; parity train $TRAIN_LEN, test ${TEST_LENS// /,}), $NJOBS at a time, $THREADS threads each; output in $OUTD"
+run_jobs; rc=$?
+[ "$DRY_RUN" = 1 ] && exit 0
+
+# parity accuracy of run ID at test length L (cached in RUN_DIR/eval/len_L.json)
+len_acc() {
+    local id=$1 L=$2 d="$RUNS/$1" c="$OUTD/evalcopy/$1_L$2" j="$RUNS/$1/eval/len_$2.json"
+    [ -f "$d/eval/acc.json" ] || return 1
+    if [ ! -s "$j" ]; then
+        rm -rf "$c"; mkdir -p "$OUTD/evalcopy"; cp -r "$d" "$c" || return 1
+        python3 - "$c/config.json" "$L" <<'PY' || return 1
+import json, sys
+p, L = sys.argv[1], int(sys.argv[2])
+c = json.load(open(p))
+t = c["data"]["task"]
+t["test_len_min"] = t["test_len_max"] = L
+c["train"]["seq_len"] = max(L, t["train_len_max"])
+json.dump(c, open(p, "w"), indent=1)
+PY
+        "$SEQEVAL" --run "$c" --task 2>>"$LOGS/$1.log" | grep '"accuracy"' | tail -n 1 > "$j.tmp" && [ -s "$j.tmp" ] && mv "$j.tmp" "$j" || { rm -f "$j.tmp"; return 1; }
+        rm -rf "$c"
+    fi
+    python3 -c 'import json,sys; print("%.4f" % json.load(open(sys.argv[1]))["accuracy"])' "$j"
+}
+
+commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
+CMDLINE="SCALE=$SCALE"
+for v in MIXERS L_MAX SEEDS A5_LEN TEST_LENS; do [ -n "$(printenv "$v")" ] && CMDLINE+=" $v=\"$(printenv "$v")\""; done
+CMDLINE+=" scripts/state_tracking.sh"; for x in "${EXTRA_SETS[@]+"${EXTRA_SETS[@]}"}"; do CMDLINE+=" --set $x"; done
+# (a) A5
+md="$OUTD/a5.md"; csv="$OUTD/a5.csv"
+{
+    echo "**A5 word problem (length $A5_LEN, SCALE=$SCALE).** Fewest layers whose best of $SEEDS seeds reaches ≥ 90% test accuracy (> $L_MAX: none up to $L_MAX); then the best-seed accuracy per depth."
+    echo
+    printf '| Mixer | fewest layers |'; for ((L = 1; L <= L_MAX; L++)); do printf ' L=%d |' "$L"; done; echo
+    printf '|---|---|'; for ((L = 1; L <= L_MAX; L++)); do printf -- '---|'; done; echo
+} > "$md"
+{ printf 'mixer,label,fewest_layers'; for ((L = 1; L <= L_MAX; L++)); do printf ',best_acc_L%d' "$L"; done; echo; } > "$csv"
+for m in $MIXERS; do
+    label=$(mixer_field "$m" 2); fewest=""; cells=""; ccells=""
+    for ((L = 1; L <= L_MAX; L++)); do
+        best=""
+        for ((s = 1; s <= SEEDS; s++)); do
+            a=$(job_acc "a5_${m}_L${L}_s${s}")
+            if [ -n "$a" ] && { [ -z "$best" ] || awk -v a="$a" -v b="$best" 'BEGIN { exit !(a > b) }'; }; then best=$a; fi
+        done
+        cells+=" ${best:-—} |"; ccells+=",$best"
+        if [ -z "$fewest" ] && [ -n "$best" ] && awk -v a="$best" -v t="$THRESH" 'BEGIN { exit !(a >= t) }'; then fewest=$L; fi
+    done
+    echo "| $label | ${fewest:->$L_MAX} |$cells" >> "$md"; echo "$m,\"$label\",${fewest:->$L_MAX}$ccells" >> "$csv"
+done
+echo >> "$md"; echo "Runs: \`$CMDLINE\` (commit $commit)." >> "$md"
+cat "$md"; echo
+
+# (b) parity
+md="$OUTD/parity.md"; csv="$OUTD/parity.csv"
+{
+    echo "**Parity length generalisation (trained at length $TRAIN_LEN, SCALE=$SCALE).** Test accuracy at each test length."
+    echo
+    printf '| Mixer |'; for L in $TEST_LENS; do printf ' L=%s |' "$L"; done; echo
+    printf '|---|'; for L in $TEST_LENS; do printf -- '---|'; done; echo
+} > "$md"
+{ printf 'mixer,label'; for L in $TEST_LENS; do printf ',acc_L%s' "$L"; done; echo; } > "$csv"
+for m in $MIXERS; do
+    label=$(mixer_field "$m" 2); line="| $label |"; cline="$m,\"$label\""
+    for L in $TEST_LENS; do
+        a=$(len_acc "parity_${m}" "$L") || { a=""; rc=1; say "parity_${m}: evaluation at length $L failed"; }
+        line+=" ${a:-—} |"; cline+=",$a"
+    done
+    echo "$line" >> "$md"; echo "$cline" >> "$csv"
+done
+echo >> "$md"; echo "Runs: \`$CMDLINE\` (commit $commit)." >> "$md"
+cat "$md"
+exit "$rc"

@@ -1,0 +1,100 @@
+# Shared part of scripts/mqar_sweep.sh and scripts/state_tracking.sh (sourced, not run): the run queue,
+# resumable parallel seqtrain runs whose result is RUN_DIR/eval/acc.json, option parsing and setup.
+# The sourcing script sets PROG and ROOT first.
+
+# A job is one seqtrain run in $RUNS/<id>/; it is finished when RUN_DIR/eval/acc.json exists. A run
+# directory whose config.json differs from the job's resolved configuration (seqtrain --print-config; the
+# keys threads, dir and name aside) is never touched (an error), a finished one is reused, one with a
+# checkpoint but no acc.json is resumed, one without a checkpoint is trained afresh.
+say() { printf '%s: %s\n' "$PROG" "$*" >&2; }
+die() { printf '%s: error: %s\n' "$PROG" "$*" >&2; exit "${DIE_RC:-1}"; }
+abspath() { case "$1" in /*) printf '%s\n' "$1" ;; *) printf '%s/%s\n' "$PWD" "$1" ;; esac; }
+JOB_IDS=(); JOB_ARGS=()
+# job ID ARG...: queue a run (seqtrain arguments without run.dir/run.name/run.threads)
+job() { local id=$1; shift; local s="" a; for a in "$@"; do s+="$a"$'\n'; done; JOB_IDS+=("$id"); JOB_ARGS+=("$s"); }
+job_acc() { python3 -c 'import json,sys; print("%.4f" % json.load(open(sys.argv[1]))["accuracy"])' "$RUNS/$1/eval/acc.json" 2>/dev/null; }
+# a resolved config without the keys that may differ between invocations of the same run
+cfg_key_() { grep -Ev $'^\t\t"(threads|dir|name)":' "$1"; }
+job_one_() {  # job_one_ INDEX: train/resume/reuse one run (in the background of run_jobs)
+    local i=$1 id=${JOB_IDS[$1]} d="$RUNS/${JOB_IDS[$1]}" log="$LOGS/${JOB_IDS[$1]}.log" a args=()
+    while IFS= read -r a; do [ -n "$a" ] && args+=("$a"); done <<< "${JOB_ARGS[$i]}"
+    local cfg="$LOGS/$id.cfg"
+    "$SEQTRAIN" "${args[@]}" --set "run.dir=$RUNS" --set "run.name=$id" --print-config > "$cfg" 2>>"$log" || return 2
+    if [ -f "$d/config.json" ] && { [ -f "$d/latest" ] || [ -f "$d/eval/acc.json" ]; } &&
+       ! cmp -s <(cfg_key_ "$d/config.json") <(cfg_key_ "$cfg"); then
+        say "$id: $d holds a run with another configuration; left alone (use another OUT):"
+        diff <(cfg_key_ "$d/config.json") <(cfg_key_ "$cfg") | grep '^[<>]' | head -n 6 | sed 's/^/    /' >&2
+        return 3
+    fi
+    if [ -f "$d/eval/acc.json" ]; then say "$id: finished earlier, reused"; return 0; fi
+    if [ -f "$d/latest" ]; then
+        say "$id: resuming (log: $log)"
+        "$SEQTRAIN" --resume "$d" --quiet >>"$log" 2>&1 || return 1
+    else
+        rm -rf "$d"
+        say "$id: training (log: $log)"
+        { printf '$ %s' "$SEQTRAIN"; printf ' %q' "${args[@]}" --set "run.dir=$RUNS" --set "run.name=$id"; echo; } >>"$log"
+        "$SEQTRAIN" "${args[@]}" --set "run.dir=$RUNS" --set "run.name=$id" --set "run.threads=$THREADS" \
+            --quiet >>"$log" 2>&1 || return 1
+    fi
+    [ -f "$d/eval/acc.json" ] || return 1
+    say "$id: done, test accuracy $(job_acc "$id")"
+}
+# run_jobs: every queued job, JOBS at a time; returns 1 if any failed
+run_jobs() {
+    mkdir -p "$RUNS" "$LOGS"
+    local i n=${#JOB_IDS[@]} failed=0 pids=() rc
+    if [ "$DRY_RUN" = 1 ]; then
+        for ((i = 0; i < n; i++)); do
+            local a args=(); while IFS= read -r a; do [ -n "$a" ] && args+=("$a"); done <<< "${JOB_ARGS[$i]}"
+            printf '%s' "$SEQTRAIN"; printf ' %q' "${args[@]}" --set "run.dir=$RUNS" --set "run.name=${JOB_IDS[$i]}" --set "run.threads=$THREADS"; echo
+        done
+        return 0
+    fi
+    for ((i = 0; i < n; i++)); do
+        while [ "$(jobs -rp | wc -l)" -ge "$NJOBS" ]; do wait -n; done
+        ( job_one_ "$i"; echo $? > "$LOGS/${JOB_IDS[$i]}.rc" ) &
+    done
+    wait
+    for ((i = 0; i < n; i++)); do
+        rc=$(cat "$LOGS/${JOB_IDS[$i]}.rc" 2>/dev/null || echo 1)
+        if [ "$rc" != 0 ]; then failed=$((failed + 1)); say "${JOB_IDS[$i]}: FAILED (rc $rc; log: $LOGS/${JOB_IDS[$i]}.log)"; fi
+    done
+    [ "$failed" = 0 ] || { say "$failed of $n runs failed"; return 1; }
+}
+# common settings: SCALE, OUT (default runs/tasks/$1/$SCALE), JOBS, THREADS, BIN
+setup() {
+    SCALE=${SCALE:-small}
+    case "$SCALE" in tiny|small|paper) ;; *) DIE_RC=2 die "SCALE must be tiny, small or paper (got '$SCALE')" ;; esac
+    if [ -n "${OUT:-}" ]; then OUTD=$(abspath "$OUT"); else OUTD="$ROOT/runs/tasks/$1/$SCALE"; fi
+    if [ -n "${BIN:-}" ]; then BIND=$(abspath "$BIN"); else BIND="$ROOT/bin"; fi
+    local np; np=$(nproc 2>/dev/null || echo 2)
+    if [ "$SCALE" = tiny ]; then NJOBS=${JOBS:-$np}; else NJOBS=${JOBS:-1}; fi
+    case "$NJOBS" in ''|*[!0-9]*|0) DIE_RC=2 die "JOBS must be a positive integer (got '$NJOBS')" ;; esac
+    local t=$((np / NJOBS)); [ "$t" -ge 1 ] || t=1
+    THREADS=${THREADS:-$t}
+    case "$THREADS" in ''|*[!0-9]*) DIE_RC=2 die "THREADS must be a non-negative integer (got '$THREADS')" ;; esac
+    # spinning OpenMP threads of several processes on the same cores slow each other down badly
+    if [ "$NJOBS" -gt 1 ]; then export OMP_WAIT_POLICY=passive; fi
+    cd "$ROOT" || exit 1
+    if [ ! -x "$BIND/seqtrain" ]; then
+        [ "$BIND" = "$ROOT/bin" ] || die "$BIND/seqtrain not found"
+        say "bin/seqtrain is not built; running make tools"; make -s tools >&2 || die "make tools failed"
+    fi
+    SEQTRAIN="$BIND/seqtrain"; SEQEVAL="$BIND/seqeval"; RUNS="$OUTD/runs"; LOGS="$OUTD/logs"
+    mkdir -p "$RUNS" "$LOGS"
+}
+DRY_RUN=0; EXTRA_SETS=()
+parse_opts() {
+    while [ $# -gt 0 ]; do
+        case "$1" in
+            -h|--help) echo "$USAGE"; exit 0 ;;
+            --set) [ $# -ge 2 ] || DIE_RC=2 die "--set needs KEY=VALUE"; EXTRA_SETS+=("$2"); shift 2 ;;
+            --set=*) EXTRA_SETS+=("${1#--set=}"); shift ;;
+            --dry-run) DRY_RUN=1; shift ;;
+            *) echo "$USAGE" >&2; DIE_RC=2 die "unknown argument '$1'" ;;
+        esac
+    done
+}
+# ---- end of the run queue ----------------------------------------------------------------------------
+
