@@ -119,20 +119,9 @@ static int att_check_(MixerSpec *s, const char *path, Err *e) {
     int half = o->D / 2;
     if (o->pos_kind == POS_ALIBI) alibi_slopes(o->slopes, o->H);
     if (o->pos_kind == POS_DECAYED_ROPE || o->pos_kind == POS_SC_ROPE) {
-        // one master spectrum of H·D/2 frequencies, slowest first, split into contiguous per-head bands;
-        // mu_h couples to the fastest frequency of head h's band
-        int master = o->H * half;
-        for (int h = 0; h < o->H; h++) {
-            double wmax = 0;
-            for (int i = 0; i < half; i++) {
-                int g = h * half + i;  // position in the slowest-first master order
-                double w = pow(o->rope_base, -(double)(master - 1 - g) / master);
-                o->freqs[h * half + i] = (float)w;
-                if (w > wmax) wmax = w;
-            }
-            o->decays[h] = h < o->zero_decay_heads ? 0.0f : (float)(o->damping * wmax);
-            o->slopes[h] = o->decays[h];
-        }
+        // one spectrum split across heads; mu_h couples to the fastest frequency of head h's band
+        rotary_sc_bank(o->freqs, o->decays, o->H, half, o->rope_base, o->damping, o->zero_decay_heads);
+        for (int h = 0; h < o->H; h++) o->slopes[h] = o->decays[h];
     }
     return 0;
 }

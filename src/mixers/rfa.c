@@ -132,17 +132,11 @@ static int rfa_check_(MixerSpec *s, const char *path, Err *e) {
     o->k_om = o->learn_omega ? k++ : -1;
     // frequencies: the RoPE spectrum in every head, or (SC) one bank of M = H D/2 split across heads,
     // slowest first; mu_h = b · max of head h's SC band in both cases ("the same spread of decay rates")
-    int half = o->D / 2, M = o->H * half;
-    for (int h = 0; h < o->H; h++) {
-        double wmax = 0;
-        for (int m = 0; m < half; m++) {
-            double w_sc = pow(o->rope_base, -(double)(M - 1 - (h * half + m)) / M);
-            double w_rope = pow(o->rope_base, -2.0 * m / o->D);
-            o->omega0[h * half + m] = (float)(o->spectral_coupling ? w_sc : w_rope);
-            if (w_sc > wmax) wmax = w_sc;
-        }
-        o->mu0[h] = h < o->n_zero ? 0.0f : (float)(o->damping * wmax);
-    }
+    int half = o->D / 2;
+    rotary_sc_bank(o->spectral_coupling ? o->omega0 : NULL, o->mu0, o->H, half, o->rope_base, o->damping, o->n_zero);
+    if (!o->spectral_coupling)
+        for (int h = 0; h < o->H; h++)
+            for (int m = 0; m < half; m++) o->omega0[h * half + m] = (float)pow(o->rope_base, -2.0 * m / o->D);
     return 0;
 }
 

@@ -15,6 +15,20 @@ RotaryCfg rotary_cfg_default(void) {
     return cfg;
 }
 
+void rotary_sc_bank(float *freqs, float *decay, int NH, int half, double base, double damping, int n_zero) {
+    int M = NH * half;
+    for (int h = 0; h < NH; h++) {
+        double wmax = 0;
+        for (int m = 0; m < half; m++) {
+            int g = h * half + m;  // position in the slowest-first master order
+            double w = pow(base, -(double)(M - 1 - g) / M);
+            if (freqs) freqs[g] = (float)w;
+            if (w > wmax) wmax = w;
+        }
+        if (decay) decay[h] = h < n_zero ? 0.0f : (float)(damping * wmax);
+    }
+}
+
 // ----------------------------------------------------------------------------
 // cos/sin tables
 

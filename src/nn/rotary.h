@@ -45,6 +45,12 @@ typedef struct RotaryTable {
     float *sin;             // (T, NH or 1, HS/2)
 } RotaryTable;
 
+// The spectrally coupled bank (RFA paper, SC-RoPE / SC-RFA): one RoPE spectrum of M = NH·half frequencies
+// base^(-i/M), slowest first, split into contiguous per-head bands, so head 0 gets the slowest ones:
+// freqs (NH, half) with freqs[h][m] = base^(-(M-1 - (h·half + m))/M); decay (NH,) = damping · max_m freqs[h][m]
+// (mu_h = b · omega_h,max), 0 for the first n_zero heads. decay may be NULL.
+void rotary_sc_bank(float *freqs, float *decay, int NH, int half, double base, double damping, int n_zero);
+
 // {ROTARY_HALF, 10000, NULL}
 RotaryCfg rotary_cfg_default(void);
 
