@@ -26,7 +26,6 @@
 #include "cli/args.h"
 #include "core/png.h"
 #include "data/eval_windows.h"
-#include "data/loader.h"
 #include "data/npy.h"
 #include "data/shard.h"
 #include "train/ckptdir.h"
@@ -99,26 +98,6 @@ static int attention_maps_(Model *m, Shard *sh, int L, int layer, const char *di
     free(tok);
     free(in);
     free(tg);
-    return rc;
-}
-
-// a task run: loss and accuracy over the task's whole test split (the trainer's final evaluation)
-static int task_eval_(Model *m, const RunConfig *c, const char *run, Err *e) {
-    if (!run_config_has_task(c))
-        return err_set(e, "--task: %s trains on shards, not on a data.task; use --data for perplexity", run);
-    TaskSpec spec;
-    if (run_config_task(c, &spec, e) != 0) return -1;
-    LoaderOpts lo = {.what = "data.task (test split)", .T = c->train.seq_len, .task = &spec, .task_split = TASK_TEST,
-                     .n_examples = (uint64_t)c->data.task.test_examples};
-    Loader l;
-    if (loader_open(&l, &lo, e) != 0) return -1;
-    double loss, acc;
-    uint64_t n;
-    int rc = evaluate_loss(m, &l, c->train.batch_size, 0, &loss, &n, &acc, e);
-    loader_close(&l);
-    if (rc == 0)
-        printf("{\"task\": \"%s\", \"split\": \"test\", \"examples\": %d, \"positions\": %llu, \"loss\": %.9g, "
-               "\"accuracy\": %.6f}\n", c->data.task.kind, c->data.task.test_examples, (unsigned long long)n, loss, acc);
     return rc;
 }
 
@@ -223,7 +202,13 @@ int main(int argc, char **argv) {
     if (run && load_run_(&m, &c, run, ckpt, &e) != 0) err_die(PROG, &e);
     if (task) {
         if (!run) { err_set(&e, "--task needs --run"); err_die(PROG, &e); }
-        if (task_eval_(&m, &c, run, &e) != 0) err_die(PROG, &e);
+        if (!run_config_has_task(&c)) {
+            err_set(&e, "--task: %s trains on shards, not on a data.task; use --data for perplexity", run);
+            err_die(PROG, &e);
+        }
+        double loss, acc;
+        uint64_t n;
+        if (evaluate_task(&m, &c, stdout, &loss, &acc, &n, &e) != 0) err_die(PROG, &e);
         model_free(&m);
         run_config_free(&c);
         return 0;

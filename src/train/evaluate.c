@@ -7,6 +7,7 @@
 
 #include "data/eval_windows.h"
 #include "data/loader.h"
+#include "train/run_config.h"
 
 // windows per forward: enough to keep the matmuls busy, few enough that the (B,L,V) logits stay small
 static int eval_batch_(long L) {
@@ -171,4 +172,28 @@ int evaluate_loss(Model *m, Loader *l, int B, long n_batches, double *loss, uint
     *tokens = n;
     if (acc) *acc = n ? (double)correct / (double)n : NAN;
     return 0;
+}
+
+int evaluate_task_open(Loader *l, const RunConfig *c, int split, int shuffle, Err *e) {
+    TaskSpec spec;
+    if (run_config_task(c, &spec, e) != 0) return -1;
+    LoaderOpts lo = {
+        .what = split == TASK_TRAIN ? "data.task (train split)" : "data.task (test split)",
+        .T = c->train.seq_len, .shuffle = shuffle, .seed = (uint64_t)c->run.seed,
+        .task = &spec, .task_split = split,
+        .n_examples = (uint64_t)(split == TASK_TRAIN ? c->data.task.train_examples : c->data.task.test_examples),
+    };
+    return loader_open(l, &lo, e);
+}
+
+int evaluate_task(Model *m, const RunConfig *c, void *out, double *loss, double *acc, uint64_t *n, Err *e) {
+    Loader l;
+    if (evaluate_task_open(&l, c, TASK_TEST, 0, e) != 0) return -1;
+    int rc = evaluate_loss(m, &l, c->train.batch_size, 0, loss, n, acc, e);
+    loader_close(&l);
+    if (rc == 0)
+        fprintf((FILE *)out, "{\"task\": \"%s\", \"split\": \"test\", \"examples\": %d, \"positions\": %llu, "
+                "\"loss\": %.9g, \"accuracy\": %.6f}\n", c->data.task.kind, c->data.task.test_examples,
+                (unsigned long long)*n, *loss, *acc);
+    return rc;
 }

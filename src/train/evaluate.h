@@ -33,4 +33,13 @@ struct Loader;
 int evaluate_loss(Model *m, struct Loader *l, int B, long n_batches, double *loss, uint64_t *tokens, double *acc,
                   Err *e);
 
+// a split of the run's data.task as a loader (split TASK_TRAIN: train_examples per epoch; TASK_TEST:
+// test_examples), windows of train.seq_len
+struct RunConfig;
+int evaluate_task_open(struct Loader *l, const struct RunConfig *c, int split, int shuffle, Err *e);
+// loss and accuracy over the whole test split of the run's task, printed as one JSON line to out
+// (RUN_DIR/eval/acc.json, and seqeval --task)
+int evaluate_task(Model *m, const struct RunConfig *c, void *out /* FILE* */, double *loss, double *acc, uint64_t *n,
+                  Err *e);
+
 #endif

@@ -64,19 +64,6 @@ static int open_split_(Loader *l, const char *what, const CfgStrList *files, con
     return loader_open(l, &lo, e);
 }
 
-// a split of data.task: TASK_TRAIN (train_examples per epoch) or TASK_TEST (test_examples)
-static int open_task_split_(Loader *l, const RunConfig *c, int split, int shuffle, Err *e) {
-    TaskSpec spec;
-    if (run_config_task(c, &spec, e) != 0) return -1;
-    LoaderOpts lo = {
-        .what = split == TASK_TRAIN ? "data.task (train split)" : "data.task (test split)",
-        .T = c->train.seq_len, .shuffle = shuffle, .seed = (uint64_t)c->run.seed,
-        .task = &spec, .task_split = split,
-        .n_examples = (uint64_t)(split == TASK_TRAIN ? c->data.task.train_examples : c->data.task.test_examples),
-    };
-    return loader_open(l, &lo, e);
-}
-
 // data.task and shards exclude each other; without a task, data.train is required
 static int data_source_check_(const RunConfig *c, Err *e) {
     if (run_config_has_task(c)) {
@@ -337,8 +324,8 @@ int trainer_check(const RunConfig *c, int info, Err *e) {
     int opened = 0, rc = data_source_check_(c, e);
     if (rc == 0 && run_config_has_task(c)) {
         // the task's two splits in l[0] (train) and l[1] (test)
-        rc = open_task_split_(&l[0], c, TASK_TRAIN, c->data.shuffle, e);
-        if (rc == 0) rc = open_task_split_(&l[1], c, TASK_TEST, 0, e);
+        rc = evaluate_task_open(&l[0], c, TASK_TRAIN, c->data.shuffle, e);
+        if (rc == 0) rc = evaluate_task_open(&l[1], c, TASK_TEST, 0, e);
         if (rc == 0)
             printf("task        %s: vocab %u, %llu train / %llu test examples of %d tokens\n", c->data.task.kind,
                    l[0].vocab_size, (unsigned long long)l[0].n_windows, (unsigned long long)l[1].n_windows,
@@ -432,8 +419,8 @@ static int setup_(Trainer *t, const TrainerOpts *o, Err *e) {
     }
     if (data_source_check_(c, e) != 0) return err_prefix(e, "%s: ", config_path);
     if (run_config_has_task(c)) {
-        if (open_task_split_(&t->train, c, TASK_TRAIN, c->data.shuffle, e) != 0) return -1;
-        if (open_task_split_(&t->val, c, TASK_TEST, 0, e) != 0) return -1;
+        if (evaluate_task_open(&t->train, c, TASK_TRAIN, c->data.shuffle, e) != 0) return -1;
+        if (evaluate_task_open(&t->val, c, TASK_TEST, 0, e) != 0) return -1;
         t->has_val = 1;
     } else if (open_split_(&t->train, "data.train", &c->data.train, c, c->data.shuffle, e) != 0) {
         return -1;
@@ -541,22 +528,20 @@ static int validate_(Trainer *t, FILE *log, Err *e) {
 
 // a task's final evaluation: loss and accuracy over its whole test split, to RUN_DIR/eval/acc.json
 static int final_eval_task_(Trainer *t, Err *e) {
-    double loss, acc;
-    uint64_t n;
-    if (evaluate_loss(&t->model, &t->val, t->c.train.batch_size, 0, &loss, &n, &acc, e) != 0) return -1;
     char dir[1200], path[1300];
     snprintf(dir, sizeof dir, "%s/eval", t->run_dir);
     if (mkdir_p_(dir, e) != 0) return -1;
     snprintf(path, sizeof path, "%s/acc.json", dir);
     FILE *f = fopen(path, "w");
     if (!f) return err_set(e, "cannot write %s: %s", path, strerror(errno));
-    fprintf(f, "{\"task\": \"%s\", \"split\": \"test\", \"examples\": %d, \"positions\": %llu, \"loss\": %.9g, "
-               "\"accuracy\": %.6f}\n", t->c.data.task.kind, t->c.data.task.test_examples, (unsigned long long)n,
-            loss, acc);
-    if (fclose(f) != 0) return err_set(e, "cannot write %s", path);
-    printf("\n%s test split: accuracy %.4f, loss %.4f over %llu supervised positions (%s)\n", t->c.data.task.kind,
-           acc, loss, (unsigned long long)n, path);
-    return 0;
+    double loss, acc;
+    uint64_t n;
+    int rc = evaluate_task(&t->model, &t->c, f, &loss, &acc, &n, e);
+    if (fclose(f) != 0 && rc == 0) rc = err_set(e, "cannot write %s", path);
+    if (rc == 0)
+        printf("\n%s test split: accuracy %.4f, loss %.4f over %llu supervised positions (%s)\n", t->c.data.task.kind,
+               acc, loss, (unsigned long long)n, path);
+    return rc;
 }
 
 static int final_eval_(Trainer *t, Err *e) {
