@@ -1334,6 +1334,9 @@ void attention_probs(float *P, const float *q, const float *k, const float *lse,
                      int b, int h, int NH, int T, int HS) {
     // P is (T, T); q, k are this head's (T, HS) slices, lse its (T,) slice
     HeadOpts_ ho = head_opts_(o, b, h, NH, T);
+    // the keys' squared norms once, not once per (i, j)
+    float *kn = ho.fkind ? xmalloc((size_t)T * sizeof(float)) : NULL;
+    for (int j = 0; kn && j < T; j++) kn[j] = row_dot_(k + (size_t)j * HS, k + (size_t)j * HS, HS);
     #pragma omp parallel for schedule(dynamic, 16)
     for (int i = 0; i < T; i++) {
         const float *qi = q + (size_t)i * HS;
@@ -1354,11 +1357,11 @@ void attention_probs(float *P, const float *q, const float *k, const float *lse,
                 size_t d = (size_t)(i - j);
                 switch (ho.fkind) {  // constant kinds, as in the kernels
                 case ATTN_FILTER_STUDENT:
-                    x = filter_logit_(ATTN_FILTER_STUDENT, dot, qn, row_dot_(kj, kj, HS), ho.fa[d], ho.fc[d], ho.fe[d],
+                    x = filter_logit_(ATTN_FILTER_STUDENT, dot, qn, kn[j], ho.fa[d], ho.fc[d], ho.fe[d],
                                       ho.beta, &R2, &lg);
                     break;
                 case ATTN_FILTER_GAUSS:
-                    x = filter_logit_(ATTN_FILTER_GAUSS, dot, qn, row_dot_(kj, kj, HS), ho.fa[d], ho.fc[d], ho.fe[d],
+                    x = filter_logit_(ATTN_FILTER_GAUSS, dot, qn, kn[j], ho.fa[d], ho.fc[d], ho.fe[d],
                                       ho.beta, &R2, &lg);
                     break;
                 default:
@@ -1371,4 +1374,5 @@ void attention_probs(float *P, const float *q, const float *k, const float *lse,
             row[j] = exp_neg_(x - lse[i]);
         }
     }
+    free(kn);
 }
