@@ -104,6 +104,13 @@ int main(void) {
          "\"damping\": 0.5, \"zero_decay_heads\": 1}", 0},
         {"rfa unitary (M2.6) learn_omega", "\"mixer\": {\"kind\": \"rfa\", \"heads\": 2, \"unitary\": true, "
          "\"learn_omega\": true}", 0},
+        // kla: fused blocks (no MLP tensors), and one fused kla layer at the end of an attention stack; init_std
+        // 0.3 so that k and q are not near 0, where their L2 norm is too curved for finite differences
+        {"kla fused", "\"block\": \"fused\", \"norm\": \"rmsnorm\", \"mixer\": {\"kind\": \"kla\", "
+         "\"d_state\": 4, \"init_std\": 0.3, \"dt_min\": 0.05, \"dt_max\": 0.5, \"p_init\": 0.3}", 0},
+        {"gpt + kla last layer (fused)", "\"mixer\": {\"kind\": \"attention\", \"heads\": 2}, \"layers\": "
+         "[{\"at\": \"-1\", \"block\": \"fused\", \"mixer\": {\"kind\": \"kla\", \"d_state\": 2, "
+         "\"sensors\": \"mamba\", \"init_std\": 0.3, \"dt_min\": 0.05, \"dt_max\": 0.5, \"p_init\": 0.3}}]", 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char json[1024];

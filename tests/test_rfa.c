@@ -10,79 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gradcheck.h"
-#include "mixers/mixer.h"
-#include "test.h"
+#include "mixer_layer.h"
 
-typedef struct Layer {
-    MixerSpec spec;
-    ParamTable pt;
-    Mixer m;
-    float *params, *grads, *acts, *scratch;
-    int B, T, C;
-} Layer;
-
-static int layer_build_(Layer *L, const char *json, int C, uint64_t seed) {
-    memset(L, 0, sizeof *L);
-    Err e = {{0}};
-    cJSON *j = cJSON_Parse(json);
-    int rc = mixer_spec_parse(&L->spec, j, NULL, "model.mixer", C, &e);
-    cJSON_Delete(j);
-    CHECK(rc == 0, "parse %s (%.200s)", json, e.msg);
-    if (rc) return -1;
-    param_table_init(&L->pt);
-    rc = L->spec.ops->params(&L->spec, &L->pt, "mixer", 2, &e);
-    CHECK(rc == 0, "params %s (%.200s)", json, e.msg);
-    if (rc) return -1;
-    L->C = C;
-    L->params = malloc(L->pt.numel * sizeof(float));
-    L->grads = calloc(L->pt.numel, sizeof(float));
-    param_init_all(&L->pt, L->params, seed);
-    L->m.spec = &L->spec;
-    L->m.pt = &L->pt;
-    L->m.first = 0;
-    L->m.params = L->params;
-    L->m.grads = L->grads;
-    if (L->spec.ops->init) L->spec.ops->init(&L->m);
-    return 0;
-}
-
-static void layer_shape_(Layer *L, int B, int T) {
-    free(L->acts);
-    free(L->scratch);
-    L->B = B;
-    L->T = T;
-    L->acts = calloc(L->spec.ops->act_size(&L->spec, B, T), sizeof(float));
-    L->scratch = calloc(L->spec.ops->scratch_size(&L->spec, B, T) + 1, sizeof(float));
-    L->m.acts = L->acts;
-    L->m.scratch = L->scratch;
-    L->m.B = B;
-    L->m.T = T;
-}
-
-static void layer_free_(Layer *L) {
-    free(L->params); free(L->grads); free(L->acts); free(L->scratch);
-    param_table_free(&L->pt);
-    mixer_spec_free(&L->spec);
-}
-
-typedef struct Ctx {
-    Layer *L;
-    float *x, *y, *dy;
-} Ctx;
-
-static double loss_(void *p) {
-    Ctx *c = p;
-    Layer *L = c->L;
-    L->spec.ops->forward(&L->m, c->y, c->x, L->B, L->T);
-    return gc_dot(c->dy, c->y, (size_t)L->B * L->T * L->C);
-}
-
-static int param_index_(const Layer *L, const char *suffix) {
-    char name[PARAM_NAME_MAX];
-    snprintf(name, sizeof name, "mixer.%s", suffix);
-    return param_find(&L->pt, name);
-}
 
 // every tensor and dx; `dead` lists the tensors whose gradient must be exactly 0 (unused by the options)
 static void check_case_(const char *what, const char *json) {
@@ -97,7 +26,7 @@ static void check_case_(const char *what, const char *json) {
     size_t n = (size_t)B * T * C;
     Ctx c = {&L, gc_randn(&r, n, 1.0f), malloc(n * sizeof(float)), gc_randn(&r, n, 1.0f)};
     float *dx = calloc(n, sizeof(float));
-    loss_(&c);
+    layer_loss_(&c);
     L.spec.ops->backward(&L.m, dx, c.dy, c.x, B, T);
     float *g = malloc(L.pt.numel * sizeof(float));
     memcpy(g, L.grads, L.pt.numel * sizeof(float));
@@ -106,13 +35,13 @@ static void check_case_(const char *what, const char *json) {
     CHECK(finite, "%s: outputs and dx finite", what);
     char name[160];
     snprintf(name, sizeof name, "%s: dx", what);
-    gradcheck_buffer(name, c.x, dx, n, loss_, &c, 1e-2, 2e-2, 1e-4, 3, 4, 1);
+    gradcheck_buffer(name, c.x, dx, n, layer_loss_, &c, 1e-2, 2e-2, 1e-4, 3, 4, 1);
     for (int k = 0; k < L.pt.n; k++) {
         const ParamTensor *t = &L.pt.t[k];
         double gmax = 0;
         for (size_t i = 0; i < t->numel; i++) gmax = fmax(gmax, fabs(g[t->offset + i]));
         snprintf(name, sizeof name, "%s: %s (max|g| %.3g)", what, t->name, gmax);
-        gradcheck_buffer(name, L.params + t->offset, g + t->offset, t->numel, loss_, &c, 1e-2, 2e-2, 1e-4, 3, 4,
+        gradcheck_buffer(name, L.params + t->offset, g + t->offset, t->numel, layer_loss_, &c, 1e-2, 2e-2, 1e-4, 3, 4,
                          (uint64_t)k + 2);
         // a check at atol 1e-4 proves little for a gradient below it: the SDE tensors that the options use
         // must carry more (mu of the mu = 0 heads aside)

@@ -18,6 +18,7 @@
 #define SEQ_MIXER_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include "core/config.h"
 #include "core/err.h"
 #include "model/params.h"
@@ -28,6 +29,7 @@ typedef struct MixerSpec {
     const struct MixerOps *ops;
     void *opts;   // the mixer's options struct (ops->opts_size bytes), bound from its schema
     int C;        // model width
+    int sample;   // set by the model: draw this layer's output from its posterior (KLA+, model.mc_samples > 1)
 } MixerSpec;
 
 typedef struct Mixer {
@@ -39,6 +41,7 @@ typedef struct Mixer {
     float *acts;      // (act_size,) this layer's saved activations
     float *scratch;   // (scratch_size,) shared temporaries
     int B, T;         // the shape acts were sized for
+    uint64_t noise_seed;  // keys the noise of a sampling forward (spec->sample); the backward sees the same
 } Mixer;
 
 typedef struct MixerOps {
@@ -57,6 +60,10 @@ typedef struct MixerOps {
     void (*forward)(Mixer *m, float *y, const float *x, int B, int T);        // y, x (B,T,C)
     void (*backward)(Mixer *m, float *dx, const float *dy, const float *x, int B, int T);  // dx += ...
     size_t (*state_size)(const MixerSpec *s);  // recurrent state per sequence in floats; 0 = KV cache
+    // optional (NULL = no recurrent decoding): set B sequences' states (B, state_size) to the empty
+    // prefix, and advance them by one token: x, y (B,C). A token at a time reproduces forward.
+    void (*state_init)(const Mixer *m, float *state, int B);
+    void (*step)(const Mixer *m, float *state, float *y, const float *x, int B);
     size_t (*cache_per_token)(const MixerSpec *s);  // floats cached per token when decoding (K and V); 0 = none
     // optional (NULL = none): per-head quantities worth watching during training, added to obj as named
     // arrays (the trainer writes them to diag.jsonl)

@@ -9,10 +9,12 @@
 
 extern const MixerOps MIXER_ATTENTION;
 extern const MixerOps MIXER_RFA;
+extern const MixerOps MIXER_KLA;
 
 static const MixerOps *const MIXERS_[] = {
     &MIXER_ATTENTION,
     &MIXER_RFA,
+    &MIXER_KLA,
 };
 static const int N_MIXERS_ = (int)(sizeof MIXERS_ / sizeof MIXERS_[0]);
 

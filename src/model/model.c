@@ -30,16 +30,19 @@ static const CfgKey LAYER_KEYS_[] = {
           "Layers this override applies to: \"11\", \"-1\" (the last), \"0,2,4\", \"3-5\"."),
     MKEY_(LayerOverride, "mixer", CFG_JSON, mixer, "{}", 0, 0, NULL,
           "Mixer options merged over model.mixer for these layers; a different \"kind\" replaces it whole."),
+    MKEY_(LayerOverride, "block", CFG_ENUM, block, "\"inherit\"", 0, 0, "inherit|prenorm|fused",
+          "Block kind of these layers; inherit = model.block (a KLA layer in a GPT stack: \"fused\")."),
 };
-static const CfgSection LAYER_SECTION_ = {"layers", "Per-layer overrides of the default mixer.", LAYER_KEYS_, 2};
+static const CfgSection LAYER_SECTION_ = {"layers", "Per-layer overrides of the default mixer and block.", LAYER_KEYS_, 3};
 
 static const CfgKey MODEL_KEYS_[] = {
     MKEY_(ModelSection, "vocab_size", CFG_INT, vocab_size, "0", 0, 1 << 24, NULL,
           "Vocabulary size; 0 = the data's (must be >= every token id)."),
     MKEY_(ModelSection, "d_model", CFG_INT, d_model, "256", 1, 1 << 16, NULL, "Model width C."),
     MKEY_(ModelSection, "n_layers", CFG_INT, n_layers, "6", 1, 1024, NULL, "Number of blocks."),
-    MKEY_(ModelSection, "block", CFG_ENUM, block, "\"prenorm\"", 0, 0, "prenorm",
-          "Block kind: prenorm = x += mixer(norm(x)); x += mlp(norm(x))."),
+    MKEY_(ModelSection, "block", CFG_ENUM, block, "\"prenorm\"", 0, 0, "prenorm|fused",
+          "Block kind: prenorm = x += mixer(norm(x)); x += mlp(norm(x)). fused = x += mixer(norm(x)), no MLP "
+          "(Mamba/KLA style: the mixer's gate is the MLP)."),
     MKEY_(ModelSection, "norm", CFG_ENUM, norm, "\"layernorm\"", 0, 0, "layernorm|rmsnorm",
           "Norm used before the mixer, before the MLP and before the head."),
     MKEY_(ModelSection, "norm_bias", CFG_BOOL, norm_bias, "true", 0, 0, NULL, "LayerNorm has a bias (ignored for rmsnorm)."),
@@ -120,6 +123,17 @@ static cJSON *layer_mixer_json_(const ModelSection *c, int l, char *path, size_t
     return j;
 }
 
+// the block kind of layer l: model.block, then every matching override that names one, in order
+// (layer lists were validated by layer_mixer_json_)
+static int layer_fused_(const ModelSection *c, int l) {
+    int fused = !strcmp(c->block, "fused");
+    const LayerOverride *ov = c->layers.items;
+    for (int i = 0; i < c->layers.n; i++)
+        if (strcmp(ov[i].block, "inherit") && layer_matches_(ov[i].at, l, c->n_layers) == 1)
+            fused = !strcmp(ov[i].block, "fused");
+    return fused;
+}
+
 int model_resolve_mixer(ModelSection *c, const CfgOrigins *origins, Err *e) {
     MixerSpec s;
     if (mixer_spec_parse(&s, c->mixer, origins, "model.mixer", c->d_model, e) != 0) return -1;
@@ -181,6 +195,7 @@ int model_build(Model *m, const ModelSection *c, int vocab_size, const CfgOrigin
         char n[PARAM_NAME_MAX];
         LayerParams *lp = &m->lp[l];
         memset(lp, -1, sizeof *lp);
+        lp->has_mlp = m->mlp_kind != MLP_NONE && !layer_fused_(c, l);
 #define LADD_(field, suffix, ndim, shape, init, decay) \
         if (!rc) { snprintf(n, sizeof n, "blocks.%d.%s", l, suffix); \
                    rc = (lp->field = add_(pt, n, ndim, shape, init, decay, e)) < 0; }
@@ -191,7 +206,7 @@ int model_build(Model *m, const ModelSection *c, int vocab_size, const CfgOrigin
             m->mix[l].first = pt->n;
             rc = m->mspec[l].ops->params(&m->mspec[l], pt, n, m->L, e) != 0;
         }
-        if (m->mlp_kind != MLP_NONE) {
+        if (lp->has_mlp) {
             LADD_(ln2_w, "ln2.weight", 1, (int[]){C}, init_ones(), 0);
             if (m->norm_bias) LADD_(ln2_b, "ln2.bias", 1, (int[]){C}, init_zeros(), 0);
             LADD_(fc_w, "mlp.fc.weight", 2, ((int[]){F, C}), init_normal(std), 1);
@@ -251,9 +266,9 @@ static void model_alloc_acts_(Model *m, int B, int T) {
     if (m->arena && m->B == B && m->T == T) return;
     size_t BT = (size_t)B * T, C = (size_t)m->C, H = (size_t)m->hidden;
     size_t F = m->mlp_kind == MLP_SWIGLU ? 2 * H : H;
-    size_t per_layer = 4 * BT * C + 4 * BT + (m->mlp_kind != MLP_NONE ? BT * (F + H) : 0);
-    size_t mix_acts = 0, scratch = 0;
+    size_t per_layer = 4 * BT * C + 4 * BT, mlp_acts = 0, mix_acts = 0, scratch = 0;
     for (int l = 0; l < m->L; l++) {
+        if (m->lp[l].has_mlp) mlp_acts += BT * (F + H);
         const MixerSpec *s = &m->mspec[l];
         mix_acts += s->ops->act_size(s, B, T);
         size_t sc = s->ops->scratch_size(s, B, T);
@@ -261,7 +276,7 @@ static void model_alloc_acts_(Model *m, int B, int T) {
     }
     size_t final = 2 * BT * C + 2 * BT + BT * (size_t)m->V + 3 * BT;
     size_t grads = 2 * BT * C + BT * F + BT * H;
-    size_t total = m->L * per_layer + mix_acts + final + scratch + grads + BT * C /* mixer out */;
+    size_t total = m->L * per_layer + mlp_acts + mix_acts + final + scratch + grads + BT * C /* mixer out */;
     free(m->arena);
     free(m->la);
     free(m->inputs);
@@ -283,7 +298,8 @@ static void model_alloc_acts_(Model *m, int B, int T) {
         TAKE_(a->ln2, BT * C);
         TAKE_(a->ln2_mean, BT);
         TAKE_(a->ln2_rstd, BT);
-        if (m->mlp_kind != MLP_NONE) {
+        a->fc = a->act = NULL;
+        if (m->lp[l].has_mlp) {
             TAKE_(a->fc, BT * F);
             TAKE_(a->act, BT * H);
         }
@@ -348,7 +364,7 @@ int model_forward(Model *m, const int *inputs, const int *targets, int B, int T,
         float *next = l + 1 < m->L ? m->la[l + 1].res : m->res_out;
         norm_forward_(m, a->ln1, a->ln1_mean, a->ln1_rstd, a->res, lp->ln1_w, lp->ln1_b, BT);
         m->mspec[l].ops->forward(&m->mix[l], m->mix_out, a->ln1, B, T);
-        if (m->mlp_kind == MLP_NONE) {
+        if (!lp->has_mlp) {
             residual_forward(next, a->res, m->mix_out, (size_t)BT * C);
             continue;
         }
@@ -394,7 +410,7 @@ void model_backward(Model *m, int n_norm) {
     for (int l = m->L - 1; l >= 0; l--) {
         LayerActs *a = &m->la[l];
         const LayerParams *lp = &m->lp[l];
-        if (m->mlp_kind != MLP_NONE) {
+        if (lp->has_mlp) {
             // in the forward pass this was: next = res_mid + proj(act(fc(norm(res_mid))))
             // dact (BT,H) = dres (BT,C) @ proj_w (C,H) written directly (no memset pass over BT*H floats)
             matmul(m->dact, m->dres, P_(lp->proj_w), BT, H, C, 0, 0, 0);

@@ -2,7 +2,8 @@
  * The language model: token embedding -> n_layers blocks -> final norm -> head (tied to the embedding
  * or its own matrix). Block kind `prenorm`: x += mixer(norm(x)); x += mlp(norm(x)). Every layer has the
  * model's default mixer unless model.layers overrides it, so hybrid stacks (11 attention layers and a
- * last KLA layer) are one config. No learned position embedding: positions are the mixers' business.
+ * last KLA layer) are one config. Block kind `fused` (per model or per layer): x += mixer(norm(x)) with
+ * no MLP, for mixers that carry their own gated MLP (KLA, Mamba). No learned position embedding: positions are the mixers' business.
  *
  * Memory follows llm.c: one parameter buffer (ParamTable), one gradient buffer of the same layout, and
  * one activation arena sized for the (B,T) of the current call; a call with another (B,T) re-sizes it.
@@ -25,12 +26,13 @@ typedef struct MlpSection {
 typedef struct LayerOverride {
     char at[CFG_STR_MAX];    // "11", "-1" (last), "0,2,4", "3-5"
     cJSON *mixer;            // merged over model.mixer (replaces it when "kind" differs)
+    char block[CFG_STR_MAX]; // inherit | prenorm | fused
 } LayerOverride;
 
 typedef struct ModelSection {
     int vocab_size;          // 0 = the data's
     int d_model, n_layers;
-    char block[CFG_STR_MAX]; // prenorm (fused arrives with KLA)
+    char block[CFG_STR_MAX]; // prenorm | fused (no MLP: the mixer is the whole block, KLA/Mamba style)
     char norm[CFG_STR_MAX];  // layernorm | rmsnorm
     int norm_bias;
     MlpSection mlp;
@@ -47,6 +49,7 @@ enum { MLP_NONE, MLP_GELU, MLP_RELU, MLP_SWIGLU };
 
 typedef struct LayerParams {  // tensor indices of one block (-1 = absent)
     int ln1_w, ln1_b, ln2_w, ln2_b, fc_w, fc_b, proj_w, proj_b;
+    int has_mlp;      // prenorm with an MLP; 0 for fused blocks and model.mlp.kind none
 } LayerParams;
 
 typedef struct LayerActs {

@@ -1,0 +1,85 @@
+/*
+ * One mixer on its own, outside a model, for the mixer tests: build it from a JSON spec at width C with its
+ * own parameter table, size its activations for (B,T), and the loss L = sum(dy * y) the gradient checks use.
+ */
+#ifndef SEQ_TEST_MIXER_LAYER_H
+#define SEQ_TEST_MIXER_LAYER_H
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "gradcheck.h"
+#include "mixers/mixer.h"
+#include "test.h"
+
+typedef struct Layer {
+    MixerSpec spec;
+    ParamTable pt;
+    Mixer m;
+    float *params, *grads, *acts, *scratch;
+    int B, T, C;
+} Layer;
+
+static inline int layer_build_(Layer *L, const char *json, int C, uint64_t seed) {
+    memset(L, 0, sizeof *L);
+    Err e = {{0}};
+    cJSON *j = cJSON_Parse(json);
+    int rc = mixer_spec_parse(&L->spec, j, NULL, "model.mixer", C, &e);
+    cJSON_Delete(j);
+    CHECK(rc == 0, "parse %s (%.200s)", json, e.msg);
+    if (rc) return -1;
+    param_table_init(&L->pt);
+    rc = L->spec.ops->params(&L->spec, &L->pt, "mixer", 2, &e);
+    CHECK(rc == 0, "params %s (%.200s)", json, e.msg);
+    if (rc) return -1;
+    L->C = C;
+    L->params = malloc(L->pt.numel * sizeof(float));
+    L->grads = calloc(L->pt.numel, sizeof(float));
+    param_init_all(&L->pt, L->params, seed);
+    L->m.spec = &L->spec;
+    L->m.pt = &L->pt;
+    L->m.first = 0;
+    L->m.params = L->params;
+    L->m.grads = L->grads;
+    if (L->spec.ops->init) L->spec.ops->init(&L->m);
+    return 0;
+}
+
+static inline void layer_shape_(Layer *L, int B, int T) {
+    free(L->acts);
+    free(L->scratch);
+    L->B = B;
+    L->T = T;
+    L->acts = calloc(L->spec.ops->act_size(&L->spec, B, T), sizeof(float));
+    L->scratch = calloc(L->spec.ops->scratch_size(&L->spec, B, T) + 1, sizeof(float));
+    L->m.acts = L->acts;
+    L->m.scratch = L->scratch;
+    L->m.B = B;
+    L->m.T = T;
+}
+
+static inline void layer_free_(Layer *L) {
+    free(L->params); free(L->grads); free(L->acts); free(L->scratch);
+    param_table_free(&L->pt);
+    mixer_spec_free(&L->spec);
+}
+
+typedef struct Ctx {
+    Layer *L;
+    float *x, *y, *dy;
+} Ctx;
+
+static inline double layer_loss_(void *p) {
+    Ctx *c = p;
+    Layer *L = c->L;
+    L->spec.ops->forward(&L->m, c->y, c->x, L->B, L->T);
+    return gc_dot(c->dy, c->y, (size_t)L->B * L->T * L->C);
+}
+
+static inline int param_index_(const Layer *L, const char *suffix) {
+    char name[PARAM_NAME_MAX];
+    snprintf(name, sizeof name, "mixer.%s", suffix);
+    return param_find(&L->pt, name);
+}
+
+#endif
