@@ -10,6 +10,7 @@
  * these smooth functions. ReLU MLPs are left to test_nn_ops (inputs kept off the kink there): inside a
  * model a 1e-2 step crosses the kink for a few percent of units and finite differences stop meaning much.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -73,7 +74,65 @@ static void check_config_(const char *what, const char *json, int ignore_some) {
     model_free(&m);
 }
 
+// KLA+: the loss is -log mean_s p_s(target) over the S copies, computed here from the logits of each copy;
+// the copies differ (each drew its own posterior sample), the marginal is at most the mean cross-entropy
+// (Jensen), and a model without a sampling layer refuses mc_samples > 1
+static void test_mc_loss(void) {
+    const char *json = "{\"vocab_size\": 0, \"d_model\": 16, \"n_layers\": 1, \"block\": \"fused\", \"mc_samples\": 4, "
+                       "\"mixer\": {\"kind\": \"kla\", \"d_state\": 3, \"init_std\": 0.3, \"dt_min\": 0.05, "
+                       "\"dt_max\": 0.5, \"p_init\": 0.3}}";
+    Err e = {{0}};
+    cJSON *j = cJSON_Parse(json);
+    ModelSection ms;
+    memset(&ms, 0, sizeof ms);
+    int rc = config_bind_at(&ms, &MODEL_SECTION, j, NULL, "model", &e);
+    cJSON_Delete(j);
+    Model m;
+    if (rc == 0) rc = model_build(&m, &ms, 37, NULL, 7, &e);
+    CHECK(rc == 0, "kla+ model builds (%.200s)", e.msg);
+    if (rc) { config_free(&ms, &MODEL_SECTION); return; }
+    int B = 2, T = 9, S = 4, V = 37, in[18], tg[18];
+    GcRng r = {5};
+    for (int i = 0; i < B * T; i++) { in[i] = (int)(gc_uniform(&r) * V); tg[i] = (int)(gc_uniform(&r) * V); }
+    m.noise_seed = 3;
+    rc = model_forward(&m, in, tg, B, T, &e);
+    double total = 0, mean_ce = 0, spread = 0;
+    for (int i = 0; i < B * T; i++) {
+        double ce[4], mx = -1e300, sum = 0;
+        for (int s = 0; s < S; s++) {
+            const float *row = m.logits + ((size_t)s * B * T + i) * V;
+            double rm = -1e300, z = 0;
+            for (int v = 0; v < V; v++) rm = fmax(rm, row[v]);
+            for (int v = 0; v < V; v++) z += exp(row[v] - rm);
+            ce[s] = -(row[tg[i]] - rm - log(z));
+            mx = fmax(mx, -ce[s]);
+            mean_ce += ce[s] / S;
+        }
+        for (int s = 0; s < S; s++) sum += exp(-ce[s] - mx);
+        total += -(mx + log(sum)) + log((double)S);
+        spread = fmax(spread, fabs(ce[1] - ce[0]));
+    }
+    total /= B * T;
+    mean_ce /= B * T;
+    CHECK(rc == 0 && fabs(total - m.loss) < 1e-5, "kla+ loss = -log mean_s p_s (model %.6f, recomputed %.6f)", m.loss,
+          total);
+    CHECK(spread > 1e-4, "kla+ copies draw different samples (max |ce_1 - ce_0| %.3g)", spread);
+    CHECK(m.loss <= mean_ce + 1e-9, "kla+ marginal loss %.5f <= mean cross-entropy of the samples %.5f", m.loss, mean_ce);
+    CHECK(m.n_supervised == B * T, "kla+ counts positions, not copies (%d)", m.n_supervised);
+    model_free(&m);
+    config_free(&ms, &MODEL_SECTION);
+    // no sampling layer
+    j = cJSON_Parse("{\"vocab_size\": 0, \"d_model\": 16, \"n_layers\": 1, \"mc_samples\": 2}");
+    memset(&ms, 0, sizeof ms);
+    config_bind_at(&ms, &MODEL_SECTION, j, NULL, "model", &e);
+    cJSON_Delete(j);
+    rc = model_build(&m, &ms, 37, NULL, 7, &e);
+    CHECK(rc != 0 && strstr(e.msg, "mc_samples"), "mc_samples without a kla layer is refused (%.200s)", e.msg);
+    config_free(&ms, &MODEL_SECTION);
+}
+
 int main(void) {
+    test_mc_loss();
     struct { const char *what, *body; int ignore; } cases[] = {
         {"rope+gelu+layernorm", "\"mixer\": {\"kind\": \"attention\", \"heads\": 2, \"pos\": \"rope\"}", 0},
         {"nope+rmsnorm+untied+ignore", "\"norm\": \"rmsnorm\", \"tie_embeddings\": false, \"head_bias\": true, "
@@ -111,6 +170,9 @@ int main(void) {
         {"gpt + kla last layer (fused)", "\"mixer\": {\"kind\": \"attention\", \"heads\": 2}, \"layers\": "
          "[{\"at\": \"-1\", \"block\": \"fused\", \"mixer\": {\"kind\": \"kla\", \"d_state\": 2, "
          "\"sensors\": \"mamba\", \"init_std\": 0.3, \"dt_min\": 0.05, \"dt_max\": 0.5, \"p_init\": 0.3}}]", 1},
+        {"kla+ (mc_samples 3): Monte-Carlo marginal likelihood", "\"block\": \"fused\", \"mc_samples\": 3, "
+         "\"mixer\": {\"kind\": \"kla\", \"d_state\": 3, \"init_std\": 0.3, \"dt_min\": 0.05, \"dt_max\": 0.5, "
+         "\"p_init\": 0.3}", 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char json[1024];

@@ -516,6 +516,7 @@ static void kla_diag_(const Mixer *m, cJSON *obj) {
 const MixerOps MIXER_KLA = {
     .name = "kla",
     .doc = "Kalman Linear Attention: a fused Mamba-style block around an information-form Kalman filter scan",
+    .samples_posterior = 1,
     .schema = &KLA_SCHEMA_,
     .opts_size = sizeof(KlaOpts),
     .check = kla_check_,

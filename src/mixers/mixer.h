@@ -47,6 +47,7 @@ typedef struct Mixer {
 typedef struct MixerOps {
     const char *name;
     const char *doc;                  // one line for docs/mixers.md and --help
+    int samples_posterior;            // forward honours spec->sample: a draw from its posterior (KLA+)
     const CfgSection *schema;         // the options (model.mixer.* keys besides "kind")
     size_t opts_size;
     // cross-key validation once C is known (e.g. heads divide the width); may fill derived fields

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/rng.h"
 #include "nn/activation.h"
 #include "nn/embedding.h"
 #include "nn/matmul.h"
@@ -56,6 +57,10 @@ static const CfgKey MODEL_KEYS_[] = {
     MKEY_(ModelSection, "head_bias", CFG_BOOL, head_bias, "false", 0, 0, NULL, "A bias on the output logits."),
     MKEY_(ModelSection, "init_std", CFG_FLOAT, init_std, "0.02", 0, 10, NULL,
           "Std of the normal init of embeddings and projections; residual projections use init_std/sqrt(2·n_layers)."),
+    MKEY_(ModelSection, "mc_samples", CFG_INT, mc_samples, "1", 1, 1024, NULL,
+          "KLA+ probabilistic decoding (KLA paper eq. 24-25): S > 1 runs S copies of every batch, each kla layer "
+          "drawing its output from its posterior, and the loss is -log mean_s p(target | sample s), for training "
+          "and evaluation; accuracy uses the mean probability. 1 = the posterior mean (plain cross-entropy)."),
 };
 const CfgSection MODEL_SECTION = {"model", "The network.", MODEL_KEYS_, (int)(sizeof MODEL_KEYS_ / sizeof MODEL_KEYS_[0])};
 
@@ -173,7 +178,9 @@ int model_build(Model *m, const ModelSection *c, int vocab_size, const CfgOrigin
     m->tie = c->tie_embeddings;
     m->head_bias = c->head_bias;
     m->init_std = (float)c->init_std;
+    m->mc = c->mc_samples;
     m->mspec = xcalloc((size_t)m->L, sizeof(MixerSpec));
+    int n_sampling = 0;
     for (int l = 0; l < m->L; l++) {
         char path[64];
         cJSON *j = layer_mixer_json_(c, l, path, sizeof path, e);
@@ -181,6 +188,13 @@ int model_build(Model *m, const ModelSection *c, int vocab_size, const CfgOrigin
         int rc = mixer_spec_parse(&m->mspec[l], j, origins, path, m->C, e);
         cJSON_Delete(j);
         if (rc != 0) { model_free(m); return -1; }
+        m->mspec[l].sample = m->mc > 1 && m->mspec[l].ops->samples_posterior;
+        n_sampling += m->mspec[l].sample;
+    }
+    if (m->mc > 1 && !n_sampling) {
+        model_free(m);
+        return err_set(e, "model.mc_samples: %d samples need a layer that samples its posterior (a kla mixer); "
+                       "none of the %d layers does (set it to 1)", c->mc_samples, c->n_layers);
     }
 
     // parameters, in forward order
@@ -274,7 +288,7 @@ static void model_alloc_acts_(Model *m, int B, int T) {
         size_t sc = s->ops->scratch_size(s, B, T);
         if (sc > scratch) scratch = sc;
     }
-    size_t final = 2 * BT * C + 2 * BT + BT * (size_t)m->V + 3 * BT;
+    size_t final = 2 * BT * C + 2 * BT + BT * (size_t)m->V + 3 * BT + (m->mc > 1 ? BT : 0);
     size_t grads = 2 * BT * C + BT * F + BT * H;
     size_t total = m->L * per_layer + mlp_acts + mix_acts + final + scratch + grads + BT * C /* mixer out */;
     free(m->arena);
@@ -315,6 +329,8 @@ static void model_alloc_acts_(Model *m, int B, int T) {
     TAKE_(m->logits, BT * (size_t)m->V);
     TAKE_(m->xstats, 2 * BT);
     TAKE_(m->losses, BT);
+    m->mc_w = NULL;
+    if (m->mc > 1) TAKE_(m->mc_w, BT);
     TAKE_(m->scratch, scratch);
     TAKE_(m->dres, BT * C);
     TAKE_(m->dtmp, BT * C);
@@ -346,6 +362,55 @@ static void norm_backward_(Model *m, float *dinp, const float *dout, const float
 #define P_(k) ((k) >= 0 ? m->params + m->pt.t[k].offset : NULL)
 #define G_(k) ((k) >= 0 ? m->grads + m->pt.t[k].offset : NULL)
 
+// KLA+ (eq. 25): per position, loss = -logsumexp_s(-ce_s) + log S over the S copies; the gradient of
+// copy s is its softmax weight w_s = p_s / sum p (kept in mc_w) times its own cross-entropy gradient.
+// Overwrites losses[0 .. BT1) with the marginal losses and sets loss / n_supervised per position.
+static void model_mc_loss_(Model *m, size_t BT1) {
+    int S = m->mc;
+    double total = 0.0;
+    int n = 0;
+    for (size_t i = 0; i < BT1; i++) {
+        if (m->targets[i] < 0) {
+            for (int s = 0; s < S; s++) m->mc_w[s * BT1 + i] = 0.0f;
+            m->losses[i] = 0.0f;
+            continue;
+        }
+        double mx = -1e300, sum = 0.0;
+        for (int s = 0; s < S; s++) mx = fmax(mx, -(double)m->losses[s * BT1 + i]);
+        for (int s = 0; s < S; s++) sum += exp(-(double)m->losses[s * BT1 + i] - mx);
+        for (int s = 0; s < S; s++) m->mc_w[s * BT1 + i] = (float)(exp(-(double)m->losses[s * BT1 + i] - mx) / sum);
+        double l = -(mx + log(sum)) + log((double)S);
+        m->losses[i] = (float)l;
+        total += l;
+        n++;
+    }
+    m->n_supervised = n;
+    m->loss = n ? total / n : 0.0;
+}
+
+int model_argmax(const Model *m, size_t i) {
+    int V = m->V, S = m->mc;
+    const float *row = m->logits + i * V;
+    int best = 0;
+    if (S == 1) {
+        for (int v = 1; v < V; v++)
+            if (row[v] > row[best]) best = v;
+        return best;
+    }
+    // mean over the copies of softmax = exp(logit - max - logsum), the forward's per-row stats
+    size_t BT1 = (size_t)m->B / S * m->T;
+    double best_p = -1.0;
+    for (int v = 0; v < V; v++) {
+        double p = 0.0;
+        for (int s = 0; s < S; s++) {
+            size_t r = s * BT1 + i;
+            p += exp((double)m->logits[r * V + v] - m->xstats[2 * r] - m->xstats[2 * r + 1]);
+        }
+        if (p > best_p) { best_p = p; best = v; }
+    }
+    return best;
+}
+
 int model_forward(Model *m, const int *inputs, const int *targets, int B, int T, Err *e) {
     int bad = embedding_check_ids(inputs, B * T, m->V);
     if (bad >= 0)
@@ -353,11 +418,18 @@ int model_forward(Model *m, const int *inputs, const int *targets, int B, int T,
     if (targets && (bad = crossentropy_check_targets(targets, B * T, m->V)) >= 0)
         return err_set(e, "target %d at position %d is outside the vocabulary of %d (and not the ignore index -100)",
                        targets[bad], bad, m->V);
+    // KLA+: S copies of the batch, one posterior sample each
+    int S = m->mc, B1 = B;
+    B *= S;
     model_alloc_acts_(m, B, T);
     int BT = B * T, C = m->C, H = m->hidden, F = m->mlp_kind == MLP_SWIGLU ? 2 * H : H;
-    memcpy(m->inputs, inputs, (size_t)BT * sizeof(int));
-    if (targets) memcpy(m->targets, targets, (size_t)BT * sizeof(int));
-    embedding_forward(m->L ? m->la[0].res : m->res_out, inputs, P_(m->k_wte), BT, C);
+    size_t BT1 = (size_t)B1 * T;
+    for (int s = 0; s < S; s++) {
+        memcpy(m->inputs + s * BT1, inputs, BT1 * sizeof(int));
+        if (targets) memcpy(m->targets + s * BT1, targets, BT1 * sizeof(int));
+    }
+    for (int l = 0; l < m->L; l++) m->mix[l].noise_seed = splitmix64(&(uint64_t){m->noise_seed ^ (0xA5A5ull + l)});
+    embedding_forward(m->L ? m->la[0].res : m->res_out, m->inputs, P_(m->k_wte), BT, C);
     for (int l = 0; l < m->L; l++) {
         LayerActs *a = &m->la[l];
         const LayerParams *lp = &m->lp[l];
@@ -384,8 +456,9 @@ int model_forward(Model *m, const int *inputs, const int *targets, int B, int T,
     m->n_supervised = 0;
     if (targets) {
         double mean;
-        m->n_supervised = crossentropy_forward(m->losses, m->xstats, &mean, m->logits, targets, BT, m->V);
+        m->n_supervised = crossentropy_forward(m->losses, m->xstats, &mean, m->logits, m->targets, BT, m->V);
         m->loss = mean;
+        if (S > 1) model_mc_loss_(m, BT1);
     }
     return 0;
 }
@@ -398,6 +471,10 @@ void model_backward(Model *m, int n_norm) {
     // the logits become dlogits in place: the (B,T,V) buffer is the largest activation
     crossentropy_backward_inplace(m->logits, m->xstats, m->targets, n_norm, BT, m->V);
     float *dlogits = m->logits;
+    if (m->mc > 1)
+#pragma omp parallel for
+        for (int r = 0; r < BT; r++)
+            for (int v = 0; v < m->V; v++) dlogits[(size_t)r * m->V + v] *= m->mc_w[r];
     float *dhead = m->tie ? G_(m->k_wte) : G_(m->k_head_w);
     const float *head = m->tie ? P_(m->k_wte) : P_(m->k_head_w);
     // dtmp (BT,C) = dlogits (BT,V) @ head (V,C), written rather than zeroed and accumulated (one pass

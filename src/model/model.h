@@ -40,6 +40,7 @@ typedef struct ModelSection {
     CfgList layers;          // LayerOverride items
     int tie_embeddings, head_bias;
     double init_std;
+    int mc_samples;          // KLA+ probabilistic decoding: S posterior samples (1 = the posterior mean)
 } ModelSection;
 
 extern const CfgSection MODEL_SECTION;
@@ -84,6 +85,13 @@ typedef struct Model {
     int *inputs, *targets;            // copies (B*T,)
     double loss;        // mean over supervised positions of the last forward with targets
     int n_supervised;
+    // KLA+ (model.mc_samples = S > 1): every call runs S copies of the batch, each sampling layer drawing
+    // its own posterior sample; the loss per position is -log mean_s p(target | sample s) (eq. 24-25).
+    // B and T above are then the replicated shape (S*B rows, copy s = rows s*B .. s*B+B-1); the first B*T
+    // entries of losses hold the per-position marginal losses.
+    int mc;
+    uint64_t noise_seed;  // keys the samples of the next forward (the trainer sets it per micro-batch)
+    float *mc_w;          // (S*B*T,) each copy's weight in the gradient: softmax over s of log p
 } Model;
 
 // replace model.mixer by the full option set of its mixer (kind + every option, defaults filled in),
@@ -101,5 +109,8 @@ void model_zero_grad(Model *m);
 // (the forward's n_supervised, or the total over accumulated micro-batches); grads += ...
 void model_backward(Model *m, int n_norm);
 size_t model_num_params(const Model *m);
+// the predicted token of position i (< B*T of the caller's batch) of the last forward: the argmax of the
+// logits, or under KLA+ of the probability averaged over the samples (positions with a target only)
+int model_argmax(const Model *m, size_t i);
 
 #endif

@@ -608,6 +608,8 @@ static int loop_(Trainer *t, Err *e) {
         model_zero_grad(&t->model);
         double loss_sum = 0;
         for (int a = 0; a < A && rc == 0; a++) {
+            // KLA+ samples: fresh per micro-batch, and the same again when a resumed run replays the step
+            t->model.noise_seed = ((uint64_t)t->step << 20) ^ (uint64_t)a;
             rc = model_forward(&t->model, in + a * BT, tg + a * BT, B, T, e);
             if (rc == 0) {
                 loss_sum += t->model.loss * t->model.n_supervised;
