@@ -53,7 +53,7 @@ static const char *const DEFAULT_ATT_ = "{\"kind\":\"attention\",\"heads\":4}";
 typedef struct Args {
     int Ts[MAX_T], nT, T_given;
     int chunks[MAX_T], nchunks;
-    int B, d, reps, warmup, threads, memory;
+    int B, d, reps, warmup, threads, memory, verbose;
     const char *kla, *att, *json;
 } Args;
 
@@ -71,8 +71,8 @@ static void die_(const char *msg, const char *arg) {
 }
 
 static void usage_(void) {
-    printf("usage: kla [--T 512,2048,8192] [--B 4] [--d 256] [--reps 3] [--warmup 1] [--threads N]\n"
-           "           [--kla JSON] [--attention JSON] [--json FILE]\n"
+    printf("usage: kla [--T 512,2048,8192] [--B 4] [--d 256] [--reps 3] [--warmup 2] [--threads N]\n"
+           "           [--kla JSON] [--attention JSON] [--json FILE] [--verbose (per-repeat times on stderr)]\n"
            "       kla --memory [--T 2048] [--chunks 1,16,64,256,T] [--B 4] [--d 256] [--kla JSON] [--json FILE]\n"
            "defaults: --kla '%s'\n          --attention '%s'\n"
            "threads: OMP_NUM_THREADS, or --threads\n", DEFAULT_KLA_, DEFAULT_ATT_);
@@ -102,13 +102,14 @@ static int parse_int_(const char *s, int lo) {
 
 static void args_parse_(Args *a, int argc, char **argv) {
     memset(a, 0, sizeof *a);
-    a->B = 4; a->d = 256; a->reps = 3; a->warmup = 1;
+    a->B = 4; a->d = 256; a->reps = 3; a->warmup = 2;
     a->kla = DEFAULT_KLA_; a->att = DEFAULT_ATT_;
     a->nT = parse_list_("512,2048,8192", a->Ts);
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(k, "--help") || !strcmp(k, "-h")) { usage_(); exit(0); }
         if (!strcmp(k, "--memory")) { a->memory = 1; continue; }
+        if (!strcmp(k, "--verbose")) { a->verbose = 1; continue; }
         if (!v) die_("missing value after", k);
         i++;
         if (!strcmp(k, "--T")) { a->nT = parse_list_(v, a->Ts); a->T_given = 1; }
@@ -264,6 +265,8 @@ static Timing time_mixer_(const char *json, const Args *a, int T, const char *la
         if (rep >= a->warmup) {
             int r = rep - a->warmup;
             tf[r] = (t1 - t0) * 1e3; tb[r] = (t2 - t1) * 1e3; tt[r] = (t2 - t0) * 1e3;
+            if (a->verbose)
+                fprintf(stderr, "bench/kla: %s T=%d repeat %d: fwd %.2f ms, bwd %.2f ms\n", label, T, r, tf[r], tb[r]);
         }
     }
     if (!finite_(io.y, io.n) || !finite_(io.dx, io.n) || !finite_(L.grads, L.pt.numel)) {
@@ -544,7 +547,7 @@ static int run_memory_(const Args *a, cJSON *out) {
     printf("| attention (reference) | %.0f | | | %.1f | | %.1f | %.1f |\n\n", ra.act_n, ra.act_n * 4 * MIB,
            pa * 4 * MIB, ma);
     printf("act_size %s the bound at every chunk\n", exact ? "equals" : "DIFFERS FROM");
-    cJSON *o = cJSON_AddObjectToObject(out, "attention");
+    cJSON *o = cJSON_AddObjectToObject(out, "attention_memory");
     cJSON_AddNumberToObject(o, "act_floats", ra.act_n);
     cJSON_AddNumberToObject(o, "predicted_mib", pa * 4 * MIB);
     cJSON_AddNumberToObject(o, "peak_rss_delta_mib", ma);

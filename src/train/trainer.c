@@ -316,6 +316,23 @@ static void print_layers_(const Model *m, int T) {
     printf("| all | | | | %zu |\n", total);
 }
 
+// what the run uses instead of what its config names: a model vocabulary above the data's (a paper config
+// on the bundled WikiText-2), and a token budget of many epochs over small data
+static void print_substitutions_(const RunConfig *c, const Loader *train, int model_vocab, long total_steps) {
+    if (run_config_has_task(c)) return;
+    if ((uint32_t)model_vocab > train->vocab_size)
+        printf("note: model.vocab_size %d is larger than the data's %u (%s): the %u extra embedding and head rows "
+               "never see a target but are counted in the parameters; model.vocab_size 0 sizes the model to the "
+               "data\n", model_vocab, train->vocab_size, c->data.tokenizer[0] ? c->data.tokenizer : "its tokenizer",
+               (uint32_t)model_vocab - train->vocab_size);
+    double budget = (double)total_steps * c->train.grad_accum * c->train.batch_size * c->train.seq_len;
+    double epochs = train->n_tokens ? budget / (double)train->n_tokens : 0;
+    if (epochs > 1.5)
+        printf("note: %ld steps x %d tokens = %.3g tokens, %.1f epochs of the %llu training tokens (%s)\n", total_steps,
+               c->train.grad_accum * c->train.batch_size * c->train.seq_len, budget, epochs,
+               (unsigned long long)train->n_tokens, train->n_shards ? train->shards[0].path : "");
+}
+
 int trainer_check(const RunConfig *c, int info, Err *e) {
     Loader l[3];
     memset(l, 0, sizeof l);
@@ -371,6 +388,9 @@ int trainer_check(const RunConfig *c, int info, Err *e) {
         if (rc == 0) {
             printf("model       %zu parameters, %d layers, d_model %d, vocab %d\n", model_num_params(&m), m.L, m.C, m.V);
             if (info) print_layers_(&m, c->train.seq_len);
+            long per_step = (long)c->train.batch_size * c->train.grad_accum;
+            long steps = c->train.steps ? c->train.steps : (long)ceil(c->train.epochs * (double)l[0].n_windows / per_step);
+            print_substitutions_(c, &l[0], m.V, steps);
             Optim opt;
             OptimGroup *groups = NULL;
             rc = optim_setup_(&opt, &groups, &c->optim, &m.pt, e);
@@ -615,6 +635,15 @@ static int loop_(Trainer *t, Err *e) {
                 loss_sum += t->model.loss * t->model.n_supervised;
                 model_backward(&t->model, (int)n_sup);
             }
+            if (rc == 0 && a == 0 && A > 1 && steps_here == 0 && !t->o->quiet) {
+                // a step of many micro-batches can take minutes: estimate from the first one
+                double dt = time_now_s() - t0, tps = (double)BT / dt;
+                char per[32], eta[32];
+                fmt_duration_(dt * A, per, sizeof per);
+                fmt_duration_(dt * A * (double)(t->total_steps - t->step), eta, sizeof eta);
+                printf("first micro-batch (1 of %d): %.0f tok/s, so about %s per step | ETA %s\n", A, tps, per, eta);
+                fflush(stdout);
+            }
         }
         if (rc != 0) break;
         double loss = n_sup ? loss_sum / (double)n_sup : 0;
@@ -679,6 +708,7 @@ int trainer_main(const TrainerOpts *o, Err *e) {
                "%d thread%s\n", t->run_dir, model_num_params(&t->model), t->model.L, t->model.C, t->model.V,
                t->total_steps, t->c.train.grad_accum, t->c.train.batch_size, t->c.train.seq_len, t->threads,
                t->threads == 1 ? "" : "s");
+        print_substitutions_(&t->c, &t->train, t->model.V, t->total_steps);
         signal(SIGINT, on_signal_);
         signal(SIGTERM, on_signal_);
         int rc = loop_(t, e);
