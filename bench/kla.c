@@ -17,7 +17,9 @@
  *
  * Crossover: with r(T) = attention time / kla time, the first T where r goes from < 1 to >= 1,
  * interpolated linearly in (log T, log r) between the two measured points around it; outside the measured
- * range it says so, plus a log-log extrapolation from the last two points when attention is still faster.
+ * range it says "below the smallest T" / "above the largest T". Also printed: the exponent p of time ~ T^p
+ * (1 for a linear-time mixer at fixed B), and where the fitted per-token lines alpha + beta T of the two
+ * mixers meet (causal attention's cost per token is exactly of this form), which extrapolates.
  *
  * Memory: the activations kla keeps for the backward are act_size(B,T) floats (the mixer's own count) =
  * B T M c1 + 2 B M S ceil(T/chunk): c1 (BT,M)-sized arrays (c1 counts the (BT,S) and (BT,) ones as
@@ -126,7 +128,11 @@ static void args_parse_(Args *a, int argc, char **argv) {
     }
     // ascending and distinct, so the crossover search walks T upwards
     for (int i = 1; i < a->nT; i++)
-        for (int j = i; j > 0 && a->Ts[j - 1] > a->Ts[j]; j--) { int t = a->Ts[j]; a->Ts[j] = a->Ts[j - 1]; a->Ts[j - 1] = t; }
+        for (int j = i; j > 0 && a->Ts[j - 1] > a->Ts[j]; j--) {
+            int t = a->Ts[j];
+            a->Ts[j] = a->Ts[j - 1];
+            a->Ts[j - 1] = t;
+        }
     for (int i = 1; i < a->nT; i++)
         if (a->Ts[i] == a->Ts[i - 1]) die_("repeated T in --T", NULL);
     if (a->memory && !a->T_given) { a->Ts[0] = 2048; a->nT = 1; }
@@ -150,7 +156,10 @@ static void layer_build_(Layer *L, const char *json, int chunk, int C) {
     memset(L, 0, sizeof *L);
     Err e = {{0}};
     cJSON *j = cJSON_Parse(json);
-    if (!cJSON_IsObject(j)) die_("mixer spec is not a JSON object", json);
+    if (!cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        die_("mixer spec is not a JSON object", json);
+    }
     if (chunk > 0) {
         cJSON_DeleteItemFromObjectCaseSensitive(j, "chunk");
         cJSON_AddNumberToObject(j, "chunk", chunk);
@@ -296,21 +305,34 @@ static double loglog_slope_(const int *x, const double *y, int n) {
     return den > 0 ? (n * sxy - sx * sy) / den : NAN;
 }
 
-// the crossover of r(T) = attention / kla time: *T_out and a kind, "interpolated", "below" (kla faster at
-// the smallest T already), "above" (attention faster everywhere; *T_out a log-log extrapolation or NaN)
-static const char *crossover_(const int *Ts, const double *r, int n, double *T_out) {
+// per-token time model y(T) = alpha + beta T (ms per token at fixed B), least squares in relative error
+// (rows [1, T]/y against 1), so T = 512 counts as much as T = 8192. Causal attention costs exactly this
+// (projections per token + T/2 keys per query); a linear-time mixer has beta ~ 0.
+static void fit_per_token_(const int *Ts, const double *ms, int n, double *alpha, double *beta) {
+    double s11 = 0, s12 = 0, s22 = 0, t1 = 0, t2 = 0;
+    for (int i = 0; i < n; i++) {
+        double y = ms[i] / Ts[i], a1 = 1.0 / y, a2 = Ts[i] / y;
+        s11 += a1 * a1; s12 += a1 * a2; s22 += a2 * a2; t1 += a1; t2 += a2;
+    }
+    double det = s11 * s22 - s12 * s12;
+    *alpha = det > 0 ? (t1 * s22 - t2 * s12) / det : NAN;
+    *beta = det > 0 ? (s11 * t2 - s12 * t1) / det : NAN;
+}
+
+// the crossover of r(T) = attention time / kla time: the first T where r goes from < 1 to >= 1,
+// interpolated in (log T, log r); returns "interpolated" with *lo its bracket's index, "below" (kla is
+// faster at the smallest T already) or "above" (attention is faster at every measured T)
+static const char *crossover_(const int *Ts, const double *r, int n, double *T_out, int *lo) {
     *T_out = NAN;
+    *lo = -1;
     if (r[0] >= 1.0) return "below";
     for (int i = 0; i + 1 < n; i++) {
         if (r[i] < 1.0 && r[i + 1] >= 1.0) {
             double l0 = log(Ts[i]), l1 = log(Ts[i + 1]), g0 = log(r[i]), g1 = log(r[i + 1]);
             *T_out = exp(l0 + (0.0 - g0) * (l1 - l0) / (g1 - g0));
+            *lo = i;
             return "interpolated";
         }
-    }
-    if (n >= 2) {
-        double slope = (log(r[n - 1]) - log(r[n - 2])) / (log(Ts[n - 1]) - log(Ts[n - 2]));
-        if (slope > 0) *T_out = Ts[n - 1] * exp(-log(r[n - 1]) / slope);
     }
     return "above";
 }
@@ -363,31 +385,39 @@ static int run_speed_(const Args *a, cJSON *out) {
         cJSON_AddItemToArray(ratios, r);
     }
     printf("\n");
+    cJSON *cx = cJSON_AddObjectToObject(out, "crossover");
     if (n >= 2) {
-        double pk = loglog_slope_(a->Ts, mk, n), pa = loglog_slope_(a->Ts, ma, n);
-        printf("time ~ T^p (least squares in log-log at fixed B): kla p = %.2f, attention p = %.2f\n", pk, pa);
+        double pk = loglog_slope_(a->Ts, mk, n), pa = loglog_slope_(a->Ts, ma, n), ak, bk, aa, ba;
+        fit_per_token_(a->Ts, mk, n, &ak, &bk);
+        fit_per_token_(a->Ts, ma, n, &aa, &ba);
+        printf("time ~ T^p at fixed B (least squares in log-log): kla p = %.2f, attention p = %.2f\n", pk, pa);
+        printf("per-token time = alpha + beta T (us per token at B=%d): kla %.4g %+.3g T, attention %.4g %+.3g T\n",
+               a->B, ak * 1e3, bk * 1e3, aa * 1e3, ba * 1e3);
         cJSON_AddNumberToObject(out, "kla_exponent", pk);
         cJSON_AddNumberToObject(out, "attention_exponent", pa);
+        // where the two lines meet: the model's crossover, also outside the measured range
+        double Tm = ba > 0 && ba > bk ? (ak - aa) / (ba - bk) : NAN;
+        if (isfinite(Tm) && Tm > 0) {
+            printf("model crossover (where the per-token lines meet): T ~ %.0f\n", Tm);
+            cJSON_AddNumberToObject(cx, "model_T", Tm);
+        } else {
+            printf("model crossover: none (the per-token lines do not meet at T > 0)\n");
+            cJSON_AddNullToObject(cx, "model_T");
+        }
     }
     double Tx;
-    const char *kind = crossover_(a->Ts, ratio, n, &Tx);
-    cJSON *cx = cJSON_AddObjectToObject(out, "crossover");
+    int lo;
+    const char *kind = crossover_(a->Ts, ratio, n, &Tx, &lo);
     cJSON_AddStringToObject(cx, "kind", kind);
     if (isfinite(Tx)) cJSON_AddNumberToObject(cx, "T", Tx);
     else cJSON_AddNullToObject(cx, "T");
-    if (!strcmp(kind, "below")) {
+    if (!strcmp(kind, "below"))
         printf("crossover: below the smallest T (kla is already faster at T=%d, %.2fx)\n", a->Ts[0], ratio[0]);
-    } else if (!strcmp(kind, "interpolated")) {
-        int i = 0;
-        while (!(ratio[i] < 1.0 && ratio[i + 1] >= 1.0)) i++;
+    else if (!strcmp(kind, "interpolated"))
         printf("crossover: kla becomes faster than attention at T ~ %.0f (log-T interpolation between T=%d and %d)\n",
-               Tx, a->Ts[i], a->Ts[i + 1]);
-    } else if (isfinite(Tx)) {
-        printf("crossover: above the largest T (attention faster up to T=%d; extrapolated from the last two "
-               "points: T ~ %.0f)\n", a->Ts[n - 1], Tx);
-    } else {
-        printf("crossover: above the largest T (attention faster up to T=%d)\n", a->Ts[n - 1]);
-    }
+               Tx, a->Ts[lo], a->Ts[lo + 1]);
+    else
+        printf("crossover: above the largest T (attention is faster at every T up to %d)\n", a->Ts[n - 1]);
     free(ratio); free(mk); free(ma); free(tk); free(ta);
     return 0;
 }
@@ -416,16 +446,16 @@ typedef struct MemReport {
 } MemReport;
 
 // in a fresh child: build, one forward + backward, report through the pipe
-static MemReport mem_child_(const char *json, int chunk, const Args *a, int T) {
+static MemReport mem_child_(const char *json, int chunk, int d, int B, int T) {
     MemReport r = {0};
     r.rss0_kib = proc_status_kib_("VmRSS");
     Layer L;
-    layer_build_(&L, json, chunk, a->d);
-    layer_shape_(&L, a->B, T);
+    layer_build_(&L, json, chunk, d);
+    layer_shape_(&L, B, T);
     Io io;
-    io_init_(&io, a->B, T, a->d);
-    L.spec.ops->forward(&L.m, io.y, io.x, a->B, T);
-    L.spec.ops->backward(&L.m, io.dx, io.dy, io.x, a->B, T);
+    io_init_(&io, B, T, d);
+    L.spec.ops->forward(&L.m, io.y, io.x, B, T);
+    L.spec.ops->backward(&L.m, io.dx, io.dy, io.x, B, T);
     r.hwm_kib = proc_status_kib_("VmHWM");
     r.act_n = (double)L.act_n;
     r.scratch_n = (double)L.scratch_n;
@@ -439,7 +469,7 @@ static MemReport mem_child_(const char *json, int chunk, const Args *a, int T) {
 }
 
 // fork, run mem_child_ there, collect its report; the parent never runs OpenMP (libgomp is not fork-safe)
-static MemReport mem_measure_(const char *json, int chunk, const Args *a, int T) {
+static MemReport mem_measure_(const char *json, int chunk, const Args *a, int B, int T) {
     int fd[2];
     if (pipe(fd)) { perror("pipe"); exit(1); }
     fflush(stdout);
@@ -451,7 +481,7 @@ static MemReport mem_measure_(const char *json, int chunk, const Args *a, int T)
 #ifdef _OPENMP
         if (a->threads) omp_set_num_threads(a->threads);
 #endif
-        MemReport r = mem_child_(json, chunk, a, T);
+        MemReport r = mem_child_(json, chunk, a->d, B, T);
         ssize_t w = write(fd[1], &r, sizeof r);
         _exit(w == (ssize_t)sizeof r ? 0 : 1);
     }
@@ -491,10 +521,13 @@ static int run_memory_(const Args *a, cJSON *out) {
     }
     MemReport *rep = xcalloc((size_t)nc, sizeof(MemReport));
     for (int i = 0; i < nc; i++) {
-        rep[i] = mem_measure_(a->kla, chunks[i], a, T);
+        rep[i] = mem_measure_(a->kla, chunks[i], a, B, T);
         fprintf(stderr, "bench/kla: memory chunk=%d done\n", chunks[i]);
     }
-    MemReport ra = mem_measure_(a->att, 0, a, T);
+    MemReport ra = mem_measure_(a->att, 0, a, B, T);
+    // what any run costs besides its buffers: OpenMP thread stacks, matmul packing buffers, code and libraries
+    MemReport r0 = mem_measure_(a->kla, 1, a, 1, 1);
+    double base = (r0.hwm_kib - r0.rss0_kib) / 1024.0;
     int M = rep[0].M, S = rep[0].S, MB, nblk, thr = num_threads();
     if (!M) die_("--memory: the --kla spec declares no mixer.lambda_log (not a kla mixer?)", a->kla);
     kalman_blocks_(M, &MB, &nblk);
@@ -507,19 +540,25 @@ static int run_memory_(const Args *a, cJSON *out) {
     double c1 = (rep[il].act_n - 2.0 * B * M * S * ceil((double)T / chunks[il])) / BTM;
 
     printf("## kla chunked backward: activation memory and peak RSS\n\n");
-    printf("threads %d, B=%d, T=%d, d_model=%d, M=%d channels, S=%d slots; kla: `%s`\n\n", thr, B, T, a->d, M, S, a->kla);
-    printf("bound: act = B·T·M·c1 + 2·B·M·S·ceil(T/chunk) floats, c1 = %.4f (from act_size); the backward also "
-           "takes scratch = %.0f floats (%.1f MiB, independent of chunk) and %d threads x (chunk+1)·%d·2·%d floats "
-           "of recompute buffers. predicted = x,y,dy,dx + params,grads + act + scratch + recompute buffers.\n\n",
-           c1, rep[0].scratch_n, rep[0].scratch_n * 4 * MIB, busy, MB, S);
+    printf("threads %d, B=%d, T=%d, d_model=%d, M=%d channels, S=%d slots; kla: `%s`\n\n", thr, B, T, a->d, M, S,
+           a->kla);
+    printf("- bound: act = B·T·M·c1 + 2·B·M·S·ceil(T/chunk) floats with c1 = %.4f (from act_size at the largest "
+           "chunk); the act floats column is the mixer's own act_size.\n", c1);
+    printf("- the backward also takes scratch = %.0f floats (%.1f MiB) whatever the chunk, and %d busy threads x "
+           "(chunk+1)·%d·2·%d floats of recompute buffers (one chunk of one %d-channel block each).\n",
+           rep[0].scratch_n, rep[0].scratch_n * 4 * MIB, busy, MB, S, MB);
+    printf("- predicted = x, y, dy, dx + params, grads + act + scratch + recompute; peak RSS delta = VmHWM at the "
+           "end - VmRSS at the start of a fresh child; net = that minus the fixed overhead of a B=1, T=1 run "
+           "(%.1f MiB: thread stacks, matmul packing, code).\n\n", base);
     printf("| chunk | act floats | bound floats | checkpoint floats | act MiB | recompute MiB | predicted MiB | "
-           "peak RSS delta MiB |\n");
-    printf("|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+           "peak RSS delta MiB | net MiB |\n");
+    printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     cJSON *rows = cJSON_AddArrayToObject(out, "memory");
     cJSON_AddNumberToObject(out, "T", T);
     cJSON_AddNumberToObject(out, "M", M);
     cJSON_AddNumberToObject(out, "S", S);
     cJSON_AddNumberToObject(out, "c1", c1);
+    cJSON_AddNumberToObject(out, "overhead_mib", base);
     int exact = 1;
     for (int i = 0; i < nc; i++) {
         const MemReport *r = &rep[i];
@@ -529,8 +568,8 @@ static int run_memory_(const Args *a, cJSON *out) {
         double pred = r->io_n + 2 * r->param_n + r->act_n + r->scratch_n + recompute;
         double meas = (r->hwm_kib - r->rss0_kib) / 1024.0;
         if (fabs(bound - r->act_n) > 0.5) exact = 0;
-        printf("| %d | %.0f | %.0f | %.0f | %.1f | %.1f | %.1f | %.1f |\n", chunks[i], r->act_n, bound, ck,
-               r->act_n * 4 * MIB, recompute * 4 * MIB, pred * 4 * MIB, meas);
+        printf("| %d | %.0f | %.0f | %.0f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", chunks[i], r->act_n, bound, ck,
+               r->act_n * 4 * MIB, recompute * 4 * MIB, pred * 4 * MIB, meas, meas - base);
         cJSON *o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "chunk", chunks[i]);
         cJSON_AddNumberToObject(o, "act_floats", r->act_n);
@@ -544,8 +583,8 @@ static int run_memory_(const Args *a, cJSON *out) {
     }
     double pa = ra.io_n + 2 * ra.param_n + ra.act_n + ra.scratch_n;
     double ma = (ra.hwm_kib - ra.rss0_kib) / 1024.0;
-    printf("| attention (reference) | %.0f | | | %.1f | | %.1f | %.1f |\n\n", ra.act_n, ra.act_n * 4 * MIB,
-           pa * 4 * MIB, ma);
+    printf("| attention | %.0f | | | %.1f | | %.1f | %.1f | %.1f |\n\n", ra.act_n, ra.act_n * 4 * MIB, pa * 4 * MIB,
+           ma, ma - base);
     printf("act_size %s the bound at every chunk\n", exact ? "equals" : "DIFFERS FROM");
     cJSON *o = cJSON_AddObjectToObject(out, "attention_memory");
     cJSON_AddNumberToObject(o, "act_floats", ra.act_n);

@@ -330,6 +330,7 @@ static void kla_forward_(Mixer *m, float *y, const float *x, int B, int T) {
     const float *gout = a.ys;
     if (o->gate) {
         silu_forward(a.g, a.gate, BTM);
+#pragma omp parallel for
         for (size_t i = 0; i < BTM; i++) a.g[i] *= a.ys[i];
         gout = a.g;
     }
@@ -358,6 +359,7 @@ static void kla_backward_(Mixer *m, float *dx, const float *dy, const float *x, 
         // dys = dg silu(gate); d gate = silu'(gate) (dg ys), with dv as a temporary for silu(gate)
         silu_forward(dv, a.gate, BTM);
         memset(dgate, 0, BTM * sizeof(float));
+#pragma omp parallel for
         for (size_t i = 0; i < BTM; i++) { dys[i] = dg[i] * dv[i]; dg[i] *= a.ys[i]; }
         silu_backward(dgate, a.gate, dg, BTM);
     } else {
@@ -366,16 +368,21 @@ static void kla_backward_(Mixer *m, float *dx, const float *dy, const float *x, 
     // ys = ym [+ sqrt(yvar) eps] + lambda_skip u
     float lsk = o->skip ? mixer_param(m, o->k_skip)[0] : 0.0f;
     if (o->skip) {
-        double sk = 0.0;
+        // per-row sums in parallel (into dprec, free until the scan), then added in row order
+#pragma omp parallel for
         for (int r = 0; r < BT; r++) {
             double sr = 0.0;
             for (int c = 0; c < M; c++) sr += (double)dys[(size_t)r * M + c] * a.u[(size_t)r * M + c];
-            sk += sr;
+            dprec[r] = (float)sr;
         }
+        double sk = 0.0;
+        for (int r = 0; r < BT; r++) sk += dprec[r];
         mixer_grad(m, o->k_skip)[0] += (float)sk;
     }
+#pragma omp parallel for
     for (size_t i = 0; i < BTM; i++) du[i] = lsk * dys[i];
     if (m->spec->sample)
+#pragma omp parallel for
         for (size_t i = 0; i < BTM; i++) dyv[i] = a.yvar[i] > 0.0f ? dys[i] * a.eps[i] / (2.0f * sqrtf(a.yvar[i])) : 0.0f;
 
     // the scan
@@ -400,6 +407,7 @@ static void kla_backward_(Mixer *m, float *dx, const float *dy, const float *x, 
         matmul_backward(NULL, mixer_grad(m, o->k_ve), mixer_grad(m, o->k_veb), dlv, r, mixer_param(m, o->k_ve), BT,
                         o->R, M);
         for (int i = 0; i < BT; i++) memcpy(dsens + (size_t)i * Ns, dr + (size_t)i * o->R, (size_t)o->R * sizeof(float));
+#pragma omp parallel for
         for (size_t i = 0; i < BTM; i++) du[i] += dv[i];
     } else {
         for (int i = 0; i < BT; i++) {
@@ -408,6 +416,7 @@ static void kla_backward_(Mixer *m, float *dx, const float *dy, const float *x, 
         }
     }
     // k, q through the L2 norm: d raw = (d n - n (n . d n)) / max(|raw|, eps)
+#pragma omp parallel for
     for (int i = 0; i < BT; i++) {
         for (int which = 0; which < 2; which++) {
             const float *nv = (which ? a.q : a.k) + (size_t)i * S, *gv = (which ? dq : dk) + (size_t)i * S;

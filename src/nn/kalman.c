@@ -39,6 +39,7 @@ static inline void kalman_update_(float *restrict L, float *restrict E, const fl
                                   const float *restrict P, const float *restrict Ab, float pr, float pv,
                                   const float *restrict kt, const float *restrict qt, int S, float *y, float *yvar) {
     float acc = 0.0f, accv = 0.0f;
+#pragma omp simd reduction(+ : acc, accv)
     for (int s = 0; s < S; s++) {
         float inv = 1.0f / (A2[s] + P[s] * L[s]);
         float l = L[s] * inv + pr * kt[s] * kt[s];
@@ -140,6 +141,8 @@ void kalman_scan_backward(float *dv, float *dprec, float *dk, float *dq, float *
                         float *dam = da + (size_t)m * S, *dpm = dp + (size_t)m * S;
                         float g = dy[i], gv = dyvar ? dyvar[i] : 0.0f, pr = prec[i], vv = v[i];
                         float dpr = 0.0f, dvv = 0.0f;
+                        const float *abm = abar + (size_t)m * S, *pbm = pbar + (size_t)m * S;
+#pragma omp simd reduction(+ : dpr, dvv)
                         for (int s = 0; s < S; s++) {
                             float il = 1.0f / Lc[s], mean = Ec[s] * il;
                             // readout y += q eta / lambda, yvar += q^2 / lambda
@@ -154,9 +157,9 @@ void kalman_scan_backward(float *dv, float *dprec, float *dk, float *dq, float *
                             float inv = 1.0f / (a2[s] + pp[s] * Lp[s]), inv2 = inv * inv;
                             float dalpha = ge_ * Ep[s];
                             float dden = -(gl_ * Lp[s] + dalpha * ab[s]) * inv2;
-                            float da2 = abar[(size_t)m * S + s] * abar[(size_t)m * S + s] > KALMAN_FLOOR ? dden : 0.0f;
+                            float da2 = abm[s] * abm[s] > KALMAN_FLOOR ? dden : 0.0f;
                             dam[s] += dalpha * inv + 2.0f * ab[s] * da2;
-                            if (pbar[(size_t)m * S + s] > KALMAN_FLOOR) dpm[s] += dden * Lp[s];
+                            dpm[s] += pbm[s] > KALMAN_FLOOR ? dden * Lp[s] : 0.0f;
                             gL[s] = gl_ * inv + dden * pp[s];  // lambda_p enters directly (1/den) and through den
                             gE[s] = ge_ * ab[s] * inv;
                         }
