@@ -131,7 +131,62 @@ static void test_mc_loss(void) {
     config_free(&ms, &MODEL_SECTION);
 }
 
+// recurrent decoding of a whole model: token by token = the full forward's logits, for fused kla blocks and
+// a prenorm kla layer with an MLP; a model with attention has no recurrent state and says so
+static Model *build_(const char *json, Model *m, uint64_t seed) {
+    Err e = {{0}};
+    cJSON *j = cJSON_Parse(json);
+    ModelSection ms;
+    memset(&ms, 0, sizeof ms);
+    int rc = config_bind_at(&ms, &MODEL_SECTION, j, NULL, "model", &e);
+    cJSON_Delete(j);
+    if (rc == 0) rc = model_build(m, &ms, 37, NULL, seed, &e);
+    config_free(&ms, &MODEL_SECTION);
+    CHECK(rc == 0, "model builds (%.200s)", e.msg);
+    return rc == 0 ? m : NULL;
+}
+
+static void test_decode(void) {
+    Model m;
+    if (!build_("{\"vocab_size\": 0, \"d_model\": 16, \"n_layers\": 3, \"block\": \"fused\", \"norm\": \"rmsnorm\", "
+                "\"mixer\": {\"kind\": \"kla\", \"d_state\": 4, \"init_std\": 0.3}, \"layers\": [{\"at\": \"1\", "
+                "\"block\": \"prenorm\", \"mixer\": {\"sensors\": \"mamba\"}}]}", &m, 11)) return;
+    int B = 2, T = 30, V = 37, in[60];
+    GcRng r = {12};
+    for (int i = 0; i < B * T; i++) in[i] = (int)(gc_uniform(&r) * V);
+    for (size_t i = 0; i < m.pt.numel; i++) m.params[i] += 0.05f * gc_normal(&r);
+    Err e = {{0}};
+    model_forward(&m, in, NULL, B, T, &e);
+    float *full = malloc((size_t)B * T * V * sizeof(float));
+    memcpy(full, m.logits, (size_t)B * T * V * sizeof(float));
+    size_t ss = model_state_size(&m);
+    float *state = malloc((size_t)B * ss * sizeof(float)), *lg = malloc((size_t)B * V * sizeof(float));
+    model_state_init(&m, state, B);
+    double worst = 0;
+    int rc = 0;
+    for (int t = 0; t < T && rc == 0; t++) {
+        int tok[2] = {in[t], in[T + t]};
+        rc = model_step(&m, state, tok, lg, B, &e);
+        for (int b = 0; b < B; b++)
+            for (int v = 0; v < V; v++)
+                worst = fmax(worst, fabs((double)lg[b * V + v] - full[((size_t)b * T + t) * V + v]));
+    }
+    CHECK(rc == 0 && ss > 0 && worst < 1e-4, "kla model decodes token by token = full forward logits (max|d| %.2g, "
+          "state %zu floats per sequence, any length)", worst, ss);
+    free(full); free(state); free(lg);
+    model_free(&m);
+    if (!build_("{\"vocab_size\": 0, \"d_model\": 16, \"n_layers\": 2, \"mixer\": {\"kind\": \"attention\", \"heads\": 2}}",
+                &m, 1)) return;
+    int tok[1] = {3};
+    float l1[37];
+    rc = model_step(&m, NULL, tok, l1, 1, &e);
+    CHECK(model_state_size(&m) == 0 && rc != 0 && strstr(e.msg, "attention"),
+          "an attention model has no recurrent step (%.200s)", e.msg);
+    model_free(&m);
+}
+
 int main(void) {
+    test_decode();
     test_mc_loss();
     struct { const char *what, *body; int ignore; } cases[] = {
         {"rope+gelu+layernorm", "\"mixer\": {\"kind\": \"attention\", \"heads\": 2, \"pos\": \"rope\"}", 0},

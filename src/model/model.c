@@ -508,3 +508,73 @@ void model_backward(Model *m, int n_norm) {
     }
     embedding_backward(G_(m->k_wte), m->dres, m->inputs, BT, C);
 }
+
+// ----------------------------------------------------------------------------
+// recurrent decoding
+
+size_t model_state_size(const Model *m) {
+    size_t n = 0;
+    for (int l = 0; l < m->L; l++) {
+        const MixerOps *ops = m->mspec[l].ops;
+        if (!ops->step) return 0;
+        n += ops->state_size(&m->mspec[l]);
+    }
+    return n;
+}
+
+void model_state_init(const Model *m, float *state, int B) {
+    size_t total = model_state_size(m), off = 0;
+    for (int l = 0; l < m->L && total; l++) {
+        // a sequence's state is its layers' states one after another (model_step gathers one layer's)
+        size_t n = m->mspec[l].ops->state_size(&m->mspec[l]);
+        for (int b = 0; b < B; b++) m->mspec[l].ops->state_init(&m->mix[l], state + b * total + off, 1);
+        off += n;
+    }
+}
+
+int model_step(Model *m, float *state, const int *tokens, float *logits, int B, Err *e) {
+    size_t total = model_state_size(m);
+    if (!total) {
+        for (int l = 0; l < m->L; l++)
+            if (!m->mspec[l].ops->step)
+                return err_set(e, "layer %d (%s) has no recurrent step; only models whose every layer is recurrent "
+                               "(kla) decode token by token", l, m->mspec[l].ops->name);
+    }
+    int bad = embedding_check_ids(tokens, B, m->V);
+    if (bad >= 0) return err_set(e, "token id %d of sequence %d is outside the vocabulary of %d", tokens[bad], bad, m->V);
+    int C = m->C, H = m->hidden, F = m->mlp_kind == MLP_SWIGLU ? 2 * H : H;
+    size_t maxs = 0;
+    for (int l = 0; l < m->L; l++) {
+        size_t n = m->mspec[l].ops->state_size(&m->mspec[l]);
+        if (n > maxs) maxs = n;
+    }
+    float *x = xmalloc(((size_t)B * (3 * C + F + H + 2) + (size_t)B * maxs) * sizeof(float));
+    float *ln = x + (size_t)B * C, *out = ln + (size_t)B * C, *fc = out + (size_t)B * C, *act = fc + (size_t)B * F;
+    float *mean = act + (size_t)B * H, *rstd = mean + B, *st = rstd + B;
+    embedding_forward(x, tokens, P_(m->k_wte), B, C);
+    size_t off = 0;
+    for (int l = 0; l < m->L; l++) {
+        const LayerParams *lp = &m->lp[l];
+        const MixerSpec *s = &m->mspec[l];
+        size_t n = s->ops->state_size(s);
+        // gather this layer's state of every sequence, step, scatter back
+        for (int b = 0; b < B; b++) memcpy(st + b * n, state + b * total + off, n * sizeof(float));
+        norm_forward_(m, ln, mean, rstd, x, lp->ln1_w, lp->ln1_b, B);
+        s->ops->step(&m->mix[l], st, out, ln, B);
+        for (int b = 0; b < B; b++) memcpy(state + b * total + off, st + b * n, n * sizeof(float));
+        off += n;
+        residual_forward(x, x, out, (size_t)B * C);
+        if (!lp->has_mlp) continue;
+        norm_forward_(m, ln, mean, rstd, x, lp->ln2_w, lp->ln2_b, B);
+        matmul_forward(fc, ln, P_(lp->fc_w), P_(lp->fc_b), B, C, F);
+        if (m->mlp_kind == MLP_GELU) gelu_forward(act, fc, (size_t)B * H);
+        else if (m->mlp_kind == MLP_RELU) relu_forward(act, fc, (size_t)B * H);
+        else swiglu_forward(act, fc, B, H);
+        matmul_forward(out, act, P_(lp->proj_w), P_(lp->proj_b), B, H, C);
+        residual_forward(x, x, out, (size_t)B * C);
+    }
+    norm_forward_(m, ln, mean, rstd, x, m->k_lnf_w, m->k_lnf_b, B);
+    matmul_forward(logits, ln, m->tie ? P_(m->k_wte) : P_(m->k_head_w), P_(m->k_head_b), B, C, m->V);
+    free(x);
+    return 0;
+}

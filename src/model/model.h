@@ -109,6 +109,15 @@ void model_zero_grad(Model *m);
 // (the forward's n_supervised, or the total over accumulated micro-batches); grads += ...
 void model_backward(Model *m, int n_norm);
 size_t model_num_params(const Model *m);
+// recurrent decoding, for models whose every mixer can step (kla): the state of one sequence in floats,
+// 0 when some layer cannot (attention needs a KV cache; see seqtrain --info)
+size_t model_state_size(const Model *m);
+// state (B, model_state_size) set to the empty prefix
+void model_state_init(const Model *m, float *state, int B);
+// feed one token per sequence, tokens (B,): logits (B,V) of the next token; the state advances. Token by
+// token this reproduces model_forward's logits. -1 with e set for a bad id or a model that cannot step.
+int model_step(Model *m, float *state, const int *tokens, float *logits, int B, Err *e);
+
 // the predicted token of position i (< B*T of the caller's batch) of the last forward: the argmax of the
 // logits, or under KLA+ of the probability averaged over the samples (positions with a target only)
 int model_argmax(const Model *m, size_t i);

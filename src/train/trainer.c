@@ -311,7 +311,7 @@ static void print_layers_(const Model *m, int T) {
         char what[96];
         if (per_tok) snprintf(what, sizeof what, "%zu per token (KV cache)", per_tok);
         else snprintf(what, sizeof what, "%zu (recurrent)", fixed);
-        printf("| %d | %s | %zu | %s | %zu |\n", l, s->ops->name, n, what, at_T);
+        printf("| %d | %s%s | %zu | %s | %zu |\n", l, s->ops->name, m->lp[l].has_mlp ? "" : " (no MLP)", n, what, at_T);
     }
     printf("| all | | | | %zu |\n", total);
 }
