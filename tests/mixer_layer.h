@@ -5,6 +5,8 @@
 #ifndef SEQ_TEST_MIXER_LAYER_H
 #define SEQ_TEST_MIXER_LAYER_H
 
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -74,6 +76,37 @@ static inline double layer_loss_(void *p) {
     Layer *L = c->L;
     L->spec.ops->forward(&L->m, c->y, c->x, L->B, L->T);
     return gc_dot(c->dy, c->y, (size_t)L->B * L->T * L->C);
+}
+
+// the gradient checks of one layer at (B, T) with its current parameters: random x and dy, finite
+// outputs and dx, then dx and every tensor against central differences with step h (rtol 2e-2, atol 1e-4);
+// gmax (pt.n) gets each tensor's largest |gradient| for the caller's own checks that the tensors the
+// options use carry gradient well above the tolerance
+static inline void layer_gradcheck_all(Layer *L, const char *what, GcRng *r, double h, double *gmax) {
+    int B = L->B, T = L->T, C = L->C;
+    size_t n = (size_t)B * T * C;
+    Ctx c = {L, gc_randn(r, n, 1.0f), (float *)malloc(n * sizeof(float)), gc_randn(r, n, 1.0f)};
+    float *dx = (float *)calloc(n, sizeof(float));
+    layer_loss_(&c);
+    L->spec.ops->backward(&L->m, dx, c.dy, c.x, B, T);
+    float *g = (float *)malloc(L->pt.numel * sizeof(float));
+    memcpy(g, L->grads, L->pt.numel * sizeof(float));
+    int finite = 1;
+    for (size_t i = 0; i < n; i++) finite &= isfinite(c.y[i]) && isfinite(dx[i]);
+    CHECK(finite, "%s: outputs and dx finite", what);
+    char name[200];
+    snprintf(name, sizeof name, "%s: dx", what);
+    gradcheck_buffer(name, c.x, dx, n, layer_loss_, &c, h, 2e-2, 1e-4, 3, 4, 1);
+    for (int k = 0; k < L->pt.n; k++) {
+        const ParamTensor *t = &L->pt.t[k];
+        double gm = 0;
+        for (size_t i = 0; i < t->numel; i++) gm = fmax(gm, fabs(g[t->offset + i]));
+        gmax[k] = gm;
+        snprintf(name, sizeof name, "%s: %s (max|g| %.3g)", what, t->name, gm);
+        gradcheck_buffer(name, L->params + t->offset, g + t->offset, t->numel, layer_loss_, &c, h, 2e-2, 1e-4, 3, 4,
+                         (uint64_t)k + 2);
+    }
+    free(g); free(dx); free(c.x); free(c.y); free(c.dy);
 }
 
 static inline int param_index_(const Layer *L, const char *suffix) {

@@ -91,30 +91,11 @@ static void check_case_(const char *what, const char *json, int sample) {
     layer_shape_(&L, B, T);
     GcRng r = {404};
     perturb_(&L, &r);
-    size_t n = (size_t)B * T * C;
-    Ctx c = {&L, gc_randn(&r, n, 1.0f), malloc(n * sizeof(float)), gc_randn(&r, n, 1.0f)};
-    float *dx = calloc(n, sizeof(float));
-    layer_loss_(&c);
-    L.spec.ops->backward(&L.m, dx, c.dy, c.x, B, T);
-    float *g = malloc(L.pt.numel * sizeof(float));
-    memcpy(g, L.grads, L.pt.numel * sizeof(float));
-    int finite = 1;
-    for (size_t i = 0; i < n; i++) finite &= isfinite(c.y[i]) && isfinite(dx[i]);
-    CHECK(finite, "%s: outputs and dx finite", what);
-    char name[200];
-    snprintf(name, sizeof name, "%s: dx", what);
-    gradcheck_buffer(name, c.x, dx, n, layer_loss_, &c, KLA_GC_H, 2e-2, 1e-4, 3, 4, 1);
-    for (int k = 0; k < L.pt.n; k++) {
-        const ParamTensor *t = &L.pt.t[k];
-        double gmax = 0;
-        for (size_t i = 0; i < t->numel; i++) gmax = fmax(gmax, fabs(g[t->offset + i]));
-        snprintf(name, sizeof name, "%s: %s (max|g| %.3g)", what, t->name, gmax);
-        gradcheck_buffer(name, L.params + t->offset, g + t->offset, t->numel, layer_loss_, &c, KLA_GC_H, 2e-2, 1e-4, 3, 4,
-                         (uint64_t)k + 2);
-        // a check at atol 1e-4 proves little for a gradient below it
-        CHECK(gmax > 1e-2, "%s: %s carries gradient (max|g| %.3g > 1e-2)", what, t->name, gmax);
-    }
-    free(g); free(dx); free(c.x); free(c.y); free(c.dy);
+    double gmax[64];
+    layer_gradcheck_all(&L, what, &r, KLA_GC_H, gmax);
+    // a check at atol 1e-4 proves little for a gradient below it
+    for (int k = 0; k < L.pt.n; k++)
+        CHECK(gmax[k] > 1e-2, "%s: %s carries gradient (max|g| %.3g > 1e-2)", what, L.pt.t[k].name, gmax[k]);
     layer_free_(&L);
 }
 

@@ -74,6 +74,20 @@ static void check_config_(const char *what, const char *json, int ignore_some) {
     model_free(&m);
 }
 
+// a model from a model-section JSON (vocab 37)
+static Model *build_(const char *json, Model *m, uint64_t seed) {
+    Err e = {{0}};
+    cJSON *j = cJSON_Parse(json);
+    ModelSection ms;
+    memset(&ms, 0, sizeof ms);
+    int rc = config_bind_at(&ms, &MODEL_SECTION, j, NULL, "model", &e);
+    cJSON_Delete(j);
+    if (rc == 0) rc = model_build(m, &ms, 37, NULL, seed, &e);
+    config_free(&ms, &MODEL_SECTION);
+    CHECK(rc == 0, "model builds (%.200s)", e.msg);
+    return rc == 0 ? m : NULL;
+}
+
 // KLA+: the loss is -log mean_s p_s(target) over the S copies, computed here from the logits of each copy;
 // the copies differ (each drew its own posterior sample), the marginal is at most the mean cross-entropy
 // (Jensen), and a model without a sampling layer refuses mc_samples > 1
@@ -81,16 +95,10 @@ static void test_mc_loss(void) {
     const char *json = "{\"vocab_size\": 0, \"d_model\": 16, \"n_layers\": 1, \"block\": \"fused\", \"mc_samples\": 4, "
                        "\"mixer\": {\"kind\": \"kla\", \"d_state\": 3, \"init_std\": 0.3, \"dt_min\": 0.05, "
                        "\"dt_max\": 0.5, \"p_init\": 0.3}}";
-    Err e = {{0}};
-    cJSON *j = cJSON_Parse(json);
-    ModelSection ms;
-    memset(&ms, 0, sizeof ms);
-    int rc = config_bind_at(&ms, &MODEL_SECTION, j, NULL, "model", &e);
-    cJSON_Delete(j);
     Model m;
-    if (rc == 0) rc = model_build(&m, &ms, 37, NULL, 7, &e);
-    CHECK(rc == 0, "kla+ model builds (%.200s)", e.msg);
-    if (rc) { config_free(&ms, &MODEL_SECTION); return; }
+    if (!build_(json, &m, 7)) return;
+    Err e = {{0}};
+    int rc;
     int B = 2, T = 9, S = 4, V = 37, in[18], tg[18];
     GcRng r = {5};
     for (int i = 0; i < B * T; i++) { in[i] = (int)(gc_uniform(&r) * V); tg[i] = (int)(gc_uniform(&r) * V); }
@@ -120,9 +128,9 @@ static void test_mc_loss(void) {
     CHECK(m.loss <= mean_ce + 1e-9, "kla+ marginal loss %.5f <= mean cross-entropy of the samples %.5f", m.loss, mean_ce);
     CHECK(m.n_supervised == B * T, "kla+ counts positions, not copies (%d)", m.n_supervised);
     model_free(&m);
-    config_free(&ms, &MODEL_SECTION);
     // no sampling layer
-    j = cJSON_Parse("{\"vocab_size\": 0, \"d_model\": 16, \"n_layers\": 1, \"mc_samples\": 2}");
+    cJSON *j = cJSON_Parse("{\"vocab_size\": 0, \"d_model\": 16, \"n_layers\": 1, \"mc_samples\": 2}");
+    ModelSection ms;
     memset(&ms, 0, sizeof ms);
     config_bind_at(&ms, &MODEL_SECTION, j, NULL, "model", &e);
     cJSON_Delete(j);
@@ -133,19 +141,6 @@ static void test_mc_loss(void) {
 
 // recurrent decoding of a whole model: token by token = the full forward's logits, for fused kla blocks and
 // a prenorm kla layer with an MLP; a model with attention has no recurrent state and says so
-static Model *build_(const char *json, Model *m, uint64_t seed) {
-    Err e = {{0}};
-    cJSON *j = cJSON_Parse(json);
-    ModelSection ms;
-    memset(&ms, 0, sizeof ms);
-    int rc = config_bind_at(&ms, &MODEL_SECTION, j, NULL, "model", &e);
-    cJSON_Delete(j);
-    if (rc == 0) rc = model_build(m, &ms, 37, NULL, seed, &e);
-    config_free(&ms, &MODEL_SECTION);
-    CHECK(rc == 0, "model builds (%.200s)", e.msg);
-    return rc == 0 ? m : NULL;
-}
-
 static void test_decode(void) {
     Model m;
     if (!build_("{\"vocab_size\": 0, \"d_model\": 16, \"n_layers\": 3, \"block\": \"fused\", \"norm\": \"rmsnorm\", "
