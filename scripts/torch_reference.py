@@ -974,6 +974,31 @@ def inv_softplus(y):
     return float(np.log(np.expm1(y)))
 
 
+def causal_shift(layer, x_all, ts):
+    """(worst change of any output before t, whether every output at t moved) when the input at t is
+    perturbed, for each t in ts: a causal layer gives (0, True)"""
+    with torch.no_grad():
+        y = layer(x_all)
+        worst, moved = 0.0, True
+        for t in ts:
+            x2 = x_all.clone()
+            x2[:, t] += torch.randn(x_all.shape[0], x_all.shape[2], dtype=DTYPE)
+            y2 = layer(x2)
+            worst = max(worst, float((y2[:, :t] - y[:, :t]).abs().max()) if t else 0.0)
+            moved = moved and float((y2[:, t] - y[:, t]).abs().min()) > 0
+    return worst, moved
+
+
+def gradcheck_ok(fn, inputs):
+    """torch.autograd.gradcheck in float64 at the tolerances the self-tests use; False (and the reason
+    printed) instead of an exception"""
+    try:
+        return torch.autograd.gradcheck(fn, inputs, eps=1e-6, atol=1e-7, rtol=1e-5)
+    except RuntimeError as e:
+        print(str(e)[:2000])
+        return False
+
+
 def rfa_test_spec(C=8, **opts):
     """An RfaSpec for a tiny test layer: heads 2, damping 0.3, base 10 (fast turns over short T)."""
     o = dict(RFA_DEFAULTS)
@@ -1080,15 +1105,7 @@ def self_test_rfa():
     for name, opts in variants.items():
         spec = rfa_test_spec(C, **opts)
         P = rfa_random_params(spec, C, 1)
-        with torch.no_grad():
-            y = rfa(x_all, P, "", spec)
-            worst, moved = 0.0, True
-            for t in (0, 5, 11):
-                x2 = x_all.clone()
-                x2[:, t] += torch.randn(2, C, dtype=DTYPE)
-                y2 = rfa(x2, P, "", spec)
-                worst = max(worst, float((y2[:, :t] - y[:, :t]).abs().max()) if t else 0.0)
-                moved = moved and float((y2[:, t] - y[:, t]).abs().min()) > 0
+        worst, moved = causal_shift(lambda x: rfa(x, P, "", spec), x_all, (0, 5, 11))
         report(worst == 0.0 and moved, f"(a) causal: {name}: max|dy| before t = {worst:.1e}, outputs at t move")
 
     # (b) mu = 0 heads: finite outputs and gradients, exactly zero gradient of their raw sde_mu, the raw
@@ -1153,11 +1170,7 @@ def self_test_rfa():
             Q = dict(P)
             Q.update(dict(zip(names, vals)))
             return rfa(x, Q, "", spec)
-        try:
-            ok = torch.autograd.gradcheck(fn, (x, *[P[n] for n in names]), eps=1e-6, atol=1e-7, rtol=1e-5)
-        except RuntimeError as e:
-            ok = False
-            print(str(e)[:2000])
+        ok = gradcheck_ok(fn, (x, *[P[n] for n in names]))
         report(ok, f"(d) gradcheck: {name} (x, {', '.join(names)})")
 
     # (e) student with nu/D -> inf: kappa log(1 + R^2/(nu V)) -> R^2/(D V), the gaussian kernel's
@@ -1388,15 +1401,7 @@ def self_test_kla():
     for name, opts in variants.items():
         spec = kla_test_spec(C, **opts)
         P = kla_random_params(spec, C, 1)
-        with torch.no_grad():
-            y = kla(x_all, P, "", spec)
-            worst, moved = 0.0, True
-            for t in (0, 4, 9):
-                x2 = x_all.clone()
-                x2[:, t] += torch.randn(2, C, dtype=DTYPE)
-                y2 = kla(x2, P, "", spec)
-                worst = max(worst, float((y2[:, :t] - y[:, :t]).abs().max()) if t else 0.0)
-                moved = moved and float((y2[:, t] - y[:, t]).abs().min()) > 0
+        worst, moved = causal_shift(lambda x: kla(x, P, "", spec), x_all, (0, 4, 9))
         report(worst == 0.0 and moved, f"(d) causal: {name}: max|dy| before t = {worst:.1e}, outputs at t move")
 
     # (e) gradcheck in float64 w.r.t. the input and every parameter of the layer
@@ -1408,11 +1413,7 @@ def self_test_kla():
 
         def fn(x, *vals):
             return kla(x, dict(zip(names, vals)), "", spec)
-        try:
-            ok = torch.autograd.gradcheck(fn, (x, *[P[n] for n in names]), eps=1e-6, atol=1e-7, rtol=1e-5)
-        except RuntimeError as e:
-            ok = False
-            print(str(e)[:2000])
+        ok = gradcheck_ok(fn, (x, *[P[n] for n in names]))
         report(ok, f"(e) gradcheck: {name} (x, {', '.join(names)})")
 
     # (f) every kla CASE: parameter names/shapes (no ln2/MLP in fused blocks), the full model forward and
