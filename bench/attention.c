@@ -24,15 +24,9 @@
 #endif
 
 #include "nn/attention.h"
+#include "bench.h"
 #include "core/timer.h"
 
-static int num_threads(void) {
-#ifdef _OPENMP
-    return omp_get_max_threads();
-#else
-    return 1;
-#endif
-}
 
 static float *alloc_filled_(size_t n, unsigned seed) {
     float *x = (float *)malloc(n * sizeof(float));
@@ -156,7 +150,7 @@ int main(void) {
     int B = 8, NH = 8, HS = 64;
     static const int Ts[] = {512, 2048};
     AttnOpts o = attn_opts_default(HS);
-    printf("threads %d, B=%d NH=%d HS=%d, causal, no bias (best of repeats)\n\n", num_threads(), B, NH, HS);
+    printf("threads %d, B=%d NH=%d HS=%d, causal, no bias (best of repeats)\n\n", bench_threads(), B, NH, HS);
     printf("%-28s %6s %10s %9s\n", "kernel", "T", "ms", "GFLOP/s");
     for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
         int T = Ts[ti];

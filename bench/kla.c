@@ -43,6 +43,7 @@
 #include <omp.h>
 #endif
 
+#include "bench.h"
 #include "core/timer.h"
 #include "mixers/mixer.h"
 
@@ -59,13 +60,6 @@ typedef struct Args {
     const char *kla, *att, *json;
 } Args;
 
-static int num_threads(void) {
-#ifdef _OPENMP
-    return omp_get_max_threads();
-#else
-    return 1;
-#endif
-}
 
 static void die_(const char *msg, const char *arg) {
     fprintf(stderr, "bench/kla: %s%s%s (--help for usage)\n", msg, arg ? ": " : "", arg ? arg : "");
@@ -347,7 +341,7 @@ static int run_speed_(const Args *a, cJSON *out) {
         fprintf(stderr, "bench/kla: T=%d done (kla %.1f ms, attention %.1f ms)\n", a->Ts[i], tk[i].ms, ta[i].ms);
     }
     printf("## kla vs attention: forward + backward\n\n");
-    printf("threads %d, B=%d, d_model=%d, median of %d repeats after %d warm-up\n", num_threads(), a->B, a->d,
+    printf("threads %d, B=%d, d_model=%d, median of %d repeats after %d warm-up\n", bench_threads(), a->B, a->d,
            a->reps, a->warmup);
     printf("kla: `%s`\nattention: `%s`\n\n", a->kla, a->att);
     printf("| mixer | T | fwd ms | bwd ms | fwd+bwd ms | tokens/s | act MiB |\n");
@@ -528,7 +522,7 @@ static int run_memory_(const Args *a, cJSON *out) {
     // what any run costs besides its buffers: OpenMP thread stacks, matmul packing buffers, code and libraries
     MemReport r0 = mem_measure_(a->kla, 1, a, 1, 1);
     double base = (r0.hwm_kib - r0.rss0_kib) / 1024.0;
-    int M = rep[0].M, S = rep[0].S, MB, nblk, thr = num_threads();
+    int M = rep[0].M, S = rep[0].S, MB, nblk, thr = bench_threads();
     if (!M) die_("--memory: the --kla spec declares no mixer.lambda_log (not a kla mixer?)", a->kla);
     kalman_blocks_(M, &MB, &nblk);
     int busy = thr < B * nblk ? thr : B * nblk;  // threads that hold a recompute buffer at once
@@ -602,7 +596,7 @@ int main(int argc, char **argv) {
 #endif
     cJSON *out = cJSON_CreateObject();
     cJSON_AddStringToObject(out, "bench", a.memory ? "kla_memory" : "kla_speed");
-    cJSON_AddNumberToObject(out, "threads", num_threads());
+    cJSON_AddNumberToObject(out, "threads", bench_threads());
     cJSON_AddNumberToObject(out, "B", a.B);
     cJSON_AddNumberToObject(out, "d_model", a.d);
     cJSON_AddStringToObject(out, "kla", a.kla);

@@ -19,15 +19,9 @@
 #endif
 
 #include "nn/matmul.h"
+#include "bench.h"
 #include "core/timer.h"
 
-static int num_threads(void) {
-#ifdef _OPENMP
-    return omp_get_max_threads();
-#else
-    return 1;
-#endif
-}
 
 #define PEAK_ACC 12  // independent FMA chains per thread: more than latency x FMA ports, so the ports saturate
 
@@ -129,7 +123,7 @@ int main(void) {
         {"lm head", 256, 8192},
     };
     double peak = peak_gflops_();
-    printf("threads %d, measured fp32 FMA peak %.1f GFLOP/s\n\n", num_threads(), peak);
+    printf("threads %d, measured fp32 FMA peak %.1f GFLOP/s\n\n", bench_threads(), peak);
     printf("%-10s %-20s %-28s %9s %9s %7s\n", "layer", "M x N x K", "layout", "ms", "GFLOP/s", "% peak");
     double total_ms = 0, total_flops = 0;  // the 15 shapes of one training step (each layer type once)
     for (size_t l = 0; l < sizeof layers / sizeof layers[0]; l++) {
