@@ -486,9 +486,7 @@ static void kla_step_(const Mixer *m, float *state, float *y, const float *x, in
     matmul_forward(sens, u, mixer_param(m, o->k_sens), NULL, B, M, Ns);
     kla_sensors_(m, sens, u, v, lv, k, q, kn, qn, prec, B);
     kla_dynamics_(m, abar, pbar);
-    for (int b = 0; b < B; b++)
-        kalman_step(ym + (size_t)b * M, NULL, state + b * n, (o->mamba ? u : v) + (size_t)b * M, prec + (size_t)b * M,
-                    k + (size_t)b * S, q + (size_t)b * S, abar, pbar, 1, M, S);
+    kalman_step(ym, NULL, state, n, o->mamba ? u : v, prec, k, q, abar, pbar, B, M, S);
     float lsk = o->skip ? mixer_param(m, o->k_skip)[0] : 0.0f;
     for (size_t i = 0; i < BM; i++) ys[i] = ym[i] + lsk * u[i];
     if (o->gate) {

@@ -196,15 +196,15 @@ void kalman_state_init(float *state, int B, int M, int S) {
         }
 }
 
-void kalman_step(float *y, float *yvar, float *state, const float *v, const float *prec, const float *k,
-                 const float *q, const float *abar, const float *pbar, int B, int M, int S) {
+void kalman_step(float *y, float *yvar, float *state, size_t stride, const float *v, const float *prec,
+                 const float *k, const float *q, const float *abar, const float *pbar, int B, int M, int S) {
     size_t MS = (size_t)M * S;
     float *A2 = xmalloc(2 * MS * sizeof(float)), *P = A2 + MS;
     kalman_dyn_(A2, P, abar, pbar, MS);
     for (int b = 0; b < B; b++)
         for (int m = 0; m < M; m++) {
             size_t i = (size_t)b * M + m;
-            float *L = state + i * 2 * S;
+            float *L = state + b * stride + (size_t)m * 2 * S;
             kalman_update_(L, L + S, A2 + (size_t)m * S, P + (size_t)m * S, abar + (size_t)m * S, prec[i],
                            prec[i] * v[i], k + (size_t)b * S, q + (size_t)b * S, S, &y[i], yvar ? &yvar[i] : NULL);
         }

@@ -44,8 +44,9 @@ void kalman_scan_backward(float *dv, float *dprec, float *dk, float *dq, float *
 
 // recurrent decoding: state (B, M, 2, S) = [lambda | eta] per channel, set by kalman_state_init
 void kalman_state_init(float *state, int B, int M, int S);
-// one token: y, yvar (B,M) (yvar may be NULL); v, prec (B,M); k, q (B,S)
-void kalman_step(float *y, float *yvar, float *state, const float *v, const float *prec, const float *k,
-                 const float *q, const float *abar, const float *pbar, int B, int M, int S);
+// one token: y, yvar (B,M) (yvar may be NULL); v, prec (B,M); k, q (B,S); sequence b's state starts at
+// state + b * stride (stride >= 2 M S: a caller may keep other state of the sequence after it)
+void kalman_step(float *y, float *yvar, float *state, size_t stride, const float *v, const float *prec,
+                 const float *k, const float *q, const float *abar, const float *pbar, int B, int M, int S);
 
 #endif

@@ -316,6 +316,12 @@ static void print_layers_(const Model *m, int T) {
     printf("| all | | | | %zu |\n", total);
 }
 
+// train.steps, or the steps of train.epochs over the training windows
+static long total_steps_(const RunConfig *c, const Loader *train) {
+    long per_step = (long)c->train.batch_size * c->train.grad_accum;
+    return c->train.steps ? c->train.steps : (long)ceil(c->train.epochs * (double)train->n_windows / (double)per_step);
+}
+
 // what the run uses instead of what its config names: a model vocabulary above the data's (a paper config
 // on the bundled WikiText-2), and a token budget of many epochs over small data
 static void print_substitutions_(const RunConfig *c, const Loader *train, int model_vocab, long total_steps) {
@@ -388,9 +394,7 @@ int trainer_check(const RunConfig *c, int info, Err *e) {
         if (rc == 0) {
             printf("model       %zu parameters, %d layers, d_model %d, vocab %d\n", model_num_params(&m), m.L, m.C, m.V);
             if (info) print_layers_(&m, c->train.seq_len);
-            long per_step = (long)c->train.batch_size * c->train.grad_accum;
-            long steps = c->train.steps ? c->train.steps : (long)ceil(c->train.epochs * (double)l[0].n_windows / per_step);
-            print_substitutions_(c, &l[0], m.V, steps);
+            print_substitutions_(c, &l[0], m.V, total_steps_(c, &l[0]));
             Optim opt;
             OptimGroup *groups = NULL;
             rc = optim_setup_(&opt, &groups, &c->optim, &m.pt, e);
@@ -455,9 +459,7 @@ static int setup_(Trainer *t, const TrainerOpts *o, Err *e) {
     if (tokenizer_check_(c, &t->train, e) != 0) return -1;
     if (model_build(&t->model, &c->model, (int)t->train.vocab_size, t->origins, (uint64_t)c->run.seed, e) != 0)
         return -1;
-    long per_step = (long)c->train.batch_size * c->train.grad_accum;
-    t->total_steps = c->train.steps ? c->train.steps
-                                    : (long)ceil(c->train.epochs * (double)t->train.n_windows / (double)per_step);
+    t->total_steps = total_steps_(c, &t->train);
     if (t->total_steps < 1) return err_set(e, "train: 0 steps (set train.steps, or train.epochs > 0)");
     if (optim_setup_(&t->opt, &t->groups, &c->optim, &t->model.pt, e) != 0 || schedule_setup_(t, e) != 0) return -1;
     if (mkdir_p_(t->run_dir, e) != 0) return -1;
