@@ -19,10 +19,14 @@ exactly the keys that exist.
 1. **Inheritance.** A file may start with `"base": "other.json"` (or a list of files): the bases are loaded
    first (paths relative to the file that names them, recursively; a cycle is an error), then the file is
    deep-merged over them: objects merge key by key, every other value (numbers, strings, lists) replaces
-   the base's value whole.
+   the base's value whole. An object whose `"kind"` differs from the base's (a `kla` mixer over an
+   `attention` one, another schedule or task) replaces it whole too: one kind's options mean nothing to
+   another.
 2. **Overrides.** `--set key.path=value` (repeatable) is applied last. The value is read as JSON when it is
    valid JSON (`--set train.seq_len=256`, `--set data.shuffle=false`, `--set 'data.train=["a","b"]'`),
-   otherwise as a plain string (`--set run.name=baseline`).
+   otherwise as a plain string (`--set run.name=baseline`). An object value merges like a child file
+   (`--set 'model.mixer={"pos": "alibi"}'` keeps the other mixer options; `--set 'model.mixer={"kind": "kla"}'`
+   over an attention mixer starts from the kla defaults).
 3. **Validation.** Every key must be one listed below, with the right type and inside its range; a key
    left out takes its default. Any violation stops the program with one line naming the file (or the
    `--set`) that set the value, the key's full path, the bad value, what is allowed, and a did-you-mean

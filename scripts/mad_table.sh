@@ -20,7 +20,7 @@ Settings (environment):
              epochs (10), 1,280 test examples, the paper model; grid lr {5e-4, 1e-3} x wd {0}
       tiny:  pipeline check (CI): d 32, batch 4, 2 steps, 8 train / 8 test examples, sequences of at most
              64 tokens; grid lr {1e-3} x wd {0}; the numbers mean nothing
-  ROWS=id,id,...          only these mixer rows (default all): $(printf '%s ' attn_none attn_rope attn_alibi attn_fox rfa sc_rfa)
+  ROWS=id,id,...          only these mixer rows (default all): $(printf '%s ' attn_none attn_rope attn_alibi attn_fox rfa sc_rfa kla kla_p0 kla_plus)
   TASKS=t,t,...           only these task columns (default all six)
   LRS='a b' WDS='a b'     override the scale's lr / wd grid
   OUT=DIR                 output folder (default runs/mad_table/\$SCALE)
@@ -29,21 +29,28 @@ Options:
   --set KEY=VALUE         extra override for every run (after the row's)
   --dry-run               list the seqtrain commands of the runs still to do; train nothing
 
-Compression: MAD trains it with an encoder + MLP-decoder (autoencoder) head, which seqtrain does not have
-yet; this script trains the decoder-only model on it, where every target is the input token at the same
-position: a trivial identity map, so its accuracy (near 1) measures nothing (footnote in the table)."
+Compression trains MAD's encoder + MLP-decoder backbone (configs/tasks/mad/compression.json: model.head
+autoencoder): the sequence is encoded by the same blocks, and every token is reconstructed from the last
+position's vector."
 
-# --- the rows: id | label | mixer JSON (merged over base.json's {\"kind\": \"attention\", \"heads\": 8})
+# --- the rows: id | label | mixer JSON (merged over base.json's {"kind": "attention", "heads": 8}; a mixer
+# of another kind replaces it) | further --set values separated by ';'. The kla rows follow the KLA paper's
+# MAD setting (App. G.3: d_state 8, expand 1, so a state of 2 x 128 x 8 = 2048 floats per layer) inside
+# MAD's [mixer, swiglu] x 2 scaffold like every row; kla_p0 is its Table 6 ablation (process noise 0),
+# kla_plus its probabilistic decoding KLA+ (App. G.2: 10 Monte Carlo samples; 10x the compute of kla).
+# The rfa rows take the RFA configs' optimizer group of the SDE parameters (configs/rfa/m1_rfa.json).
+MAD_RFA_GROUPS='optim.groups=[{"match": "blocks.*.mixer.sde_*", "lr": 5e-4, "beta1": 0.0, "eps": 1e-7, "clip": 1e-4}]'
 MAD_MIXERS=(
-    'attn_none|Attention (no PE)|{"kind": "attention", "pos": "none"}'
-    'attn_rope|Attention (RoPE)|{"kind": "attention", "pos": "rope"}'
-    'attn_alibi|Attention (ALiBi)|{"kind": "attention", "pos": "alibi"}'
-    'attn_fox|Attention (FoX)|{"kind": "attention", "pos": "fox"}'
-    'rfa|RFA|{"kind": "rfa"}'
-    'sc_rfa|SC-RFA|{"kind": "rfa", "spectral_coupling": true, "damping": 0.05}'
+    'attn_none|Attention (no PE)|{"kind": "attention", "pos": "none"}|'
+    'attn_rope|Attention (RoPE)|{"kind": "attention", "pos": "rope"}|'
+    'attn_alibi|Attention (ALiBi)|{"kind": "attention", "pos": "alibi"}|'
+    'attn_fox|Attention (FoX)|{"kind": "attention", "pos": "fox"}|'
+    "rfa|RFA|{\"kind\": \"rfa\"}|$MAD_RFA_GROUPS"
+    "sc_rfa|SC-RFA|{\"kind\": \"rfa\", \"spectral_coupling\": true, \"damping\": 0.05}|$MAD_RFA_GROUPS"
+    'kla|KLA|{"kind": "kla", "d_state": 8}|'
+    'kla_p0|KLA (p = 0)|{"kind": "kla", "d_state": 8, "process_noise": false}|'
+    'kla_plus|KLA+|{"kind": "kla", "d_state": 8}|model.mc_samples=10'
 )
-# the RFA configs' optimizer group of the SDE parameters (configs/rfa/m1_rfa.json), for the rfa rows
-MAD_RFA_GROUPS='[{"match": "blocks.*.mixer.sde_*", "lr": 5e-4, "beta1": 0.0, "eps": 1e-7, "clip": 1e-4}]'
 # --- the columns: task | label
 MAD_TASKS=(
     'icr|ICR'
@@ -51,7 +58,7 @@ MAD_TASKS=(
     'fuzzy_icr|Fuzzy ICR'
     'selective_copy|Sel. Copy'
     'memorization|Memorization'
-    'compression|Compression†'
+    'compression|Compression'
 )
 
 rfa_parse_opts mad_table "$@"
@@ -96,7 +103,7 @@ rfa_result_() { printf 'test accuracy %s' "$(mad_acc_ "$2")"; }
 mad_in_list_() { [ -z "$2" ] && return 0; case ",$2," in *",$1,"*) return 0 ;; esac; return 1; }
 MAD_ROW_IDS=(); MAD_ROW_LABELS=(); MAD_COL_IDS=(); MAD_COL_LABELS=()
 for m in "${MAD_MIXERS[@]}"; do
-    IFS='|' read -r mid mlabel mjson <<< "$m"
+    IFS='|' read -r mid mlabel mjson mextra <<< "$m"
     mad_in_list_ "$mid" "${ROWS:-}" || continue
     MAD_ROW_IDS+=("$mid"); MAD_ROW_LABELS+=("$mlabel")
 done
@@ -108,10 +115,10 @@ done
 [ "${#MAD_ROW_IDS[@]}" -gt 0 ] || RFA_DIE_RC=2 rfa_die "ROWS='${ROWS:-}' selects no row"
 [ "${#MAD_COL_IDS[@]}" -gt 0 ] || RFA_DIE_RC=2 rfa_die "TASKS='${TASKS:-}' selects no task"
 for m in "${MAD_MIXERS[@]}"; do
-    IFS='|' read -r mid mlabel mjson <<< "$m"
+    IFS='|' read -r mid mlabel mjson mextra <<< "$m"
     mad_in_list_ "$mid" "${ROWS:-}" || continue
     extra=()
-    case "$mjson" in *'"rfa"'*) extra+=("optim.groups=$MAD_RFA_GROUPS") ;; esac
+    while IFS= read -r x; do [ -n "$x" ] && extra+=("$x"); done < <(tr ';' '\n' <<< "$mextra")
     for tid in "${MAD_COL_IDS[@]}"; do
         for lr in $MAD_LRS; do
             minfrac=$(awk -v l="$lr" 'BEGIN { f = 1e-6 / l; if (f > 1) f = 1; printf "%.6g", f }')
@@ -180,10 +187,7 @@ mad_render() {
         printf '|---|'; for c in "${MAD_COL_LABELS[@]}"; do printf -- '---:|'; done; printf -- '---:|\n'
         for r in "${rowcells[@]}"; do echo "$r"; done
         echo
-        echo "† MAD trains compression with an encoder + MLP-decoder (autoencoder) head, which seqtrain does not implement yet;" \
-             "this column is a decoder-only model trained on the same data. There every target is the input token at the same position," \
-             "so the task is a trivial identity map (accuracy near 1 is expected and measures nothing; not comparable with MAD's numbers)." \
-             "It is counted in Avg as in the paper's layout."
+        echo "Compression is trained with MAD's autoencoder backbone (model.head autoencoder: every token decoded from the last position's vector)."
         local failed=() i
         for ((i = 0; i < ${#RFA_IDS[@]}; i++)); do
             [ "$(cat "$RFA_STATE/${RFA_IDS[$i]}.rc" 2>/dev/null)" = 0 ] || failed+=("${RFA_IDS[$i]}")

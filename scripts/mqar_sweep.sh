@@ -26,19 +26,22 @@
 #   BIN=DIR      where seqtrain is (default bin)
 # Resumable: finished runs (RUN_DIR/eval/acc.json) are reused, interrupted ones resumed from their
 # checkpoint; run the same command again after Ctrl-C. The tables go to stdout and to
-# OUT/mqar_<setting>_T<T>.md and .csv; every single run (mixer, d, lr, accuracy) to OUT/mqar_<setting>_runs.csv.
+# OUT/mqar_<setting>_T<T>.md and .csv (with a second table: accuracy vs decoding state size, also in
+# OUT/mqar_<setting>_T<T>_state.csv); every single run (mixer, d, lr, accuracy) to OUT/mqar_<setting>_runs.csv.
 set -u -o pipefail
 PROG=mqar_sweep
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 USAGE=$(sed -n '2,/^set -u/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//')
 
-# The rows: id | label | model.mixer (merged over the base config's {"kind": "attention", "heads": 1},
-# so that object keeps only keys every mixer has) | further --set values separated by ';'
+# The rows: id | label | model.mixer (merged over the base config's {"kind": "attention", "heads": 1}; a
+# mixer of another kind replaces it) | further --set values separated by ';'. KLA rows are the paper's
+# fused blocks (Table 12: 2 blocks, d_state 16, expand 1; no separate MLP).
 MIXER=(
     'attn_rope|Attention (RoPE)|{"kind":"attention","pos":"rope"}|'
     'attn_nope|Attention (no position)|{"kind":"attention","pos":"none"}|'
     'attn_alibi|Attention (ALiBi)|{"kind":"attention","pos":"alibi"}|'
-    'rfa|RFA|{"kind":"rfa","zero_decay_heads":1}|optim.groups=[{"match":"blocks.*.mixer.sde_*","lr":5e-4,"beta1":0.0,"eps":1e-7,"clip":1e-4}]'
+    'rfa|RFA|{"kind":"rfa","heads":1,"zero_decay_heads":1}|optim.groups=[{"match":"blocks.*.mixer.sde_*","lr":5e-4,"beta1":0.0,"eps":1e-7,"clip":1e-4}]'
+    'kla|KLA|{"kind":"kla","d_state":16}|model.block=fused'
 )
 
 # the run queue, option parsing and setup shared with the other task sweep
@@ -81,6 +84,14 @@ scale_sets() {
     esac
 }
 
+# the decoding state of job ID in floats (the "all" row of seqtrain --info), empty if --info fails
+job_state_() {
+    local i a args=()
+    for ((i = 0; i < ${#JOB_IDS[@]}; i++)); do [ "${JOB_IDS[$i]}" = "$1" ] && break; done
+    [ "$i" -lt "${#JOB_IDS[@]}" ] || return 0
+    while IFS= read -r a; do [ -n "$a" ] && args+=("$a"); done <<< "${JOB_ARGS[$i]}"
+    "$SEQTRAIN" "${args[@]}" --info 2>/dev/null | awk -F'|' '$2 ~ /^ *all *$/ { gsub(/ /, "", $6); print $6 }'
+}
 mixer_field() { local m; for m in "${MIXER[@]}"; do [ "${m%%|*}" = "$1" ] && { cut -d'|' -f"$2" <<< "$m"; return 0; }; done; return 1; }
 for m in $MIXERS; do mixer_field "$m" 1 >/dev/null || DIE_RC=2 die "unknown mixer '$m' (known: $(for x in "${MIXER[@]}"; do printf '%s ' "${x%%|*}"; done))"; done
 
@@ -125,8 +136,29 @@ for T in $TS; do
         done
         echo "$line" >> "$md"; echo "$cline" >> "$csv"
     done
+    # accuracy vs state size (BLA Fig. 3a / KLA Fig. 6a): the decoding state of every (mixer, d), in floats
+    # over all layers at this T, from seqtrain --info (a KV cache grows with T; a recurrent state does not)
+    {
+        echo
+        echo "Accuracy vs decoding state size (floats per sequence, all layers, at T = $T; \`seqtrain --info\`), sorted by state:"
+        echo
+        echo "| Mixer | d_model | state | accuracy |"
+        echo "|---|---:|---:|---:|"
+    } >> "$md"
+    scsv="$OUTD/mqar_${SETTING}_T${T}_state.csv"
+    echo "mixer,d_model,state_floats,accuracy" > "$scsv"
+    for m in $MIXERS; do for d in $DIMS; do
+        st=$(job_state_ "${SETTING}_T${T}_${m}_d${d}_lr${LRS%% *}")
+        best=""
+        for lr in $LRS; do
+            a=$(job_acc "${SETTING}_T${T}_${m}_d${d}_lr${lr}")
+            if [ -n "$a" ] && { [ -z "$best" ] || awk -v a="$a" -v b="$best" 'BEGIN { exit !(a > b) }'; }; then best=$a; fi
+        done
+        echo "$m,$d,$st,$best" >> "$scsv"
+        printf '%s\t| %s | %s | %s | %s |\n' "${st:-0}" "$(mixer_field "$m" 2)" "$d" "${st:-—}" "${best:-—}"
+    done; done | sort -n -s -k1,1 | cut -f2- >> "$md"
     echo >> "$md"
-    echo "Runs: \`$CMDLINE\` (commit $commit); per-run accuracies in $(basename "$allcsv")." >> "$md"
+    echo "Runs: \`$CMDLINE\` (commit $commit); per-run accuracies in $(basename "$allcsv"), state sizes in $(basename "$scsv")." >> "$md"
     cat "$md"; echo
 done
 exit "$rc"

@@ -28,13 +28,14 @@ PROG=state_tracking
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 USAGE=$(sed -n '2,/^set -u/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//')
 
-# The rows: id | label | model.mixer (merged over the base config's {"kind": "attention", "heads": 2}) |
-# further --set values separated by ';'
+# The rows: id | label | model.mixer (merged over the base config's {"kind": "attention", "heads": 2}; a
+# mixer of another kind replaces it) | further --set values separated by ';' (KLA: fused blocks, no MLP)
 MIXER=(
     'attn_rope|Attention (RoPE)|{"kind":"attention","pos":"rope"}|'
     'attn_nope|Attention (no position)|{"kind":"attention","pos":"none"}|'
     'attn_alibi|Attention (ALiBi)|{"kind":"attention","pos":"alibi"}|'
-    'rfa|RFA|{"kind":"rfa","zero_decay_heads":1}|optim.groups=[{"match":"blocks.*.mixer.sde_*","lr":5e-4,"beta1":0.0,"eps":1e-7,"clip":1e-4}]'
+    'rfa|RFA|{"kind":"rfa","heads":2,"zero_decay_heads":1}|optim.groups=[{"match":"blocks.*.mixer.sde_*","lr":5e-4,"beta1":0.0,"eps":1e-7,"clip":1e-4}]'
+    'kla|KLA|{"kind":"kla","d_state":16}|model.block=fused'
 )
 THRESH=0.9
 

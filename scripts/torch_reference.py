@@ -38,6 +38,10 @@ Model definition implemented here (names are seqtrain's parameter names):
       block kind (model.block, overridden per layer by model.layers[].block unless "inherit"):
       prenorm as above; fused: x += mixer(norm(x)) only (no ln2, no MLP: the mixer carries its own gate)
     logits = norm_f(x) @ W_head^T (+ head.bias), W_head = wte when tie_embeddings
+    head autoencoder (MAD's AutoEncoder, mad/model/auto_encoder.py, global_pool 'last'): the code is x at
+      the last position (no norm); x_t = code + posemb(t), posemb(t) = [sin(t w_i) | cos(t w_i)],
+      w_i = exp(-i ln(10000) / (C/2 - 1)) for i < C/2 (zero last column for odd C); then
+      x = gelu(norm(x) @ dec.fc1^T + b) and the same with norm2 / fc2, before norm_f and the head
     loss = mean cross-entropy over targets != -100
   norms: LayerNorm eps 1e-5 (bias optional), RMSNorm x / sqrt(mean(x^2) + 1e-6) * w (no bias)
   MLP: gelu (exact, erf) | relu with one hidden layer of round(ratio*C); swiglu: fc gives [a | b]
@@ -415,6 +419,13 @@ def param_shapes(model_cfg, vocab):
             shapes[p + "mlp.proj.weight"] = (C, hidden)
             if mlp.get("bias", True):
                 shapes[p + "mlp.proj.bias"] = (C,)
+    if model_cfg.get("head", "lm") == "autoencoder":
+        for n in ("1", "2"):
+            shapes[f"dec.norm{n}.weight"] = (C,)
+            if norm_bias:
+                shapes[f"dec.norm{n}.bias"] = (C,)
+            shapes[f"dec.fc{n}.weight"] = (C, C)
+            shapes[f"dec.fc{n}.bias"] = (C,)
     shapes["lnf.weight"] = (C,)
     if norm_bias:
         shapes["lnf.bias"] = (C,)
@@ -732,6 +743,22 @@ class Reference:
             y = y + P[prefix + "proj.bias"]
         return y
 
+    def autoencoder_decode(self, x):
+        """MAD's decoder: every position from the last position's vector plus a sin-cos position code."""
+        P = self.P
+        B, T, C = x.shape
+        half = C // 2
+        i = torch.arange(half, dtype=DTYPE)
+        w = torch.exp(-math.log(10000.0) * i / (half - 1)) if half > 1 else torch.ones(1, dtype=DTYPE)
+        ang = torch.arange(T, dtype=DTYPE)[:, None] * w[None, :]
+        pe = torch.cat([torch.sin(ang), torch.cos(ang)], dim=1)
+        if C % 2:
+            pe = torch.cat([pe, torch.zeros(T, 1, dtype=DTYPE)], dim=1)
+        h = x[:, -1:, :] + pe[None]
+        for n in ("1", "2"):
+            h = F.gelu(self.norm(h, f"dec.norm{n}") @ P[f"dec.fc{n}.weight"].T + P[f"dec.fc{n}.bias"])
+        return h
+
     def forward(self, inputs):
         P = self.P
         x = P["wte"][inputs]
@@ -740,6 +767,8 @@ class Reference:
             x = x + MIXERS[spec.kind](self.norm(x, p + "ln1"), P, p + "mixer.", spec)
             if self.has_mlp[l]:
                 x = x + self.mlp(self.norm(x, p + "ln2"), p + "mlp.")
+        if self.cfg.get("head", "lm") == "autoencoder":
+            x = self.autoencoder_decode(x)
         x = self.norm(x, "lnf")
         head = P["wte"] if self.cfg.get("tie_embeddings", True) else P["head.weight"]
         logits = x @ head.T
@@ -891,6 +920,10 @@ CASES = {
                "obs_var_min": 0.05, "skip_init": 0.5}, norm="rmsnorm", tie_embeddings=False),
     "kla_nonoise": _kla_model(
         mixer={"process_noise": False, "gate": False, "dt_min": 0.01, "dt_max": 0.1, "d_state": 3}),
+    # MAD's compression backbone: the blocks encode, the last position is decoded at every position
+    "autoencoder_swiglu_rmsnorm": _model(
+        mixer={"pos": "rope"}, head="autoencoder", norm="rmsnorm", tie_embeddings=False, head_bias=True,
+        mlp={"kind": "swiglu", "ratio": 1.5, "bias": False}),
     # a GPT stack with a last KLA layer: 2 attention prenorm blocks (gelu MLP), then a fused kla block
     "gpt_kla": _model(
         n_layers=3, layers=[{"at": "-1", "block": "fused",

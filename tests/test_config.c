@@ -646,6 +646,34 @@ static void test_json_value(void) {
                    "null for a JSON object");
 }
 
+// an object naming another "kind" replaces the base's object whole (file inheritance and --set); the same
+// kind merges key by key
+static void test_kind_replaces(void) {
+    ExtCfg c;
+    write_("kind_base.json", "{\"model\": {\"mixer\": {\"kind\": \"attn\", \"heads\": 4, \"pos\": \"rope\"}}}");
+    write_("kind_child.json", "{\"base\": \"kind_base.json\", \"model\": {\"mixer\": {\"kind\": \"kla\", \"d\": 8}}}");
+    write_("kind_same.json", "{\"base\": \"kind_base.json\", \"model\": {\"mixer\": {\"kind\": \"attn\", \"pos\": \"alibi\"}}}");
+    struct { const char *file, *set, *want, *what; } cases[] = {
+        {"kind_child.json", NULL, "{\"kind\": \"kla\", \"d\": 8}", "a child file's other kind replaces the mixer"},
+        {"kind_same.json", NULL, "{\"kind\": \"attn\", \"heads\": 4, \"pos\": \"alibi\"}", "the same kind merges"},
+        {"kind_base.json", "model.mixer={\"kind\": \"kla\"}", "{\"kind\": \"kla\"}", "--set of another kind replaces"},
+        {"kind_base.json", "model.mixer={\"pos\": \"none\"}", "{\"kind\": \"attn\", \"heads\": 4, \"pos\": \"none\"}",
+         "--set without a kind merges"},
+        {"kind_base.json", "model.mixer.kind=kla", "{\"kind\": \"kla\", \"heads\": 4, \"pos\": \"rope\"}",
+         "--set of the kind alone is a plain value (the rest stays)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *sets[] = {cases[i].set};
+        CHECK_STR(ext_load_(cases[i].file, sets, cases[i].set ? 1 : 0, &c), "", "%s: loads", cases[i].what);
+        cJSON *want = cJSON_Parse(cases[i].want);
+        char *got = cJSON_PrintUnformatted(c.model.mixer);
+        CHECK(cJSON_Compare(c.model.mixer, want, 1), "%s: got %s", cases[i].what, got);
+        free(got);
+        cJSON_Delete(want);
+        config_free(&c, &ext_schema);
+    }
+}
+
 static void test_nullable(void) {
     ExtCfg c;
     write_("nl.json", "{\"optim\": {\"groups\": [{\"match\": \"a\"}, {\"match\": \"b\", \"beta1\": null},"
@@ -826,6 +854,7 @@ int main(void) {
     test_objlist();
     test_objlist_origins();
     test_json_value();
+    test_kind_replaces();
     test_nullable();
     test_bind_at();
     test_set_items();

@@ -180,7 +180,51 @@ static void test_decode(void) {
     model_free(&m);
 }
 
+// The autoencoder head decodes every position from the last one: the logits of every position move when the
+// last input token changes and none moves when any earlier token changes under a model whose mixer cannot
+// see the past (window 1: each position attends to itself only); the position codes make the rows differ;
+// the tensors are the MAD decoder's; and token-by-token decoding is refused.
+static void test_autoencoder(void) {
+    Model m;
+    const char *json = "{\"vocab_size\": 0, \"d_model\": 12, \"n_layers\": 2, \"head\": \"autoencoder\", "
+                       "\"norm\": \"rmsnorm\", \"tie_embeddings\": false, \"head_bias\": true, "
+                       "\"mixer\": {\"kind\": \"attention\", \"heads\": 2, \"window\": 1}}";
+    if (!build_(json, &m, 5)) return;
+    const char *names[] = {"dec.norm1.weight", "dec.fc1.weight", "dec.fc1.bias", "dec.norm2.weight",
+                           "dec.fc2.weight", "dec.fc2.bias", "lnf.weight", "head.weight", "head.bias"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        int found = 0;
+        for (int k = 0; k < m.pt.n; k++) found |= !strcmp(m.pt.t[k].name, names[i]);
+        CHECK(found, "autoencoder has tensor %s", names[i]);
+    }
+    int B = 1, T = 6, V = m.V, in[6] = {1, 2, 3, 4, 5, 6};
+    Err e = {{0}};
+    CHECK(model_forward(&m, in, NULL, B, T, &e) == 0, "autoencoder forward");
+    float *ref = malloc((size_t)T * V * sizeof(float));
+    memcpy(ref, m.logits, (size_t)T * V * sizeof(float));
+    double rowdiff = 0;
+    for (int v = 0; v < V; v++) rowdiff = fmax(rowdiff, fabs(ref[v] - ref[(T - 1) * V + v]));
+    CHECK(rowdiff > 1e-4, "positions 0 and T-1 decode to different logits (max |d| %.3g > 1e-4)", rowdiff);
+    for (int j = 0; j < T; j++) {
+        int in2[6];
+        memcpy(in2, in, sizeof in2);
+        in2[j] = 30;
+        model_forward(&m, in2, NULL, B, T, &e);
+        double d = 0;
+        for (int i = 0; i < T * V; i++) d = fmax(d, fabs(m.logits[i] - ref[i]));
+        if (j < T - 1) CHECK(d == 0, "changing token %d (not the last) leaves every logit unchanged (max |d| %.3g)", j, d);
+        else CHECK(d > 1e-4, "changing the last token changes the logits (max |d| %.3g > 1e-4)", d);
+    }
+    float st[1], lg[64];
+    int tok = 1;
+    CHECK(model_state_size(&m) == 0 && model_step(&m, st, &tok, lg, 1, &e) != 0 && strstr(e.msg, "autoencoder"),
+          "the autoencoder refuses token-by-token decoding (%.200s)", e.msg);
+    free(ref);
+    model_free(&m);
+}
+
 int main(void) {
+    test_autoencoder();
     test_decode();
     test_mc_loss();
     struct { const char *what, *body; int ignore; } cases[] = {
@@ -220,13 +264,22 @@ int main(void) {
         {"gpt + kla last layer (fused)", "\"mixer\": {\"kind\": \"attention\", \"heads\": 2}, \"layers\": "
          "[{\"at\": \"-1\", \"block\": \"fused\", \"mixer\": {\"kind\": \"kla\", \"d_state\": 2, "
          "\"sensors\": \"mamba\", \"init_std\": 0.3, \"dt_min\": 0.05, \"dt_max\": 0.5, \"p_init\": 0.3}}]", 1},
+        // the MAD compression head: encoder blocks, the last position's code decoded at every position
+        {"autoencoder head, rmsnorm, swiglu (MAD compression)", "\"head\": \"autoencoder\", \"norm\": \"rmsnorm\", "
+         "\"tie_embeddings\": false, \"head_bias\": true, \"mlp\": {\"kind\": \"swiglu\", \"ratio\": 2}, "
+         "\"mixer\": {\"kind\": \"attention\", \"heads\": 2, \"pos\": \"rope\"}", 1},
+        {"autoencoder head, layernorm, fused kla, odd width", "\"head\": \"autoencoder\", \"d_model\": 15, "
+         "\"block\": \"fused\", \"mixer\": {\"kind\": \"kla\", \"d_state\": 3, \"init_std\": 0.3, "
+         "\"dt_min\": 0.05, \"dt_max\": 0.5, \"p_init\": 0.3}", 0},
         {"kla+ (mc_samples 3): Monte-Carlo marginal likelihood", "\"block\": \"fused\", \"mc_samples\": 3, "
          "\"mixer\": {\"kind\": \"kla\", \"d_state\": 3, \"init_std\": 0.3, \"dt_min\": 0.05, \"dt_max\": 0.5, "
          "\"p_init\": 0.3}", 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char json[1024];
-        snprintf(json, sizeof json, "{\"vocab_size\": 0, \"d_model\": 16, \"n_layers\": 2, %s}", cases[i].body);
+        char json[2048];
+        // a case may give its own d_model (it comes first in the body then)
+        snprintf(json, sizeof json, "{\"vocab_size\": 0, %s\"n_layers\": 2, %s}",
+                 strstr(cases[i].body, "\"d_model\"") ? "" : "\"d_model\": 16, ", cases[i].body);
         check_config_(cases[i].what, json, cases[i].ignore);
     }
     return test_summary();

@@ -22,15 +22,15 @@ not_ok() { FAIL=$((FAIL + 1)); echo "not ok - $1 ($2)"; }
 check() { local what=$1; shift; if "$@" >/dev/null 2>&1; then ok "$what"; else not_ok "$what" "condition failed: $*"; fi; }
 MQ="$ROOT/scripts/mqar_sweep.sh"; ST="$ROOT/scripts/state_tracking.sh"
 O="$W/out"
-# the table rows of a Markdown table (after its header and rule), one per line: "label|c1|c2|..."
-rows() { awk -F'|' '/^\|---/ { on = 1; next } on && /^\|/ { s = ""; for (i = 2; i < NF; i++) { gsub(/^ +| +$/, "", $i); s = s (i > 2 ? "|" : "") $i }; print s; next } on { on = 0 }' "$1"; }
+# the rows of the first Markdown table of a file (after its header and rule), one per line: "label|c1|c2|..."
+rows() { awk -F'|' '/^\|---/ { on = 1; next } on && /^\|/ { s = ""; for (i = 2; i < NF; i++) { gsub(/^ +| +$/, "", $i); s = s (i > 2 ? "|" : "") $i }; print s; next } on { exit }' "$1"; }
 # rows of FILE: labels as given, NCOL cells each from column FIRST on, all accuracies in [0, 1]
 acc_rows() {  # acc_rows FILE FIRST NCOL LABEL...
     local f=$1 first=$2 ncol=$3; shift 3
     [ "$(rows "$f" | cut -d'|' -f1)" = "$(printf '%s\n' "$@")" ] || return 1
     rows "$f" | awk -F'|' -v a="$first" -v n="$ncol" '{ if (NF != a + n - 1) exit 1; for (i = a; i < a + n; i++) if ($i !~ /^[01]\.[0-9]+$/ || $i + 0 > 1) exit 1 }'
 }
-LABELS=("Attention (RoPE)" "Attention (no position)" "Attention (ALiBi)" "RFA")
+LABELS=("Attention (RoPE)" "Attention (no position)" "Attention (ALiBi)" "RFA" "KLA")
 
 # --- usage errors
 check "mqar_sweep.sh --help exits 0 and lists the settings" eval '"$MQ" --help | grep -q "kla_long"'
@@ -42,8 +42,8 @@ check "an unknown option exits 2" eval 'OUT=$O "$ST" --frobnicate 2>/dev/null; [
 
 # --- an interrupted run: the sweep's own command for one run, stopped after 2 of its 4 steps
 OUT=$O "$MQ" --dry-run > "$W/dry" 2>/dev/null
-check "--dry-run lists 16 runs (4 mixers x 2 widths x 2 lrs) and trains nothing" \
-    eval '[ "$(grep -c "^$BIN/seqtrain --config " "$W/dry")" = 16 ] && [ ! -d "$O/runs/zoology_T16_attn_rope_d16_lr1e-3" ]'
+check "--dry-run lists 20 runs (5 mixers x 2 widths x 2 lrs) and trains nothing" \
+    eval '[ "$(grep -c "^$BIN/seqtrain --config " "$W/dry")" = 20 ] && [ ! -d "$O/runs/zoology_T16_attn_rope_d16_lr1e-3" ]'
 cmd=$(grep "run.name=zoology_T16_attn_rope_d16_lr1e-3 " "$W/dry")
 eval "$cmd --stop-after 2 --quiet" > /dev/null 2>&1; rc=$?
 check "one run stopped after 2 steps with a checkpoint (exit 130)" test "$rc" = 130 -a -f "$O/runs/zoology_T16_attn_rope_d16_lr1e-3/latest"
@@ -55,29 +55,43 @@ check "mqar_sweep.sh SCALE=tiny finishes (exit 0)" test "$rc" = 0
 check "the interrupted run was resumed" grep -q "zoology_T16_attn_rope_d16_lr1e-3: resuming" "$W/m.err"
 check "the Markdown on stdout is OUT/mqar_zoology_T16.md" eval 'diff <(rows "$W/m.md") <(rows "$O/mqar_zoology_T16.md")'
 check "MQAR columns: Mixer, d=16, d=32" grep -qx '| Mixer | d=16 | d=32 |' "$O/mqar_zoology_T16.md"
-check "MQAR rows: the 4 mixers, 2 accuracies in [0,1] each" acc_rows "$O/mqar_zoology_T16.md" 2 2 "${LABELS[@]}"
-check "MQAR CSV: header, 4 rows, best accuracy and its lr per width" python3 -c '
+check "MQAR rows: the 5 mixers, 2 accuracies in [0,1] each" acc_rows "$O/mqar_zoology_T16.md" 2 2 "${LABELS[@]}"
+check "MQAR CSV: header, 5 rows, best accuracy and its lr per width" python3 -c '
 import csv, sys
 r = list(csv.reader(open(sys.argv[1])))
 assert r[0] == ["mixer", "label", "acc_d16", "lr_d16", "acc_d32", "lr_d32"], r[0]
-assert len(r) == 5 and all(len(x) == 6 for x in r)
+assert len(r) == 6 and all(len(x) == 6 for x in r)
 for x in r[1:]:
     assert 0 <= float(x[2]) <= 1 and 0 <= float(x[4]) <= 1 and x[3] in ("1e-3", "3e-3") and x[5] in ("1e-3", "3e-3")
 runs = list(csv.reader(open(sys.argv[2])))
-assert len(runs) == 17, len(runs)
+assert len(runs) == 21, len(runs)
 for x in r[1:]:
     for j, d in ((2, "16"), (4, "32")):
         assert float(x[j]) == max(float(y[5]) for y in runs[1:] if y[2] == x[0] and y[3] == d)' \
     "$O/mqar_zoology_T16.csv" "$O/mqar_zoology_runs.csv"
 check "the rfa row trained the rfa mixer with the SDE optimizer group, d and lr from the grid" \
     eval 'grep -q "\"kind\":.\"rfa\"" "$O/runs/zoology_T16_rfa_d32_lr3e-3/config.json" && grep -q "mixer.sde_" "$O/runs/zoology_T16_rfa_d32_lr3e-3/config.json" && grep -q "\"d_model\":.32," "$O/runs/zoology_T16_rfa_d32_lr3e-3/config.json" && grep -q "\"lr\":.0.003" "$O/runs/zoology_T16_rfa_d32_lr3e-3/config.json"'
+check "MQAR state table: every (mixer, d), state = KV cache 2 layers x 2 x d x T (RFA: complex, 4 x d) or KLA 2 x (2 x d x 16 + 3 x d)" python3 -c '
+import csv, sys
+r = list(csv.reader(open(sys.argv[1])))
+assert r[0] == ["mixer", "d_model", "state_floats", "accuracy"], r[0]
+assert len(r) == 11, len(r)
+for m, d, st, acc in r[1:]:
+    d, st = int(d), int(st)
+    want = 2 * (2 * d * 16 + 3 * d) if m == "kla" else 2 * 4 * d * 16 if m == "rfa" else 2 * 2 * d * 16
+    assert st == want, (m, d, st, want)
+    assert 0 <= float(acc) <= 1
+md = open(sys.argv[2]).read().split("Accuracy vs decoding state size")[1]
+states = [int(l.split("|")[3]) for l in md.splitlines() if l.startswith("| ") and l.split("|")[3].strip().isdigit()]
+assert len(states) == 10 and states == sorted(states), states' "$O/mqar_zoology_T16_state.csv" "$O/mqar_zoology_T16.md"
+check "the kla row trained fused kla blocks" eval 'grep -q "\"kind\":.\"kla\"" "$O/runs/zoology_T16_kla_d16_lr1e-3/config.json" && grep -q "\"block\":.\"fused\"" "$O/runs/zoology_T16_kla_d16_lr1e-3/config.json"'
 check "the alibi row has pos alibi" grep -q '"pos":.*"alibi"' "$O/runs/zoology_T16_attn_alibi_d16_lr1e-3/config.json"
 OUT=$O "$MQ" > "$W/m2.md" 2> "$W/m2.err"; rc=$?
-check "a second mqar_sweep.sh reuses all 16 runs and prints the same table" \
-    eval '[ "$rc" = 0 ] && [ "$(grep -c "finished earlier, reused" "$W/m2.err")" = 16 ] && ! grep -q ": training" "$W/m2.err" && diff <(rows "$W/m.md") <(rows "$W/m2.md")'
+check "a second mqar_sweep.sh reuses all 20 runs and prints the same table" \
+    eval '[ "$rc" = 0 ] && [ "$(grep -c "finished earlier, reused" "$W/m2.err")" = 20 ] && ! grep -q ": training" "$W/m2.err" && diff <(rows "$W/m.md") <(rows "$W/m2.md")'
 OUT=$O "$MQ" --set train.steps=5 > /dev/null 2> "$W/m3.err"; rc=$?
 check "another configuration over finished runs: exit 1, nothing trained" \
-    eval '[ "$rc" = 1 ] && [ "$(grep -c "holds a run with another configuration" "$W/m3.err")" = 16 ] && ! grep -q ": training" "$W/m3.err" && grep -q "steps" "$W/m3.err"'
+    eval '[ "$rc" = 1 ] && [ "$(grep -c "holds a run with another configuration" "$W/m3.err")" = 20 ] && ! grep -q ": training" "$W/m3.err" && grep -q "steps" "$W/m3.err"'
 check "... and the runs keep their results" eval 'diff <(rows "$W/m.md") <(OUT=$O "$MQ" 2>/dev/null | rows /dev/stdin)'
 
 # --- state tracking
@@ -85,27 +99,27 @@ OUT=$O "$ST" > "$W/s.md" 2> "$W/s.err"; rc=$?
 check "state_tracking.sh SCALE=tiny finishes (exit 0)" test "$rc" = 0
 [ "$rc" = 0 ] || tail -n 20 "$W/s.err" | sed 's/^/    /'
 check "A5 columns: Mixer, fewest layers, L=1, L=2" grep -qx '| Mixer | fewest layers | L=1 | L=2 |' "$O/a5.md"
-check "A5 rows: the 4 mixers, accuracies in [0,1] per depth" acc_rows "$O/a5.md" 3 2 "${LABELS[@]}"
+check "A5 rows: the 5 mixers, accuracies in [0,1] per depth" acc_rows "$O/a5.md" 3 2 "${LABELS[@]}"
 check "A5 fewest layers: 1, 2 or >2, consistent with the 0.9 threshold" python3 -c '
 import csv, sys
 r = list(csv.reader(open(sys.argv[1])))
 assert r[0] == ["mixer", "label", "fewest_layers", "best_acc_L1", "best_acc_L2"], r[0]
-assert len(r) == 5
+assert len(r) == 6
 for x in r[1:]:
     acc = [float(v) for v in x[3:]]
     want = next((str(i + 1) for i, a in enumerate(acc) if a >= 0.9), ">2")
     assert x[2] == want, x' "$O/a5.csv"
-check "A5 trained 4 mixers x 2 depths x 2 seeds" eval '[ "$(ls -d "$O"/runs/a5_*/eval | wc -l)" = 16 ] && grep -q "\"n_layers\":.2," "$O/runs/a5_rfa_L2_s2/config.json"'
+check "A5 trained 5 mixers x 2 depths x 2 seeds" eval '[ "$(ls -d "$O"/runs/a5_*/eval | wc -l)" = 20 ] && grep -q "\"n_layers\":.2," "$O/runs/a5_rfa_L2_s2/config.json"'
 check "parity columns: Mixer, L=8, L=16, L=32" grep -qx '| Mixer | L=8 | L=16 | L=32 |' "$O/parity.md"
-check "parity rows: the 4 mixers, 3 accuracies in [0,1]" acc_rows "$O/parity.md" 2 3 "${LABELS[@]}"
+check "parity rows: the 5 mixers, 3 accuracies in [0,1]" acc_rows "$O/parity.md" 2 3 "${LABELS[@]}"
 check "parity at the training length equals the trainer's own test accuracy" python3 -c '
 import json, sys
 a = json.load(open(sys.argv[1]))["accuracy"]; b = json.load(open(sys.argv[2]))["accuracy"]
 assert abs(a - b) < 1e-6, (a, b)' "$O/runs/parity_attn_rope/eval/acc.json" "$O/runs/parity_attn_rope/eval/len_8.json"
 check "parity at length 32 scored 32 positions per example" eval 'grep -q "\"positions\": 512," "$O/runs/parity_rfa/eval/len_32.json"'
 OUT=$O "$ST" > "$W/s2.md" 2> "$W/s2.err"; rc=$?
-check "a second state_tracking.sh reuses all 20 runs and the evaluations, same tables" \
-    eval '[ "$rc" = 0 ] && [ "$(grep -c "finished earlier, reused" "$W/s2.err")" = 20 ] && ! grep -q ": training" "$W/s2.err" && { [ ! -d "$O/evalcopy" ] || [ -z "$(ls -A "$O/evalcopy")" ]; } && diff <(rows "$W/s.md") <(rows "$W/s2.md")'
+check "a second state_tracking.sh reuses all 25 runs and the evaluations, same tables" \
+    eval '[ "$rc" = 0 ] && [ "$(grep -c "finished earlier, reused" "$W/s2.err")" = 25 ] && ! grep -q ": training" "$W/s2.err" && { [ ! -d "$O/evalcopy" ] || [ -z "$(ls -A "$O/evalcopy")" ]; } && diff <(rows "$W/s.md") <(rows "$W/s2.md")'
 
 echo "$PASS passed, $FAIL failed" >&2
 [ "$FAIL" -eq 0 ]

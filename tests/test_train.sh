@@ -216,6 +216,26 @@ run "$BIN/seqtrain" --config "$W/mqar.json" --quiet --set run.name=mq2 --stop-af
 run "$BIN/seqtrain" --resume "$W/runs/mq2" --quiet
 check "task run: interrupted at 100 and resumed, the loss curve is bit-identical" \
     cmp <(losses "$W/runs/mq/log.jsonl") <(losses "$W/runs/mq2/log.jsonl")
+# early stop (train.stop_at_acc): a threshold the uninterrupted run reached at its step-80 evaluation
+acc80=$(python3 -c 'import json, sys; print([json.loads(l) for l in open(sys.argv[1]) if "val_acc" in l][0]["val_acc"])' "$W/runs/mq/log.jsonl")
+run "$BIN/seqtrain" --config "$W/mqar.json" --quiet --set run.name=mq3 --set train.stop_at_acc=$acc80
+check "stop_at_acc $acc80: stops at the step-80 evaluation, exit 0, final checkpoint and eval/acc.json" python3 -c '
+import json, os, sys
+d = sys.argv[1]
+log = [json.loads(l) for l in open(d + "/log.jsonl")]
+assert max(x["step"] for x in log) == 80, log[-3:]
+assert log[-1] == {"step": 80, "stopped_early": True, "val_acc": float(sys.argv[2])}, log[-1]
+st = json.load(open(d + "/ckpt-00000080/state.json"))
+assert st["stopped_early"] is True and st["step"] == 80
+assert os.path.exists(d + "/eval/acc.json")' "$W/runs/mq3" "$acc80"
+check "... its losses are the uninterrupted run's first 80" cmp <(losses "$W/runs/mq/log.jsonl" | head -n 4) <(losses "$W/runs/mq3/log.jsonl")
+test "$RC" = 0 || not_ok "stop_at_acc run exit status" "$RC"
+run "$BIN/seqtrain" --resume "$W/runs/mq3" --quiet
+check "resuming an early-stopped run trains nothing (exit 0)" \
+    eval '[ "$RC" = 0 ] && grep -q "stopped early at step 80 of 160" "$W/out" && [ "$(grep -c "\"loss\"" "$W/runs/mq3/log.jsonl")" = 4 ]'
+run "$BIN/seqtrain" --config "$W/mqar.json" --set train.stop_at_acc=0.99 --set train.eval_every=0 --check
+check "stop_at_acc without train.eval_every is refused, saying what to set" \
+    eval '[ "$RC" = 1 ] && grep -q "train.stop_at_acc" "$W/err" && grep -q "eval_every" "$W/err"'
 run "$BIN/seqtrain" --config "$W/mqar.json" --set 'data.train=["x.shard"]' --check
 check "data.task with data.train is refused, naming both" eval '[ "$RC" = 1 ] && grep -q "data.task" "$W/err" && grep -q "data.train" "$W/err"'
 run "$BIN/seqtrain" --config "$W/mqar.json" --set data.task.num_kv_pairs=40 --check

@@ -199,13 +199,22 @@ static int record_tree_(CfgOrigins *o, const char *prefix, const cJSON *v, const
 // ----------------------------------------------------------------------------
 // loading
 
-// Move every member of src into dst: objects on both sides merge key by key, anything else from src
-// replaces dst's member whole (a list in a child file is the new list, not an append). Empties src.
+// do two objects name different "kind"s (a mixer, schedule or task of another kind)? Such an object
+// replaces the other whole, since the options of one kind mean nothing to another (an attention mixer's
+// "heads" merged into a kla mixer would be an unknown key).
+static int kinds_differ_(const cJSON *a, const cJSON *b) {
+    const cJSON *ka = cJSON_GetObjectItemCaseSensitive(a, "kind"), *kb = cJSON_GetObjectItemCaseSensitive(b, "kind");
+    return cJSON_IsString(ka) && cJSON_IsString(kb) && strcmp(ka->valuestring, kb->valuestring) != 0;
+}
+
+// Move every member of src into dst: objects on both sides merge key by key (unless they name different
+// kinds), anything else from src replaces dst's member whole (a list in a child file is the new list, not
+// an append). Empties src.
 static void merge_into_(cJSON *dst, cJSON *src) {
     while (src->child) {
         cJSON *c = cJSON_DetachItemViaPointer(src, src->child);
         cJSON *d = cJSON_GetObjectItemCaseSensitive(dst, c->string);
-        if (d && cJSON_IsObject(d) && cJSON_IsObject(c)) {
+        if (d && cJSON_IsObject(d) && cJSON_IsObject(c) && !kinds_differ_(d, c)) {
             merge_into_(d, c);
             cJSON_Delete(c);
         } else if (d) {
@@ -350,7 +359,7 @@ static int parse_index_(const char **p) {
 
 // "a.b[2].c=value": value is JSON when it parses whole as JSON, else a plain string; missing objects on
 // the way are created, list items ("[i]", from 0) must already be there, and an object value merges into
-// an object already there like a child file would.
+// an object already there like a child file would (replacing it when their "kind"s differ).
 static int apply_override_(cJSON *root, const char *text, CfgOrigins *o, Err *e) {
     const char *eq = strchr(text, '=');
     char origin[CFG_STR_MAX + 16];
@@ -419,7 +428,7 @@ static int apply_override_(cJSON *root, const char *text, CfgOrigins *o, Err *e)
     }
     if (rc) {
         cJSON_Delete(val);
-    } else if (cur && cJSON_IsObject(cur) && cJSON_IsObject(val)) {
+    } else if (cur && cJSON_IsObject(cur) && cJSON_IsObject(val) && !kinds_differ_(cur, val)) {
         merge_into_(cur, val);
         cJSON_Delete(val);
     } else if (list) {

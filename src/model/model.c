@@ -55,6 +55,12 @@ static const CfgKey MODEL_KEYS_[] = {
     MKEY_(ModelSection, "tie_embeddings", CFG_BOOL, tie_embeddings, "true", 0, 0, NULL,
           "The head reuses the token embedding matrix."),
     MKEY_(ModelSection, "head_bias", CFG_BOOL, head_bias, "false", 0, 0, NULL, "A bias on the output logits."),
+    MKEY_(ModelSection, "head", CFG_ENUM, head, "\"lm\"", 0, 0, "lm|autoencoder",
+          "lm = logits at every position from the last block's output (a language model). autoencoder = MAD's "
+          "compression backbone: the last position's residual stream is the sequence's code; position p is "
+          "decoded from code + sincos(p) by norm -> Linear(d,d) -> GELU -> norm -> Linear(d,d) -> GELU, then "
+          "the final norm and the head (tensors dec.*). For data whose targets are the inputs (data.task "
+          "compression); such a model cannot decode token by token."),
     MKEY_(ModelSection, "init_std", CFG_FLOAT, init_std, "0.02", 0, 10, NULL,
           "Std of the normal init of embeddings and projections; residual projections use init_std/sqrt(2·n_layers)."),
     MKEY_(ModelSection, "mc_samples", CFG_INT, mc_samples, "1", 1, 1024, NULL,
@@ -177,6 +183,7 @@ int model_build(Model *m, const ModelSection *c, int vocab_size, const CfgOrigin
     m->mlp_bias = c->mlp.bias;
     m->tie = c->tie_embeddings;
     m->head_bias = c->head_bias;
+    m->ae = !strcmp(c->head, "autoencoder");
     m->init_std = (float)c->init_std;
     m->mc = c->mc_samples;
     m->mspec = xcalloc((size_t)m->L, sizeof(MixerSpec));
@@ -231,6 +238,17 @@ int model_build(Model *m, const ModelSection *c, int vocab_size, const CfgOrigin
 #undef LADD_
     }
     m->k_lnf_b = m->k_head_w = m->k_head_b = -1;
+    m->k_dn1_w = m->k_dn1_b = m->k_dfc1_w = m->k_dfc1_b = m->k_dn2_w = m->k_dn2_b = m->k_dfc2_w = m->k_dfc2_b = -1;
+    if (m->ae) {  // MAD's decoder: Linear layers with biases, N(0, init_std) weights
+        if (!rc) rc = (m->k_dn1_w = add_(pt, "dec.norm1.weight", 1, (int[]){C}, init_ones(), 0, e)) < 0;
+        if (!rc && m->norm_bias) rc = (m->k_dn1_b = add_(pt, "dec.norm1.bias", 1, (int[]){C}, init_zeros(), 0, e)) < 0;
+        if (!rc) rc = (m->k_dfc1_w = add_(pt, "dec.fc1.weight", 2, (int[]){C, C}, init_normal(std), 1, e)) < 0;
+        if (!rc) rc = (m->k_dfc1_b = add_(pt, "dec.fc1.bias", 1, (int[]){C}, init_zeros(), 0, e)) < 0;
+        if (!rc) rc = (m->k_dn2_w = add_(pt, "dec.norm2.weight", 1, (int[]){C}, init_ones(), 0, e)) < 0;
+        if (!rc && m->norm_bias) rc = (m->k_dn2_b = add_(pt, "dec.norm2.bias", 1, (int[]){C}, init_zeros(), 0, e)) < 0;
+        if (!rc) rc = (m->k_dfc2_w = add_(pt, "dec.fc2.weight", 2, (int[]){C, C}, init_normal(std), 1, e)) < 0;
+        if (!rc) rc = (m->k_dfc2_b = add_(pt, "dec.fc2.bias", 1, (int[]){C}, init_zeros(), 0, e)) < 0;
+    }
     if (!rc) rc = (m->k_lnf_w = add_(pt, "lnf.weight", 1, (int[]){C}, init_ones(), 0, e)) < 0;
     if (!rc && m->norm_bias) rc = (m->k_lnf_b = add_(pt, "lnf.bias", 1, (int[]){C}, init_zeros(), 0, e)) < 0;
     if (!rc && !m->tie) rc = (m->k_head_w = add_(pt, "head.weight", 2, (int[]){V, C}, init_normal(std), 1, e)) < 0;
@@ -289,6 +307,7 @@ static void model_alloc_acts_(Model *m, int B, int T) {
         if (sc > scratch) scratch = sc;
     }
     size_t final = 2 * BT * C + 2 * BT + BT * (size_t)m->V + 3 * BT + (m->mc > 1 ? BT : 0);
+    if (m->ae) final += 8 * BT * C + 4 * BT;
     size_t grads = 2 * BT * C + BT * F + BT * H;
     size_t total = m->L * per_layer + mlp_acts + mix_acts + final + scratch + grads + BT * C /* mixer out */;
     free(m->arena);
@@ -331,6 +350,22 @@ static void model_alloc_acts_(Model *m, int B, int T) {
     TAKE_(m->losses, BT);
     m->mc_w = NULL;
     if (m->mc > 1) TAKE_(m->mc_w, BT);
+    m->dec_x = m->dec_n1 = m->dec_f1 = m->dec_a1 = m->dec_n2 = m->dec_f2 = m->dec_a2 = m->dec_g = NULL;
+    m->dec_n1_mean = m->dec_n1_rstd = m->dec_n2_mean = m->dec_n2_rstd = NULL;
+    if (m->ae) {
+        TAKE_(m->dec_x, BT * C);
+        TAKE_(m->dec_n1, BT * C);
+        TAKE_(m->dec_f1, BT * C);
+        TAKE_(m->dec_a1, BT * C);
+        TAKE_(m->dec_n2, BT * C);
+        TAKE_(m->dec_f2, BT * C);
+        TAKE_(m->dec_a2, BT * C);
+        TAKE_(m->dec_g, BT * C);
+        TAKE_(m->dec_n1_mean, BT);
+        TAKE_(m->dec_n1_rstd, BT);
+        TAKE_(m->dec_n2_mean, BT);
+        TAKE_(m->dec_n2_rstd, BT);
+    }
     TAKE_(m->scratch, scratch);
     TAKE_(m->dres, BT * C);
     TAKE_(m->dtmp, BT * C);
@@ -411,6 +446,70 @@ int model_argmax(const Model *m, size_t i) {
     return best;
 }
 
+// The autoencoder head (model.head autoencoder), after MAD's AutoEncoder: code = res[b, T-1] (the
+// encoder's residual stream at the last position, no norm), x[b,t] = code + sincos(t), then
+// norm1 -> fc1 -> GELU -> norm2 -> fc2 -> GELU; returns the decoder output (B,T,C), the final norm's input.
+// sincos(t) is MAD's posemb_sincos_1d: [sin(t w_i) | cos(t w_i)], w_i = 10000^(-i/(C/2-1)), i < C/2
+// (a zero last column when C is odd).
+static const float *ae_forward_(Model *m, const float *res, int B, int T) {
+    int C = m->C, half = C / 2, BT = B * T;
+    size_t BTC = (size_t)BT * C;
+    float *pe = m->dec_g;  // (T,C): the gradient buffer is free during the forward
+    for (int t = 0; t < T; t++) {
+        float *row = pe + (size_t)t * C;
+        for (int i = 0; i < half; i++) {
+            double w = half > 1 ? exp(-log(10000.0) * i / (half - 1)) : 1.0;
+            row[i] = (float)sin(t * w);
+            row[half + i] = (float)cos(t * w);
+        }
+        if (C % 2) row[C - 1] = 0.0f;
+    }
+#pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            const float *code = res + ((size_t)b * T + T - 1) * C, *row = pe + (size_t)t * C;
+            float *x = m->dec_x + ((size_t)b * T + t) * C;
+            for (int i = 0; i < C; i++) x[i] = code[i] + row[i];
+        }
+    norm_forward_(m, m->dec_n1, m->dec_n1_mean, m->dec_n1_rstd, m->dec_x, m->k_dn1_w, m->k_dn1_b, BT);
+    matmul_forward(m->dec_f1, m->dec_n1, P_(m->k_dfc1_w), P_(m->k_dfc1_b), BT, C, C);
+    gelu_forward(m->dec_a1, m->dec_f1, BTC);
+    norm_forward_(m, m->dec_n2, m->dec_n2_mean, m->dec_n2_rstd, m->dec_a1, m->k_dn2_w, m->k_dn2_b, BT);
+    matmul_forward(m->dec_f2, m->dec_n2, P_(m->k_dfc2_w), P_(m->k_dfc2_b), BT, C, C);
+    gelu_forward(m->dec_a2, m->dec_f2, BTC);
+    return m->dec_a2;
+}
+
+// backward of ae_forward_: dout (B,T,C) = d(loss)/d(decoder output), overwritten; dres (B,T,C) is set to
+// d(loss)/d(res): zero except at each row's last position, which gets the sum over the decoded positions
+static void ae_backward_(Model *m, float *dout, float *dres, int B, int T) {
+    int C = m->C, BT = B * T;
+    size_t BTC = (size_t)BT * C;
+    float *g = m->dec_g;
+    memset(g, 0, BTC * sizeof(float));
+    gelu_backward(g, m->dec_f2, dout, BTC);  // g = d f2
+    // dout (BT,C) = g (BT,C) @ fc2_w (C,C): d n2
+    matmul(dout, g, P_(m->k_dfc2_w), BT, C, C, 0, 0, 0);
+    matmul_backward(NULL, G_(m->k_dfc2_w), G_(m->k_dfc2_b), g, m->dec_n2, P_(m->k_dfc2_w), BT, C, C);
+    memset(g, 0, BTC * sizeof(float));
+    norm_backward_(m, g, dout, m->dec_a1, m->dec_n2_mean, m->dec_n2_rstd, m->k_dn2_w, m->k_dn2_b, BT);  // g = d a1
+    memset(dout, 0, BTC * sizeof(float));
+    gelu_backward(dout, m->dec_f1, g, BTC);  // dout = d f1
+    matmul(g, dout, P_(m->k_dfc1_w), BT, C, C, 0, 0, 0);  // g = d n1
+    matmul_backward(NULL, G_(m->k_dfc1_w), G_(m->k_dfc1_b), dout, m->dec_n1, P_(m->k_dfc1_w), BT, C, C);
+    memset(dout, 0, BTC * sizeof(float));
+    norm_backward_(m, dout, g, m->dec_x, m->dec_n1_mean, m->dec_n1_rstd, m->k_dn1_w, m->k_dn1_b, BT);  // d x
+    memset(dres, 0, BTC * sizeof(float));
+#pragma omp parallel for
+    for (int b = 0; b < B; b++) {
+        float *code = dres + ((size_t)b * T + T - 1) * C;
+        for (int t = 0; t < T; t++) {
+            const float *d = dout + ((size_t)b * T + t) * C;
+            for (int i = 0; i < C; i++) code[i] += d[i];
+        }
+    }
+}
+
 int model_forward(Model *m, const int *inputs, const int *targets, int B, int T, Err *e) {
     int bad = embedding_check_ids(inputs, B * T, m->V);
     if (bad >= 0)
@@ -449,7 +548,8 @@ int model_forward(Model *m, const int *inputs, const int *targets, int B, int T,
         matmul_forward(m->mix_out, a->act, P_(lp->proj_w), P_(lp->proj_b), BT, H, C);
         residual_forward(next, a->res_mid, m->mix_out, (size_t)BT * C);
     }
-    norm_forward_(m, m->lnf, m->lnf_mean, m->lnf_rstd, m->res_out, m->k_lnf_w, m->k_lnf_b, BT);
+    const float *final = m->ae ? ae_forward_(m, m->res_out, B, T) : m->res_out;
+    norm_forward_(m, m->lnf, m->lnf_mean, m->lnf_rstd, final, m->k_lnf_w, m->k_lnf_b, BT);
     const float *head = m->tie ? P_(m->k_wte) : P_(m->k_head_w);
     matmul_forward(m->logits, m->lnf, head, P_(m->k_head_b), BT, C, m->V);
     m->loss = 0;
@@ -482,7 +582,13 @@ void model_backward(Model *m, int n_norm) {
     matmul(m->dtmp, dlogits, head, BT, C, m->V, 0, 0, 0);
     matmul_backward(NULL, dhead, G_(m->k_head_b), dlogits, m->lnf, head, BT, C, m->V);
     memset(m->dres, 0, BTC * sizeof(float));
-    norm_backward_(m, m->dres, m->dtmp, m->res_out, m->lnf_mean, m->lnf_rstd, m->k_lnf_w, m->k_lnf_b, BT);
+    norm_backward_(m, m->dres, m->dtmp, m->ae ? m->dec_a2 : m->res_out, m->lnf_mean, m->lnf_rstd, m->k_lnf_w,
+                   m->k_lnf_b, BT);
+    if (m->ae) {
+        // dres holds d(loss)/d(decoder output) here; dtmp becomes d(loss)/d(res_out)
+        ae_backward_(m, m->dres, m->dtmp, B, T);
+        memcpy(m->dres, m->dtmp, BTC * sizeof(float));
+    }
     // dres holds d(loss)/d(residual stream) at the output of the current layer, walking down
     for (int l = m->L - 1; l >= 0; l--) {
         LayerActs *a = &m->la[l];
@@ -514,6 +620,7 @@ void model_backward(Model *m, int n_norm) {
 
 size_t model_state_size(const Model *m) {
     size_t n = 0;
+    if (m->ae) return 0;  // every logit depends on the last position
     for (int l = 0; l < m->L; l++) {
         const MixerOps *ops = m->mspec[l].ops;
         if (!ops->step) return 0;
@@ -534,6 +641,9 @@ void model_state_init(const Model *m, float *state, int B) {
 
 int model_step(Model *m, float *state, const int *tokens, float *logits, int B, Err *e) {
     size_t total = model_state_size(m);
+    if (m->ae)
+        return err_set(e, "model.head autoencoder decodes every position from the whole sequence; it cannot decode "
+                       "token by token");
     if (!total) {
         for (int l = 0; l < m->L; l++)
             if (!m->mspec[l].ops->step)

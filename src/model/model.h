@@ -5,6 +5,11 @@
  * last KLA layer) are one config. Block kind `fused` (per model or per layer): x += mixer(norm(x)) with
  * no MLP, for mixers that carry their own gated MLP (KLA, Mamba). No learned position embedding: positions are the mixers' business.
  *
+ * Head `lm` (default): logits of the next token at every position. Head `autoencoder` (MAD's compression
+ * backbone): the blocks encode the sequence, the residual stream at the last position is the code, and every
+ * position p is decoded from code + sincos(p) by a two-layer MLP (norm, Linear(C,C), GELU, twice) before the
+ * final norm and the head: logits (B,T,V) that reconstruct the whole input from one vector.
+ *
  * Memory follows llm.c: one parameter buffer (ParamTable), one gradient buffer of the same layout, and
  * one activation arena sized for the (B,T) of the current call; a call with another (B,T) re-sizes it.
  */
@@ -39,6 +44,7 @@ typedef struct ModelSection {
     cJSON *mixer;            // {"kind": ..., options}
     CfgList layers;          // LayerOverride items
     int tie_embeddings, head_bias;
+    char head[CFG_STR_MAX];  // lm | autoencoder (MAD's compression head)
     double init_std;
     int mc_samples;          // KLA+ probabilistic decoding: S posterior samples (1 = the posterior mean)
 } ModelSection;
@@ -66,12 +72,15 @@ typedef struct LayerActs {
 
 typedef struct Model {
     int V, C, L, hidden, mlp_kind, rms, norm_bias, mlp_bias, tie, head_bias;
+    int ae;             // model.head autoencoder: logits of every position decoded from the last one (MAD)
     float init_std;
     MixerSpec *mspec;   // (L,)
     Mixer *mix;         // (L,)
     ParamTable pt;
     float *params, *grads;
     int k_wte, k_lnf_w, k_lnf_b, k_head_w, k_head_b;
+    // the autoencoder's MLP decoder: norm1 -> fc1 (C,C) -> GELU -> norm2 -> fc2 (C,C) -> GELU (-1 = absent)
+    int k_dn1_w, k_dn1_b, k_dfc1_w, k_dfc1_b, k_dn2_w, k_dn2_b, k_dfc2_w, k_dfc2_b;
     LayerParams *lp;    // (L,)
     // activations for the current (B,T)
     int B, T;
@@ -79,6 +88,10 @@ typedef struct Model {
     size_t arena_size;
     LayerActs *la;      // (L,)
     float *res_out, *lnf, *lnf_mean, *lnf_rstd, *logits, *xstats, *losses;
+    // autoencoder decoder (B,T,C) each, NULL for the lm head: pooled + position code, norm1, fc1, gelu,
+    // norm2, fc2, gelu (the input of lnf), and a gradient buffer (the position codes in the forward)
+    float *dec_x, *dec_n1, *dec_f1, *dec_a1, *dec_n2, *dec_f2, *dec_a2, *dec_g;
+    float *dec_n1_mean, *dec_n1_rstd, *dec_n2_mean, *dec_n2_rstd;  // (B*T,)
     float *scratch;     // shared mixer temporaries
     float *mix_out;     // (B,T,C) a mixer's output before the residual add
     float *dres, *dtmp, *dfc, *dact;  // gradient work buffers

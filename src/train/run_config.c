@@ -94,6 +94,9 @@ static const CfgKey TRAIN_KEYS_[] = {
          "Write a checkpoint every this many steps (and always at the end and on Ctrl-C); 0 = only then."),
     KEY_(TrainSection, "keep_last", CFG_INT, keep_last, "3", 1, 1 << 20, NULL,
          "Checkpoints kept in the run directory (older ones are deleted)."),
+    KEY_(TrainSection, "stop_at_acc", CFG_FLOAT, stop_at_acc, "0", 0, 1, NULL,
+         "Tasks only: stop training (checkpoint, final evaluation, status 0) at the first evaluation whose test "
+         "accuracy reaches this (Zoology's early stop: 0.99; needs train.eval_every > 0). 0 = off."),
 };
 
 static const CfgKey GROUP_KEYS_[] = {

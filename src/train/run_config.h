@@ -50,6 +50,7 @@ typedef struct TrainSection {
     int steps;
     double epochs;
     int eval_every, eval_batches, log_every, ckpt_every, keep_last;
+    double stop_at_acc;  // a task's early stop: test accuracy at an evaluation (0 = off)
 } TrainSection;
 
 typedef struct OptimGroupSection {

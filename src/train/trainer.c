@@ -66,6 +66,9 @@ static int open_split_(Loader *l, const char *what, const CfgStrList *files, con
 
 // data.task and shards exclude each other; without a task, data.train is required
 static int data_source_check_(const RunConfig *c, Err *e) {
+    if (c->train.stop_at_acc > 0 && (!run_config_has_task(c) || !c->train.eval_every))
+        return err_set(e, "train.stop_at_acc: %g needs an accuracy to watch: a data.task and train.eval_every > 0 "
+                       "(set it to 0 to train to the end)", c->train.stop_at_acc);
     if (run_config_has_task(c)) {
         if (c->data.train.n || c->data.val.n || c->data.test.n)
             return err_set(e, "data.task: the run trains on the task \"%s\"; remove data.train/val/test (or set "
@@ -198,6 +201,7 @@ static int save_checkpoint_(Trainer *t, Err *e) {
         cJSON_AddNumberToObject(st, "elapsed_s", t->elapsed);
         cJSON_AddNumberToObject(st, "seed", t->c.run.seed);
         cJSON_AddNumberToObject(st, "threads", t->threads);
+        cJSON_AddBoolToObject(st, "stopped_early", t->stopped_early);
         cJSON_AddItemToObject(st, "config", config_dump(&t->c, &RUN_CONFIG_SCHEMA));
         char *s = cJSON_Print(st);
         cJSON_Delete(st);
@@ -246,6 +250,7 @@ static int load_checkpoint_(Trainer *t, const char *ckpt, Err *e) {
     long ot = (long)json_num_(st, "optim_t", &ok);
     double tokens = json_num_(st, "tokens", &ok), elapsed = json_num_(st, "elapsed_s", &ok);
     int threads = (int)json_num_(st, "threads", &ok);
+    t->stopped_early = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(st, "stopped_early"));  // absent: false
     cJSON_Delete(st);
     if (!ok) return err_set(e, "%s: not a seqtrain state file (missing or bad fields)", path);
     if (total != t->total_steps)
@@ -475,7 +480,10 @@ static int setup_(Trainer *t, const TrainerOpts *o, Err *e) {
         char diag_path[1200];
         snprintf(diag_path, sizeof diag_path, "%s/diag.jsonl", t->run_dir);
         if (truncate_log_(diag_path, t->step, e) != 0) return -1;
-        printf("resuming %s from %s (step %ld of %ld)\n", t->run_dir, ckpt, t->step, t->total_steps);
+        if (t->stopped_early)
+            printf("%s stopped early at step %ld of %ld (train.stop_at_acc reached); nothing left to train\n",
+                   t->run_dir, t->step, t->total_steps);
+        else printf("resuming %s from %s (step %ld of %ld)\n", t->run_dir, ckpt, t->step, t->total_steps);
     } else {
         struct stat st;
         if (stat(log_path, &st) == 0)
@@ -525,7 +533,9 @@ static void log_line_(FILE *log, const char *fmt, ...) {
     fflush(log);
 }
 
-static int validate_(Trainer *t, FILE *log, Err *e) {
+// acc: the task's test accuracy (NAN without a task)
+static int validate_(Trainer *t, FILE *log, double *acc_out, Err *e) {
+    *acc_out = NAN;
     if (!t->has_val) return 0;
     double loss, acc;
     uint64_t n;
@@ -539,6 +549,7 @@ static int validate_(Trainer *t, FILE *log, Err *e) {
                   loss, acc, (unsigned long long)n);
         if (!t->o->quiet) printf("%sstep %ld: test loss %.4f, accuracy %.4f (%llu positions)\n",
                                  isatty(1) ? "\r\033[K" : "", t->step, loss, acc, (unsigned long long)n);
+        *acc_out = acc;
         return 0;
     }
     log_line_(log, "{\"step\": %ld, \"val_loss\": %.9g, \"val_ppl\": %.6g, \"val_tokens\": %llu}", t->step, loss,
@@ -617,7 +628,7 @@ static int loop_(Trainer *t, Err *e) {
     double t_start = time_now_s(), elapsed0 = t->elapsed, last_print = 0;
     long steps_here = 0, first_step = t->step;
     int rc = 0, status = 0;
-    while (t->step < t->total_steps) {
+    while (t->step < t->total_steps && !t->stopped_early) {
         double t0 = time_now_s();
         // all micro-batches first: the loss is a mean over every supervised token of the step, so each
         // backward needs the step's total count
@@ -680,13 +691,21 @@ static int loop_(Trainer *t, Err *e) {
             fflush(stdout);
         }
         int last = t->step == t->total_steps;
+        double acc = NAN;
         if ((c->train.eval_every && t->step % c->train.eval_every == 0) || last)
-            if ((rc = validate_(t, log, e)) != 0) break;
+            if ((rc = validate_(t, log, &acc, e)) != 0) break;
+        if (c->train.stop_at_acc > 0 && !last && acc >= c->train.stop_at_acc) {
+            t->stopped_early = 1;
+            log_line_(log, "{\"step\": %ld, \"stopped_early\": true, \"val_acc\": %.6f}", t->step, acc);
+            if (!t->o->quiet)
+                printf("%sstep %ld: test accuracy %.4f >= train.stop_at_acc %g: training stops here\n",
+                       tty ? "\r\033[K" : "", t->step, acc, c->train.stop_at_acc);
+        }
         int stop = stop_signal_ || (t->o->stop_after && steps_here >= t->o->stop_after);
-        if ((c->train.ckpt_every && t->step % c->train.ckpt_every == 0) || last || stop) {
+        if ((c->train.ckpt_every && t->step % c->train.ckpt_every == 0) || last || stop || t->stopped_early) {
             if ((rc = save_checkpoint_(t, e)) != 0) break;
         }
-        if (stop && !last) {
+        if (stop && !last && !t->stopped_early) {
             printf("%sstopped at step %ld/%ld%s; checkpoint written. Continue with: seqtrain --resume %s\n",
                    tty ? "\n" : "", t->step, t->total_steps, stop_signal_ ? " (interrupted)" : "", t->run_dir);
             status = stop_signal_ ? 128 + stop_signal_ : 130;

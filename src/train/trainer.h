@@ -38,6 +38,7 @@ typedef struct Trainer {
     double tokens;          // tokens trained on, over all processes of the run
     double elapsed;         // seconds of training, over all processes of the run
     int threads;
+    int stopped_early;      // train.stop_at_acc was reached (recorded in the checkpoint: a resume does not train on)
     const TrainerOpts *o;
 } Trainer;
 
