@@ -14,8 +14,9 @@
 #   SCALE=tiny|small|paper   (default small)
 #       tiny:  d 16,32; lr 1e-3,3e-3; T 16, N 2, V 64, 4 steps of 16 examples (pipeline check, meaningless numbers)
 #       small: d 64,128; lr logspace(-4,-2,4); zoology at T 64 only; 20,000 train / 1,000 test examples,
-#              4 epochs, batch 64 (a CPU-sized version; kla_long/bla keep their T, N and V). About 4 min
-#              (d 64) and 7.5 min (d 128) per zoology run on 2 cores: ~4 h for the 32 runs
+#              4 epochs (1,250 steps), batch 64 (a CPU-sized version; kla_long/bla keep their T, N and V);
+#              evaluations every 200 steps, stopping at 0.99 (Zoology's early stop). About 80 s (d 64) and
+#              3 min (d 128) per zoology attention run on 2 cores
 #       paper: d 64,128,256,512; lr logspace(-4,-2,4); the config's examples and epochs; Zoology's batch
 #              size by T (512 for T <= 128, 256, 128, 64 for T = 256, 512, 1024; 32 for T = 2048)
 #   DIMS="64 128" LRS="1e-3 3e-3" TS="64 128"   override the scale's widths / lr grid / zoology lengths
