@@ -1,0 +1,142 @@
+/*
+ * Pure-compute benchmark of one training step (not a test): the model and batch of a run config, timed
+ * without the trainer around them, so that bench/step_overhead.sh can put seqtrain's real per-step time
+ * next to it (the per-step overhead of the trainer on the many small runs of the task sweeps).
+ *
+ *   make benches && build/release/bench/step --config configs/tasks/mad/icr.json [--set KEY=VALUE ...]
+ *       [--reps 20] [--warmup 3] [--json out.json]
+ *
+ * It opens the run's training data as seqtrain does (a task's generator, or data.train's shards), builds the
+ * model from the model section with run.seed, and times, each as the median over --reps after --warmup
+ * untimed repeats:
+ *   data      loader_next of one micro-batch (B,T) (generating task examples, or reading shard windows)
+ *   compute   model_zero_grad + model_forward + model_backward of that micro-batch: the arithmetic of a
+ *             step, nothing else (no optimizer, clipping, logging or evaluation)
+ * Threads from run.threads (0 = OMP_NUM_THREADS or all cores), as seqtrain sets them.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "bench.h"
+#include "cli/args.h"
+#include "core/timer.h"
+#include "data/loader.h"
+#include "model/model.h"
+#include "data/tasks.h"
+#include "train/evaluate.h"
+#include "train/run_config.h"
+
+static int cmp_double_(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median_(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double_);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int main(int argc, char **argv) {
+    const char *config = NULL, *json = NULL;
+    long reps = 20, warmup = 3;
+    ArgList sets = {0};
+    ArgSpec specs[] = {
+        {"--config", ARG_STR, &config, "FILE", "run config (required)", 0, 0},
+        {"--set", ARG_LIST, &sets, "KEY=VALUE", "config override, as seqtrain's (repeatable)", 0, 0},
+        {"--reps", ARG_INT, &reps, "N", "timed repeats (default 20)", 1, 100000},
+        {"--warmup", ARG_INT, &warmup, "N", "untimed repeats first (default 3)", 0, 100000},
+        {"--json", ARG_STR, &json, "FILE", "also write the numbers as JSON", 0, 0},
+    };
+    int nspecs = (int)(sizeof specs / sizeof specs[0]);
+    Err e = {{0}};
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("usage: step --config FILE [--set KEY=VALUE ...] [options]\n\n");
+            args_usage(stdout, specs, nspecs);
+            return 0;
+        }
+    if (args_parse(argc, argv, 1, specs, nspecs, NULL, &e) != 0 || (!config && err_set(&e, "--config is required"))) {
+        fprintf(stderr, "step: %s\n", e.msg);
+        return 2;
+    }
+    RunConfig c;
+    CfgOrigins *origins = NULL;
+    if (run_config_load(&c, config, sets.v, sets.n, &origins, &e) != 0) {
+        fprintf(stderr, "step: %s\n", e.msg);
+        return 1;
+    }
+#ifdef _OPENMP
+    if (c.run.threads > 0) omp_set_num_threads(c.run.threads);
+#endif
+    Loader l;
+    memset(&l, 0, sizeof l);
+    int rc;
+    if (run_config_has_task(&c)) {
+        rc = evaluate_task_open(&l, &c, TASK_TRAIN, c.data.shuffle, &e);
+    } else {
+        const char *pats[CFG_LIST_MAX];
+        for (int i = 0; i < c.data.train.n; i++) pats[i] = c.data.train.v[i];
+        ShardFormat fmt;
+        shard_format_parse(c.data.format, &fmt);
+        LoaderOpts lo = {.patterns = pats, .n_patterns = c.data.train.n, .what = "data.train", .format = fmt,
+                         .vocab_size = (uint32_t)c.data.vocab_size, .T = c.train.seq_len, .shuffle = 1,
+                         .seed = (uint64_t)c.run.seed, .cache_bytes = (size_t)c.data.cache_mb << 20};
+        rc = loader_open(&l, &lo, &e);
+    }
+    Model m;
+    if (rc == 0) rc = model_build(&m, &c.model, (int)l.vocab_size, origins, (uint64_t)c.run.seed, &e);
+    if (rc != 0) {
+        fprintf(stderr, "step: %s\n", e.msg);
+        return 1;
+    }
+    int B = c.train.batch_size, T = c.train.seq_len, n = (int)(warmup + reps);
+    size_t BT = (size_t)B * T;
+    int *in = malloc(BT * sizeof(int)), *tg = malloc(BT * sizeof(int));
+    double *t_data = malloc((size_t)n * sizeof(double)), *t_comp = malloc((size_t)n * sizeof(double));
+    for (int r = 0; r < n; r++) {
+        double t0 = time_now_s();
+        if (loader_next(&l, in, tg, B, &e) != 0) {
+            fprintf(stderr, "step: %s\n", e.msg);
+            return 1;
+        }
+        double t1 = time_now_s();
+        model_zero_grad(&m);
+        if (model_forward(&m, in, tg, B, T, &e) != 0) {
+            fprintf(stderr, "step: %s\n", e.msg);
+            return 1;
+        }
+        model_backward(&m, m.n_supervised);
+        double t2 = time_now_s();
+        t_data[r] = t1 - t0;
+        t_comp[r] = t2 - t1;
+    }
+    double data = median_(t_data + warmup, (int)reps), comp = median_(t_comp + warmup, (int)reps);
+    printf("step: %s | %zu parameters | B %d x T %d | %d threads\n", config, model_num_params(&m), B, T, bench_threads());
+    printf("data (loader_next)          %9.3f ms\n", 1e3 * data);
+    printf("compute (forward+backward)  %9.3f ms  %10.0f tok/s\n", 1e3 * comp, (double)BT / comp);
+    if (json) {
+        FILE *f = fopen(json, "w");
+        if (!f) {
+            fprintf(stderr, "step: cannot write %s\n", json);
+            return 1;
+        }
+        fprintf(f, "{\"config\": \"%s\", \"params\": %zu, \"B\": %d, \"T\": %d, \"threads\": %d, \"data_ms\": %.6f, "
+                "\"compute_ms\": %.6f}\n", config, model_num_params(&m), B, T, bench_threads(), 1e3 * data, 1e3 * comp);
+        fclose(f);
+    }
+    free(in);
+    free(tg);
+    free(t_data);
+    free(t_comp);
+    model_free(&m);
+    loader_close(&l);
+    run_config_free(&c);
+    config_origins_free(origins);
+    return 0;
+}
