@@ -63,6 +63,7 @@
 #include "data/tasks.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -205,32 +206,47 @@ static int perm_is_even_(const int *p) {
     return inv % 2 == 0;
 }
 
-// the group's elements as S5 ranks (elem2rank) and the inverse map (rank2elem, -1 for odd ones in A5)
-static int group_tables_(int alternating, int *elem2rank, int *rank2elem) {
-    int n = 0, p[PERM_N];
-    for (int r = 0; r < S5_ORDER; r++) {
-        perm_unrank_(r, p);
-        rank2elem[r] = -1;
-        if (alternating && !perm_is_even_(p)) continue;
-        rank2elem[r] = n;
-        elem2rank[n++] = r;
+// The groups once for all (the tables are the same for every example): S5's multiplication table on ranks,
+// mul[a][b] = rank of a·b (apply a first, then b), and A5 / S5's elements as S5 ranks (elem2rank) with the
+// inverse maps (rank2elem, -1 for the odd permutations in A5).
+typedef struct GroupTables {
+    unsigned char mul[S5_ORDER][S5_ORDER];
+    int a5_elem2rank[A5_ORDER], a5_rank2elem[S5_ORDER], s5_rank2elem[S5_ORDER];
+} GroupTables;
+
+static GroupTables group_tables_;
+static pthread_once_t group_tables_once_ = PTHREAD_ONCE_INIT;
+
+static void group_tables_init_(void) {
+    GroupTables *g = &group_tables_;
+    int pa[PERM_N], pb[PERM_N], q[PERM_N], n = 0;
+    for (int a = 0; a < S5_ORDER; a++) {
+        perm_unrank_(a, pa);
+        for (int b = 0; b < S5_ORDER; b++) {
+            perm_unrank_(b, pb);
+            for (int k = 0; k < PERM_N; k++) q[k] = pb[pa[k]];
+            g->mul[a][b] = (unsigned char)perm_rank_(q);
+        }
+        g->s5_rank2elem[a] = a;
+        g->a5_rank2elem[a] = -1;
+        if (!perm_is_even_(pa)) continue;
+        g->a5_rank2elem[a] = n;
+        g->a5_elem2rank[n++] = a;
     }
-    return n;
 }
 
 static int word_example_(const TaskSpec *t, Rng *r, int split, int *inputs, int *targets) {
     // inputs, targets are (seq_len,); tokens are element indices 0..order-1, pad = V-1 = order
-    int elem2rank[S5_ORDER], rank2elem[S5_ORDER];
-    int order = group_tables_(t->kind == TASK_A5, elem2rank, rank2elem);
-    int L = draw_len_(r, t, split);
-    int P[PERM_N] = {0, 1, 2, 3, 4}, g[PERM_N], Q[PERM_N];
+    pthread_once(&group_tables_once_, group_tables_init_);
+    const GroupTables *g = &group_tables_;
+    int a5 = t->kind == TASK_A5, order = a5 ? A5_ORDER : S5_ORDER;
+    const int *rank2elem = a5 ? g->a5_rank2elem : g->s5_rank2elem;
+    int L = draw_len_(r, t, split), P = 0;  // P: the prefix product's rank (0 = identity)
     for (int i = 0; i < L; i++) {
         int e = (int)rand_below_(r, (uint64_t)order);
-        perm_unrank_(elem2rank[e], g);
-        for (int k = 0; k < PERM_N; k++) Q[k] = g[P[k]];  // P·g: apply P first, then g
-        memcpy(P, Q, sizeof P);
+        P = g->mul[P][a5 ? g->a5_elem2rank[e] : e];  // P·g: apply P first, then g
         inputs[i] = e;
-        targets[i] = rank2elem[perm_rank_(P)];
+        targets[i] = rank2elem[P];
     }
     pad_(inputs, targets, L, t->seq_len, t->vocab - 1);
     return L;
