@@ -13,7 +13,8 @@
 #       bla:      V 8192, T 512, N 64 (BLA paper Fig. 3a / Table 2: 32 epochs, batch 32, wd 0.01)
 #   SCALE=tiny|small|paper   (default small)
 #       tiny:  d 16,32; lr 1e-3,3e-3; T 16, N 2, V 64, 4 steps of 16 examples (pipeline check, meaningless numbers)
-#       small: d 64,128; lr logspace(-4,-2,4); zoology at T 64 only; 20,000 train / 1,000 test examples,
+#       small: d 64,128; lr 2.15e-3,1e-2 (the upper half of Zoology's grid: short runs favour large rates);
+#              zoology at T 64 only; 20,000 train / 1,000 test examples,
 #              4 epochs (1,250 steps), batch 64 (a CPU-sized version; kla_long/bla keep their T, N and V);
 #              evaluations every 200 steps, stopping at 0.99 (Zoology's early stop). About 80 s (d 64) and
 #              3 min (d 128) per zoology attention run on 2 cores
@@ -55,7 +56,7 @@ CFG="configs/tasks/mqar/$SETTING.json"
 
 case "$SCALE" in
     tiny)  dims="16 32"; lrs="1e-3 3e-3"; ts="16" ;;
-    small) dims="64 128"; lrs="1e-4 4.64e-4 2.15e-3 1e-2"; ts="64" ;;
+    small) dims="64 128"; lrs="2.15e-3 1e-2"; ts="64" ;;
     paper) dims="64 128 256 512"; lrs="1e-4 4.64e-4 2.15e-3 1e-2"; ts="64 128 256 512" ;;
 esac
 DIMS=${DIMS:-$dims}; LRS=${LRS:-$lrs}
