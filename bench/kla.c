@@ -239,16 +239,6 @@ typedef struct Timing {
     size_t act_n;
 } Timing;
 
-static int cmp_double_(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median_(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double_);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 static Timing time_mixer_(const char *json, const Args *a, int T, const char *label) {
     Layer L;
     layer_build_(&L, json, 0, a->d);
@@ -277,9 +267,9 @@ static Timing time_mixer_(const char *json, const Args *a, int T, const char *la
         exit(1);
     }
     Timing r;
-    r.fwd_ms = median_(tf, a->reps);
-    r.bwd_ms = median_(tb, a->reps);
-    r.ms = median_(tt, a->reps);
+    r.fwd_ms = bench_median(tf, a->reps);
+    r.bwd_ms = bench_median(tb, a->reps);
+    r.ms = bench_median(tt, a->reps);
     r.tokens_per_s = (double)a->B * T / (r.ms * 1e-3);
     r.act_n = L.act_n;
     free(tf); free(tb); free(tt);

@@ -32,16 +32,6 @@
 #include "train/evaluate.h"
 #include "train/run_config.h"
 
-static int cmp_double_(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median_(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double_);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 int main(int argc, char **argv) {
     const char *config = NULL, *json = NULL;
     long reps = 20, warmup = 3;
@@ -116,7 +106,7 @@ int main(int argc, char **argv) {
         t_data[r] = t1 - t0;
         t_comp[r] = t2 - t1;
     }
-    double data = median_(t_data + warmup, (int)reps), comp = median_(t_comp + warmup, (int)reps);
+    double data = bench_median(t_data + warmup, (int)reps), comp = bench_median(t_comp + warmup, (int)reps);
     printf("step: %s | %zu parameters | B %d x T %d | %d threads\n", config, model_num_params(&m), B, T, bench_threads());
     printf("data (loader_next)          %9.3f ms\n", 1e3 * data);
     printf("compute (forward+backward)  %9.3f ms  %10.0f tok/s\n", 1e3 * comp, (double)BT / comp);

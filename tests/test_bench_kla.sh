@@ -12,14 +12,7 @@
 # the make flags of BIN's variant.
 set -u
 cd "$(dirname "$0")/.." || exit 2
-BIN=${BIN:-bin}
-case "$BIN" in
-    bin|./bin|bin/) variant=release; flags=() ;;
-    build/asan/bin*) variant=asan; flags=(SANITIZE=1) ;;
-    build/debug/bin*) variant=debug; flags=(DEBUG=1) ;;
-    build/noomp/bin*) variant=noomp; flags=(NO_OMP=1) ;;
-    *) echo "test_bench_kla.sh: unknown BIN $BIN (bin, build/asan/bin, build/debug/bin, build/noomp/bin)" >&2; exit 2 ;;
-esac
+BENCH_TEST=test_bench_kla.sh source tests/bench_build.sh
 KLA=build/$variant/bench/kla
 pass=0; fail=0
 ok()     { echo "ok - $1"; pass=$((pass+1)); }

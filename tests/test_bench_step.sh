@@ -9,14 +9,7 @@
 # The bench is built here (run_all.sh builds tools and tests, not benches), with the make flags of BIN's variant.
 set -u
 cd "$(dirname "$0")/.." || exit 2
-BIN=${BIN:-bin}
-case "$BIN" in
-    bin|./bin|bin/) variant=release; flags=() ;;
-    build/asan/bin*) variant=asan; flags=(SANITIZE=1) ;;
-    build/debug/bin*) variant=debug; flags=(DEBUG=1) ;;
-    build/noomp/bin*) variant=noomp; flags=(NO_OMP=1) ;;
-    *) echo "test_bench_step.sh: unknown BIN $BIN" >&2; exit 2 ;;
-esac
+BENCH_TEST=test_bench_step.sh source tests/bench_build.sh
 STEP=build/$variant/bench/step
 pass=0; fail=0
 ok()     { echo "ok - $1"; pass=$((pass+1)); }
