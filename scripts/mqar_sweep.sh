@@ -21,7 +21,7 @@
 #       paper: d 64,128,256,512; lr logspace(-4,-2,4); the config's examples and epochs; Zoology's batch
 #              size by T (512 for T <= 128, 256, 128, 64 for T = 256, 512, 1024; 32 for T = 2048)
 #   DIMS="64 128" LRS="1e-3 3e-3" TS="64 128"   override the scale's widths / lr grid / zoology lengths
-#   MIXERS="attn_rope rfa"                      only these rows (ids from the MIXER list below)
+#   MIXERS="attn_rope rfa"                      only these rows (ids of mixer_rows in scripts/tasks_common.sh)
 #   OUT=DIR      output folder (default runs/tasks/mqar/$SCALE); runs in OUT/runs, logs in OUT/logs
 #   JOBS=N       runs trained at the same time (default: tiny nproc, else 1); OMP_WAIT_POLICY=passive if > 1
 #   THREADS=N    run.threads of every run (default max(1, nproc / JOBS))
@@ -34,17 +34,6 @@ set -u -o pipefail
 PROG=mqar_sweep
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 USAGE=$(sed -n '2,/^set -u/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//')
-
-# The rows: id | label | model.mixer (merged over the base config's {"kind": "attention", "heads": 1}; a
-# mixer of another kind replaces it) | further --set values separated by ';'. KLA rows are the paper's
-# fused blocks (Table 12: 2 blocks, d_state 16, expand 1; no separate MLP).
-MIXER=(
-    'attn_rope|Attention (RoPE)|{"kind":"attention","pos":"rope"}|'
-    'attn_nope|Attention (no position)|{"kind":"attention","pos":"none"}|'
-    'attn_alibi|Attention (ALiBi)|{"kind":"attention","pos":"alibi"}|'
-    'rfa|RFA|{"kind":"rfa","heads":1,"zero_decay_heads":1}|optim.groups=[{"match":"blocks.*.mixer.sde_*","lr":5e-4,"beta1":0.0,"eps":1e-7,"clip":1e-4}]'
-    'kla|KLA|{"kind":"kla","d_state":16}|model.block=fused'
-)
 
 # the run queue, option parsing and setup shared with the other task sweep
 source "$ROOT/scripts/tasks_common.sh"
@@ -63,7 +52,7 @@ DIMS=${DIMS:-$dims}; LRS=${LRS:-$lrs}
 if [ "$SETTING" = zoology ]; then TS=${TS:-$ts}
 else TS=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["train"]["seq_len"])' "$CFG"); fi
 [ "$SCALE" = tiny ] && TS=16
-MIXERS=${MIXERS:-$(for m in "${MIXER[@]}"; do printf '%s ' "${m%%|*}"; done)}
+mixer_rows 1  # the zoology config's attention has 1 head
 
 # the --set values of the scale for sequence length T
 scale_sets() {
@@ -94,8 +83,6 @@ job_state_() {
     while IFS= read -r a; do [ -n "$a" ] && args+=("$a"); done <<< "${JOB_ARGS[$i]}"
     "$SEQTRAIN" "${args[@]}" --info 2>/dev/null | awk -F'|' '$2 ~ /^ *all *$/ { gsub(/ /, "", $6); print $6 }'
 }
-mixer_field() { local m; for m in "${MIXER[@]}"; do [ "${m%%|*}" = "$1" ] && { cut -d'|' -f"$2" <<< "$m"; return 0; }; done; return 1; }
-for m in $MIXERS; do mixer_field "$m" 1 >/dev/null || DIE_RC=2 die "unknown mixer '$m' (known: $(for x in "${MIXER[@]}"; do printf '%s ' "${x%%|*}"; done))"; done
 
 for T in $TS; do for m in $MIXERS; do for d in $DIMS; do for lr in $LRS; do
     args=(--config "$CFG" --set "model.mixer=$(mixer_field "$m" 3)")

@@ -15,7 +15,7 @@
 #       paper: A5 length 128 (configs/tasks/state/a5.json), layers 1-4, 5 seeds; parity as the config
 #              (train 128, test 128,256,384,512)
 #   L_MAX=N SEEDS=N A5_LEN=N TEST_LENS="128 512"   override the scale's values
-#   MIXERS="attn_rope rfa"    only these rows (ids from the MIXER list below)
+#   MIXERS="attn_rope rfa"    only these rows (ids of mixer_rows in scripts/tasks_common.sh)
 #   OUT=DIR      output folder (default runs/tasks/state/$SCALE); runs in OUT/runs, logs in OUT/logs
 #   JOBS, THREADS, BIN   as scripts/mqar_sweep.sh
 # Resumable: finished runs and per-length evaluations are reused. Tables to stdout and OUT/a5.md|csv,
@@ -28,15 +28,6 @@ PROG=state_tracking
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 USAGE=$(sed -n '2,/^set -u/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//')
 
-# The rows: id | label | model.mixer (merged over the base config's {"kind": "attention", "heads": 2}; a
-# mixer of another kind replaces it) | further --set values separated by ';' (KLA: fused blocks, no MLP)
-MIXER=(
-    'attn_rope|Attention (RoPE)|{"kind":"attention","pos":"rope"}|'
-    'attn_nope|Attention (no position)|{"kind":"attention","pos":"none"}|'
-    'attn_alibi|Attention (ALiBi)|{"kind":"attention","pos":"alibi"}|'
-    'rfa|RFA|{"kind":"rfa","heads":2,"zero_decay_heads":1}|optim.groups=[{"match":"blocks.*.mixer.sde_*","lr":5e-4,"beta1":0.0,"eps":1e-7,"clip":1e-4}]'
-    'kla|KLA|{"kind":"kla","d_state":16}|model.block=fused'
-)
 THRESH=0.9
 
 # the run queue, option parsing and setup shared with the other task sweep
@@ -49,9 +40,7 @@ case "$SCALE" in
     paper) lmax=4; seeds=5; a5len=128; trlen=128; tlens="128 256 384 512" ;;
 esac
 L_MAX=${L_MAX:-$lmax}; SEEDS=${SEEDS:-$seeds}; A5_LEN=${A5_LEN:-$a5len}; TRAIN_LEN=$trlen; TEST_LENS=${TEST_LENS:-$tlens}
-MIXERS=${MIXERS:-$(for m in "${MIXER[@]}"; do printf '%s ' "${m%%|*}"; done)}
-mixer_field() { local m; for m in "${MIXER[@]}"; do [ "${m%%|*}" = "$1" ] && { cut -d'|' -f"$2" <<< "$m"; return 0; }; done; return 1; }
-for m in $MIXERS; do mixer_field "$m" 1 >/dev/null || DIE_RC=2 die "unknown mixer '$m'"; done
+mixer_rows 2  # the state configs' attention has 2 heads
 
 scale_sets() {  # scale_sets a5|parity
     case "$SCALE" in

@@ -1,5 +1,6 @@
 # Shared part of scripts/mqar_sweep.sh and scripts/state_tracking.sh (sourced, not run): the run queue,
-# resumable parallel seqtrain runs whose result is RUN_DIR/eval/acc.json, option parsing and setup.
+# resumable parallel seqtrain runs whose result is RUN_DIR/eval/acc.json, option parsing, setup and the
+# mixer rows.
 # The sourcing script sets PROG and ROOT first.
 
 # A job is one seqtrain run in $RUNS/<id>/; it is finished when RUN_DIR/eval/acc.json exists. A run
@@ -96,5 +97,25 @@ parse_opts() {
         esac
     done
 }
+# The mixer rows of both sweeps: id | label | model.mixer | further --set values separated by ';'. The mixer
+# object merges into the config's attention mixer, or replaces it when its kind differs; the rfa row names
+# the config's attention heads (mixer_rows HEADS), since its object replaces the attention one. KLA rows
+# are fused blocks (no separate MLP; KLA paper Table 12: d_state 16, expand 1). A mixer added later is a
+# line here. mixer_rows also sets MIXERS (default: every row) and refuses an unknown id.
+mixer_rows() {
+    MIXER=(
+        'attn_rope|Attention (RoPE)|{"kind":"attention","pos":"rope"}|'
+        'attn_nope|Attention (no position)|{"kind":"attention","pos":"none"}|'
+        'attn_alibi|Attention (ALiBi)|{"kind":"attention","pos":"alibi"}|'
+        "rfa|RFA|{\"kind\":\"rfa\",\"heads\":$1,\"zero_decay_heads\":1}|optim.groups=[{\"match\":\"blocks.*.mixer.sde_*\",\"lr\":5e-4,\"beta1\":0.0,\"eps\":1e-7,\"clip\":1e-4}]"
+        'kla|KLA|{"kind":"kla","d_state":16}|model.block=fused'
+    )
+    local m all=""
+    for m in "${MIXER[@]}"; do all+="${m%%|*} "; done
+    MIXERS=${MIXERS:-$all}
+    for m in $MIXERS; do mixer_field "$m" 1 >/dev/null || DIE_RC=2 die "unknown mixer '$m' (known: $all)"; done
+}
+# field N (1 id, 2 label, 3 mixer JSON, 4 --set values) of the row with id $1
+mixer_field() { local m; for m in "${MIXER[@]}"; do [ "${m%%|*}" = "$1" ] && { cut -d'|' -f"$2" <<< "$m"; return 0; }; done; return 1; }
 # ---- end of the run queue ----------------------------------------------------------------------------
 
