@@ -6,10 +6,10 @@
  *   make benches && build/release/bench/step --config configs/tasks/mad/icr.json [--set KEY=VALUE ...]
  *       [--reps 20] [--warmup 3] [--json out.json]
  *
- * It opens the run's training data as seqtrain does (a task's generator, or data.train's shards), builds the
- * model from the model section with run.seed, and times, each as the median over --reps after --warmup
+ * It opens the run's task (data.task: the sweeps' configs; a config without one is refused) as seqtrain
+ * does, builds the model from the model section with run.seed, and times, each as the median over --reps after --warmup
  * untimed repeats:
- *   data      loader_next of one micro-batch (B,T) (generating task examples, or reading shard windows)
+ *   data      loader_next of one micro-batch (B,T) (generating its task examples)
  *   compute   model_zero_grad + model_forward + model_backward of that micro-batch: the arithmetic of a
  *             step, nothing else (no optimizer, clipping, logging or evaluation)
  * Threads from run.threads (0 = OMP_NUM_THREADS or all cores), as seqtrain sets them.
@@ -66,19 +66,8 @@ int main(int argc, char **argv) {
 #endif
     Loader l;
     memset(&l, 0, sizeof l);
-    int rc;
-    if (run_config_has_task(&c)) {
-        rc = evaluate_task_open(&l, &c, TASK_TRAIN, c.data.shuffle, &e);
-    } else {
-        const char *pats[CFG_LIST_MAX];
-        for (int i = 0; i < c.data.train.n; i++) pats[i] = c.data.train.v[i];
-        ShardFormat fmt;
-        shard_format_parse(c.data.format, &fmt);
-        LoaderOpts lo = {.patterns = pats, .n_patterns = c.data.train.n, .what = "data.train", .format = fmt,
-                         .vocab_size = (uint32_t)c.data.vocab_size, .T = c.train.seq_len, .shuffle = 1,
-                         .seed = (uint64_t)c.run.seed, .cache_bytes = (size_t)c.data.cache_mb << 20};
-        rc = loader_open(&l, &lo, &e);
-    }
+    int rc = run_config_has_task(&c) ? evaluate_task_open(&l, &c, TASK_TRAIN, c.data.shuffle, &e)
+                                     : err_set(&e, "%s: no data.task; this bench times the task sweeps' runs", config);
     Model m;
     if (rc == 0) rc = model_build(&m, &c.model, (int)l.vocab_size, origins, (uint64_t)c.run.seed, &e);
     if (rc != 0) {

@@ -455,15 +455,15 @@ static const float *ae_forward_(Model *m, const float *res, int B, int T) {
     int C = m->C, half = C / 2, BT = B * T;
     size_t BTC = (size_t)BT * C;
     float *pe = m->dec_g;  // (T,C): the gradient buffer is free during the forward
-    for (int t = 0; t < T; t++) {
-        float *row = pe + (size_t)t * C;
-        for (int i = 0; i < half; i++) {
-            double w = half > 1 ? exp(-log(10000.0) * i / (half - 1)) : 1.0;
-            row[i] = (float)sin(t * w);
-            row[half + i] = (float)cos(t * w);
+    for (int i = 0; i < half; i++) {
+        double w = half > 1 ? exp(-log(10000.0) * i / (half - 1)) : 1.0;
+        for (int t = 0; t < T; t++) {
+            pe[(size_t)t * C + i] = (float)sin(t * w);
+            pe[(size_t)t * C + half + i] = (float)cos(t * w);
         }
-        if (C % 2) row[C - 1] = 0.0f;
     }
+    if (C % 2)
+        for (int t = 0; t < T; t++) pe[(size_t)t * C + C - 1] = 0.0f;
 #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
