@@ -61,29 +61,42 @@
 #ifndef NT_MAX_
 #define NT_MAX_ 256  // output tile cols at most: the B block (KC_ x NT_MAX_, 256 KiB) stays in L2
 #endif
+// the same when A is read in place (no A block to keep in L2): with one K block, only by the B repacks (taller
+// tiles repack B fewer times); with several, also by the C tile, which every K block reads and writes again
+// and which should stay in L2/L3 (measured on Zen 5 at the model's shapes: 4096 and 1024 best)
+#ifndef MT_MAX_IN_PLACE_
+#define MT_MAX_IN_PLACE_ 4096
+#endif
+#ifndef MT_MAX_IN_PLACE_KBLOCKS_
+#define MT_MAX_IN_PLACE_KBLOCKS_ 1024
+#endif
 #define PAR_FLOPS_ 2e6  // below this much work per call, waking threads costs more than it saves
 
-typedef void (*KernelFn)(int kc, const float *a, const float *b, float *c, size_t ldc, int load_c);
+// a: op(A) element (i,k) of the micro-panel at a[i*a_rs + k*a_ks]: a packed panel (a_rs 1, a_ks MR_) or
+// MR_ rows of a row-major A read in place (a_rs = lda, a_ks 1)
+typedef void (*KernelFn)(int kc, const float *a, size_t a_rs, size_t a_ks, const float *b, float *c, size_t ldc,
+                         int load_c);
 
 static int force_portable_ = 0;
 
 void matmul_force_portable(int on) { force_portable_ = on; }
 
 // ----------------------------------------------------------------------------
-// micro-kernels: c (MR_,NR_) with row stride ldc  (=|+)=  a panel (kc,MR_)^T @ b panel (kc,NR_)
+// micro-kernels: c (MR_,NR_) with row stride ldc  (=|+)=  a (MR_,kc) @ b panel (kc,NR_)
 // load_c = 0 starts from zero (overwrite), 1 adds to what c holds. All use one fma per k per element in
-// k order, so the portable and SIMD kernels give bit-identical results.
+// k order, so the portable and SIMD kernels give bit-identical results, packed A or not.
 
-static void kernel_portable_(int kc, const float *a, const float *b, float *c, size_t ldc, int load_c) {
+static void kernel_portable_(int kc, const float *a, size_t a_rs, size_t a_ks, const float *b, float *c,
+                             size_t ldc, int load_c) {
     float acc[MR_][NR_];
     for (int i = 0; i < MR_; i++) {
         for (int j = 0; j < NR_; j++) acc[i][j] = load_c ? c[i * ldc + j] : 0.0f;
     }
     for (int k = 0; k < kc; k++) {
-        const float *a_k = a + (size_t)k * MR_;
+        const float *a_k = a + (size_t)k * a_ks;
         const float *b_k = b + (size_t)k * NR_;
         for (int i = 0; i < MR_; i++) {
-            float a_ki = a_k[i];
+            float a_ki = a_k[i * a_rs];
             // fmaf, not a*b+c: ISO C mode compiles a*b+c unfused, and we want the same rounding as SIMD
             for (int j = 0; j < NR_; j++) acc[i][j] = fmaf(a_ki, b_k[j], acc[i][j]);
         }
@@ -93,54 +106,79 @@ static void kernel_portable_(int kc, const float *a, const float *b, float *c, s
     }
 }
 
+// SIMD kernels: MR_ rows x 2 vectors (NR_ cols) of accumulators, as many as the register file holds next
+// to the two B vectors and the A broadcast; the constant-trip loops are fully unrolled by gcc
 #if defined(__AVX512F__)
-static void kernel_simd_(int kc, const float *a, const float *b, float *c, size_t ldc, int load_c) {
-    // 8 rows x 2 zmm (32 cols) of accumulators; the constant-trip loops below are fully unrolled by gcc
-    __m512 acc0[MR_], acc1[MR_];
-    for (int i = 0; i < MR_; i++) {
-        acc0[i] = load_c ? _mm512_loadu_ps(c + i * ldc) : _mm512_setzero_ps();
-        acc1[i] = load_c ? _mm512_loadu_ps(c + i * ldc + 16) : _mm512_setzero_ps();
-    }
-    for (int k = 0; k < kc; k++) {
-        __m512 b0 = _mm512_load_ps(b + (size_t)k * NR_);
-        __m512 b1 = _mm512_load_ps(b + (size_t)k * NR_ + 16);
-        const float *a_k = a + (size_t)k * MR_;
-        for (int i = 0; i < MR_; i++) {
-            __m512 a_ki = _mm512_set1_ps(a_k[i]);
-            acc0[i] = _mm512_fmadd_ps(a_ki, b0, acc0[i]);
-            acc1[i] = _mm512_fmadd_ps(a_ki, b1, acc1[i]);
-        }
-    }
-    for (int i = 0; i < MR_; i++) {
-        _mm512_storeu_ps(c + i * ldc, acc0[i]);
-        _mm512_storeu_ps(c + i * ldc + 16, acc1[i]);
-    }
-}
+#define VEC_ __m512
+#define VW_ 16
+#define VLOAD_ _mm512_load_ps
+#define VLOADU_ _mm512_loadu_ps
+#define VSTOREU_ _mm512_storeu_ps
+#define VZERO_ _mm512_setzero_ps
+#define VBCAST_(p) _mm512_set1_ps(*(p))
+#define VFMA_ _mm512_fmadd_ps
 #define HAVE_SIMD_KERNEL_ 1
 #elif defined(__AVX2__) && defined(__FMA__)
-static void kernel_simd_(int kc, const float *a, const float *b, float *c, size_t ldc, int load_c) {
-    // 6 rows x 2 ymm (16 cols) of accumulators
-    __m256 acc0[MR_], acc1[MR_];
-    for (int i = 0; i < MR_; i++) {
-        acc0[i] = load_c ? _mm256_loadu_ps(c + i * ldc) : _mm256_setzero_ps();
-        acc1[i] = load_c ? _mm256_loadu_ps(c + i * ldc + 8) : _mm256_setzero_ps();
+#define VEC_ __m256
+#define VW_ 8
+#define VLOAD_ _mm256_load_ps
+#define VLOADU_ _mm256_loadu_ps
+#define VSTOREU_ _mm256_storeu_ps
+#define VZERO_ _mm256_setzero_ps
+#define VBCAST_(p) _mm256_broadcast_ss(p)
+#define VFMA_ _mm256_fmadd_ps
+#define HAVE_SIMD_KERNEL_ 1
+#endif
+
+#ifdef HAVE_SIMD_KERNEL_
+// A_AT(i, k) reads op(A)(i,k): from the packed panel, or from row pointer a_r[i] (MR_ rows read in place:
+// one base register each, indexed by k, so no packing pass and no extra address arithmetic)
+#define KERNEL_BODY_(A_AT)                                                         \
+    VEC_ acc0[MR_], acc1[MR_];                                                   \
+    for (int i = 0; i < MR_; i++) {                                              \
+        acc0[i] = load_c ? VLOADU_(c + i * ldc) : VZERO_();                       \
+        acc1[i] = load_c ? VLOADU_(c + i * ldc + VW_) : VZERO_();                 \
+    }                                                                            \
+    for (int k = 0; k < kc; k++) {                                               \
+        VEC_ b0 = VLOAD_(b + (size_t)k * NR_);                                   \
+        VEC_ b1 = VLOAD_(b + (size_t)k * NR_ + VW_);                             \
+        for (int i = 0; i < MR_; i++) {                                          \
+            VEC_ a_ki = VBCAST_(&A_AT(i, k));                                    \
+            acc0[i] = VFMA_(a_ki, b0, acc0[i]);                                  \
+            acc1[i] = VFMA_(a_ki, b1, acc1[i]);                                  \
+        }                                                                        \
+    }                                                                            \
+    for (int i = 0; i < MR_; i++) {                                              \
+        VSTOREU_(c + i * ldc, acc0[i]);                                          \
+        VSTOREU_(c + i * ldc + VW_, acc1[i]);                                    \
     }
-    for (int k = 0; k < kc; k++) {
-        __m256 b0 = _mm256_load_ps(b + (size_t)k * NR_);
-        __m256 b1 = _mm256_load_ps(b + (size_t)k * NR_ + 8);
-        const float *a_k = a + (size_t)k * MR_;
-        for (int i = 0; i < MR_; i++) {
-            __m256 a_ki = _mm256_broadcast_ss(a_k + i);
-            acc0[i] = _mm256_fmadd_ps(a_ki, b0, acc0[i]);
-            acc1[i] = _mm256_fmadd_ps(a_ki, b1, acc1[i]);
-        }
-    }
-    for (int i = 0; i < MR_; i++) {
-        _mm256_storeu_ps(c + i * ldc, acc0[i]);
-        _mm256_storeu_ps(c + i * ldc + 8, acc1[i]);
+
+static void kernel_simd_packed_(int kc, const float *a, const float *b, float *c, size_t ldc, int load_c) {
+#define PACKED_AT_(i, k) a[(size_t)(k) * MR_ + (i)]
+    KERNEL_BODY_(PACKED_AT_)
+#undef PACKED_AT_
+}
+
+static void kernel_simd_rows_(int kc, const float *a, size_t lda, const float *b, float *c, size_t ldc,
+                              int load_c) {
+    const float *a_r[MR_];
+    for (int i = 0; i < MR_; i++) a_r[i] = a + i * lda;
+#define ROWS_AT_(i, k) a_r[i][k]
+    KERNEL_BODY_(ROWS_AT_)
+#undef ROWS_AT_
+}
+#undef KERNEL_BODY_
+#endif
+
+#ifdef HAVE_SIMD_KERNEL_
+static void kernel_simd_(int kc, const float *a, size_t a_rs, size_t a_ks, const float *b, float *c, size_t ldc,
+                         int load_c) {
+    if (a_ks == 1) {
+        kernel_simd_rows_(kc, a, a_rs, b, c, ldc, load_c);
+    } else {
+        kernel_simd_packed_(kc, a, b, c, ldc, load_c);
     }
 }
-#define HAVE_SIMD_KERNEL_ 1
 #endif
 
 // ----------------------------------------------------------------------------
@@ -213,7 +251,9 @@ static void pack_a_rows_(float *dst, const float *A, int M, int K, int i0, int k
 // gets a contiguous KCHUNK_ x w run. Walking one panel over all kc instead touches a different page per k
 // when ld is large (the LM head dW: A^T rows are V floats apart); walking one row over all panels writes
 // to panels kc*w floats apart, which all fall in the same L1 set.
+#ifndef KCHUNK_
 #define KCHUNK_ 16
+#endif
 static void pack_rows_contig_(float *dst, const float *X, size_t ld, int c0, int c_end, int w, int k0, int kc,
                               int panels) {
     for (int kb = 0; kb < kc; kb += KCHUNK_) {
@@ -224,7 +264,15 @@ static void pack_rows_contig_(float *dst, const float *X, size_t ld, int c0, int
                 const float *x_k = X + (size_t)(k0 + k) * ld + c;
                 float *d = dst + (size_t)p * w * kc + (size_t)k * w;
                 if (n == w) {
-                    memcpy(d, x_k, (size_t)w * sizeof(float));
+                    // constant sizes, so the copy is inlined as vector moves (a memcpy call per 32 bytes
+                    // cost more than the copy)
+                    if (w == MR_) {
+                        memcpy(d, x_k, MR_ * sizeof(float));
+                    } else if (w == NR_) {
+                        memcpy(d, x_k, NR_ * sizeof(float));
+                    } else {
+                        memcpy(d, x_k, (size_t)w * sizeof(float));
+                    }
                 } else {
                     for (int j = 0; j < n; j++) d[j] = x_k[j];
                     for (int j = n; j < w; j++) d[j] = 0.0f;
@@ -295,7 +343,7 @@ typedef struct Tiling {
 // choose the tile shape: big tiles amortize packing (each tile repacks its A rows and B cols per K block),
 // but the tile count must split evenly over the threads. Scores each candidate by the rows x cols a thread
 // computes in the slowest share (padding included), inflated by the packing overhead of small tiles.
-static Tiling plan_(int M, int N, int K, int threads) {
+static Tiling plan_(int M, int N, int K, int threads, int a_in_place) {
     Tiling t;
     int n_full = (N + NR_ - 1) / NR_ * NR_;
     t.nt = n_full < NT_MAX_ ? n_full : NT_MAX_;
@@ -305,7 +353,10 @@ static Tiling plan_(int M, int N, int K, int threads) {
     double best = 1e300;
     t.mt = MR_;
     int m_full = (M + MR_ - 1) / MR_ * MR_;
-    for (int mt = MT_MAX_; mt >= MR_; mt -= MR_) {
+    // A read in place has no A block to keep in L2, so tiles may be taller: each tile packs its B block
+    // once per K block, so fewer, taller tiles pack B fewer times
+    int mt_max = !a_in_place ? MT_MAX_ : (K <= KC_ ? MT_MAX_IN_PLACE_ : MT_MAX_IN_PLACE_KBLOCKS_);
+    for (int mt = mt_max; mt >= MR_; mt -= MR_) {
         if (mt > m_full) continue;
         int m_tiles = (M + mt - 1) / mt;
         int rows = (M + m_tiles - 1) / m_tiles;  // rows of the tiles if spread evenly
@@ -313,7 +364,7 @@ static Tiling plan_(int M, int N, int K, int threads) {
         long tiles = (long)m_tiles * t.n_tiles;
         long share = (tiles + threads - 1) / threads;
         // packing: per tile and K element, A costs ~ rows/8 and B ~ cols/8 micro-kernel steps' worth
-        double cost = (double)share * rows * t.nt * (1.0 + 8.0 / rows + 8.0 / t.nt);
+        double cost = (double)share * rows * t.nt * (1.0 + 8.0 / rows + (a_in_place ? 0.0 : 8.0 / t.nt));
         if (cost < best * 0.999) {
             best = cost;
             t.mt = rows;
@@ -338,14 +389,11 @@ static void compute_tile_(KernelFn kernel, float *buf, float *C, const float *A,
         // the first K block overwrites C unless accumulating; later blocks add on
         int load_c = accumulate || k0 > 0;
         // apack: m_panels x (kc, MR_); bpack: n_panels x (kc, NR_)
-        if (a_packed) {
-            // apack already holds these rows over all of K (one K block), packed by the previous tile
-        } else if (transA) {
-            pack_rows_contig_(apack, A, (size_t)M, i_begin, i_end, MR_, k0, kc, m_panels);
+        if (a_packed || !transA) {
+            // apack already holds these rows over all of K (one K block), packed by the previous tile; or
+            // A is row-major and the kernel reads its rows in place (only a short edge panel is packed)
         } else {
-            for (int p = 0; p < m_panels; p++) {
-                pack_a_rows_(apack + (size_t)p * MR_ * kc, A, i_end, K, i_begin + p * MR_, k0, kc);
-            }
+            pack_rows_contig_(apack, A, (size_t)M, i_begin, i_end, MR_, k0, kc, m_panels);
         }
         if (transB) {
             for (int p = 0; p < n_panels; p++) {
@@ -356,15 +404,27 @@ static void compute_tile_(KernelFn kernel, float *buf, float *C, const float *A,
         }
         for (int p = 0; p < m_panels; p++) {
             int i0 = i_begin + p * MR_;
-            const float *a_p = apack + (size_t)p * MR_ * kc;
             int mr = i_end - i0 < MR_ ? i_end - i0 : MR_;
+            // op(A) panel rows i0.., K block k0..: in place (row stride K) or packed (k-major, MR_ wide)
+            const float *a_p = apack + (size_t)p * MR_ * kc;
+            size_t a_rs = 1, a_ks = MR_;
+            if (!transA) {
+                if (mr == MR_) {
+                    a_p = A + (size_t)i0 * K + k0;
+                    a_rs = (size_t)K;
+                    a_ks = 1;
+                } else {
+                    a_p = apack;  // the last rows of A: packed, zero-filled past M
+                    pack_a_rows_(apack, A, i_end, K, i0, k0, kc);
+                }
+            }
             for (int q = 0; q < n_panels; q++) {
                 int j0 = j_begin + q * NR_;
                 const float *b_p = bpack + (size_t)q * NR_ * kc;
                 int nr = j_end - j0 < NR_ ? j_end - j0 : NR_;
                 float *c_ij = C + (size_t)i0 * N + j0;
                 if (mr == MR_ && nr == NR_) {
-                    kernel(kc, a_p, b_p, c_ij, (size_t)N, load_c);
+                    kernel(kc, a_p, a_rs, a_ks, b_p, c_ij, (size_t)N, load_c);
                 } else {
                     // edge: run the full-size kernel on a local tile, copy back only the valid part
                     float tile[MR_ * NR_];
@@ -372,7 +432,7 @@ static void compute_tile_(KernelFn kernel, float *buf, float *C, const float *A,
                     if (load_c) {
                         for (int i = 0; i < mr; i++) memcpy(tile + i * NR_, c_ij + (size_t)i * N, nr * sizeof(float));
                     }
-                    kernel(kc, a_p, b_p, tile, NR_, load_c);
+                    kernel(kc, a_p, a_rs, a_ks, b_p, tile, NR_, load_c);
                     for (int i = 0; i < mr; i++) memcpy(c_ij + (size_t)i * N, tile + i * NR_, nr * sizeof(float));
                 }
             }
@@ -398,7 +458,7 @@ void matmul(float *C, const float *A, const float *B, int M, int N, int K, int t
 #ifdef _OPENMP
     if (2.0 * M * N * K > PAR_FLOPS_ && !omp_in_parallel()) threads = omp_get_max_threads();
 #endif
-    Tiling t = plan_(M, N, K, threads);
+    Tiling t = plan_(M, N, K, threads, !transA);
     int tiles = t.m_tiles * t.n_tiles;
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {

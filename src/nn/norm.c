@@ -2,7 +2,7 @@
  * LayerNorm and RMSNorm, forward and backward (see norm.h for the conventions).
  *
  * Row statistics are summed in double: with C in the thousands and activations with a large common
- * offset, a float sum of squares loses digits, and the cost is negligible next to the matmuls.
+ * offset, a float sum of squares loses digits; eight interleaved partial sums keep that vectorised.
  * Backward runs in two parallel passes so that every write is owned by one thread:
  *   1. over rows: dinp (each row only touches its own dinp row);
  *   2. over blocks of columns: dweight/dbias (each thread owns whole columns and sums them over the
@@ -12,6 +12,44 @@
 
 #include <math.h>
 #include <stddef.h>
+
+#include "nn/fastmath.h"
+
+// the other row sums run in FM_LANES_ interleaved double partial sums like sum_sq_dev_ (nn/fastmath.h)
+
+static double row_sum_(const float *x, int C) {
+    double s[FM_LANES_] = {0};
+    int i = 0;
+    for (; i + FM_LANES_ <= C; i += FM_LANES_) {
+        for (int l = 0; l < FM_LANES_; l++) s[l] += x[i + l];
+    }
+    for (; i < C; i++) s[i % FM_LANES_] += x[i];
+    return fm_lanes_total_(s);
+}
+
+// the backward's row sums: *sum_dn = sum_i dnorm_i, *sum_dnn = sum_i dnorm_i norm_i, with
+// dnorm_i = weight[i] dout[i] and norm_i = (inp[i] - m) r (m = 0 for RMSNorm)
+static void row_dnorm_sums_(double *sum_dn, double *sum_dnn, const float *dout, const float *inp,
+                            const float *weight, float m, float r, int C) {
+    double s1[FM_LANES_] = {0}, s2[FM_LANES_] = {0};
+    int i = 0;
+    for (; i + FM_LANES_ <= C; i += FM_LANES_) {
+        for (int l = 0; l < FM_LANES_; l++) {
+            float norm_i = (inp[i + l] - m) * r;
+            float dnorm_i = weight[i + l] * dout[i + l];
+            s1[l] += dnorm_i;
+            s2[l] += (double)dnorm_i * norm_i;
+        }
+    }
+    for (; i < C; i++) {
+        float norm_i = (inp[i] - m) * r;
+        float dnorm_i = weight[i] * dout[i];
+        s1[i % FM_LANES_] += dnorm_i;
+        s2[i % FM_LANES_] += (double)dnorm_i * norm_i;
+    }
+    *sum_dn = fm_lanes_total_(s1);
+    *sum_dnn = fm_lanes_total_(s2);
+}
 
 // columns per block in the weight-gradient pass: 64 floats = 4 cache lines, so neighbouring threads
 // rarely share a line of dweight, and the per-block double accumulators stay in L1
@@ -61,16 +99,9 @@ void layernorm_forward(float *out, float *mean, float *rstd,
     for (int n = 0; n < N; n++) {
         const float *inp_n = inp + (size_t)n * C;
         float *out_n = out + (size_t)n * C;
-        double sum = 0.0;
-        for (int i = 0; i < C; i++) sum += inp_n[i];
-        double m = sum / C;
+        double m = row_sum_(inp_n, C) / C;
         // two-pass variance: subtracting the mean first avoids cancellation of E[x^2] - E[x]^2
-        double var = 0.0;
-        for (int i = 0; i < C; i++) {
-            double d = inp_n[i] - m;
-            var += d * d;
-        }
-        var /= C;  // biased (divide by C, not C-1), as in PyTorch
+        double var = sum_sq_dev_(inp_n, (size_t)C, m) / C;  // biased (divide by C, not C-1), as in PyTorch
         float m_f = (float)m;
         float r_f = (float)(1.0 / sqrt(var + LAYERNORM_EPS));
         // normalise with the float values that are cached, so backward sees exactly this forward
@@ -100,13 +131,8 @@ void layernorm_backward(float *dinp, float *dweight, float *dbias,
         // out_n[i] = norm_i * weight[i] + bias[i];   with norm_i = (inp_n[i] - mean) * rstd
         // so dnorm_i = weight[i] * dout_n[i]. norm depends on every input of the row through mean
         // and rstd, which gives the two row-mean terms below
-        double dnorm_mean = 0.0, dnorm_norm_mean = 0.0;
-        for (int i = 0; i < C; i++) {
-            float norm_i = (inp_n[i] - m) * r;
-            float dnorm_i = weight[i] * dout_n[i];
-            dnorm_mean += dnorm_i;
-            dnorm_norm_mean += (double)dnorm_i * norm_i;
-        }
+        double dnorm_mean, dnorm_norm_mean;
+        row_dnorm_sums_(&dnorm_mean, &dnorm_norm_mean, dout_n, inp_n, weight, m, r, C);
         float dnm = (float)(dnorm_mean / C);
         float dnnm = (float)(dnorm_norm_mean / C);
         for (int i = 0; i < C; i++) {
@@ -137,8 +163,7 @@ void rmsnorm_forward(float *out, float *rstd,
     for (int n = 0; n < N; n++) {
         const float *inp_n = inp + (size_t)n * C;
         float *out_n = out + (size_t)n * C;
-        double ss = 0.0;
-        for (int i = 0; i < C; i++) ss += (double)inp_n[i] * inp_n[i];
+        double ss = sum_sq_dev_(inp_n, (size_t)C, 0.0);
         float r_f = (float)(1.0 / sqrt(ss / C + RMSNORM_EPS));
         for (int i = 0; i < C; i++) out_n[i] = (inp_n[i] * r_f) * weight[i];
         rstd[n] = r_f;
@@ -161,11 +186,8 @@ void rmsnorm_backward(float *dinp, float *dweight,
         // out_n[i] = (inp_n[i] * rstd) * weight[i];   with rstd = 1/sqrt(mean(inp_n^2) + eps)
         // d rstd / d inp_j = -rstd^3 * inp_j / C = -rstd * norm_j / C, so besides the direct path
         // every input gets -norm_i * mean(dnorm * norm), all times rstd
-        double dnorm_norm_mean = 0.0;
-        for (int i = 0; i < C; i++) {
-            float norm_i = inp_n[i] * r;
-            dnorm_norm_mean += (double)(weight[i] * dout_n[i]) * norm_i;
-        }
+        double dnorm_sum_unused, dnorm_norm_mean;
+        row_dnorm_sums_(&dnorm_sum_unused, &dnorm_norm_mean, dout_n, inp_n, weight, 0.0f, r, C);
         float dnnm = (float)(dnorm_norm_mean / C);
         for (int i = 0; i < C; i++) {
             float norm_i = inp_n[i] * r;

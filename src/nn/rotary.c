@@ -78,14 +78,25 @@ void rotary_table_free(RotaryTable *tab) {
 // ----------------------------------------------------------------------------
 // forward and backward
 
-// channel offsets of pair i: (2i, 2i+1) or (i, i+HS/2)
-static inline void rotary_pair_(int layout, int HS, int i, int *i0, int *i1) {
-    if (layout == ROTARY_INTERLEAVED) {
-        *i0 = 2 * i;
-        *i1 = 2 * i + 1;
-    } else {
-        *i0 = i;
-        *i1 = i + HS / 2;
+// one (position, head) row of HS channels: pair i is channels (i*st, i*st + off), i.e. st = 2, off = 1
+// (interleaved) or st = 1, off = HS/2 (half-split). The caller passes st as a literal, so each layout gets
+// its own vectorised loop (a layout test inside the loop kept it scalar).
+static inline __attribute__((always_inline)) void rotate_row_(float *y, const float *x, const float *c,
+                                                              const float *s, int half, int st, int off,
+                                                              int inverse, int accumulate) {
+    for (int i = 0; i < half; i++) {
+        int i0 = i * st, i1 = i * st + off;
+        float x0 = x[i0], x1 = x[i1];
+        // forward: y0 = x0 c - x1 s, y1 = x0 s + x1 c; its gradient is the transposed rotation
+        float y0 = inverse ? x0 * c[i] + x1 * s[i] : x0 * c[i] - x1 * s[i];
+        float y1 = inverse ? x1 * c[i] - x0 * s[i] : x0 * s[i] + x1 * c[i];
+        if (accumulate) {
+            y[i0] += y0;
+            y[i1] += y1;
+        } else {
+            y[i0] = y0;
+            y[i1] = y1;
+        }
     }
 }
 
@@ -110,21 +121,10 @@ static inline __attribute__((always_inline)) void rotary_apply_(float *out, cons
                 float *y = out + (out_heads ? bhtd : bthd);
                 const float *cos_th = cos_t + h * tab->head_stride;
                 const float *sin_th = sin_t + h * tab->head_stride;
-                for (int i = 0; i < half; i++) {
-                    int i0, i1;
-                    rotary_pair_(tab->layout, HS, i, &i0, &i1);
-                    float x0 = x[i0], x1 = x[i1];
-                    float c = cos_th[i], s = sin_th[i];
-                    // forward: y0 = x0 c - x1 s, y1 = x0 s + x1 c; its gradient is the transposed rotation
-                    float y0 = inverse ? x0 * c + x1 * s : x0 * c - x1 * s;
-                    float y1 = inverse ? x1 * c - x0 * s : x0 * s + x1 * c;
-                    if (accumulate) {
-                        y[i0] += y0;
-                        y[i1] += y1;
-                    } else {
-                        y[i0] = y0;
-                        y[i1] = y1;
-                    }
+                if (tab->layout == ROTARY_INTERLEAVED) {
+                    rotate_row_(y, x, cos_th, sin_th, half, 2, 1, inverse, accumulate);
+                } else {
+                    rotate_row_(y, x, cos_th, sin_th, half, 1, half, inverse, accumulate);
                 }
             }
         }

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nn/fastmath.h"
+
 // per-tensor scalars of one update, in tensor_coef[k*OPTIM_COEF + ...]
 enum { COEF_DECAY_MUL, COEF_BETA1, COEF_BETA2, COEF_STEP_SIZE, COEF_INV_SQRT_BC2, COEF_EPS };
 
@@ -182,9 +184,7 @@ double optim_grad_norm(Optim *o, const float *grads) {
         const ParamTensor *t = &pt->t[o->chunk_tensor[c]];
         size_t end = t->offset + t->numel, i0 = o->chunk_start[c];
         size_t i1 = i0 + OPTIM_NORM_CHUNK < end ? i0 + OPTIM_NORM_CHUNK : end;
-        double s = 0.0;
-        for (size_t i = i0; i < i1; i++) s += (double)grads[i] * (double)grads[i];
-        o->chunk_sumsq[c] = s;
+        o->chunk_sumsq[c] = sum_sq_dev_(grads + i0, i1 - i0, 0.0);
     }
     // combine in chunk order -> tensors -> groups and total, all sequential
     for (int k = 0; k < pt->n; k++) o->tensor_sumsq[k] = 0.0;
