@@ -1109,17 +1109,29 @@ def rfa_loops(x, P, spec):
     return flat @ P["wo"].T + (P["bo"] if spec.bias else 0)
 
 
+class SelfChecks:
+    """A mixer reference's self-test: report(ok, what) prints one ok / not ok line and keeps the failures;
+    summary(name) prints the count and returns it (the self-test's result)."""
+
+    def __init__(self):
+        self.fails = []
+
+    def __call__(self, ok, what):
+        print(f"{'ok' if ok else 'not ok'}  {what}")
+        if not ok:
+            self.fails.append(what)
+
+    def summary(self, name):
+        print(f"{len(self.fails)} failure(s)" if self.fails else f"all {name} self-checks passed")
+        return len(self.fails)
+
+
 def self_test_rfa():
     """Checks of the rfa reference on its own: causality, mu = 0 heads, the unitary limit against an
     independent complex implementation, gradcheck, the large-nu limit of the student kernel, and every
     rfa CASE built end to end on random weights. Returns the number of failures."""
     torch.manual_seed(0)
-    fails = []
-
-    def report(ok, what):
-        print(f"{'ok' if ok else 'not ok'}  {what}")
-        if not ok:
-            fails.append(what)
+    report = SelfChecks()
 
     C = 8
     variants = {
@@ -1275,8 +1287,7 @@ def self_test_rfa():
            and list(spec.zero_decay) == [True, True] + [False] * 6 and spec.opts["kernel"] == "student"
            and spec.opts["prior"] == "dle" and abs(spec.omega[0, 0] - 1.0) < 1e-15,
            "(g) defaults: heads 8, D = C/H = 2, bias on, 2 zero-decay heads, student/dle, eps 1e-6, w' = 1")
-    print(f"{len(fails)} failure(s)" if fails else "all rfa self-checks passed")
-    return len(fails)
+    return report.summary("rfa")
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -1370,12 +1381,7 @@ def self_test_kla():
     the parallel Moebius/affine scans of Theorems 1-2, the p = 0 closed form (Theorem 3), causality,
     gradcheck of the layer, and every kla CASE end to end. Returns the number of failures."""
     torch.manual_seed(0)
-    fails = []
-
-    def report(ok, what):
-        print(f"{'ok' if ok else 'not ok'}  {what}")
-        if not ok:
-            fails.append(what)
+    report = SelfChecks()
 
     g = np.random.default_rng(3)
     B, T, M, S = 2, 37, 3, 4
@@ -1490,8 +1496,7 @@ def self_test_kla():
     report(spec.M == 16 and spec.S == 16 and spec.K == 4 and not spec.mamba and not spec.zoh and spec.R == 2
            and spec.noise and spec.gate and spec.skip and spec.Ns == 64,
            "(g) defaults: M = C, S 16, K 4, plain, ou, process noise, gate, skip (Ns = 2M + 2S), R = ceil(C/8)")
-    print(f"{len(fails)} failure(s)" if fails else "all kla self-checks passed")
-    return len(fails)
+    return report.summary("kla")
 
 
 def main(argv):

@@ -4,7 +4,9 @@
  *   one parallel region per call; the output is cut into MT x NT tiles, handed out statically
  *   for each tile a thread owns:
  *     for each K block of kc (in order, so every C element is reduced over K in a fixed order)
- *       pack op(A)[tile rows, kblock] into MR_-row panels  (k-major inside a panel: a[k*MR_ + i])
+ *       pack op(A)[tile rows, kblock] into MR_-row panels  (k-major inside a panel: a[k*MR_ + i]),
+ *         only when A is stored transposed: a row-major A is read in place by the micro-kernel
+ *         (MR_ row pointers), except for a last panel of fewer than MR_ rows
  *       pack op(B)[kblock, tile cols] into NR_-col panels  (k-major inside a panel: b[k*NR_ + j])
  *       for each MR_ x NR_ micro-tile: micro-kernel keeps the micro-tile in registers over kc
  *
@@ -12,9 +14,10 @@
  * that gets descheduled on a busy machine delays only its own tiles, not every K block of everyone.
  * The C tile stays in cache across its K blocks instead of making one pass over all of C per K block.
  * When all of K is one block, consecutive tiles of a thread in the same tile row reuse the packed A.
- * Packing turns all four transA/transB layouts into the same contiguous, aligned panels, so one
- * micro-kernel serves every forward and backward layout, and the panels are zero-padded to whole
- * MR_/NR_ so the kernel never needs an edge case (edge micro-tiles go through a small local tile).
+ * Packing turns all four transA/transB layouts into the same contiguous, aligned B panels (and A panels or
+ * in-place A rows), so one micro-kernel body serves every forward and backward layout, and the panels are
+ * zero-padded to whole MR_/NR_ so the kernel never needs an edge case (edge micro-tiles go through a
+ * small local tile).
  * Every output element is one fma chain over k = 0..K-1 starting from 0 (or C): K blocking only stores
  * and reloads the exact float, so neither the tiling nor the thread count changes a single bit.
  */
@@ -251,9 +254,7 @@ static void pack_a_rows_(float *dst, const float *A, int M, int K, int i0, int k
 // gets a contiguous KCHUNK_ x w run. Walking one panel over all kc instead touches a different page per k
 // when ld is large (the LM head dW: A^T rows are V floats apart); walking one row over all panels writes
 // to panels kc*w floats apart, which all fall in the same L1 set.
-#ifndef KCHUNK_
 #define KCHUNK_ 16
-#endif
 static void pack_rows_contig_(float *dst, const float *X, size_t ld, int c0, int c_end, int w, int k0, int kc,
                               int panels) {
     for (int kb = 0; kb < kc; kb += KCHUNK_) {
@@ -264,14 +265,12 @@ static void pack_rows_contig_(float *dst, const float *X, size_t ld, int c0, int
                 const float *x_k = X + (size_t)(k0 + k) * ld + c;
                 float *d = dst + (size_t)p * w * kc + (size_t)k * w;
                 if (n == w) {
-                    // constant sizes, so the copy is inlined as vector moves (a memcpy call per 32 bytes
-                    // cost more than the copy)
+                    // w is MR_ (A panels) or NR_ (B panels): constant sizes, so the copy is inlined as vector
+                    // moves (a memcpy call per 32 bytes cost more than the copy)
                     if (w == MR_) {
                         memcpy(d, x_k, MR_ * sizeof(float));
-                    } else if (w == NR_) {
-                        memcpy(d, x_k, NR_ * sizeof(float));
                     } else {
-                        memcpy(d, x_k, (size_t)w * sizeof(float));
+                        memcpy(d, x_k, NR_ * sizeof(float));
                     }
                 } else {
                     for (int j = 0; j < n; j++) d[j] = x_k[j];

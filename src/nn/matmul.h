@@ -2,7 +2,8 @@
  * Matrix multiply: one entry point for every projection's forward and backward pass.
  *
  * matmul() computes C = op(A) op(B) (optionally += into C) for all four transpose layouts by packing
- * panels of A and B into one contiguous layout, so a single register-tiled micro-kernel does the work.
+ * panels of B (and of A when it is stored transposed; a row-major A is read in place) into one contiguous
+ * layout, so a single register-tiled micro-kernel does the work.
  * Parallel over output tiles only: each output element is reduced over K in the same order whatever
  * the thread count, so results are bit-identical for any OMP_NUM_THREADS.
  * matmul_forward/matmul_backward are the llm.c-style wrappers for a PyTorch Linear layer.
