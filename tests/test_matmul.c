@@ -2,7 +2,8 @@
  * Tests for nn/matmul: every transA/transB layout with and without accumulate against a naive double
  * triple loop over many (odd, edge, empty) shapes; the SIMD and portable kernels agree bit for bit;
  * matmul_forward with/without bias; matmul_backward by gradient check, accumulation and NULL outputs;
- * bit-identical results with 1, 2 and 3 threads.
+ * bit-identical results with 1, 2 and 3 threads; matmul_fused (bias start, GELU and GELU-gradient
+ * epilogues) gives the same bits as matmul followed by the separate passes.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #endif
 
 #include "gradcheck.h"
+#include "nn/activation.h"
 #include "nn/matmul.h"
 #include "test.h"
 
@@ -200,10 +202,67 @@ static void test_threads(void) {
 #endif
 }
 
+// matmul_fused against matmul plus the separate passes it replaces, exactly (== per element, so the GELU
+// gradient's 0 + x = x vs x may differ only in the sign of a zero), every layout, 1-3 threads, with edge
+// tiles, several K blocks and K = 0
+static void test_fused(void) {
+    static const int shapes[][3] = {{7, 13, 5}, {65, 33, 129}, {9, 40, 257}, {530, 70, 300}, {40, 600, 100},
+                                    {5, 3, 0}};
+    GcRng rng = {77};
+#ifdef _OPENMP
+    int saved = omp_get_max_threads();
+#endif
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+        size_t mn = (size_t)M * N;
+        float *A = alloc_normal(&rng, (size_t)M * K), *B = alloc_normal(&rng, (size_t)K * N);
+        float *bias = alloc_normal(&rng, N), *pre = alloc_normal(&rng, mn);
+        float *want = alloc_normal(&rng, mn), *want2 = alloc_normal(&rng, mn);
+        float *got = alloc_normal(&rng, mn), *got2 = alloc_normal(&rng, mn);
+        for (int layout = 0; layout < 4; layout++) {
+            int ta = layout >> 1, tb = layout & 1;
+            for (int nt = 1; nt <= 3; nt++) {
+#ifdef _OPENMP
+                omp_set_num_threads(nt);
+#endif
+                int ok_bias = 1, ok_gelu = 1, ok_grad = 1;
+                // bias: rows filled with the bias, then accumulated onto
+                for (int i = 0; i < M; i++) memcpy(want + (size_t)i * N, bias, N * sizeof(float));
+                matmul(want, A, B, M, N, K, ta, tb, 1);
+                got[mn] = 12345.0f, got2[mn] = 12345.0f;  // sentinels past the end
+                matmul_fused(got, A, B, M, N, K, ta, tb, 0, &(MatmulFuse){.bias = bias});
+                ok_bias = memcmp(want, got, mn * sizeof(float)) == 0 && got[mn] == 12345.0f;
+                // GELU: the pre-activation stays in C, act = gelu(C)
+                gelu_forward(want2, want, mn);
+                matmul_fused(got, A, B, M, N, K, ta, tb, 0, &(MatmulFuse){.bias = bias, .epi = MM_EPI_GELU, .act = got2});
+                ok_gelu = memcmp(want, got, mn * sizeof(float)) == 0 && memcmp(want2, got2, mn * sizeof(float)) == 0 &&
+                          got[mn] == 12345.0f && got2[mn] == 12345.0f;
+                // GELU gradient: C = gelu'(pre) * (op(A) op(B)), as gelu_backward into zeros
+                matmul(want, A, B, M, N, K, ta, tb, 0);
+                memset(want2, 0, mn * sizeof(float));
+                gelu_backward(want2, pre, want, mn);
+                matmul_fused(got, A, B, M, N, K, ta, tb, 0, &(MatmulFuse){.epi = MM_EPI_GELU_GRAD, .pre = pre});
+                for (size_t i = 0; i < mn; i++) ok_grad &= got[i] == want2[i];
+                ok_grad &= got[mn] == 12345.0f;
+                CHECK(ok_bias && ok_gelu && ok_grad,
+                      "matmul_fused %dx%dx%d transA=%d transB=%d threads=%d: bias %s, GELU %s, GELU gradient %s "
+                      "(same bits as the separate passes)",
+                      M, N, K, ta, tb, nt, ok_bias ? "ok" : "DIFFERS", ok_gelu ? "ok" : "DIFFERS",
+                      ok_grad ? "ok" : "DIFFERS");
+            }
+        }
+        free(A); free(B); free(bias); free(pre); free(want); free(want2); free(got); free(got2);
+    }
+#ifdef _OPENMP
+    omp_set_num_threads(saved);
+#endif
+}
+
 int main(void) {
     test_layouts();
     test_forward();
     test_backward();
     test_threads();
+    test_fused();
     return test_summary();
 }

@@ -448,6 +448,33 @@ static void test_xent_grad_(const char *name, const int *targets, int N, uint64_
     crossentropy_backward_inplace(inplace, c.c1, c.ids, count, N, V);
     CHECK(memcmp(inplace, dl, n * sizeof(float)) == 0, "cross-entropy (%s): in-place backward equals plain", name);
 
+    // forward and in-place backward in one pass: the same losses, stats, mean, count and gradient bits
+    // (also with another n_norm, as with gradient accumulation); a bad target leaves the logits untouched
+    for (int norm_extra = 0; norm_extra <= 3; norm_extra += 3) {
+        float *fb = copy_(c.x, n), *fb_loss = zalloc_(N), *fb_stats = zalloc_(2 * (size_t)N);
+        float *want = copy_(c.x, n);
+        crossentropy_backward_inplace(want, c.c1, c.ids, count + norm_extra, N, V);
+        double fb_mean = -1;
+        int fb_count = crossentropy_forward_backward(fb_loss, fb_stats, &fb_mean, fb, c.ids, count + norm_extra, N, V);
+        CHECK(fb_count == count && fb_mean == mean && memcmp(fb_loss, c.out, (size_t)N * sizeof(float)) == 0 &&
+                  memcmp(fb_stats, c.c1, 2 * (size_t)N * sizeof(float)) == 0 && memcmp(fb, want, n * sizeof(float)) == 0,
+              "cross-entropy (%s): forward_backward (n_norm = count + %d) equals forward then in-place backward "
+              "(count %d vs %d)", name, norm_extra, fb_count, count);
+        free(fb); free(fb_loss); free(fb_stats); free(want);
+    }
+    {
+        int *bad = (int *)malloc((size_t)N * sizeof(int));
+        memcpy(bad, c.ids, (size_t)N * sizeof(int));
+        bad[N - 1] = V;  // out of range, not the ignore index
+        float *fb = copy_(c.x, n), *fb_loss = zalloc_(N), *fb_stats = zalloc_(2 * (size_t)N);
+        double fb_mean = 0;
+        int rc = crossentropy_forward_backward(fb_loss, fb_stats, &fb_mean, fb, bad, count, N, V);
+        CHECK(rc == -1 && isnan(fb_mean) && memcmp(fb, c.x, n * sizeof(float)) == 0,
+              "cross-entropy (%s): forward_backward refuses a target of V = %d (returns %d) and leaves the logits", name,
+              V, rc);
+        free(bad); free(fb); free(fb_loss); free(fb_stats);
+    }
+
     float *dl1 = copy_(dl, n);
     crossentropy_backward(dl, c.x, c.c1, c.ids, count, N, V);
     snprintf(what, sizeof what, "cross-entropy (%s) dlogits", name);

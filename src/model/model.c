@@ -510,7 +510,9 @@ static void ae_backward_(Model *m, float *dout, float *dres, int B, int T) {
     }
 }
 
-int model_forward(Model *m, const int *inputs, const int *targets, int B, int T, Err *e) {
+// model_forward; with n_norm > 0 (training, targets given), the logits become dlogits at once (the
+// cross-entropy's forward and backward in one pass) and m->xent_done tells model_backward_ so
+static int model_forward_(Model *m, const int *inputs, const int *targets, int B, int T, int n_norm, Err *e) {
     int bad = embedding_check_ids(inputs, B * T, m->V);
     if (bad >= 0)
         return err_set(e, "input token id %d at position %d is outside the model's vocabulary of %d", inputs[bad], bad, m->V);
@@ -541,10 +543,16 @@ int model_forward(Model *m, const int *inputs, const int *targets, int B, int T,
         }
         residual_forward(a->res_mid, a->res, m->mix_out, (size_t)BT * C);
         norm_forward_(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res_mid, lp->ln2_w, lp->ln2_b, BT);
-        matmul_forward(a->fc, a->ln2, P_(lp->fc_w), P_(lp->fc_b), BT, C, F);
-        if (m->mlp_kind == MLP_GELU) gelu_forward(a->act, a->fc, (size_t)BT * H);
-        else if (m->mlp_kind == MLP_RELU) relu_forward(a->act, a->fc, (size_t)BT * H);
-        else swiglu_forward(a->act, a->fc, BT, H);
+        if (m->mlp_kind == MLP_GELU) {
+            // fc = ln2 @ fc_w^T + fc_b and act = gelu(fc) in one pass: GELU runs on each output tile while
+            // it is in cache
+            MatmulFuse fuse = {.bias = P_(lp->fc_b), .epi = MM_EPI_GELU, .act = a->act};
+            matmul_fused(a->fc, a->ln2, P_(lp->fc_w), BT, F, C, 0, 1, 0, &fuse);
+        } else {
+            matmul_forward(a->fc, a->ln2, P_(lp->fc_w), P_(lp->fc_b), BT, C, F);
+            if (m->mlp_kind == MLP_RELU) relu_forward(a->act, a->fc, (size_t)BT * H);
+            else swiglu_forward(a->act, a->fc, BT, H);
+        }
         matmul_forward(m->mix_out, a->act, P_(lp->proj_w), P_(lp->proj_b), BT, H, C);
         residual_forward(next, a->res_mid, m->mix_out, (size_t)BT * C);
     }
@@ -554,13 +562,31 @@ int model_forward(Model *m, const int *inputs, const int *targets, int B, int T,
     matmul_forward(m->logits, m->lnf, head, P_(m->k_head_b), BT, C, m->V);
     m->loss = 0;
     m->n_supervised = 0;
+    m->xent_done = 0;
     if (targets) {
         double mean;
-        m->n_supervised = crossentropy_forward(m->losses, m->xstats, &mean, m->logits, m->targets, BT, m->V);
+        if (n_norm > 0 && S == 1) {
+            // (the KLA+ average over samples reads the logits after the forward, so it keeps two passes)
+            m->n_supervised =
+                crossentropy_forward_backward(m->losses, m->xstats, &mean, m->logits, m->targets, n_norm, BT, m->V);
+            m->xent_done = 1;
+        } else {
+            m->n_supervised = crossentropy_forward(m->losses, m->xstats, &mean, m->logits, m->targets, BT, m->V);
+        }
         m->loss = mean;
         if (S > 1) model_mc_loss_(m, BT1);
     }
     return 0;
+}
+
+int model_forward(Model *m, const int *inputs, const int *targets, int B, int T, Err *e) {
+    return model_forward_(m, inputs, targets, B, T, 0, e);
+}
+
+int model_forward_backward(Model *m, const int *inputs, const int *targets, int B, int T, int n_norm, Err *e) {
+    int rc = model_forward_(m, inputs, targets, B, T, n_norm, e);
+    if (rc == 0) model_backward(m, n_norm);
+    return rc;
 }
 
 void model_zero_grad(Model *m) { memset(m->grads, 0, m->pt.numel * sizeof(float)); }
@@ -568,8 +594,10 @@ void model_zero_grad(Model *m) { memset(m->grads, 0, m->pt.numel * sizeof(float)
 void model_backward(Model *m, int n_norm) {
     int B = m->B, T = m->T, BT = B * T, C = m->C, H = m->hidden, F = m->mlp_kind == MLP_SWIGLU ? 2 * H : H;
     size_t BTC = (size_t)BT * C;
-    // the logits become dlogits in place: the (B,T,V) buffer is the largest activation
-    crossentropy_backward_inplace(m->logits, m->xstats, m->targets, n_norm, BT, m->V);
+    // the logits become dlogits in place: the (B,T,V) buffer is the largest activation (already done by
+    // model_forward_backward's forward)
+    if (!m->xent_done) crossentropy_backward_inplace(m->logits, m->xstats, m->targets, n_norm, BT, m->V);
+    m->xent_done = 0;
     float *dlogits = m->logits;
     if (m->mc > 1)
 #pragma omp parallel for
@@ -595,13 +623,19 @@ void model_backward(Model *m, int n_norm) {
         const LayerParams *lp = &m->lp[l];
         if (lp->has_mlp) {
             // in the forward pass this was: next = res_mid + proj(act(fc(norm(res_mid))))
-            // dact (BT,H) = dres (BT,C) @ proj_w (C,H) written directly (no memset pass over BT*H floats)
-            matmul(m->dact, m->dres, P_(lp->proj_w), BT, H, C, 0, 0, 0);
+            if (m->mlp_kind == MLP_GELU) {
+                // dfc (BT,H) = gelu'(fc) * (dres (BT,C) @ proj_w (C,H)): the GELU backward is the epilogue
+                // of the matmul that forms dact, so dact never goes to memory and dfc needs no zeroing
+                MatmulFuse fuse = {.epi = MM_EPI_GELU_GRAD, .pre = a->fc};
+                matmul_fused(m->dfc, m->dres, P_(lp->proj_w), BT, H, C, 0, 0, 0, &fuse);
+            } else {
+                // dact (BT,H) = dres (BT,C) @ proj_w (C,H) written directly (no memset pass over BT*H floats)
+                matmul(m->dact, m->dres, P_(lp->proj_w), BT, H, C, 0, 0, 0);
+                memset(m->dfc, 0, (size_t)BT * F * sizeof(float));
+                if (m->mlp_kind == MLP_RELU) relu_backward(m->dfc, a->fc, m->dact, (size_t)BT * H);
+                else swiglu_backward(m->dfc, a->fc, m->dact, BT, H);
+            }
             matmul_backward(NULL, G_(lp->proj_w), G_(lp->proj_b), m->dres, a->act, P_(lp->proj_w), BT, H, C);
-            memset(m->dfc, 0, (size_t)BT * F * sizeof(float));
-            if (m->mlp_kind == MLP_GELU) gelu_backward(m->dfc, a->fc, m->dact, (size_t)BT * H);
-            else if (m->mlp_kind == MLP_RELU) relu_backward(m->dfc, a->fc, m->dact, (size_t)BT * H);
-            else swiglu_backward(m->dfc, a->fc, m->dact, BT, H);
             // dtmp (BT,C) = dfc (BT,F) @ fc_w (F,C), written directly
             matmul(m->dtmp, m->dfc, P_(lp->fc_w), BT, C, F, 0, 0, 0);
             matmul_backward(NULL, G_(lp->fc_w), G_(lp->fc_b), m->dfc, a->ln2, P_(lp->fc_w), BT, C, F);

@@ -98,6 +98,7 @@ typedef struct Model {
     int *inputs, *targets;            // copies (B*T,)
     double loss;        // mean over supervised positions of the last forward with targets
     int n_supervised;
+    int xent_done;      // the last forward already turned the logits into dlogits (model_forward_backward)
     // KLA+ (model.mc_samples = S > 1): every call runs S copies of the batch, each sampling layer drawing
     // its own posterior sample; the loss per position is -log mean_s p(target | sample s) (eq. 24-25).
     // B and T above are then the replicated shape (S*B rows, copy s = rows s*B .. s*B+B-1); the first B*T
@@ -121,6 +122,11 @@ void model_zero_grad(Model *m);
 // backward of the last forward (with targets); n_norm = supervised positions the loss is averaged over
 // (the forward's n_supervised, or the total over accumulated micro-batches); grads += ...
 void model_backward(Model *m, int n_norm);
+// model_forward with targets, then model_backward(n_norm), n_norm known up front (the trainer counts the
+// step's supervised tokens first): the same loss and gradients, but the cross-entropy turns the logits
+// into dlogits in the same pass that computes the loss (one read of the (B,T,V) buffer, not two).
+// After it, m->logits holds dlogits, not logits. n_norm <= 0 adds nothing to the gradients.
+int model_forward_backward(Model *m, const int *inputs, const int *targets, int B, int T, int n_norm, Err *e);
 size_t model_num_params(const Model *m);
 // recurrent decoding, for models whose every mixer can step (kla): the state of one sequence in floats,
 // 0 when some layer cannot (attention needs a KV cache; see seqtrain --info)

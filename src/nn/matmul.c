@@ -25,10 +25,12 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/err.h"
+#include "nn/gelu.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -76,9 +78,10 @@
 #define PAR_FLOPS_ 2e6  // below this much work per call, waking threads costs more than it saves
 
 // a: op(A) element (i,k) of the micro-panel at a[i*a_rs + k*a_ks]: a packed panel (a_rs 1, a_ks MR_) or
-// MR_ rows of a row-major A read in place (a_rs = lda, a_ks 1)
+// MR_ rows of a row-major A read in place (a_rs = lda, a_ks 1). c0 (NR_,) or NULL: without load_c, every
+// row's sums start from c0 (the bias) instead of 0
 typedef void (*KernelFn)(int kc, const float *a, size_t a_rs, size_t a_ks, const float *b, float *c, size_t ldc,
-                         int load_c);
+                         int load_c, const float *c0);
 
 static int force_portable_ = 0;
 
@@ -86,14 +89,14 @@ void matmul_force_portable(int on) { force_portable_ = on; }
 
 // ----------------------------------------------------------------------------
 // micro-kernels: c (MR_,NR_) with row stride ldc  (=|+)=  a (MR_,kc) @ b panel (kc,NR_)
-// load_c = 0 starts from zero (overwrite), 1 adds to what c holds. All use one fma per k per element in
-// k order, so the portable and SIMD kernels give bit-identical results, packed A or not.
+// load_c = 0 starts from zero or c0 (overwrite), 1 adds to what c holds. All use one fma per k per element
+// in k order, so the portable and SIMD kernels give bit-identical results, packed A or not.
 
 static void kernel_portable_(int kc, const float *a, size_t a_rs, size_t a_ks, const float *b, float *c,
-                             size_t ldc, int load_c) {
+                             size_t ldc, int load_c, const float *c0) {
     float acc[MR_][NR_];
     for (int i = 0; i < MR_; i++) {
-        for (int j = 0; j < NR_; j++) acc[i][j] = load_c ? c[i * ldc + j] : 0.0f;
+        for (int j = 0; j < NR_; j++) acc[i][j] = load_c ? c[i * ldc + j] : (c0 ? c0[j] : 0.0f);
     }
     for (int k = 0; k < kc; k++) {
         const float *a_k = a + (size_t)k * a_ks;
@@ -139,8 +142,8 @@ static void kernel_portable_(int kc, const float *a, size_t a_rs, size_t a_ks, c
 #define KERNEL_BODY_(A_AT)                                                         \
     VEC_ acc0[MR_], acc1[MR_];                                                   \
     for (int i = 0; i < MR_; i++) {                                              \
-        acc0[i] = load_c ? VLOADU_(c + i * ldc) : VZERO_();                       \
-        acc1[i] = load_c ? VLOADU_(c + i * ldc + VW_) : VZERO_();                 \
+        acc0[i] = load_c ? VLOADU_(c + i * ldc) : c0 ? VLOADU_(c0) : VZERO_();    \
+        acc1[i] = load_c ? VLOADU_(c + i * ldc + VW_) : c0 ? VLOADU_(c0 + VW_) : VZERO_(); \
     }                                                                            \
     for (int k = 0; k < kc; k++) {                                               \
         VEC_ b0 = VLOAD_(b + (size_t)k * NR_);                                   \
@@ -156,14 +159,15 @@ static void kernel_portable_(int kc, const float *a, size_t a_rs, size_t a_ks, c
         VSTOREU_(c + i * ldc + VW_, acc1[i]);                                    \
     }
 
-static void kernel_simd_packed_(int kc, const float *a, const float *b, float *c, size_t ldc, int load_c) {
+static void kernel_simd_packed_(int kc, const float *a, const float *b, float *c, size_t ldc, int load_c,
+                                const float *c0) {
 #define PACKED_AT_(i, k) a[(size_t)(k) * MR_ + (i)]
     KERNEL_BODY_(PACKED_AT_)
 #undef PACKED_AT_
 }
 
 static void kernel_simd_rows_(int kc, const float *a, size_t lda, const float *b, float *c, size_t ldc,
-                              int load_c) {
+                              int load_c, const float *c0) {
     const float *a_r[MR_];
     for (int i = 0; i < MR_; i++) a_r[i] = a + i * lda;
 #define ROWS_AT_(i, k) a_r[i][k]
@@ -175,11 +179,11 @@ static void kernel_simd_rows_(int kc, const float *a, size_t lda, const float *b
 
 #ifdef HAVE_SIMD_KERNEL_
 static void kernel_simd_(int kc, const float *a, size_t a_rs, size_t a_ks, const float *b, float *c, size_t ldc,
-                         int load_c) {
+                         int load_c, const float *c0) {
     if (a_ks == 1) {
-        kernel_simd_rows_(kc, a, a_rs, b, c, ldc, load_c);
+        kernel_simd_rows_(kc, a, a_rs, b, c, ldc, load_c, c0);
     } else {
-        kernel_simd_packed_(kc, a, b, c, ldc, load_c);
+        kernel_simd_packed_(kc, a, b, c, ldc, load_c, c0);
     }
 }
 #endif
@@ -377,16 +381,36 @@ static Tiling plan_(int M, int N, int K, int threads, int a_in_place) {
     return t;
 }
 
+// the fused elementwise step on the final values of C rows [i0, i0+mr) x cols [j0, j0+nr) (c points at
+// (i0, j0), row stride ldc): the same operations as the separate pass (nn/activation.c), on the strip of
+// rows the micro-kernel has just finished (still in L1/L2) instead of on all of C after the matmul
+static void epilogue_(const MatmulFuse *f, float *c, size_t ldc, int i0, int j0, int mr, int nr) {
+    for (int i = 0; i < mr; i++) {
+        float *c_i = c + (size_t)i * ldc;
+        size_t off = (size_t)(i0 + i) * ldc + j0;
+        if (f->epi == MM_EPI_GELU) {
+            float *act = f->act + off;
+            for (int j = 0; j < nr; j++) act[j] = gelu_value_(c_i[j]);
+        } else if (f->epi == MM_EPI_GELU_GRAD) {
+            const float *pre = f->pre + off;
+            for (int j = 0; j < nr; j++) c_i[j] = gelu_grad_(pre[j]) * c_i[j];
+        }
+    }
+}
+
 // one output tile (rows i_begin.., cols j_begin..) over all of K
 static void compute_tile_(KernelFn kernel, float *buf, float *C, const float *A, const float *B, int M, int N,
                           int K, int transA, int transB, int accumulate, int i_begin, int i_end, int j_begin,
-                          int j_end, int kc_max, int a_packed) {
+                          int j_end, int kc_max, int a_packed, const MatmulFuse *f) {
+    const float *bias = f && !accumulate ? f->bias : NULL;
+    int epi = f && f->epi != MM_EPI_NONE;
     float *apack = buf, *bpack = buf + APACK_FLOATS_;
     int m_panels = (i_end - i_begin + MR_ - 1) / MR_, n_panels = (j_end - j_begin + NR_ - 1) / NR_;
     for (int k0 = 0; k0 < K; k0 += kc_max) {
         int kc = K - k0 < kc_max ? K - k0 : kc_max;
-        // the first K block overwrites C unless accumulating; later blocks add on
-        int load_c = accumulate || k0 > 0;
+        // the first K block overwrites C (starting from the bias, if any) unless accumulating; later blocks
+        // add on; the last one leaves the final values for the epilogue
+        int load_c = accumulate || k0 > 0, last = k0 + kc >= K;
         // apack: m_panels x (kc, MR_); bpack: n_panels x (kc, NR_)
         if (a_packed || !transA) {
             // apack already holds these rows over all of K (one K block), packed by the previous tile; or
@@ -422,19 +446,23 @@ static void compute_tile_(KernelFn kernel, float *buf, float *C, const float *A,
                 const float *b_p = bpack + (size_t)q * NR_ * kc;
                 int nr = j_end - j0 < NR_ ? j_end - j0 : NR_;
                 float *c_ij = C + (size_t)i0 * N + j0;
+                const float *c0 = bias && !load_c ? bias + j0 : NULL;
                 if (mr == MR_ && nr == NR_) {
-                    kernel(kc, a_p, a_rs, a_ks, b_p, c_ij, (size_t)N, load_c);
+                    kernel(kc, a_p, a_rs, a_ks, b_p, c_ij, (size_t)N, load_c, c0);
                 } else {
-                    // edge: run the full-size kernel on a local tile, copy back only the valid part
-                    float tile[MR_ * NR_];
+                    // edge: run the full-size kernel on a local tile (and bias row), copy back only the valid part
+                    float tile[MR_ * NR_], c0_tile[NR_] = {0};
                     memset(tile, 0, sizeof tile);
                     if (load_c) {
                         for (int i = 0; i < mr; i++) memcpy(tile + i * NR_, c_ij + (size_t)i * N, nr * sizeof(float));
                     }
-                    kernel(kc, a_p, a_rs, a_ks, b_p, tile, NR_, load_c);
+                    if (c0) memcpy(c0_tile, c0, nr * sizeof(float));
+                    kernel(kc, a_p, a_rs, a_ks, b_p, tile, NR_, load_c, c0 ? c0_tile : NULL);
                     for (int i = 0; i < mr; i++) memcpy(c_ij + (size_t)i * N, tile + i * NR_, nr * sizeof(float));
                 }
             }
+            // the panel's rows of the tile are final: one strip of mr rows x the tile's columns
+            if (last && epi) epilogue_(f, C + (size_t)i0 * N + j_begin, (size_t)N, i0, j_begin, mr, j_end - j_begin);
         }
     }
 }
@@ -442,11 +470,27 @@ static void compute_tile_(KernelFn kernel, float *buf, float *C, const float *A,
 // ----------------------------------------------------------------------------
 
 void matmul(float *C, const float *A, const float *B, int M, int N, int K, int transA, int transB, int accumulate) {
-    // C is (M,N); op(A) is (M,K); op(B) is (K,N)
+    matmul_fused(C, A, B, M, N, K, transA, transB, accumulate, NULL);
+}
+
+void matmul_fused(float *C, const float *A, const float *B, int M, int N, int K, int transA, int transB,
+                  int accumulate, const MatmulFuse *f) {
+    // C is (M,N); op(A) is (M,K); op(B) is (K,N); f->bias (N,); f->act, f->pre (M,N)
     if (M <= 0 || N <= 0) return;
+    if (f && f->bias && accumulate) {
+        fprintf(stderr, "matmul_fused: a bias with accumulate is not supported (add the bias to C first)\n");
+        abort();
+    }
     if (K <= 0) {
-        // an empty sum: C = 0, or C unchanged when accumulating
-        if (!accumulate) memset(C, 0, (size_t)M * N * sizeof(float));
+        // an empty sum: C = 0 (or the bias), or C unchanged when accumulating; then the epilogue
+        if (!accumulate) {
+            for (int i = 0; i < M; i++) {
+                float *c_i = C + (size_t)i * N;
+                if (f && f->bias) memcpy(c_i, f->bias, (size_t)N * sizeof(float));
+                else memset(c_i, 0, (size_t)N * sizeof(float));
+            }
+        }
+        if (f && f->epi != MM_EPI_NONE) epilogue_(f, C, (size_t)N, 0, 0, M, N);
         return;
     }
     KernelFn kernel = kernel_portable_;
@@ -475,7 +519,7 @@ void matmul(float *C, const float *A, const float *B, int M, int N, int K, int t
             // when all of K is one block, its packed A (the LM head forward: 32 column tiles per row)
             int a_packed = ti == last_ti && K <= t.kc;
             compute_tile_(kernel, buf, C, A, B, M, N, K, transA, transB, accumulate, i_begin, i_end, j_begin, j_end,
-                          t.kc, a_packed);
+                          t.kc, a_packed, f);
             last_ti = ti;
         }
     }
@@ -483,14 +527,9 @@ void matmul(float *C, const float *A, const float *B, int M, int N, int K, int t
 
 void matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int BT, int C, int OC) {
     // out is (BT,OC); inp is (BT,C); weight is (OC,C); bias is (OC,) or NULL
-    if (BT <= 0 || OC <= 0) return;
-    if (bias != NULL) {
-        // start every row from the bias and accumulate the product onto it: saves a second pass over out
-#pragma omp parallel for schedule(static) if ((double)BT * OC > 1e5)
-        for (int bt = 0; bt < BT; bt++) memcpy(out + (size_t)bt * OC, bias, (size_t)OC * sizeof(float));
-    }
-    // out = inp @ weight^T: weight stored (OC,C) = (N,K), hence transB
-    matmul(out, inp, weight, BT, OC, C, 0, 1, bias != NULL);
+    // out = inp @ weight^T: weight stored (OC,C) = (N,K), hence transB; every output's sum starts from its
+    // bias inside the micro-kernel (no pass over out to fill in the bias first)
+    matmul_fused(out, inp, weight, BT, OC, C, 0, 1, 0, &(MatmulFuse){.bias = bias});
 }
 
 void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,

@@ -16,6 +16,26 @@
 // unchanged when accumulating). C must not alias A or B.
 void matmul(float *C, const float *A, const float *B, int M, int N, int K, int transA, int transB, int accumulate);
 
+// what matmul_fused does besides C = op(A) op(B), so that no extra pass over C is needed:
+//   bias  (N,) or NULL: C = bias + op(A) op(B), every output's fma chain starting from bias[j]
+//         (not with accumulate)
+//   epi   an elementwise step on each output tile right after its last K step, while it is in cache:
+//         MM_EPI_GELU       act (M,N) = gelu(C) is written too; C keeps the pre-activation
+//         MM_EPI_GELU_GRAD  C = gelu'(pre) * C, pre (M,N): the backward of act = gelu(pre), with
+//                           C = d act (so d pre comes out of the matmul that forms d act)
+// Same bits as matmul followed by the separate pass (gelu_forward; gelu_backward into zeros).
+enum { MM_EPI_NONE = 0, MM_EPI_GELU, MM_EPI_GELU_GRAD };
+typedef struct MatmulFuse {
+    const float *bias;
+    int epi;
+    float *act;
+    const float *pre;
+} MatmulFuse;
+
+// matmul with a bias and/or an epilogue (f may be NULL: plain matmul)
+void matmul_fused(float *C, const float *A, const float *B, int M, int N, int K, int transA, int transB,
+                  int accumulate, const MatmulFuse *f);
+
 // out (BT,OC) = inp (BT,C) @ weight (OC,C)^T + bias (OC,); bias may be NULL (PyTorch Linear layout)
 void matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int BT, int C, int OC);
 

@@ -68,6 +68,50 @@ int crossentropy_check_targets(const int *targets, int N, int V) {
     return -1;
 }
 
+// the forward of row n: losses[n], stats[2n..2n+1]; target t valid or XENT_IGNORE_INDEX
+static void row_forward_(float *losses, float *stats, const float *logits_n, int t, int n, int V) {
+    if (t == XENT_IGNORE_INDEX) {
+        losses[n] = 0.0f;
+        stats[2 * n] = 0.0f;
+        stats[2 * n + 1] = 0.0f;
+        return;
+    }
+    // starts from the first logit, not from a made-up "very negative" constant
+    float maxval = row_max_(logits_n, V);
+    double sum = row_sumexp_(logits_n, maxval, V);
+    double logsum = log(sum);  // sum >= 1 (the max contributes exp(0)), so logsum >= 0 is finite
+    stats[2 * n] = maxval;
+    stats[2 * n + 1] = (float)logsum;
+    losses[n] = (float)(((double)maxval - (double)logits_n[t]) + logsum);
+}
+
+// row (V,): logits on entry, (softmax - onehot(t)) * scale on return; 0 for an ignored row or scale 0
+static void row_backward_inplace_(float *row, const float *stats_n, int t, float scale, int V) {
+    if (!target_valid_(t, V) || scale == 0.0f) {
+        for (int i = 0; i < V; i++) row[i] = 0.0f;
+        return;
+    }
+    float maxval = stats_n[0], logsum = stats_n[1];
+    // the same gradient as crossentropy_backward; each element is read once, then replaced
+    for (int i = 0; i < V; i++) {
+        float p = fast_expf_((row[i] - maxval) - logsum);
+        row[i] = (p - (i == t ? 1.0f : 0.0f)) * scale;
+    }
+}
+
+// the mean over the supervised rows, summed in row order (thread-count independent); returns their count
+static int mean_loss_(double *mean_loss, const float *losses, const int *targets, int N) {
+    int count = 0;
+    double total = 0.0;
+    for (int n = 0; n < N; n++) {
+        if (targets[n] == XENT_IGNORE_INDEX) continue;
+        count++;
+        total += losses[n];
+    }
+    *mean_loss = count > 0 ? total / count : 0.0;
+    return count;
+}
+
 int crossentropy_forward(float *losses, float *stats, double *mean_loss,
                          const float *logits, const int *targets,
                          int N, int V) {
@@ -80,32 +124,27 @@ int crossentropy_forward(float *losses, float *stats, double *mean_loss,
         return -1;
     }
 #pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        int t = targets[n];
-        if (t == XENT_IGNORE_INDEX) {
-            losses[n] = 0.0f;
-            stats[2 * n] = 0.0f;
-            stats[2 * n + 1] = 0.0f;
-            continue;
-        }
-        const float *logits_n = logits + (size_t)n * V;
-        // starts from the first logit, not from a made-up "very negative" constant
-        float maxval = row_max_(logits_n, V);
-        double sum = row_sumexp_(logits_n, maxval, V);
-        double logsum = log(sum);  // sum >= 1 (the max contributes exp(0)), so logsum >= 0 is finite
-        stats[2 * n] = maxval;
-        stats[2 * n + 1] = (float)logsum;
-        losses[n] = (float)(((double)maxval - (double)logits_n[t]) + logsum);
+    for (int n = 0; n < N; n++) row_forward_(losses, stats, logits + (size_t)n * V, targets[n], n, V);
+    return mean_loss_(mean_loss, losses, targets, N);
+}
+
+int crossentropy_forward_backward(float *losses, float *stats, double *mean_loss, float *logits,
+                                  const int *targets, int n_norm, int N, int V) {
+    // as crossentropy_forward, then crossentropy_backward_inplace on logits (N,V), row by row: a row
+    // (V floats, e.g. 32 KiB) is still in L1/L2 for its backward, so the (N,V) buffer is read from memory
+    // once instead of twice
+    if (crossentropy_check_targets(targets, N, V) >= 0) {
+        *mean_loss = NAN;
+        return -1;
     }
-    int count = 0;
-    double total = 0.0;
+    float scale = n_norm > 0 ? 1.0f / (float)n_norm : 0.0f;
+#pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
-        if (targets[n] == XENT_IGNORE_INDEX) continue;
-        count++;
-        total += losses[n];
+        float *row = logits + (size_t)n * V;
+        row_forward_(losses, stats, row, targets[n], n, V);
+        row_backward_inplace_(row, stats + 2 * n, targets[n], scale, V);
     }
-    *mean_loss = count > 0 ? total / count : 0.0;
-    return count;
+    return mean_loss_(mean_loss, losses, targets, N);
 }
 
 void crossentropy_backward(float *dlogits,
@@ -140,18 +179,5 @@ void crossentropy_backward_inplace(float *logits,
     // stats is (N,2) as cached by the forward, targets is (N,)
     float scale = n_norm > 0 ? 1.0f / (float)n_norm : 0.0f;
 #pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        int t = targets[n];
-        float *row = logits + (size_t)n * V;
-        if (!target_valid_(t, V) || n_norm <= 0) {
-            for (int i = 0; i < V; i++) row[i] = 0.0f;
-            continue;
-        }
-        float maxval = stats[2 * n], logsum = stats[2 * n + 1];
-        // the same gradient as crossentropy_backward; each element is read once, then replaced
-        for (int i = 0; i < V; i++) {
-            float p = fast_expf_((row[i] - maxval) - logsum);
-            row[i] = (p - (i == t ? 1.0f : 0.0f)) * scale;
-        }
-    }
+    for (int n = 0; n < N; n++) row_backward_inplace_(logits + (size_t)n * V, stats + 2 * n, targets[n], scale, V);
 }

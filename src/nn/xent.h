@@ -17,6 +17,7 @@
  *   crossentropy_backward          dlogits += ..., dlogits a separate (N,V) buffer (llm.c convention)
  *   crossentropy_backward_inplace  overwrites the logits buffer with dlogits (=, not +=), which saves
  *                                  the (N,V) gradient buffer, the largest activation of a small LM
+ * and crossentropy_forward_backward, both at once, row by row (one pass over the (N,V) buffer).
  */
 #ifndef SEQ_NN_XENT_H
 #define SEQ_NN_XENT_H
@@ -47,5 +48,12 @@ void crossentropy_backward(float *dlogits,
 void crossentropy_backward_inplace(float *logits,
                                    const float *stats, const int *targets,
                                    int n_norm, int N, int V);
+
+// crossentropy_forward and then crossentropy_backward_inplace in one pass over the rows (training, when
+// n_norm is known before the forward): logits (N,V) holds the logits on entry and dlogits on return;
+// losses, stats, mean_loss and the return value as crossentropy_forward's (on -1, logits are untouched).
+// The same bits as the two calls.
+int crossentropy_forward_backward(float *losses, float *stats, double *mean_loss, float *logits,
+                                  const int *targets, int n_norm, int N, int V);
 
 #endif

@@ -643,11 +643,8 @@ static int loop_(Trainer *t, Err *e) {
         for (int a = 0; a < A && rc == 0; a++) {
             // KLA+ samples: fresh per micro-batch, and the same again when a resumed run replays the step
             t->model.noise_seed = ((uint64_t)t->step << 20) ^ (uint64_t)a;
-            rc = model_forward(&t->model, in + a * BT, tg + a * BT, B, T, e);
-            if (rc == 0) {
-                loss_sum += t->model.loss * t->model.n_supervised;
-                model_backward(&t->model, (int)n_sup);
-            }
+            rc = model_forward_backward(&t->model, in + a * BT, tg + a * BT, B, T, (int)n_sup, e);
+            if (rc == 0) loss_sum += t->model.loss * t->model.n_supervised;
             if (rc == 0 && a == 0 && A > 1 && steps_here == 0 && !t->o->quiet) {
                 // a step of many micro-batches can take minutes: estimate from the first one
                 double dt = time_now_s() - t0, tps = (double)BT / dt;
