@@ -308,7 +308,9 @@ static void model_alloc_acts_(Model *m, int B, int T) {
     }
     size_t final = 2 * BT * C + 2 * BT + BT * (size_t)m->V + 3 * BT + (m->mc > 1 ? BT : 0);
     if (m->ae) final += 8 * BT * C + 4 * BT;
-    size_t grads = 2 * BT * C + BT * F + BT * H;
+    // dact only for ReLU/SwiGLU: GELU's backward is an epilogue of the matmul that forms d act
+    size_t dact = m->mlp_kind == MLP_GELU ? 0 : BT * H;
+    size_t grads = 2 * BT * C + BT * F + dact;
     size_t total = m->L * per_layer + mlp_acts + mix_acts + final + scratch + grads + BT * C /* mixer out */;
     free(m->arena);
     free(m->la);
@@ -370,7 +372,8 @@ static void model_alloc_acts_(Model *m, int B, int T) {
     TAKE_(m->dres, BT * C);
     TAKE_(m->dtmp, BT * C);
     TAKE_(m->dfc, BT * F);
-    TAKE_(m->dact, BT * H);
+    TAKE_(m->dact, dact);
+    if (!dact) m->dact = NULL;
     TAKE_(m->mix_out, BT * C);
 #undef TAKE_
     for (int l = 0; l < m->L; l++) m->mix[l].scratch = m->scratch;

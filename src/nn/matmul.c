@@ -9,6 +9,8 @@
  *         (MR_ row pointers), except for a last panel of fewer than MR_ rows
  *       pack op(B)[kblock, tile cols] into NR_-col panels  (k-major inside a panel: b[k*NR_ + j])
  *       for each MR_ x NR_ micro-tile: micro-kernel keeps the micro-tile in registers over kc
+ *         (matmul_fused: starting from the bias row in the first K block; after the last K block, the
+ *         epilogue runs on each finished MR_-row strip of the tile)
  *
  * Each thread packs into its own buffers, so there is no barrier anywhere inside the region: a thread
  * that gets descheduled on a busy machine delays only its own tiles, not every K block of everyone.
