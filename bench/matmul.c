@@ -1,7 +1,8 @@
 /*
  * Matmul benchmark (not a test): GFLOP/s of the forward (out = inp @ W^T) and the two backward layouts
- * (dinp += dout @ W, dweight += dout^T @ inp) at the Linear shapes of a 6-layer d=256 model with
- * B*T = 4096 tokens (qkv, attention proj, MLP fc/proj, LM head with V = 8192), next to this machine's
+ * (dinp += dout @ W, dweight += dout^T @ inp) at the Linear shapes of bench/configs/speed_rope.json with
+ * B*T = 4096 tokens (q/k/v and output projections of 8 heads x 64 = 2d, MLP fc/proj, LM head with
+ * V = 8192), next to this machine's
  * fp32 peak measured by a register-resident FMA loop on every thread. Threads from OMP_NUM_THREADS.
  *
  *   make benches && OMP_NUM_THREADS=2 build/release/bench/matmul
@@ -117,9 +118,10 @@ static double bench_one_(int M, int N, int K, int transA, int transB, int accumu
 
 int main(void) {
     int BT = 4096;
-    // Linear layers (C -> OC) of a d=256, 6-layer model: qkv, attention proj, MLP fc, MLP proj, LM head
+    // Linear layers (C -> OC) of the d=256, 6-layer benchmark model: each of q, k, v (d -> 2d, three
+    // separate matmuls per layer), the attention output (2d -> d), MLP fc, MLP proj, LM head
     static const struct { const char *name; int C, OC; } layers[] = {
-        {"attn qkv", 256, 768}, {"attn proj", 256, 256}, {"mlp fc", 256, 1024}, {"mlp proj", 1024, 256},
+        {"attn q|k|v", 256, 512}, {"attn out", 512, 256}, {"mlp fc", 256, 1024}, {"mlp proj", 1024, 256},
         {"lm head", 256, 8192},
     };
     double peak = peak_gflops_();

@@ -13,6 +13,7 @@ few steps and keeps the fastest. BLAS choice (OpenBLAS build, OPENBLAS_CORETYPE)
 environment before this process starts.
 
 Prints one line:  torch_train: tokens_per_s=<median over the timed steps> best=<fastest step> ...
+With --flops it prints the model's least training work instead (train_flops_per_token, see below) and exits.
 """
 import argparse
 import math
@@ -126,6 +127,19 @@ def run(args, fused, attn, steps, warmup):
     return rates
 
 
+def train_flops_per_token(args):
+    """The least fp32 work of one training step per token, in FLOPs (a multiply-add is 2): every matmul of the
+    forward once, the backward's two (d input, d weight) per forward one, causal attention over the keys at or
+    before each query only ((T+1)/2 on average, the masked half skipped) and nothing recomputed; elementwise
+    work (norms, GELU, softmax, RoPE, Adam) not counted. A lower bound on what any implementation must compute,
+    so (measured fp32 peak) / this = the tokens/s no implementation can beat on the machine."""
+    C, HD, T = args.d_model, args.heads * args.head_dim, args.seq_len
+    F = int(round(args.mlp_ratio * C))
+    per_layer = 3 * C * HD + HD * C + 2 * C * F + 2 * HD * (T + 1) / 2  # q k v, o, fc + proj, q.k + p.v
+    forward = args.layers * per_layer + C * args.vocab                     # + the head
+    return 2 * 3 * forward
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, default=2)
@@ -143,7 +157,11 @@ def main():
     ap.add_argument("--attn", choices=["baddbmm", "matmul", "auto"], default="auto")
     ap.add_argument("--foreach", type=int, default=1, help="AdamW foreach (multi-tensor) implementation")
     ap.add_argument("--probe-steps", type=int, default=2, help="timed steps per variant when choosing (auto)")
+    ap.add_argument("--flops", action="store_true", help="print train_flops_per_token for the model and exit")
     args = ap.parse_args()
+    if args.flops:
+        print(f"torch_train: train_flops_per_token={train_flops_per_token(args):.0f}")
+        return
 
     torch.set_num_threads(args.threads)
     torch.set_num_interop_threads(1)

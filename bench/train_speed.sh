@@ -12,11 +12,14 @@
 #
 # PyTorch gets its best setting: Debian's torch calls whatever libblas.so.3 it finds, so the script probes
 # every BLAS build present (system libblas.so.3, OpenBLAS openmp and pthread builds via LD_LIBRARY_PATH)
-# with OPENBLAS_CORETYPE unset and =SkylakeX, keeps the fastest, and lets torch_train.py pick its fastest
-# attention formulation. seqtrain uses no BLAS and runs with OPENBLAS_CORETYPE removed from its environment.
+# with OPENBLAS_CORETYPE unset and =SkylakeX, keeps the fastest, then probes memory allocators with it (glibc
+# malloc as it comes, glibc with mmap off, tcmalloc and jemalloc when installed), keeps the fastest, and lets
+# torch_train.py pick its fastest attention formulation. seqtrain uses no BLAS and runs with OPENBLAS_CORETYPE
+# removed from its environment (it allocates once, so the allocator does not matter to it).
 #
-# Prints a Markdown table (implementation, threads, tokens/s, ratio) and, when build/release/bench/matmul
-# exists (make benches), the matmul kernel's % of the measured fp32 peak at the model's shapes.
+# Prints a Markdown table (implementation, threads, tokens/s, ratio) with a speed-of-light row: the model's
+# least training work (torch_train.py --flops) at the fp32 peak measured by build/release/bench/matmul, i.e.
+# the tokens/s no implementation can beat here; then the matmul kernel's % of that peak at the model's shapes.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -32,6 +35,7 @@ if [ "$STEPS" -le 3 ]; then echo "train_speed: STEPS must be > 3 (the first 2 st
 
 # ---- build and data ------------------------------------------------------------------------------------
 [ -x bin/seqtrain ] || make -j2 tools
+[ -x build/release/bench/matmul ] || make -j2 benches
 [ -f build/data/wikitext2/train.shard ] || make data
 
 echo "train_speed: $(lscpu | sed -n 's/^Model name: *//p'), nproc $(nproc), load average $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -52,8 +56,8 @@ EOF
 )
 echo "train_speed: seqtrain median tokens/s = $SEQ_TPS (fastest step $SEQ_BEST)"
 
-# ---- PyTorch: find its fastest BLAS setting -----------------------------------------------------------
-# each candidate: "LD_LIBRARY_PATH|OPENBLAS_CORETYPE" (empty library path = the system's libblas.so.3)
+# ---- PyTorch: find its fastest BLAS and allocator settings ---------------------------------------------
+# each BLAS candidate: "LD_LIBRARY_PATH|OPENBLAS_CORETYPE" (empty library path = the system's libblas.so.3)
 candidates=("|")
 for lib in openblas-openmp openblas-pthread; do
     if [ -f "$LIBDIR/$lib/libblas.so.3" ]; then candidates+=("$LIBDIR/$lib|" "$LIBDIR/$lib|SkylakeX"); fi
@@ -61,56 +65,86 @@ done
 if [ ${#candidates[@]} -eq 1 ]; then
     echo "train_speed: WARNING: no OpenBLAS found (apt-get install libopenblas0-openmp); torch uses $(readlink -f $LIBDIR/libblas.so.3)" >&2
 fi
+# each allocator candidate: one VAR=value for torch's environment (empty: glibc malloc as it comes). glibc
+# serves the step's large tensors with fresh mmap()s and unmaps them when they are freed, so every step
+# page-faults and zeroes its activations again (measured: 40% of its CPU time is the kernel); an allocator that
+# keeps freed memory avoids that (PyTorch's CPU performance guide recommends tcmalloc or jemalloc). glibc's
+# own tunables do it without extra packages; tcmalloc and jemalloc are tried when installed
+# (apt-get install libtcmalloc-minimal4 libjemalloc2).
+allocators=("" "GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=4294967295")
+for so in libtcmalloc_minimal.so.4 libjemalloc.so.2; do
+    if [ -f "$LIBDIR/$so" ]; then allocators+=("LD_PRELOAD=$LIBDIR/$so"); fi
+done
 
-torch_run() {  # torch_run LIBPATH CORETYPE ARGS... : prints torch_train.py's result line
-    local lib=$1 ct=$2; shift 2
-    env -u OPENBLAS_CORETYPE -u LD_LIBRARY_PATH \
-        ${lib:+LD_LIBRARY_PATH=$lib} ${ct:+OPENBLAS_CORETYPE=$ct} \
+torch_run() {  # torch_run LIBPATH CORETYPE ALLOC ARGS... : prints torch_train.py's result line
+    local lib=$1 ct=$2 alloc=$3; shift 3
+    env -u OPENBLAS_CORETYPE -u LD_LIBRARY_PATH -u LD_PRELOAD -u GLIBC_TUNABLES \
+        ${lib:+LD_LIBRARY_PATH=$lib} ${ct:+OPENBLAS_CORETYPE=$ct} ${alloc:+"$alloc"} \
         OMP_NUM_THREADS="$THREADS" OPENBLAS_NUM_THREADS="$THREADS" \
         "$PY" bench/torch_train.py --threads "$THREADS" "$@" 2>/dev/null | grep '^torch_train: tokens_per_s='
 }
 tps_of() { sed -n 's/.*tokens_per_s=\([0-9.]*\).*/\1/p'; }
+faster() { "$PY" -c "import sys; sys.exit(not float(sys.argv[1]) > float(sys.argv[2]))" "$1" "$2"; }
 
+# short probes with a fixed formulation (fused qkv, baddbmm attention): the BLAS first (with glibc malloc),
+# then the allocator with that BLAS
 best_tps=0 best=""
 for c in "${candidates[@]}"; do
     lib=${c%%|*} ct=${c#*|}
-    # short probe with a fixed formulation (fused qkv, baddbmm attention)
-    tps=$(torch_run "$lib" "$ct" --qkv fused --attn baddbmm --warmup 1 --steps 2 | tps_of)
+    tps=$(torch_run "$lib" "$ct" "" --qkv fused --attn baddbmm --warmup 1 --steps 2 | tps_of)
     echo "train_speed: torch probe blas=${lib:-system $(readlink -f $LIBDIR/libblas.so.3)} OPENBLAS_CORETYPE=${ct:-unset}: ${tps:-failed} tok/s"
-    if [ -n "$tps" ] && "$PY" -c "import sys; sys.exit(not float(sys.argv[1]) > float(sys.argv[2]))" "$tps" "$best_tps"; then
-        best_tps=$tps best=$c
-    fi
+    if [ -n "$tps" ] && faster "$tps" "$best_tps"; then best_tps=$tps best=$c; fi
 done
 lib=${best%%|*} ct=${best#*|}
-echo "train_speed: torch best BLAS: ${lib:-system libblas.so.3}, OPENBLAS_CORETYPE=${ct:-unset}; full run ..."
-TORCH_LINE=$(torch_run "$lib" "$ct" --qkv auto --attn auto --warmup 2 --steps $((STEPS - 2)))
+best_tps=0 alloc=""
+for a in "${allocators[@]}"; do
+    tps=$(torch_run "$lib" "$ct" "$a" --qkv fused --attn baddbmm --warmup 3 --steps 2 | tps_of)
+    echo "train_speed: torch probe allocator ${a:-glibc malloc (default)}: ${tps:-failed} tok/s"
+    if [ -n "$tps" ] && faster "$tps" "$best_tps"; then best_tps=$tps alloc=$a; fi
+done
+echo "train_speed: torch best: ${lib:-system libblas.so.3}, OPENBLAS_CORETYPE=${ct:-unset}, allocator ${alloc:-glibc malloc}; full run ..."
+TORCH_LINE=$(torch_run "$lib" "$ct" "$alloc" --qkv auto --attn auto --warmup 2 --steps $((STEPS - 2)))
 echo "$TORCH_LINE"
 TORCH_TPS=$(echo "$TORCH_LINE" | tps_of)
 TORCH_BEST=$(echo "$TORCH_LINE" | sed -n 's/.* best=\([0-9.]*\).*/\1/p')
-TORCH_DESC="PyTorch $("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null) fp32 ($(basename "${lib:-libblas}"), OPENBLAS_CORETYPE=${ct:-unset}, $(echo "$TORCH_LINE" | sed -n 's/.*\(qkv=[a-z]*\) \(attn=[a-z]*\).*/\1, \2/p'))"
+case "$alloc" in
+    "") ALLOC_DESC="glibc malloc";;
+    GLIBC_TUNABLES=*) ALLOC_DESC="glibc malloc, mmap_max=0";;
+    *) ALLOC_DESC=$(basename "${alloc#LD_PRELOAD=}");;
+esac
+TORCH_DESC="PyTorch $("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null) fp32 ($(basename "${lib:-libblas}"), OPENBLAS_CORETYPE=${ct:-unset}, $ALLOC_DESC, $(echo "$TORCH_LINE" | sed -n 's/.*\(qkv=[a-z]*\) \(attn=[a-z]*\).*/\1, \2/p'))"
+
+# ---- speed of light: the model's least training work at the machine's measured fp32 peak ---------------
+FLOPS_TOK=$("$PY" bench/torch_train.py --flops | sed -n 's/.*train_flops_per_token=\([0-9]*\).*/\1/p')
+MATMUL_OUT=$(env -u OPENBLAS_CORETYPE OMP_NUM_THREADS="$THREADS" build/release/bench/matmul)
+PEAK=$(echo "$MATMUL_OUT" | sed -n 's/.*measured fp32 FMA peak \([0-9.]*\) GFLOP\/s.*/\1/p')
 
 # ---- table ---------------------------------------------------------------------------------------------
 echo
 # tokens/s = median step; "fastest step" is shown too because a shared machine makes medians noisy
 echo "| implementation | threads | tokens/s (median step) | ratio | fastest step tokens/s | ratio |"
 echo "|---|---|---|---|---|---|"
-"$PY" - "$SEQ_TPS" "$TORCH_TPS" "$SEQ_BEST" "$TORCH_BEST" "$THREADS" "$TORCH_DESC" <<'EOF'
+"$PY" - "$SEQ_TPS" "$TORCH_TPS" "$SEQ_BEST" "$TORCH_BEST" "$THREADS" "$TORCH_DESC" "$FLOPS_TOK" "$PEAK" <<'EOF'
 import sys
 seq, torch_, seq_b, torch_b = map(float, sys.argv[1:5])
 th, desc = sys.argv[5], sys.argv[6]
+flops, peak = float(sys.argv[7]), float(sys.argv[8]) * 1e9
+sol = peak / flops  # tokens/s if every FLOP of the least work ran at the peak
 print(f"| seqtrain (C11 + OpenMP, fp32) | {th} | {seq:.0f} | {seq / torch_:.2f}x | {seq_b:.0f} | {seq_b / torch_b:.2f}x |")
 print(f"| {desc} | {th} | {torch_:.0f} | 1.00x | {torch_b:.0f} | 1.00x |")
+print(f"| speed of light: {flops / 1e6:.1f} MFLOP/token at the measured peak ({peak / 1e9:.1f} GFLOP/s) | {th} "
+      f"| {sol:.0f} | {sol / torch_:.2f}x | {sol:.0f} | {sol / torch_b:.2f}x |")
+print()
+print(f"share of the measured fp32 peak spent on the least work: seqtrain {100 * seq * flops / peak:.1f}% "
+      f"(fastest step {100 * seq_b * flops / peak:.1f}%), PyTorch {100 * torch_ * flops / peak:.1f}% "
+      f"(fastest step {100 * torch_b * flops / peak:.1f}%)")
 EOF
 echo
 echo "target: seqtrain >= 3x PyTorch's tokens/s"
 
 # ---- matmul kernel vs peak -----------------------------------------------------------------------------
-if [ -x build/release/bench/matmul ]; then
-    echo
-    echo "matmul kernel (build/release/bench/matmul, OMP_NUM_THREADS=$THREADS):"
-    echo '```'
-    env -u OPENBLAS_CORETYPE OMP_NUM_THREADS="$THREADS" build/release/bench/matmul
-    echo '```'
-else
-    echo "(build/release/bench/matmul not built: make benches)"
-fi
+echo
+echo "matmul kernel (build/release/bench/matmul, OMP_NUM_THREADS=$THREADS):"
+echo '```'
+echo "$MATMUL_OUT"
+echo '```'

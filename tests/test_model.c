@@ -9,8 +9,11 @@
  * 2h gives ~1e-4 in the derivative, and central differences add O(h^2) curvature terms of ~1e-4 for
  * these smooth functions. ReLU MLPs are left to test_nn_ops (inputs kept off the kink there): inside a
  * model a 1e-2 step crosses the kink for a few percent of units and finite differences stop meaning much.
+ * Also: large xmalloc/xcalloc blocks (the model's buffers) are backed by transparent huge pages.
  */
 #include <math.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -238,7 +241,51 @@ static void test_autoencoder(void) {
     model_free(&m);
 }
 
+// xmalloc/xcalloc ask for transparent huge pages on large blocks (the model's parameter, gradient, Adam and
+// activation buffers). Where the kernel hands them out on request (THP mode "madvise" or "always"), a
+// touched 16 MiB xcalloc block must be backed by huge pages for the most part, and still read as zeros.
+static void test_huge_pages(void) {
+    char mode[128] = "";
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    if (f) {
+        if (!fgets(mode, sizeof mode, f)) mode[0] = '\0';
+        fclose(f);
+    }
+    if (!strstr(mode, "[madvise]") && !strstr(mode, "[always]")) {
+        printf("ok - huge pages: skipped (transparent huge pages off here: \"%.40s\")\n", mode);
+        return;
+    }
+    size_t n = (size_t)16 << 20;
+    unsigned char *p = xcalloc(n, 1);
+    int zeros = 1;
+    for (size_t i = 0; i < n; i += 4096) zeros &= p[i] == 0 && p[i + 4095] == 0;
+    CHECK(zeros, "huge pages: a 16 MiB xcalloc block reads as zeros");
+    memset(p, 1, n);
+    // the block's mappings in /proc/self/smaps (the advice splits it: the huge-page part is its own mapping):
+    // the sum of their AnonHugePages lines
+    long huge_kib = 0, kib;
+    FILE *sm = fopen("/proc/self/smaps", "r");
+    char line[512];
+    int in_block = 0;
+    uintptr_t b0 = (uintptr_t)p, b1 = b0 + n;
+    while (sm && fgets(line, sizeof line, sm)) {
+        unsigned long lo, hi;
+        char *dash = strchr(line, '-'), *space = strchr(line, ' ');
+        if (dash && space && dash < space && sscanf(line, "%lx-%lx ", &lo, &hi) == 2) {
+            in_block = lo < b1 && hi > b0;
+        } else if (in_block && sscanf(line, "AnonHugePages: %ld kB", &kib) == 1) {
+            huge_kib += kib;
+        }
+    }
+    if (sm) fclose(sm);
+    // 7 of the block's 2 MiB pages lie wholly inside it; at least half of them (the kernel may fall back to
+    // small pages when memory is fragmented, so not all)
+    CHECK(huge_kib >= 4 * 2048, "huge pages: %ld KiB of the 16 MiB block on huge pages (want >= 8192)", huge_kib);
+    free(p);
+}
+
 int main(void) {
+    test_huge_pages();
     test_autoencoder();
     test_decode();
     test_mc_loss();

