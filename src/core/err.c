@@ -48,8 +48,8 @@ static void oom_(size_t n) {
 // 2 MiB transparent huge pages, which this system otherwise gives only on request (THP "madvise" mode is the
 // common default): the matmul reads 8 rows of an activation matrix at once, each row a different 4 KiB page,
 // and the transposing packs walk columns of the 128 MiB logits, so with 4 KiB pages a large share of those
-// loads miss the TLB (measured: +1-2% training tokens/s on the speed benchmark). The hint covers the whole
-// 2 MiB pages inside the block; it is only advice (no error if THP is off or unsupported).
+// loads miss the TLB (measured: +1-4% training tokens/s on the speed benchmark, run alternately). The hint
+// covers the whole 2 MiB pages inside the block; it is only advice (no error if THP is off or unsupported).
 #define HUGE_MIN_BYTES_ ((size_t)4 << 20)
 #define HUGE_PAGE_ ((uintptr_t)2 << 20)
 static void advise_huge_(void *p, size_t n) {
