@@ -6,7 +6,13 @@
 #   make NO_OMP=1        without OpenMP                         -> build/noomp/bin/
 #   make DEBUG=1         -O0 -g                                 -> build/debug/bin/
 #   make SANITIZE=1      ASan + UBSan, -O1 -g                   -> build/asan/bin/
+#   PORTABLE=1           base -march=x86-64 instead of native: runs on any x86-64 CPU (combines with the
+#                        others)                                -> build/<variant>-portable/bin/
 #   WERROR=1             adds -Werror (CI sets it)
+#
+# Kernel sets (src/core/cpu.h, src/nn/isa.h): every src/nn/*.c is compiled once per set, on x86-64 as
+# generic (the base -march), avx2 (x86-64-v3) and avx512 (x86-64-v4) whatever the build host has; at run time
+# the best set the CPU supports is used (SEQ_KERNELS=avx2 etc. chooses another). Elsewhere only generic.
 
 CC  ?= cc
 CXX ?= c++
@@ -19,7 +25,9 @@ endif
 
 WARN     := -Wall -Wextra -Wno-unused-parameter -Wshadow -Wvla -Wformat=2
 CSTD     := -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE
-OPT      := -O3 -march=native
+OPT      := -O3
+ARCH     := -march=native
+TUNE     := -mtune=native
 OMPFLAGS := -fopenmp
 VARIANT  := release
 BIN      := bin
@@ -39,6 +47,12 @@ OPT      := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-san
 VARIANT  := asan
 BIN      := build/asan/bin
 endif
+ifeq ($(PORTABLE),1)
+ARCH     := -march=x86-64 -mtune=generic
+TUNE     := -mtune=generic
+VARIANT  := $(VARIANT)-portable
+BIN      := build/$(VARIANT)/bin
+endif
 ifeq ($(WERROR),1)
 WARN     += -Werror
 endif
@@ -48,15 +62,29 @@ TESTBIN  := build/$(VARIANT)/tests
 # errno is never read after a libm call; without this gcc keeps every loop with a sqrtf scalar (a branch to
 # the errno-setting call), e.g. the AdamW update. Not fast-math: every result stays IEEE and the same.
 MATHFLAGS := -fno-math-errno
-CFLAGS   += $(CSTD) $(OPT) $(MATHFLAGS) $(OMPFLAGS) $(WARN) -Isrc -MMD -MP
-CXXFLAGS += -std=c++17 $(OPT) $(OMPFLAGS) -Wall -Wextra -Isrc -MMD -MP
+CFLAGS   += $(CSTD) $(OPT) $(ARCH) $(MATHFLAGS) $(OMPFLAGS) $(WARN) -Isrc -MMD -MP
+CXXFLAGS += -std=c++17 $(OPT) $(ARCH) $(OMPFLAGS) -Wall -Wextra -Isrc -MMD -MP
 LDLIBS   += -lcjson -lzstd -lsentencepiece -lsentencepiece_train -lm -lpthread
 LDFLAGS  += $(OPT) $(OMPFLAGS)
 
-# library = every C/C++ file under src/ except the command-line mains
-LIB_C    := $(filter-out src/cli/seq%.c,$(wildcard src/*/*.c))
+# kernel sets: the x86 ones wherever the compiler targets x86-64 (the running CPU picks among them)
+ifneq ($(filter x86_64%,$(shell $(CC) -dumpmachine)),)
+ISA_SETS := generic avx2 avx512
+CFLAGS   += -DSEQ_X86_SETS
+else
+ISA_SETS := generic
+endif
+ISA_generic := -DSEQ_ISA=0 $(ARCH)
+ISA_avx2    := -DSEQ_ISA=1 -march=x86-64-v3 $(TUNE)
+ISA_avx512  := -DSEQ_ISA=2 -march=x86-64-v4 $(TUNE)
+
+# library = every C/C++ file under src/ except the command-line mains; src/nn/ (but its dispatch.c) once
+# per kernel set, into obj/nn-<set>/
+NN_C     := $(filter-out src/nn/dispatch.c,$(wildcard src/nn/*.c))
+LIB_C    := $(filter-out src/cli/seq%.c $(NN_C),$(wildcard src/*/*.c))
 LIB_CC   := $(wildcard src/*/*.cc)
-LIB_OBJ  := $(LIB_C:src/%.c=$(OBJDIR)/%.o) $(LIB_CC:src/%.cc=$(OBJDIR)/%.o)
+LIB_OBJ  := $(LIB_C:src/%.c=$(OBJDIR)/%.o) $(LIB_CC:src/%.cc=$(OBJDIR)/%.o) \
+            $(foreach set,$(ISA_SETS),$(NN_C:src/nn/%.c=$(OBJDIR)/nn-$(set)/%.o))
 TOOLS    := seqtrain seqeval seqtok
 TOOL_BIN := $(TOOLS:%=$(BIN)/%)
 TESTS    := $(patsubst tests/%.c,%,$(wildcard tests/test_*.c))
@@ -81,6 +109,14 @@ $(DEPS_STAMP): scripts/install_deps.sh
 $(OBJDIR)/%.o: src/%.c | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
+
+# one pattern rule per kernel set: the set's -march instead of the base one, and nn/isa.h first (it renames the copy's functions)
+define ISA_RULE
+$$(OBJDIR)/nn-$(1)/%.o: src/nn/%.c | $$(DEPS_STAMP)
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(filter-out $$(ARCH),$$(CFLAGS)) $$(ISA_$(1)) -include src/nn/isa.h -c $$< -o $$@
+endef
+$(foreach set,$(ISA_SETS),$(eval $(call ISA_RULE,$(set))))
 
 $(OBJDIR)/%.o: src/%.cc | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)

@@ -3,9 +3,11 @@
  * (dinp += dout @ W, dweight += dout^T @ inp) at the Linear shapes of bench/configs/speed_rope.json with
  * B*T = 4096 tokens (q/k/v and output projections of 8 heads x 64 = 2d, MLP fc/proj, LM head with
  * V = 8192), next to this machine's
- * fp32 peak measured by a register-resident FMA loop on every thread. Threads from OMP_NUM_THREADS.
+ * fp32 peak measured by a register-resident FMA loop on every thread (widest vectors the CPU has). Threads
+ * from OMP_NUM_THREADS, kernel set from SEQ_KERNELS (core/cpu.h; default: the best the CPU supports).
  *
  *   make benches && OMP_NUM_THREADS=2 build/release/bench/matmul
+ *   SEQ_KERNELS=avx2 OMP_NUM_THREADS=2 build/release/bench/matmul      the AVX2 kernels on an AVX-512 CPU
  */
 #include <math.h>
 #include <stdio.h>
@@ -15,21 +17,23 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
 #include "nn/matmul.h"
 #include "bench.h"
+#include "core/cpu.h"
 #include "core/timer.h"
 
 
 #define PEAK_ACC 12  // independent FMA chains per thread: more than latency x FMA ports, so the ports saturate
 
-// flops done by one thread in `iters` rounds of PEAK_ACC vector FMAs; the result goes to *sink so the
-// compiler cannot drop the loop
-static double peak_thread_(long iters, float *sink) {
-#if defined(__AVX512F__)
+// flops done by one thread in `iters` rounds of PEAK_ACC vector FMAs of one kernel set's width (compiled for
+// that set with a target attribute, like the set's copy of nn/); the result goes to *sink so the compiler
+// cannot drop the loop
+#if defined(__x86_64__) && defined(SEQ_X86_SETS)
+__attribute__((target("avx512f"))) static double peak_avx512_(long iters, float *sink) {
     __m512 acc[PEAK_ACC], x = _mm512_set1_ps(0.999f), y = _mm512_set1_ps(1e-3f);
     for (int i = 0; i < PEAK_ACC; i++) acc[i] = _mm512_set1_ps((float)i);
     for (long it = 0; it < iters; it++) {
@@ -39,7 +43,9 @@ static double peak_thread_(long iters, float *sink) {
     for (int i = 1; i < PEAK_ACC; i++) s = _mm512_add_ps(s, acc[i]);
     *sink = _mm512_reduce_add_ps(s);
     return 2.0 * 16 * PEAK_ACC * iters;
-#elif defined(__AVX2__) && defined(__FMA__)
+}
+
+__attribute__((target("avx2,fma"))) static double peak_avx2_(long iters, float *sink) {
     __m256 acc[PEAK_ACC], x = _mm256_set1_ps(0.999f), y = _mm256_set1_ps(1e-3f);
     for (int i = 0; i < PEAK_ACC; i++) acc[i] = _mm256_set1_ps((float)i);
     for (long it = 0; it < iters; it++) {
@@ -51,7 +57,10 @@ static double peak_thread_(long iters, float *sink) {
     _mm256_storeu_ps(lanes, s);
     *sink = lanes[0] + lanes[7];
     return 2.0 * 8 * PEAK_ACC * iters;
-#else
+}
+#endif
+
+static double peak_generic_(long iters, float *sink) {
     float acc[PEAK_ACC][8];
     for (int i = 0; i < PEAK_ACC; i++) {
         for (int l = 0; l < 8; l++) acc[i][l] = (float)(i + l);
@@ -63,11 +72,18 @@ static double peak_thread_(long iters, float *sink) {
     }
     *sink = acc[0][0] + acc[PEAK_ACC - 1][7];
     return 2.0 * 8 * PEAK_ACC * iters;
+}
+
+static double peak_thread_(KernelSet k, long iters, float *sink) {
+#if defined(__x86_64__) && defined(SEQ_X86_SETS)
+    if (k == KSET_AVX512) return peak_avx512_(iters, sink);
+    if (k == KSET_AVX2) return peak_avx2_(iters, sink);
 #endif
+    return peak_generic_(iters, sink);
 }
 
 // all threads at once, like the matmul itself runs
-static double peak_gflops_(void) {
+static double peak_gflops_(KernelSet k) {
     long iters = 20000000;
     double best = 0;
     for (int rep = 0; rep < 3; rep++) {
@@ -79,7 +95,7 @@ static double peak_gflops_(void) {
 #ifdef _OPENMP
             tid = omp_get_thread_num() % 256;
 #endif
-            flops += peak_thread_(iters, &sinks[tid]);
+            flops += peak_thread_(k, iters, &sinks[tid]);
         }
         double t = time_now_s() - t0;
         if (sinks[0] == 12345.0f) printf("(sink)\n");
@@ -124,8 +140,23 @@ int main(void) {
         {"attn q|k|v", 256, 512}, {"attn out", 512, 256}, {"mlp fc", 256, 1024}, {"mlp proj", 1024, 256},
         {"lm head", 256, 8192},
     };
-    double peak = peak_gflops_();
-    printf("threads %d, measured fp32 FMA peak %.1f GFLOP/s\n\n", bench_threads(), peak);
+    Err e = {{0}};
+    if (kernel_set_init(&e) != 0) {
+        fprintf(stderr, "bench/matmul: %s\n", e.msg);
+        return 1;
+    }
+    // the machine's peak: FMAs of the widest vectors this CPU has (the % column); and of the active set's
+    // width, when that is narrower (e.g. SEQ_KERNELS=avx2 on an AVX-512 CPU with two 512-bit FMA ports)
+    KernelSet active = kernel_set(), widest = KSET_GENERIC;
+    for (int k = 0; k < KSET_COUNT; k++)
+        if (kernel_set_supported((KernelSet)k)) widest = (KernelSet)k;
+    double peak = peak_gflops_(widest);
+    printf("kernel set %s, threads %d, measured fp32 FMA peak %.1f GFLOP/s (%s vectors)\n", kernel_set_name(active),
+           bench_threads(), peak, kernel_set_name(widest));
+    if (active != widest) {
+        printf("peak with %s vectors: %.1f GFLOP/s\n", kernel_set_name(active), peak_gflops_(active));
+    }
+    printf("\n");
     printf("%-10s %-20s %-28s %9s %9s %7s\n", "layer", "M x N x K", "layout", "ms", "GFLOP/s", "% peak");
     double total_ms = 0, total_flops = 0;  // the 15 shapes of one training step (each layer type once)
     for (size_t l = 0; l < sizeof layers / sizeof layers[0]; l++) {

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The whole test suite (what `make test` runs):
-#   1. release build (-O3 -march=native -fopenmp): every C unit test and every shell test
+#   1. release build (-O3 -march=native -fopenmp): every C unit test and every shell test, then the C unit
+#      tests again under every other kernel set this CPU supports (SEQ_KERNELS, src/core/cpu.h)
 #   2. the same under ASan + UBSan (SANITIZE=1): memory errors and undefined behaviour fail the run
-#   3. the NO_OMP=1 and DEBUG=1 variants must build
+#   3. PORTABLE=1 (base -march=x86-64): no AVX instruction outside the avx2/avx512 copies of nn/, and the C
+#      unit tests under every kernel set
+#   4. the NO_OMP=1 and DEBUG=1 variants must build
 # Each test prints "ok - ..." / "not ok - ..." lines; this script counts them over everything and
 # ends with the line "N passed, N failed". A test program that dies without reporting counts as failed.
 set -u
@@ -24,6 +27,32 @@ count() {  # count() NAME RC LOGFILE
     printf '%-34s %4d ok  %3d not ok  (exit %d)\n' "$1" "$p" "$f" "$2"
 }
 
+# the kernel sets this CPU runs (the names bench/matmul and seqtrain print), best first
+kernel_sets() {
+    local k
+    for k in avx512 avx2 generic; do
+        if SEQ_KERNELS=$k "$1"/test_sha256 > /dev/null 2>&1; then echo "$k"; fi
+    done
+}
+
+unit_tests() {  # unit_tests NAME TESTDIR [SET]: every C unit test, with SEQ_KERNELS=SET when given
+    local name=$1 tbin=$2 set=${3:-} t n
+    for t in "$tbin"/test_*; do
+        n=$(basename "$t")
+        SEQ_KERNELS=$set "$t" > "$log_dir/$name-$n.log" 2>&1; count "$name/$n" $? "$log_dir/$name-$n.log"
+    done
+}
+
+build_variant() {  # build_variant NAME MAKE-ARGS...: 0 when tools and tests built
+    local name=$1; shift
+    echo "== $name: building"
+    if ! make -s -j"$JOBS" "$@" tools tests > "$log_dir/build-$name.log" 2>&1; then
+        echo "not ok - $name build failed:"; tail -n 40 "$log_dir/build-$name.log" | sed 's/^/    /'
+        fail=$((fail + 1)); return 1
+    fi
+    pass=$((pass + 1)); echo "ok - $name build"
+}
+
 run_variant() {  # run_variant NAME MAKE-ARGS...
     local name=$1; shift
     local bin tbin
@@ -31,16 +60,8 @@ run_variant() {  # run_variant NAME MAKE-ARGS...
         release) bin=bin; tbin=build/release/tests ;;
         asan)    bin=build/asan/bin; tbin=build/asan/tests ;;
     esac
-    echo "== $name: building"
-    if ! make -s -j"$JOBS" "$@" tools tests > "$log_dir/build-$name.log" 2>&1; then
-        echo "not ok - $name build failed:"; tail -n 40 "$log_dir/build-$name.log" | sed 's/^/    /'
-        fail=$((fail + 1)); return
-    fi
-    pass=$((pass + 1)); echo "ok - $name build"
-    for t in "$tbin"/test_*; do
-        local n; n=$(basename "$t")
-        "$t" > "$log_dir/$name-$n.log" 2>&1; count "$name/$n" $? "$log_dir/$name-$n.log"
-    done
+    build_variant "$name" "$@" || return
+    unit_tests "$name" "$tbin"
     for t in tests/test_*.sh; do
         local n; n=$(basename "$t" .sh)
         BIN=$bin bash "$t" > "$log_dir/$name-$n.log" 2>&1; count "$name/$n" $? "$log_dir/$name-$n.log"
@@ -50,7 +71,25 @@ run_variant() {  # run_variant NAME MAKE-ARGS...
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
 run_variant release
+default_set=$(kernel_sets build/release/tests | head -n 1)  # what auto picks: the best one
+for k in $(kernel_sets build/release/tests); do
+    [ "$k" = "$default_set" ] || unit_tests "release[$k]" build/release/tests "$k"
+done
 run_variant asan SANITIZE=1
+
+# PORTABLE=1: runs on any x86-64. Only the avx2/avx512 copies of nn/ may hold AVX instructions (ymm/zmm
+# registers); every other object, the generic copy included, is baseline x86-64
+if [ "$(uname -m)" = x86_64 ] && build_variant portable PORTABLE=1; then
+    pdir=build/release-portable
+    bad=$(for o in $(find "$pdir/obj" -name '*.o' ! -path '*/nn-avx2/*' ! -path '*/nn-avx512/*'); do
+              objdump -d --no-show-raw-insn "$o" | grep -qE '%[yz]mm[0-9]' && echo "$o"; done)
+    if [ -z "$bad" ]; then
+        pass=$((pass + 1)); echo "ok - portable: no AVX instruction outside nn-avx2/ and nn-avx512/"
+    else
+        fail=$((fail + 1)); echo "not ok - portable: AVX instructions in baseline objects:"; echo "$bad" | sed 's/^/    /'
+    fi
+    for k in $(kernel_sets "$pdir/tests"); do unit_tests "portable[$k]" "$pdir/tests" "$k"; done
+fi
 for v in NO_OMP DEBUG; do
     if make -s -j"$JOBS" "$v=1" tools > "$log_dir/build-$v.log" 2>&1; then
         pass=$((pass + 1)); echo "ok - $v=1 build"

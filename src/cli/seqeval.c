@@ -24,6 +24,7 @@
 #endif
 
 #include "cli/args.h"
+#include "core/cpu.h"
 #include "core/png.h"
 #include "data/eval_windows.h"
 #include "data/npy.h"
@@ -185,6 +186,7 @@ int main(int argc, char **argv) {
     int ns = sizeof specs / sizeof specs[0];
     Err e = {{0}};
     if (args_parse(argc, argv, 1, specs, ns, NULL, &e) != 0) err_die(PROG, &e);
+    if (kernel_set_init(&e) != 0) err_die(PROG, &e);
     if (help || (!run && !plan)) {
         FILE *f = help ? stdout : stderr;
         fprintf(f, "usage: seqeval --run RUN_DIR --data valid|test|FILE [--context L1,L2,...] [--stride S]\n"
@@ -271,6 +273,12 @@ int main(int argc, char **argv) {
         }
     } else {
         EvalResult *r = xcalloc((size_t)n_ctx, sizeof(EvalResult));
+        int threads = 1;
+#ifdef _OPENMP
+        threads = omp_get_max_threads();
+#endif
+        fprintf(stderr, "seqeval: %s, %d thread%s, %s kernels\n", run, threads, threads == 1 ? "" : "s",
+                kernel_set_name(kernel_set()));
         for (int i = 0; i < n_ctx; i++) {
             if (evaluate_context(&m, shards, n_files, ctx[i], stride, max_windows, &r[i], &e) != 0) err_die(PROG, &e);
             fprintf(stderr, "  context %ld: %llu tokens, ppl %.2f\n", ctx[i], (unsigned long long)r[i].tokens, r[i].ppl);

@@ -10,8 +10,8 @@
  *   acc_tile_   Y (n, HS) (*alpha) += A' (n, m) @ X (m, HS)   A' read with any strides (A or its transpose)
  *
  * Every output element is one fma chain over the reduction index in increasing order, whatever the
- * blocking, so the AVX-512 kernels and the plain C ones (always compiled; the only path without AVX-512,
- * e.g. in the sanitizer build) give bit-identical results. The elementwise parts (logits, masks, exp,
+ * blocking, so the AVX-512 kernels and the plain C ones (always compiled; the path of the generic and
+ * avx2 kernel sets, vectorised there by the compiler) give bit-identical results. The elementwise parts (logits, masks, exp,
  * sums) do the same float operations in the same order in both paths too: sums that vectorise run over
  * 16 interleaved partial sums (lane u takes the terms u, u+16, ...) folded by a fixed tree. Terms that the
  * causal or window mask zeroes are skipped per register block (the same blocks in both paths), which
@@ -47,9 +47,9 @@
 
 #include "core/err.h"
 
-// ATTN_PORTABLE (define it when compiling this file) forces the plain C kernels on an AVX-512 machine:
-// they give the same bits, and this is how that is checked
-#if defined(__AVX512F__) && !defined(ATTN_PORTABLE)
+// the AVX-512 kernels in the avx512 copy (nn/isa.h); the plain C ones elsewhere. Both give the same bits
+// (tests run every kernel set the machine has)
+#if ISA_AVX512
 #define ATTN_SIMD_ 1
 #include <immintrin.h>
 #endif

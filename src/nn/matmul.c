@@ -38,16 +38,17 @@
 #include <omp.h>
 #endif
 
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#if ISA_AVX512 || ISA_AVX2
 #include <immintrin.h>
 #endif
 
-// micro-tile shape: as many accumulators as the register file holds, leaving room for the B loads and
-// the A broadcast (AVX-512: 16 zmm accumulators of 32 regs; AVX2: 12 ymm of 16 regs)
-#if defined(__AVX512F__)
+// micro-tile shape per kernel set (nn/isa.h): as many accumulators as the register file holds, leaving room
+// for the B loads and the A broadcast (AVX-512: 8 x 32 = 16 zmm accumulators of 32 registers; AVX2: the
+// BLIS 6 x 16 = 12 ymm of 16; generic: the portable kernel, vectorised by the compiler)
+#if ISA_AVX512
 #define MR_ 8
 #define NR_ 32
-#elif defined(__AVX2__) && defined(__FMA__)
+#elif ISA_AVX2
 #define MR_ 6
 #define NR_ 16
 #else
@@ -85,16 +86,13 @@
 typedef void (*KernelFn)(int kc, const float *a, size_t a_rs, size_t a_ks, const float *b, float *c, size_t ldc,
                          int load_c, const float *c0);
 
-static int force_portable_ = 0;
-
-void matmul_force_portable(int on) { force_portable_ = on; }
-
 // ----------------------------------------------------------------------------
 // micro-kernels: c (MR_,NR_) with row stride ldc  (=|+)=  a (MR_,kc) @ b panel (kc,NR_)
 // load_c = 0 starts from zero or c0 (overwrite), 1 adds to what c holds. All use one fma per k per element
 // in k order, so the portable and SIMD kernels give bit-identical results, packed A or not.
 
-static void kernel_portable_(int kc, const float *a, size_t a_rs, size_t a_ks, const float *b, float *c,
+// the generic set's kernel; compiled (unused) into the SIMD sets too, so it never rots
+static __attribute__((unused)) void kernel_portable_(int kc, const float *a, size_t a_rs, size_t a_ks, const float *b, float *c,
                              size_t ldc, int load_c, const float *c0) {
     float acc[MR_][NR_];
     for (int i = 0; i < MR_; i++) {
@@ -115,8 +113,10 @@ static void kernel_portable_(int kc, const float *a, size_t a_rs, size_t a_ks, c
 }
 
 // SIMD kernels: MR_ rows x 2 vectors (NR_ cols) of accumulators, as many as the register file holds next
-// to the two B vectors and the A broadcast; the constant-trip loops are fully unrolled by gcc
-#if defined(__AVX512F__)
+// to the two B vectors and the A broadcast. The accumulators are named variables, one pair per row
+// (FOR_ROWS_), not an array: gcc kept an array of 12 ymm accumulators in registers but also stored all of
+// them to the stack on every k step, which held the AVX2 kernel to a third of the FMA peak.
+#if ISA_AVX512
 #define VEC_ __m512
 #define VW_ 16
 #define VLOAD_ _mm512_load_ps
@@ -125,8 +125,9 @@ static void kernel_portable_(int kc, const float *a, size_t a_rs, size_t a_ks, c
 #define VZERO_ _mm512_setzero_ps
 #define VBCAST_(p) _mm512_set1_ps(*(p))
 #define VFMA_ _mm512_fmadd_ps
+#define FOR_ROWS_(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
 #define HAVE_SIMD_KERNEL_ 1
-#elif defined(__AVX2__) && defined(__FMA__)
+#elif ISA_AVX2
 #define VEC_ __m256
 #define VW_ 8
 #define VLOAD_ _mm256_load_ps
@@ -135,51 +136,53 @@ static void kernel_portable_(int kc, const float *a, size_t a_rs, size_t a_ks, c
 #define VZERO_ _mm256_setzero_ps
 #define VBCAST_(p) _mm256_broadcast_ss(p)
 #define VFMA_ _mm256_fmadd_ps
+#define FOR_ROWS_(X) X(0) X(1) X(2) X(3) X(4) X(5)
 #define HAVE_SIMD_KERNEL_ 1
 #endif
 
 #ifdef HAVE_SIMD_KERNEL_
-// A_AT(i, k) reads op(A)(i,k): from the packed panel, or from row pointer a_r[i] (MR_ rows read in place:
-// one base register each, indexed by k, so no packing pass and no extra address arithmetic)
-#define KERNEL_BODY_(A_AT)                                                         \
-    VEC_ acc0[MR_], acc1[MR_];                                                   \
-    for (int i = 0; i < MR_; i++) {                                              \
-        acc0[i] = load_c ? VLOADU_(c + i * ldc) : c0 ? VLOADU_(c0) : VZERO_();    \
-        acc1[i] = load_c ? VLOADU_(c + i * ldc + VW_) : c0 ? VLOADU_(c0 + VW_) : VZERO_(); \
-    }                                                                            \
-    for (int k = 0; k < kc; k++) {                                               \
-        VEC_ b0 = VLOAD_(b + (size_t)k * NR_);                                   \
-        VEC_ b1 = VLOAD_(b + (size_t)k * NR_ + VW_);                             \
-        for (int i = 0; i < MR_; i++) {                                          \
-            VEC_ a_ki = VBCAST_(&A_AT(i, k));                                    \
-            acc0[i] = VFMA_(a_ki, b0, acc0[i]);                                  \
-            acc1[i] = VFMA_(a_ki, b1, acc1[i]);                                  \
-        }                                                                        \
-    }                                                                            \
-    for (int i = 0; i < MR_; i++) {                                              \
-        VSTOREU_(c + i * ldc, acc0[i]);                                          \
-        VSTOREU_(c + i * ldc + VW_, acc1[i]);                                    \
+// row i's two accumulators: from c, the bias row c0, or zero; one k step (A_AT_(i, k) reads op(A)(i,k), defined
+// by each kernel below); the store back
+#define ACC_INIT_(i)                                                                   \
+    VEC_ acc0_##i = load_c ? VLOADU_(c + (i) * ldc) : c0 ? VLOADU_(c0) : VZERO_();      \
+    VEC_ acc1_##i = load_c ? VLOADU_(c + (i) * ldc + VW_) : c0 ? VLOADU_(c0 + VW_) : VZERO_();
+#define ACC_STEP_(i)                            \
+    {                                           \
+        VEC_ a_ki = VBCAST_(&A_AT_(i, k));      \
+        acc0_##i = VFMA_(a_ki, b0, acc0_##i);   \
+        acc1_##i = VFMA_(a_ki, b1, acc1_##i);   \
     }
+#define ACC_STORE_(i)                            \
+    VSTOREU_(c + (i) * ldc, acc0_##i);           \
+    VSTOREU_(c + (i) * ldc + VW_, acc1_##i);
+#define KERNEL_BODY_                                     \
+    FOR_ROWS_(ACC_INIT_)                                 \
+    for (int k = 0; k < kc; k++) {                       \
+        VEC_ b0 = VLOAD_(b + (size_t)k * NR_);           \
+        VEC_ b1 = VLOAD_(b + (size_t)k * NR_ + VW_);     \
+        FOR_ROWS_(ACC_STEP_)                             \
+    }                                                    \
+    FOR_ROWS_(ACC_STORE_)
 
 static void kernel_simd_packed_(int kc, const float *a, const float *b, float *c, size_t ldc, int load_c,
                                 const float *c0) {
-#define PACKED_AT_(i, k) a[(size_t)(k) * MR_ + (i)]
-    KERNEL_BODY_(PACKED_AT_)
-#undef PACKED_AT_
+#define A_AT_(i, k) a[(size_t)(k) * MR_ + (i)]
+    KERNEL_BODY_
+#undef A_AT_
 }
 
+// MR_ rows of a row-major A read in place: one base register per row, indexed by k, so no packing pass and
+// no extra address arithmetic
 static void kernel_simd_rows_(int kc, const float *a, size_t lda, const float *b, float *c, size_t ldc,
                               int load_c, const float *c0) {
     const float *a_r[MR_];
     for (int i = 0; i < MR_; i++) a_r[i] = a + i * lda;
-#define ROWS_AT_(i, k) a_r[i][k]
-    KERNEL_BODY_(ROWS_AT_)
-#undef ROWS_AT_
+#define A_AT_(i, k) a_r[i][k]
+    KERNEL_BODY_
+#undef A_AT_
 }
 #undef KERNEL_BODY_
-#endif
 
-#ifdef HAVE_SIMD_KERNEL_
 static void kernel_simd_(int kc, const float *a, size_t a_rs, size_t a_ks, const float *b, float *c, size_t ldc,
                          int load_c, const float *c0) {
     if (a_ks == 1) {
@@ -193,7 +196,7 @@ static void kernel_simd_(int kc, const float *a, size_t a_rs, size_t a_ks, const
 // ----------------------------------------------------------------------------
 // packing
 
-#if defined(__AVX2__)
+#if ISA_AVX512 || ISA_AVX2
 // dst[k*ldd + i] = src[i*lds + k] for i, k < 8: an 8x8 transpose in registers, so the transposing packs
 // read whole 32-byte rows and write whole 32-byte rows instead of moving one float at a time
 static inline void transpose8x8_(const float *src, size_t lds, float *dst, size_t ldd) {
@@ -495,9 +498,10 @@ void matmul_fused(float *C, const float *A, const float *B, int M, int N, int K,
         if (f && f->epi != MM_EPI_NONE) epilogue_(f, C, (size_t)N, 0, 0, M, N);
         return;
     }
-    KernelFn kernel = kernel_portable_;
 #ifdef HAVE_SIMD_KERNEL_
-    if (!force_portable_) kernel = kernel_simd_;
+    KernelFn kernel = kernel_simd_;
+#else
+    KernelFn kernel = kernel_portable_;
 #endif
     int threads = 1;
 #ifdef _OPENMP

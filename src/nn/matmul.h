@@ -5,7 +5,8 @@
  * panels of B (and of A when it is stored transposed; a row-major A is read in place) into one contiguous
  * layout, so a single register-tiled micro-kernel does the work.
  * Parallel over output tiles only: each output element is reduced over K in the same order whatever
- * the thread count, so results are bit-identical for any OMP_NUM_THREADS.
+ * the thread count, so results are bit-identical for any OMP_NUM_THREADS, and for every kernel set
+ * (core/cpu.h: each set's micro-kernel does one fma per k per element in k order, as the portable one does).
  * matmul_forward/matmul_backward are the llm.c-style wrappers for a PyTorch Linear layer.
  */
 #ifndef SEQ_MATMUL_H
@@ -43,9 +44,5 @@ void matmul_forward(float *out, const float *inp, const float *weight, const flo
 // dbias (OC,) += sum_bt dout. Any of dinp/dweight/dbias may be NULL (that gradient is skipped).
 void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                      const float *weight, int BT, int C, int OC);
-
-// for tests and the benchmark: 1 = use the portable C micro-kernel even when a SIMD one is compiled in,
-// 0 = the default (the SIMD kernel when there is one). Both give bit-identical results (both use fma).
-void matmul_force_portable(int on);
 
 #endif

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nn/adamw.h"
 #include "nn/fastmath.h"
 
 // per-tensor scalars of one update, in tensor_coef[k*OPTIM_COEF + ...]
@@ -259,25 +260,12 @@ void optim_step(Optim *o, float *params, const float *grads, float lr, float bet
         c[COEF_INV_SQRT_BC2] = (float)(1.0 / sqrt(1.0 - pow(b2, t)));
         c[COEF_EPS] = r->eps;
     }
-    float *m = o->m, *v = o->v;
 #pragma omp parallel
     for (int k = 0; k < pt->n; k++) {
         const float *c = o->tensor_coef + (size_t)k * OPTIM_COEF;
-        float decay = c[COEF_DECAY_MUL], b1 = c[COEF_BETA1], b2 = c[COEF_BETA2];
-        float om1 = 1.0f - b1, om2 = 1.0f - b2;
-        float step = c[COEF_STEP_SIZE], ibc2 = c[COEF_INV_SQRT_BC2], eps = c[COEF_EPS];
-        size_t off = pt->t[k].offset, n = pt->t[k].numel;
-        // elementwise and independent, so any split over threads gives the same bits; nowait because
-        // tensors do not overlap
-#pragma omp for schedule(static) nowait
-        for (size_t i = off; i < off + n; i++) {
-            float g = grads[i];
-            float mi = b1 * m[i] + om1 * g;
-            float vi = b2 * v[i] + om2 * g * g;
-            m[i] = mi;
-            v[i] = vi;
-            float p = params[i] * decay;  // decoupled decay on the old value, before the Adam step
-            params[i] = p - step * mi / (sqrtf(vi) * ibc2 + eps);
-        }
+        size_t off = pt->t[k].offset;
+        // each thread takes its share of the tensor's elements, with no barrier: tensors do not overlap
+        adamw_update(params + off, o->m + off, o->v + off, grads + off, pt->t[k].numel, c[COEF_DECAY_MUL],
+                     c[COEF_BETA1], c[COEF_BETA2], c[COEF_STEP_SIZE], c[COEF_INV_SQRT_BC2], c[COEF_EPS]);
     }
 }

@@ -15,6 +15,7 @@
 #include <omp.h>
 #endif
 
+#include "core/cpu.h"
 #include "core/timer.h"
 #include "data/tokenizer.h"
 #include "train/ckptdir.h"
@@ -201,6 +202,7 @@ static int save_checkpoint_(Trainer *t, Err *e) {
         cJSON_AddNumberToObject(st, "elapsed_s", t->elapsed);
         cJSON_AddNumberToObject(st, "seed", t->c.run.seed);
         cJSON_AddNumberToObject(st, "threads", t->threads);
+        cJSON_AddStringToObject(st, "kernels", kernel_set_name(kernel_set()));
         cJSON_AddBoolToObject(st, "stopped_early", t->stopped_early);
         cJSON_AddItemToObject(st, "config", config_dump(&t->c, &RUN_CONFIG_SCHEMA));
         char *s = cJSON_Print(st);
@@ -250,6 +252,10 @@ static int load_checkpoint_(Trainer *t, const char *ckpt, Err *e) {
     long ot = (long)json_num_(st, "optim_t", &ok);
     double tokens = json_num_(st, "tokens", &ok), elapsed = json_num_(st, "elapsed_s", &ok);
     int threads = (int)json_num_(st, "threads", &ok);
+    // the kernel set (absent in checkpoints written before kernel sets existed: nothing to compare)
+    const cJSON *kj = cJSON_GetObjectItemCaseSensitive(st, "kernels");
+    char kernels[32] = "";
+    if (cJSON_IsString(kj)) snprintf(kernels, sizeof kernels, "%s", kj->valuestring);
     t->stopped_early = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(st, "stopped_early"));  // absent: false
     cJSON_Delete(st);
     if (!ok) return err_set(e, "%s: not a seqtrain state file (missing or bad fields)", path);
@@ -261,6 +267,10 @@ static int load_checkpoint_(Trainer *t, const char *ckpt, Err *e) {
         fprintf(stderr, "seqtrain: note: the run used %d thread%s and resumes with %d; results stay correct but are "
                 "not bit-identical to an uninterrupted run (set OMP_NUM_THREADS=%d for that)\n", threads,
                 threads == 1 ? "" : "s", t->threads, threads);
+    const char *now = kernel_set_name(kernel_set());
+    if (kernels[0] && strcmp(kernels, now) != 0)
+        fprintf(stderr, "seqtrain: note: the run used the %s kernels and resumes with %s; results stay correct but "
+                "are not bit-identical to an uninterrupted run (set SEQ_KERNELS=%s for that)\n", kernels, now, kernels);
     t->step = step;
     t->opt.t = ot;
     t->tokens = tokens;
@@ -426,6 +436,7 @@ static int setup_(Trainer *t, const TrainerOpts *o, Err *e) {
     }
     if (run_config_load(&t->c, config_path, o->sets, o->n_sets, &t->origins, e) != 0) return -1;
     RunConfig *c = &t->c;
+    if (kernel_set_init(e) != 0) return -1;
 #ifdef _OPENMP
     if (c->run.threads > 0) omp_set_num_threads(c->run.threads);
     t->threads = omp_get_max_threads();
@@ -723,9 +734,9 @@ int trainer_main(const TrainerOpts *o, Err *e) {
     int status = 1;
     if (setup_(t, o, e) == 0) {
         printf("seqtrain: %s | %zu parameters | %d layers, d_model %d, vocab %d | %ld steps of %d x %d x %d tokens | "
-               "%d thread%s\n", t->run_dir, model_num_params(&t->model), t->model.L, t->model.C, t->model.V,
-               t->total_steps, t->c.train.grad_accum, t->c.train.batch_size, t->c.train.seq_len, t->threads,
-               t->threads == 1 ? "" : "s");
+               "%d thread%s, %s kernels\n", t->run_dir, model_num_params(&t->model), t->model.L, t->model.C,
+               t->model.V, t->total_steps, t->c.train.grad_accum, t->c.train.batch_size, t->c.train.seq_len,
+               t->threads, t->threads == 1 ? "" : "s", kernel_set_name(kernel_set()));
         print_substitutions_(&t->c, &t->train, t->model.V, t->total_steps);
         signal(SIGINT, on_signal_);
         signal(SIGTERM, on_signal_);

@@ -1,0 +1,179 @@
+/*
+ * The plain names of every nn function: each routes the call to the copy of the active kernel set
+ * (nn/isa.h explains the copies, core/cpu.h how the set is chosen). This file is compiled once, without
+ * SEQ_ISA. Each copy is declared with the type of the header's prototype (__typeof__), so a copy whose
+ * signature drifted from its header does not compile; a missing copy does not link.
+ *
+ * The cost is one indirect call per op call, against ops that each touch at least a row of data.
+ */
+#include "core/cpu.h"
+#include "nn/activation.h"
+#include "nn/adamw.h"
+#include "nn/attention.h"
+#include "nn/conv.h"
+#include "nn/embedding.h"
+#include "nn/heads.h"
+#include "nn/kalman.h"
+#include "nn/matmul.h"
+#include "nn/norm.h"
+#include "nn/rotary.h"
+#include "nn/xent.h"
+
+// COPIES_(f): the table of f's copies, indexed by KernelSet (the x86 sets exist only where the Makefile
+// built them: SEQ_X86_SETS)
+#if defined(SEQ_X86_SETS)
+#define COPIES_(f)                                                \
+    extern __typeof__(f) f##_generic, f##_avx2, f##_avx512;       \
+    static __typeof__(f) *const f##_copies_[KSET_COUNT] = {f##_generic, f##_avx2, f##_avx512};
+#else
+#define COPIES_(f)                                                \
+    extern __typeof__(f) f##_generic;                             \
+    static __typeof__(f) *const f##_copies_[KSET_COUNT] = {f##_generic, f##_generic, f##_generic};
+#endif
+// a function returning void / a value: its copies and its definition under the plain name
+#define VOID_(f, params, args) \
+    COPIES_(f)                 \
+    void f params { f##_copies_[kernel_set()] args; }
+#define RET_(type, f, params, args) \
+    COPIES_(f)                      \
+    type f params { return f##_copies_[kernel_set()] args; }
+
+// activation.h
+VOID_(gelu_forward, (float *out, const float *inp, size_t n), (out, inp, n))
+VOID_(gelu_backward, (float *dinp, const float *inp, const float *dout, size_t n), (dinp, inp, dout, n))
+VOID_(relu_forward, (float *out, const float *inp, size_t n), (out, inp, n))
+VOID_(relu_backward, (float *dinp, const float *inp, const float *dout, size_t n), (dinp, inp, dout, n))
+VOID_(silu_forward, (float *out, const float *inp, size_t n), (out, inp, n))
+VOID_(silu_backward, (float *dinp, const float *inp, const float *dout, size_t n), (dinp, inp, dout, n))
+VOID_(swiglu_forward, (float *out, const float *inp, int N, int H), (out, inp, N, H))
+VOID_(swiglu_backward, (float *dinp, const float *inp, const float *dout, int N, int H), (dinp, inp, dout, N, H))
+VOID_(residual_forward, (float *out, const float *a, const float *b, size_t n), (out, a, b, n))
+VOID_(residual_backward, (float *da, float *db, const float *dout, size_t n), (da, db, dout, n))
+
+// adamw.h
+VOID_(adamw_update,
+      (float *params, float *m, float *v, const float *grads, size_t n, float decay, float beta1, float beta2,
+       float step, float inv_sqrt_bc2, float eps),
+      (params, m, v, grads, n, decay, beta1, beta2, step, inv_sqrt_bc2, eps))
+
+// attention.h
+RET_(AttnOpts, attn_opts_default, (int HS), (HS))
+VOID_(alibi_slopes, (float *slopes, int NH), (slopes, NH))
+VOID_(attention_forward,
+      (float *out, float *lse, const float *q, const float *k, const float *v, const AttnOpts *o, int B, int NH,
+       int T, int HS),
+      (out, lse, q, k, v, o, B, NH, T, HS))
+VOID_(attention_backward,
+      (float *dq, float *dk, float *dv, float *dfgate, float *ddecay, const float *dout, const float *out,
+       const float *lse, const float *q, const float *k, const float *v, const AttnOpts *o, int B, int NH, int T,
+       int HS),
+      (dq, dk, dv, dfgate, ddecay, dout, out, lse, q, k, v, o, B, NH, T, HS))
+VOID_(attention_backward_write,
+      (float *dq, float *dk, float *dv, float *dfgate, float *ddecay, const float *dout, const float *out,
+       const float *lse, const float *q, const float *k, const float *v, const AttnOpts *o, int B, int NH, int T,
+       int HS),
+      (dq, dk, dv, dfgate, ddecay, dout, out, lse, q, k, v, o, B, NH, T, HS))
+VOID_(attention_probs,
+      (float *P, const float *q, const float *k, const float *lse, const AttnOpts *o, int b, int h, int NH, int T,
+       int HS),
+      (P, q, k, lse, o, b, h, NH, T, HS))
+
+// conv.h
+VOID_(conv1d_causal_forward,
+      (float *out, const float *inp, const float *weight, const float *bias, int B, int T, int C, int K),
+      (out, inp, weight, bias, B, T, C, K))
+VOID_(conv1d_causal_backward,
+      (float *dinp, float *dweight, float *dbias, const float *dout, const float *inp, const float *weight, int B,
+       int T, int C, int K),
+      (dinp, dweight, dbias, dout, inp, weight, B, T, C, K))
+VOID_(conv1d_causal_step,
+      (float *out, float *state, const float *x, const float *weight, const float *bias, int B, int C, int K),
+      (out, state, x, weight, bias, B, C, K))
+
+// embedding.h
+RET_(int, embedding_check_ids, (const int *ids, int N, int V), (ids, N, V))
+VOID_(embedding_forward, (float *out, const int *ids, const float *wte, int N, int C), (out, ids, wte, N, C))
+VOID_(embedding_backward, (float *dwte, const float *dout, const int *ids, int N, int C), (dwte, dout, ids, N, C))
+
+// heads.h
+VOID_(heads_split, (float *dst, const float *src, int B, int T, int H, int D), (dst, src, B, T, H, D))
+VOID_(heads_merge, (float *dst, const float *src, int B, int T, int H, int D), (dst, src, B, T, H, D))
+
+// kalman.h
+RET_(size_t, kalman_ckpt_size, (int B, int T, int M, int S, int chunk), (B, T, M, S, chunk))
+RET_(size_t, kalman_scratch_size, (int B, int T, int M, int S), (B, T, M, S))
+VOID_(kalman_scan_forward,
+      (float *y, float *yvar, float *ckpt, const float *v, const float *prec, const float *k, const float *q,
+       const float *abar, const float *pbar, int B, int T, int M, int S, int chunk),
+      (y, yvar, ckpt, v, prec, k, q, abar, pbar, B, T, M, S, chunk))
+VOID_(kalman_scan_backward,
+      (float *dv, float *dprec, float *dk, float *dq, float *dabar, float *dpbar, const float *dy,
+       const float *dyvar, const float *ckpt, const float *v, const float *prec, const float *k, const float *q,
+       const float *abar, const float *pbar, int B, int T, int M, int S, int chunk, float *scratch),
+      (dv, dprec, dk, dq, dabar, dpbar, dy, dyvar, ckpt, v, prec, k, q, abar, pbar, B, T, M, S, chunk, scratch))
+VOID_(kalman_state_init, (float *state, int B, int M, int S), (state, B, M, S))
+VOID_(kalman_step,
+      (float *y, float *yvar, float *state, size_t stride, const float *v, const float *prec, const float *k,
+       const float *q, const float *abar, const float *pbar, int B, int M, int S),
+      (y, yvar, state, stride, v, prec, k, q, abar, pbar, B, M, S))
+
+// matmul.h
+VOID_(matmul, (float *C, const float *A, const float *B, int M, int N, int K, int transA, int transB, int accumulate),
+      (C, A, B, M, N, K, transA, transB, accumulate))
+VOID_(matmul_fused,
+      (float *C, const float *A, const float *B, int M, int N, int K, int transA, int transB, int accumulate,
+       const MatmulFuse *f),
+      (C, A, B, M, N, K, transA, transB, accumulate, f))
+VOID_(matmul_forward, (float *out, const float *inp, const float *weight, const float *bias, int BT, int C, int OC),
+      (out, inp, weight, bias, BT, C, OC))
+VOID_(matmul_backward,
+      (float *dinp, float *dweight, float *dbias, const float *dout, const float *inp, const float *weight, int BT,
+       int C, int OC),
+      (dinp, dweight, dbias, dout, inp, weight, BT, C, OC))
+
+// norm.h
+VOID_(layernorm_forward,
+      (float *out, float *mean, float *rstd, const float *inp, const float *weight, const float *bias, int N, int C),
+      (out, mean, rstd, inp, weight, bias, N, C))
+VOID_(layernorm_backward,
+      (float *dinp, float *dweight, float *dbias, const float *dout, const float *inp, const float *weight,
+       const float *mean, const float *rstd, int N, int C),
+      (dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C))
+VOID_(rmsnorm_forward, (float *out, float *rstd, const float *inp, const float *weight, int N, int C),
+      (out, rstd, inp, weight, N, C))
+VOID_(rmsnorm_backward,
+      (float *dinp, float *dweight, const float *dout, const float *inp, const float *weight, const float *rstd,
+       int N, int C),
+      (dinp, dweight, dout, inp, weight, rstd, N, C))
+
+// rotary.h
+VOID_(rotary_sc_bank, (float *freqs, float *decay, int NH, int half, double base, double damping, int n_zero),
+      (freqs, decay, NH, half, base, damping, n_zero))
+RET_(RotaryCfg, rotary_cfg_default, (void), ())
+VOID_(rotary_table_init, (RotaryTable *tab, const RotaryCfg *cfg, int pos0, int T, int NH, int HS),
+      (tab, cfg, pos0, T, NH, HS))
+VOID_(rotary_table_free, (RotaryTable *tab), (tab))
+VOID_(rotary_forward, (float *out, const float *inp, const RotaryCfg *cfg, int pos0, int B, int T, int NH, int HS),
+      (out, inp, cfg, pos0, B, T, NH, HS))
+VOID_(rotary_backward, (float *dinp, const float *dout, const RotaryCfg *cfg, int pos0, int B, int T, int NH, int HS),
+      (dinp, dout, cfg, pos0, B, T, NH, HS))
+VOID_(rotary_forward_table, (float *out, const float *inp, const RotaryTable *tab, int B), (out, inp, tab, B))
+VOID_(rotary_backward_table, (float *dinp, const float *dout, const RotaryTable *tab, int B), (dinp, dout, tab, B))
+VOID_(rotary_forward_heads_table, (float *out, const float *inp, const RotaryTable *tab, int B), (out, inp, tab, B))
+VOID_(rotary_backward_heads_table, (float *dinp, const float *dout, const RotaryTable *tab, int B),
+      (dinp, dout, tab, B))
+
+// xent.h
+RET_(int, crossentropy_check_targets, (const int *targets, int N, int V), (targets, N, V))
+RET_(int, crossentropy_forward,
+     (float *losses, float *stats, double *mean_loss, const float *logits, const int *targets, int N, int V),
+     (losses, stats, mean_loss, logits, targets, N, V))
+VOID_(crossentropy_backward,
+      (float *dlogits, const float *logits, const float *stats, const int *targets, int n_norm, int N, int V),
+      (dlogits, logits, stats, targets, n_norm, N, V))
+VOID_(crossentropy_backward_inplace,
+      (float *logits, const float *stats, const int *targets, int n_norm, int N, int V),
+      (logits, stats, targets, n_norm, N, V))
+RET_(int, crossentropy_forward_backward,
+     (float *losses, float *stats, double *mean_loss, float *logits, const int *targets, int n_norm, int N, int V),
+     (losses, stats, mean_loss, logits, targets, n_norm, N, V))
