@@ -11,6 +11,7 @@
 #endif
 
 #include "nn/attention.h"
+#include "core/cpu.h"
 #include "gradcheck.h"
 #include "test.h"
 
@@ -392,9 +393,8 @@ static void test_alibi_slopes(void) {
 }
 
 // ----------------------------------------------------------------------------
-// thread-count independence
+// thread-count and kernel-set independence
 
-#ifdef _OPENMP
 static void run_all_(Inputs *in, const float *dy, float *out, float *lse, float *g[5]) {
     int B = in->B, NH = in->NH, T = in->T, HS = in->HS;
     size_t n = (size_t)B * NH * T * HS;
@@ -404,6 +404,50 @@ static void run_all_(Inputs *in, const float *dy, float *out, float *lse, float 
     attention_backward(g[0], g[1], g[2], g[3], g[4], dy, out, lse, in->q, in->k, in->v, &in->o, B, NH, T, HS);
 }
 
+// every kernel set the CPU supports (core/cpu.h: the AVX-512 kernels, the AVX2 ones on 16-lane vectors of
+// two halves, the plain C ones) gives the same bits as the active set, forward and backward, for every option
+// combination and head sizes that are a multiple of 64, of 16 only, and of neither
+static void test_kernel_sets(void) {
+    static const int head_sizes[] = {64, 32, 24};
+    KernelSet active = kernel_set();
+    for (size_t hi = 0; hi < sizeof head_sizes / sizeof head_sizes[0]; hi++) {
+        for (int opt = 0; opt < OPT_COUNT; opt++) {
+            int B = 1, NH = 2, T = 150, HS = head_sizes[hi];
+            size_t n = (size_t)B * NH * T * HS, nbt = (size_t)B * NH * T;
+            size_t sizes[5] = {n, n, n, nbt, (size_t)NH};
+            GcRng rng = {606 + (uint64_t)opt};
+            Inputs in;
+            inputs_init_(&in, &rng, B, NH, T, HS, opt, 70, 8.0f);
+            float *dy = gc_randn(&rng, n, 1.0f);
+            float *out[2], *lse[2], *g[2][5];
+            for (int r = 0; r < 2; r++) {
+                out[r] = malloc(n * sizeof(float));
+                lse[r] = malloc(nbt * sizeof(float));
+                for (int t = 0; t < 5; t++) g[r][t] = malloc(sizes[t] * sizeof(float));
+            }
+            run_all_(&in, dy, out[0], lse[0], g[0]);
+            for (int ks = 0; ks < KSET_COUNT; ks++) {
+                if (ks == (int)active || !kernel_set_supported((KernelSet)ks)) continue;
+                kernel_set_use((KernelSet)ks, NULL);
+                run_all_(&in, dy, out[1], lse[1], g[1]);
+                kernel_set_use(active, NULL);
+                int same = memcmp(out[0], out[1], n * sizeof(float)) == 0 &&
+                           memcmp(lse[0], lse[1], nbt * sizeof(float)) == 0;
+                for (int t = 0; t < 5; t++) same &= memcmp(g[0][t], g[1][t], sizes[t] * sizeof(float)) == 0;
+                CHECK(same, "attention HS=%d %s: kernel set %s bit-identical to %s (forward and backward)", HS,
+                      opt_names_[opt], kernel_set_name((KernelSet)ks), kernel_set_name(active));
+            }
+            for (int r = 0; r < 2; r++) {
+                free(out[r]); free(lse[r]);
+                for (int t = 0; t < 5; t++) free(g[r][t]);
+            }
+            free(dy);
+            inputs_free_(&in);
+        }
+    }
+}
+
+#ifdef _OPENMP
 static void test_threads(void) {
     int B = 2, NH = 3, T = 200, HS = 32;
     size_t n = (size_t)B * NH * T * HS, nbt = (size_t)B * NH * T;
@@ -441,6 +485,7 @@ int main(void) {
     test_accumulate_and_null();
     test_backward_write();
     test_long_context();
+    test_kernel_sets();
 #ifdef _OPENMP
     test_threads();
 #endif

@@ -13,6 +13,7 @@
 #include <omp.h>
 #endif
 
+#include "core/cpu.h"
 #include "gradcheck.h"
 #include "nn/attention.h"
 #include "test.h"
@@ -253,7 +254,58 @@ static void test_threads(void) {
 }
 #endif
 
+// every kernel set the CPU supports gives the same bits as the active one, for each filter kind, with and
+// without a window, at a head size that is a multiple of 16 and one that is not
+static void test_kernel_sets(void) {
+    static const int kinds[] = {ATTN_FILTER_DOT, ATTN_FILTER_GAUSS, ATTN_FILTER_STUDENT};
+    KernelSet active = kernel_set();
+    for (int ki = 0; ki < 3; ki++) {
+        for (int variant = 0; variant < 2; variant++) {
+            GcRng r = {808 + (uint64_t)(ki * 2 + variant)};
+            Case cs;
+            int HS = variant ? 16 : 12, W = variant ? 40 : 0;
+            case_init_(&cs, &r, kinds[ki], 1, 2, 130, HS, W);
+            size_t n = (size_t)cs.B * cs.NH * cs.T * cs.HS, nl = (size_t)cs.NH * cs.L, nt = (size_t)cs.B * cs.NH * cs.T;
+            size_t sizes[6] = {n, nt, n, nl, (size_t)cs.NH, n};
+            float *dy = gc_randn(&r, n, 1.0f);
+            float *res[2][6];
+            for (int run = 0; run < 2; run++) {
+                res[run][0] = malloc(n * sizeof(float));
+                res[run][1] = malloc(nt * sizeof(float));
+                res[run][2] = malloc(n * sizeof(float));
+                res[run][3] = malloc(nl * sizeof(float));
+                res[run][4] = malloc((size_t)cs.NH * sizeof(float));
+                res[run][5] = malloc(n * sizeof(float));
+            }
+            for (int ks = -1; ks < KSET_COUNT; ks++) {
+                // ks = -1: the active set, into res[0]; then each other supported set, into res[1]
+                if (ks == (int)active || (ks >= 0 && !kernel_set_supported((KernelSet)ks))) continue;
+                float **o = res[ks < 0 ? 0 : 1];
+                if (ks >= 0) kernel_set_use((KernelSet)ks, NULL);
+                memset(o[2], 0, n * sizeof(float)); memset(o[3], 0, nl * sizeof(float));
+                memset(o[4], 0, (size_t)cs.NH * sizeof(float)); memset(o[5], 0, n * sizeof(float));
+                attention_forward(o[0], o[1], cs.q, cs.k, cs.v, &cs.o, cs.B, cs.NH, cs.T, cs.HS);
+                cs.f.ddecay = o[3]; cs.f.dbeta = o[4];
+                attention_backward(o[2], o[5], NULL, NULL, NULL, dy, o[0], o[1], cs.q, cs.k, cs.v, &cs.o, cs.B, cs.NH,
+                                   cs.T, cs.HS);
+                cs.f.ddecay = NULL; cs.f.dbeta = NULL;
+                if (ks < 0) continue;
+                kernel_set_use(active, NULL);
+                int same = 1;
+                for (int w = 0; w < 6; w++) same &= memcmp(res[0][w], res[1][w], sizes[w] * sizeof(float)) == 0;
+                CHECK(same, "filter %s HS=%d W=%d: kernel set %s bit-identical to %s (forward and backward)",
+                      kind_name_(kinds[ki]), HS, W, kernel_set_name((KernelSet)ks), kernel_set_name(active));
+            }
+            for (int run = 0; run < 2; run++)
+                for (int w = 0; w < 6; w++) free(res[run][w]);
+            free(dy);
+            case_free_(&cs);
+        }
+    }
+}
+
 int main(void) {
+    test_kernel_sets();
     test_forward_reference();
     test_gradcheck();
     test_probs();

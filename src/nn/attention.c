@@ -49,9 +49,9 @@
 
 // the AVX-512 kernels in the avx512 copy (nn/isa.h); the plain C ones elsewhere. Both give the same bits
 // (tests run every kernel set the machine has)
-#if ISA_AVX512
+#if ISA_AVX512 || ISA_AVX2
 #define ATTN_SIMD_ 1
-#include <immintrin.h>
+#include "nn/simd16.h"
 #endif
 
 // query rows and keys per tile: a (64, 64) logit tile, a (HS, 64) transposed tile and a (64, HS)
@@ -61,6 +61,14 @@
 // output rows per register block of the micro-kernels: 6 rows x 4 vectors = 24 of the 32 zmm registers,
 // leaving room for the 4 vectors loaded per reduction step and the broadcast
 #define ATTN_MR 6
+// 16-column vectors (v16f) per register block: AVX-512 holds all 4 of a 64-column tile (24 zmm); with AVX2
+// a v16f is 2 ymm, so one vector at a time (6 rows x 2 ymm = 12 of the 16 ymm registers) and the block
+// repeats for each vector. Every output element is the same fma chain either way.
+#if ISA_AVX512
+#define ATTN_VB 4
+#else
+#define ATTN_VB 1
+#endif
 
 #define ALWAYS_INLINE_ static inline __attribute__((always_inline))
 // the plain C kernels: the whole path without AVX-512, and still compiled (unused) with it, so it never rots
@@ -108,7 +116,7 @@ static inline float exp_neg_(float x) {
     return x < -87.0f ? 0.0f : pr * two_n;
 }
 
-// sum of 16 partial sums by a fixed tree: p[u] += p[u + w] for w = 8, 4, 2, 1 (tree16_v_ folds the same way)
+// sum of 16 partial sums by a fixed tree: p[u] += p[u + w] for w = 8, 4, 2, 1 (v16_tree_sum folds the same way)
 static inline float tree16_(float p[16]) {
     for (int w = 8; w >= 1; w /= 2) {
         for (int u = 0; u < w; u++) p[u] += p[u + w];
@@ -124,52 +132,39 @@ static float row_dot_portable_(const float *a, const float *b, int HS) {
 }
 
 #ifdef ATTN_SIMD_
-static inline __m512 exp_neg_v_(__m512 x) {
-    const __m512 lo = _mm512_set1_ps(-87.0f);
-    __m512 xc = _mm512_min_ps(_mm512_max_ps(x, lo), _mm512_set1_ps(88.0f));
-    const __m512 big = _mm512_set1_ps(12582912.0f);
-    __m512 n = _mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504f)), big), big);
-    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693145752f), xc);
-    r = _mm512_fmadd_ps(n, _mm512_set1_ps(-1.42860677e-6f), r);
-    __m512 pr = _mm512_set1_ps(1.0f / 5040.0f);
-    pr = _mm512_fmadd_ps(pr, r, _mm512_set1_ps(1.0f / 720.0f));
-    pr = _mm512_fmadd_ps(pr, r, _mm512_set1_ps(1.0f / 120.0f));
-    pr = _mm512_fmadd_ps(pr, r, _mm512_set1_ps(1.0f / 24.0f));
-    pr = _mm512_fmadd_ps(pr, r, _mm512_set1_ps(1.0f / 6.0f));
-    pr = _mm512_fmadd_ps(pr, r, _mm512_set1_ps(0.5f));
-    pr = _mm512_fmadd_ps(pr, r, _mm512_set1_ps(1.0f));
-    pr = _mm512_fmadd_ps(pr, r, _mm512_set1_ps(1.0f));
-    // pr * 2^n in one instruction: n is integral and in [-126, 127], so this is the same correctly rounded
-    // product as pr * two_n in exp_neg_
-    __m512 e = _mm512_scalef_ps(pr, n);
-    return _mm512_mask_mov_ps(e, _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ), _mm512_setzero_ps());
-}
-
-// tree16_ on the 16 lanes of v
-static inline float tree16_v_(__m512 v) {
-    __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v),
-                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));  // u + (u+8)
-    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));                 // u + (u+4)
-    __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));                                                  // u + (u+2)
-    __m128 d = _mm_add_ss(c, _mm_shuffle_ps(c, c, 1));                                              // 0 + 1
-    return _mm_cvtss_f32(d);
+static inline v16f exp_neg_v_(v16f x) {
+    const v16f lo = v16_set1(-87.0f);
+    v16f xc = v16_min(v16_max(x, lo), v16_set1(88.0f));
+    const v16f big = v16_set1(12582912.0f);
+    v16f n = v16_sub(v16_add(v16_mul(xc, v16_set1(1.44269504f)), big), big);
+    v16f r = v16_fmadd(n, v16_set1(-0.693145752f), xc);
+    r = v16_fmadd(n, v16_set1(-1.42860677e-6f), r);
+    v16f pr = v16_set1(1.0f / 5040.0f);
+    pr = v16_fmadd(pr, r, v16_set1(1.0f / 720.0f));
+    pr = v16_fmadd(pr, r, v16_set1(1.0f / 120.0f));
+    pr = v16_fmadd(pr, r, v16_set1(1.0f / 24.0f));
+    pr = v16_fmadd(pr, r, v16_set1(1.0f / 6.0f));
+    pr = v16_fmadd(pr, r, v16_set1(0.5f));
+    pr = v16_fmadd(pr, r, v16_set1(1.0f));
+    pr = v16_fmadd(pr, r, v16_set1(1.0f));
+    // pr * 2^n: n is integral and in [-126, 127], so this is the same correctly rounded product as
+    // pr * two_n in exp_neg_
+    v16f e = v16_scale2n(pr, n);
+    return v16_mask_mov(e, v16_cmplt(x, lo), v16_zero());
 }
 
 static float row_dot_(const float *a, const float *b, int HS) {
     if (HS % 16 != 0) return row_dot_portable_(a, b, HS);
-    __m512 p = _mm512_setzero_ps();
-    for (int d = 0; d < HS; d += 16) p = _mm512_fmadd_ps(_mm512_loadu_ps(a + d), _mm512_loadu_ps(b + d), p);
-    return tree16_v_(p);
+    v16f p = v16_zero();
+    for (int d = 0; d < HS; d += 16) p = v16_fmadd(v16_loadu(a + d), v16_loadu(b + d), p);
+    return v16_tree_sum(p);
 }
 
-static inline __m512i iota16_(void) {
-    return _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-}
 #else
 static float row_dot_(const float *a, const float *b, int HS) { return row_dot_portable_(a, b, HS); }
 #endif
 
-#ifdef ATTN_SIMD_
+#if ISA_AVX512
 // dst (16, ldd) = transpose of src (16, lds), in registers: pairs, then quads within 128-bit lanes, then lanes
 static inline void transpose16_(float *restrict dst, size_t ldd, const float *restrict src, size_t lds) {
     __m512 r[16], t[16];
@@ -200,7 +195,7 @@ static inline void transpose16_(float *restrict dst, size_t ldd, const float *re
 // the full tile width
 static void transpose_rows_(float *restrict dst, const float *restrict src, int n, int HS) {
     int c0 = 0;
-#ifdef ATTN_SIMD_
+#if ISA_AVX512
     int d0 = 0;
     // whole 16 x 16 blocks in registers, the edges below element by element
     for (; c0 + 16 <= n; c0 += 16) {
@@ -302,27 +297,36 @@ static void acc_tile_portable_(float *restrict Y, const float *restrict A, int s
 }
 
 #ifdef ATTN_SIMD_
-// R (<= ATTN_MR) rows of C = A @ Bt, vectors [V0, V1) of the 4, the accumulators in registers over all of d;
-// the other vectors of the rows get 0 (entries the caller's mask hides, whatever they hold)
+// R (<= ATTN_MR) rows of C = A @ Bt, vectors [V0, V1) of the 4 (at most ATTN_VB of them), the accumulators in
+// registers over all of d; the other vectors of the rows are left alone
 ALWAYS_INLINE_ void dot_block_simd_(float *restrict C, const float *restrict A, const float *restrict Bt, int R,
                                     int HS, int V0, int V1) {
-    __m512 c[ATTN_MR][4];
+    v16f c[ATTN_MR][4];
     for (int i = 0; i < R; i++) {
-        for (int v = V0; v < V1; v++) c[i][v] = _mm512_setzero_ps();
+        for (int v = V0; v < V1; v++) c[i][v] = v16_zero();
     }
     for (int d = 0; d < HS; d++) {
         const float *b = Bt + (size_t)d * ATTN_BC;
-        __m512 bv[4];
-        for (int v = V0; v < V1; v++) bv[v] = _mm512_loadu_ps(b + 16 * v);
+        v16f bv[4];
+        for (int v = V0; v < V1; v++) bv[v] = v16_loadu(b + 16 * v);
         for (int i = 0; i < R; i++) {
-            __m512 a = _mm512_set1_ps(A[(size_t)i * HS + d]);
-            for (int v = V0; v < V1; v++) c[i][v] = _mm512_fmadd_ps(a, bv[v], c[i][v]);
+            v16f a = v16_set1(A[(size_t)i * HS + d]);
+            for (int v = V0; v < V1; v++) c[i][v] = v16_fmadd(a, bv[v], c[i][v]);
         }
     }
     for (int i = 0; i < R; i++) {
+        for (int v = V0; v < V1; v++) v16_storeu(C + (size_t)i * ATTN_BC + 16 * v, c[i][v]);
+    }
+}
+
+// dot_block_simd_ over vectors [V0, V1) in register blocks of ATTN_VB vectors; the other vectors of the rows
+// get 0 (entries the caller's mask hides, whatever they hold)
+ALWAYS_INLINE_ void dot_rows_simd_(float *restrict C, const float *restrict A, const float *restrict Bt, int R,
+                                   int HS, int V0, int V1) {
+    for (int v = V0; v < V1; v += ATTN_VB) dot_block_simd_(C, A, Bt, R, HS, v, v + ATTN_VB < V1 ? v + ATTN_VB : V1);
+    for (int i = 0; i < R; i++) {
         for (int v = 0; v < 4; v++) {
-            __m512 x = v >= V0 && v < V1 ? c[i][v] : _mm512_setzero_ps();
-            _mm512_storeu_ps(C + (size_t)i * ATTN_BC + 16 * v, x);
+            if (v < V0 || v >= V1) v16_storeu(C + (size_t)i * ATTN_BC + 16 * v, v16_zero());
         }
     }
 }
@@ -340,63 +344,120 @@ static void dot_tile_(float *restrict C, const float *restrict A, const float *r
         int v0 = lo <= 0 ? 0 : (lo / 16 < 4 ? lo / 16 : 4), v1 = hi < 0 ? 0 : (hi / 16 + 1 < 4 ? hi / 16 + 1 : 4);
         // constant vector ranges, so the accumulators stay in registers
         switch (v1 > v0 ? v0 * 5 + v1 : 0) {
-        case 0 * 5 + 1: dot_block_simd_(Ci, Ai, Bt, ATTN_MR, HS, 0, 1); break;
-        case 0 * 5 + 2: dot_block_simd_(Ci, Ai, Bt, ATTN_MR, HS, 0, 2); break;
-        case 0 * 5 + 3: dot_block_simd_(Ci, Ai, Bt, ATTN_MR, HS, 0, 3); break;
-        case 1 * 5 + 2: dot_block_simd_(Ci, Ai, Bt, ATTN_MR, HS, 1, 2); break;
-        case 1 * 5 + 3: dot_block_simd_(Ci, Ai, Bt, ATTN_MR, HS, 1, 3); break;
-        case 1 * 5 + 4: dot_block_simd_(Ci, Ai, Bt, ATTN_MR, HS, 1, 4); break;
-        case 2 * 5 + 3: dot_block_simd_(Ci, Ai, Bt, ATTN_MR, HS, 2, 3); break;
-        case 2 * 5 + 4: dot_block_simd_(Ci, Ai, Bt, ATTN_MR, HS, 2, 4); break;
-        case 3 * 5 + 4: dot_block_simd_(Ci, Ai, Bt, ATTN_MR, HS, 3, 4); break;
+        case 0 * 5 + 1: dot_rows_simd_(Ci, Ai, Bt, ATTN_MR, HS, 0, 1); break;
+        case 0 * 5 + 2: dot_rows_simd_(Ci, Ai, Bt, ATTN_MR, HS, 0, 2); break;
+        case 0 * 5 + 3: dot_rows_simd_(Ci, Ai, Bt, ATTN_MR, HS, 0, 3); break;
+        case 1 * 5 + 2: dot_rows_simd_(Ci, Ai, Bt, ATTN_MR, HS, 1, 2); break;
+        case 1 * 5 + 3: dot_rows_simd_(Ci, Ai, Bt, ATTN_MR, HS, 1, 3); break;
+        case 1 * 5 + 4: dot_rows_simd_(Ci, Ai, Bt, ATTN_MR, HS, 1, 4); break;
+        case 2 * 5 + 3: dot_rows_simd_(Ci, Ai, Bt, ATTN_MR, HS, 2, 3); break;
+        case 2 * 5 + 4: dot_rows_simd_(Ci, Ai, Bt, ATTN_MR, HS, 2, 4); break;
+        case 3 * 5 + 4: dot_rows_simd_(Ci, Ai, Bt, ATTN_MR, HS, 3, 4); break;
         case 0: memset(Ci, 0, (size_t)ATTN_MR * ATTN_BC * sizeof(float)); break;  // nothing visible
-        default: dot_block_simd_(Ci, Ai, Bt, ATTN_MR, HS, 0, 4); break;
+        default: dot_rows_simd_(Ci, Ai, Bt, ATTN_MR, HS, 0, 4); break;
         }
     }
     float *Ci = C + (size_t)i * ATTN_BC;
     const float *Ai = A + (size_t)i * HS;
     // the row tail, all columns, with a constant row count so its accumulators stay in registers too
     switch (n - i) {
-    case 5: dot_block_simd_(Ci, Ai, Bt, 5, HS, 0, 4); break;
-    case 4: dot_block_simd_(Ci, Ai, Bt, 4, HS, 0, 4); break;
-    case 3: dot_block_simd_(Ci, Ai, Bt, 3, HS, 0, 4); break;
-    case 2: dot_block_simd_(Ci, Ai, Bt, 2, HS, 0, 4); break;
-    case 1: dot_block_simd_(Ci, Ai, Bt, 1, HS, 0, 4); break;
+    case 5: dot_rows_simd_(Ci, Ai, Bt, 5, HS, 0, 4); break;
+    case 4: dot_rows_simd_(Ci, Ai, Bt, 4, HS, 0, 4); break;
+    case 3: dot_rows_simd_(Ci, Ai, Bt, 3, HS, 0, 4); break;
+    case 2: dot_rows_simd_(Ci, Ai, Bt, 2, HS, 0, 4); break;
+    case 1: dot_rows_simd_(Ci, Ai, Bt, 1, HS, 0, 4); break;
     default: break;
     }
 }
 
-// R (<= ATTN_MR) rows x NV (<= 4) vectors of acc_tile_, accumulators in registers over all of t; Y and X
+#if ISA_AVX2
+// acc_block_simd_ below for AVX2 (one 16-column vector): the 6 x 2 ymm accumulators as named variables and X's
+// two halves loaded once per t, the same operations. Written with arrays, gcc folded the X loads into every
+// FMA (18 loads per 12 FMAs), and the loads, not the FMAs, set the speed.
+#define ROWS6_(X) X(0) X(1) X(2) X(3) X(4) X(5)
+ALWAYS_INLINE_ void acc_block_avx2_(float *restrict Y, const float *restrict A, int so, int st,
+                                    const float *restrict X, int nt, int HS, const float *alpha, int fresh, int R) {
+#define INIT_(i)                                                                   \
+    __m256 yl##i = _mm256_setzero_ps(), yh##i = _mm256_setzero_ps();               \
+    if (R > (i) && !fresh) {                                                       \
+        yl##i = _mm256_loadu_ps(Y + (size_t)(i) * HS);                             \
+        yh##i = _mm256_loadu_ps(Y + (size_t)(i) * HS + 8);                         \
+        if (alpha) {                                                               \
+            yl##i = _mm256_mul_ps(yl##i, _mm256_set1_ps(alpha[i]));                \
+            yh##i = _mm256_mul_ps(yh##i, _mm256_set1_ps(alpha[i]));                \
+        }                                                                          \
+    }
+#define STEP_(i)                                                                   \
+    if (R > (i)) {                                                                 \
+        __m256 ai = _mm256_broadcast_ss(a + (size_t)(i) * so);                     \
+        yl##i = _mm256_fmadd_ps(ai, xl, yl##i);                                    \
+        yh##i = _mm256_fmadd_ps(ai, xh, yh##i);                                    \
+    }
+#define STORE_(i)                                                                  \
+    if (R > (i)) {                                                                 \
+        float *yp = Y + (size_t)(i) * HS;                                          \
+        _mm256_storeu_ps(yp, fresh ? _mm256_add_ps(_mm256_loadu_ps(yp), yl##i) : yl##i);         \
+        _mm256_storeu_ps(yp + 8, fresh ? _mm256_add_ps(_mm256_loadu_ps(yp + 8), yh##i) : yh##i); \
+    }
+    ROWS6_(INIT_)
+    for (int t = 0; t < nt; t++) {
+        const float *x = X + (size_t)t * HS;
+        const float *a = A + (size_t)t * st;
+        __m256 xl = _mm256_loadu_ps(x), xh = _mm256_loadu_ps(x + 8);
+        ROWS6_(STEP_)
+    }
+    ROWS6_(STORE_)
+#undef INIT_
+#undef STEP_
+#undef STORE_
+}
+#endif
+
+// R (<= ATTN_MR) rows x NV (<= ATTN_VB) vectors of acc_tile_, accumulators in registers over all of t; Y and X
 // point at the first column of the block, rows HS apart
 ALWAYS_INLINE_ void acc_block_simd_(float *restrict Y, const float *restrict A, int so, int st,
                                     const float *restrict X, int nt, int HS, const float *alpha, int fresh,
                                     int R, int NV) {
-    __m512 y[ATTN_MR][4];
+#if ISA_AVX2
+    if (NV == 1) {
+        acc_block_avx2_(Y, A, so, st, X, nt, HS, alpha, fresh, R);
+        return;
+    }
+#endif
+    v16f y[ATTN_MR][4];
     for (int i = 0; i < R; i++) {
         for (int v = 0; v < NV; v++) {
             if (fresh) {
-                y[i][v] = _mm512_setzero_ps();
+                y[i][v] = v16_zero();
                 continue;
             }
-            y[i][v] = _mm512_loadu_ps(Y + (size_t)i * HS + 16 * v);
-            if (alpha) y[i][v] = _mm512_mul_ps(y[i][v], _mm512_set1_ps(alpha[i]));
+            y[i][v] = v16_loadu(Y + (size_t)i * HS + 16 * v);
+            if (alpha) y[i][v] = v16_mul(y[i][v], v16_set1(alpha[i]));
         }
     }
     for (int t = 0; t < nt; t++) {
         const float *x = X + (size_t)t * HS;
         const float *a = A + (size_t)t * st;
-        __m512 xv[4];
-        for (int v = 0; v < NV; v++) xv[v] = _mm512_loadu_ps(x + 16 * v);
+        v16f xv[4];
+        for (int v = 0; v < NV; v++) xv[v] = v16_loadu(x + 16 * v);
         for (int i = 0; i < R; i++) {
-            __m512 ai = _mm512_set1_ps(a[(size_t)i * so]);
-            for (int v = 0; v < NV; v++) y[i][v] = _mm512_fmadd_ps(ai, xv[v], y[i][v]);
+            v16f ai = v16_set1(a[(size_t)i * so]);
+            for (int v = 0; v < NV; v++) y[i][v] = v16_fmadd(ai, xv[v], y[i][v]);
         }
     }
     for (int i = 0; i < R; i++) {
         for (int v = 0; v < NV; v++) {
             float *yp = Y + (size_t)i * HS + 16 * v;
-            _mm512_storeu_ps(yp, fresh ? _mm512_add_ps(_mm512_loadu_ps(yp), y[i][v]) : y[i][v]);
+            v16_storeu(yp, fresh ? v16_add(v16_loadu(yp), y[i][v]) : y[i][v]);
         }
+    }
+}
+
+// R rows x NV vectors in register blocks of ATTN_VB vectors
+ALWAYS_INLINE_ void acc_rows_simd_(float *restrict Y, const float *restrict A, int so, int st, const float *restrict X,
+                                   int nt, int HS, const float *alpha, int fresh, int R, int NV) {
+    for (int v = 0; v < NV; v += ATTN_VB) {
+        acc_block_simd_(Y + 16 * v, A, so, st, X + 16 * v, nt, HS, alpha, fresh, R, NV - v < ATTN_VB ? NV - v : ATTN_VB);
     }
 }
 
@@ -404,7 +465,7 @@ ALWAYS_INLINE_ void acc_block_simd_(float *restrict Y, const float *restrict A, 
 static __attribute__((noinline)) void acc_block_any_simd_(float *restrict Y, const float *restrict A, int so, int st,
                                                           const float *restrict X, int nt, int HS,
                                                           const float *alpha, int fresh, int R, int NV) {
-    acc_block_simd_(Y, A, so, st, X, nt, HS, alpha, fresh, R, NV);
+    acc_rows_simd_(Y, A, so, st, X, nt, HS, alpha, fresh, R, NV);
 }
 
 // acc_tile_portable_ for HS a multiple of 16: blocks of ATTN_MR rows x 64 columns
@@ -423,12 +484,12 @@ ALWAYS_INLINE_ void acc_tile_simd_(float *restrict Y, const float *restrict A, i
                 continue;
             }
             switch (R) {
-            case 6: acc_block_simd_(Yo, Ao, so, st, Xd, ntb, HS, al, fresh, 6, 4); break;
-            case 5: acc_block_simd_(Yo, Ao, so, st, Xd, ntb, HS, al, fresh, 5, 4); break;
-            case 4: acc_block_simd_(Yo, Ao, so, st, Xd, ntb, HS, al, fresh, 4, 4); break;
-            case 3: acc_block_simd_(Yo, Ao, so, st, Xd, ntb, HS, al, fresh, 3, 4); break;
-            case 2: acc_block_simd_(Yo, Ao, so, st, Xd, ntb, HS, al, fresh, 2, 4); break;
-            default: acc_block_simd_(Yo, Ao, so, st, Xd, ntb, HS, al, fresh, 1, 4); break;
+            case 6: acc_rows_simd_(Yo, Ao, so, st, Xd, ntb, HS, al, fresh, 6, 4); break;
+            case 5: acc_rows_simd_(Yo, Ao, so, st, Xd, ntb, HS, al, fresh, 5, 4); break;
+            case 4: acc_rows_simd_(Yo, Ao, so, st, Xd, ntb, HS, al, fresh, 4, 4); break;
+            case 3: acc_rows_simd_(Yo, Ao, so, st, Xd, ntb, HS, al, fresh, 3, 4); break;
+            case 2: acc_rows_simd_(Yo, Ao, so, st, Xd, ntb, HS, al, fresh, 2, 4); break;
+            default: acc_rows_simd_(Yo, Ao, so, st, Xd, ntb, HS, al, fresh, 1, 4); break;
             }
         }
     }
@@ -518,53 +579,50 @@ static inline float log1p_pos_(float u) {
 
 #ifdef ATTN_SIMD_
 // log1p_pos_ on 16 lanes (the same operations)
-static inline __m512 log1p_pos_v_(__m512 u) {
-    const __m512 big = _mm512_set1_ps(8.5e37f), one = _mm512_set1_ps(1.0f);
-    __m512 y = _mm512_mask_mov_ps(big, _mm512_cmp_ps_mask(u, big, _CMP_LT_OQ), _mm512_add_ps(one, u));
-    __m512i bits = _mm512_castps_si512(y);
-    __m512i k = _mm512_srai_epi32(_mm512_sub_epi32(bits, _mm512_set1_epi32(0x3f3504f3)), 23);
-    __m512 m = _mm512_castsi512_ps(_mm512_sub_epi32(bits, _mm512_slli_epi32(k, 23)));
-    __m512 z = _mm512_div_ps(_mm512_sub_ps(m, one), _mm512_add_ps(m, one)), z2 = _mm512_mul_ps(z, z);
-    __m512 pz = _mm512_set1_ps(2.0f / 9.0f);
-    pz = _mm512_fmadd_ps(pz, z2, _mm512_set1_ps(2.0f / 7.0f));
-    pz = _mm512_fmadd_ps(pz, z2, _mm512_set1_ps(2.0f / 5.0f));
-    pz = _mm512_fmadd_ps(pz, z2, _mm512_set1_ps(2.0f / 3.0f));
-    pz = _mm512_fmadd_ps(pz, z2, _mm512_set1_ps(2.0f));
-    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(k), _mm512_set1_ps(0.693147182f), _mm512_mul_ps(z, pz));
+static inline v16f log1p_pos_v_(v16f u) {
+    const v16f big = v16_set1(8.5e37f), one = v16_set1(1.0f);
+    v16f y = v16_mask_mov(big, v16_cmplt(u, big), v16_add(one, u));
+    v16i bits = v16_bits(y);
+    v16i k = v16i_srai(v16i_sub(bits, v16i_set1(0x3f3504f3)), 23);
+    v16f m = v16_from_bits(v16i_sub(bits, v16i_slli(k, 23)));
+    v16f z = v16_div(v16_sub(m, one), v16_add(m, one)), z2 = v16_mul(z, z);
+    v16f pz = v16_set1(2.0f / 9.0f);
+    pz = v16_fmadd(pz, z2, v16_set1(2.0f / 7.0f));
+    pz = v16_fmadd(pz, z2, v16_set1(2.0f / 5.0f));
+    pz = v16_fmadd(pz, z2, v16_set1(2.0f / 3.0f));
+    pz = v16_fmadd(pz, z2, v16_set1(2.0f));
+    return v16_fmadd(v16i_to_float(k), v16_set1(0.693147182f), v16_mul(z, pz));
 }
 
-// lanes in reverse order, and the 16-bit mask of those lanes
-static inline __m512 rev16_(__m512 v) {
-    return _mm512_permutexvar_ps(_mm512_set_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), v);
-}
-static inline __mmask16 rev16_mask_(__mmask16 m) {
+// the 16-bit lane mask in reverse lane order (the mask of v16_reverse's result)
+static inline m16 rev16_mask_(m16 m) {
     unsigned x = m;
     x = ((x >> 1) & 0x5555u) | ((x & 0x5555u) << 1);
     x = ((x >> 2) & 0x3333u) | ((x & 0x3333u) << 2);
     x = ((x >> 4) & 0x0F0Fu) | ((x & 0x0F0Fu) << 4);
     x = ((x >> 8) & 0x00FFu) | ((x & 0x00FFu) << 8);
-    return (__mmask16)x;
+    return (m16)x;
 }
 
 // the RFA logits of 16 lanes (filter_logit_'s operations); lg gets log(1 + c R2) (STUDENT)
-ALWAYS_INLINE_ __m512 filter_logit_v_(int kind, __m512 dot, __m512 qn, __m512 kn, __m512 a, __m512 c, __m512 e,
-                                      __m512 beta, __m512 *R2, __m512 *lg) {
+ALWAYS_INLINE_ v16f filter_logit_v_(int kind, v16f dot, v16f qn, v16f kn, v16f a, v16f c, v16f e,
+                                      v16f beta, v16f *R2, v16f *lg) {
     if (kind == ATTN_FILTER_DOT) {
-        *R2 = *lg = _mm512_setzero_ps();
-        return _mm512_mul_ps(beta, dot);
+        *R2 = *lg = v16_zero();
+        return v16_mul(beta, dot);
     }
-    __m512 r2 = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(-2.0f), e), dot,
-                                _mm512_fmadd_ps(_mm512_mul_ps(e, e), kn, qn));
+    v16f r2 = v16_fmadd(v16_mul(v16_set1(-2.0f), e), dot,
+                                v16_fmadd(v16_mul(e, e), kn, qn));
     *R2 = r2;
-    __m512 nbeta = _mm512_sub_ps(_mm512_setzero_ps(), beta);
+    v16f nbeta = v16_sub(v16_zero(), beta);
     if (kind == ATTN_FILTER_GAUSS) {
-        *lg = _mm512_setzero_ps();
-        return _mm512_fmadd_ps(nbeta, _mm512_mul_ps(c, r2), a);
+        *lg = v16_zero();
+        return v16_fmadd(nbeta, v16_mul(c, r2), a);
     }
-    __m512 u = _mm512_mul_ps(c, r2);
-    __m512 l = log1p_pos_v_(_mm512_max_ps(u, _mm512_setzero_ps()));
+    v16f u = v16_mul(c, r2);
+    v16f l = log1p_pos_v_(v16_max(u, v16_zero()));
     *lg = l;
-    return _mm512_fmadd_ps(nbeta, l, a);
+    return v16_fmadd(nbeta, l, a);
 }
 #endif
 
@@ -705,86 +763,86 @@ PORTABLE_ void fwd_softmax_portable_(float *S, float *m, float *l, float *alpha,
 ALWAYS_INLINE_ void fwd_softmax_simd_(int fkind, float *S, float *m, float *l, float *alpha, const HeadOpts_ *ho,
                                       int i0, int nr, int j0, int nc, const float *qn, const float *kn) {
     int nv = (nr + 15) / 16;
-    const __m512i iota = iota16_();
-    const __m512 scale = _mm512_set1_ps(ho->scale), slope = _mm512_set1_ps(ho->slope);
-    const __m512 ninf = _mm512_set1_ps(-INFINITY), ndecay = _mm512_set1_ps(-ho->decay);
-    __m512i iv[4];
-    __m512 mt[4], ms[4], lsum[4], Fi[4];
-    __mmask16 live[4];
+    const v16i iota = v16i_iota();
+    const v16f scale = v16_set1(ho->scale), slope = v16_set1(ho->slope);
+    const v16f ninf = v16_set1(-INFINITY), ndecay = v16_set1(-ho->decay);
+    v16i iv[4];
+    v16f mt[4], ms[4], lsum[4], Fi[4];
+    m16 live[4];
     // a tile that all its queries see whole needs no mask
     int full = nr == ATTN_BR && i0 >= j0 + nc - 1 && (ho->W == 0 || i0 + nr - 1 < j0 + ho->W);
     for (int v = 0; v < nv; v++) {
-        iv[v] = _mm512_add_epi32(_mm512_set1_epi32(i0 + 16 * v), iota);
-        live[v] = _mm512_cmplt_epi32_mask(_mm512_add_epi32(_mm512_set1_epi32(16 * v), iota), _mm512_set1_epi32(nr));
-        mt[v] = _mm512_loadu_ps(m + 16 * v);
-        Fi[v] = ho->F ? _mm512_maskz_loadu_ps(live[v], ho->F + i0 + 16 * v) : _mm512_setzero_ps();
+        iv[v] = v16i_add(v16i_set1(i0 + 16 * v), iota);
+        live[v] = v16i_cmplt(v16i_add(v16i_set1(16 * v), iota), v16i_set1(nr));
+        mt[v] = v16_loadu(m + 16 * v);
+        Fi[v] = ho->F ? v16_maskz_loadu(live[v], ho->F + i0 + 16 * v) : v16_zero();
     }
-    __m512 qnv[4];
-    const __m512 fbeta = _mm512_set1_ps(ho->beta);
-    for (int v = 0; v < nv && fkind; v++) qnv[v] = _mm512_maskz_loadu_ps(live[v], qn + 16 * v);
+    v16f qnv[4];
+    const v16f fbeta = v16_set1(ho->beta);
+    for (int v = 0; v < nv && fkind; v++) qnv[v] = v16_maskz_loadu(live[v], qn + 16 * v);
     for (int c = 0; c < nc; c++) {
         int j = j0 + c;
         float *s = S + (size_t)c * ATTN_BR;
-        __m512i jv = _mm512_set1_epi32(j), jwv = _mm512_set1_epi32(j + ho->W);
-        __m512 Fj = _mm512_set1_ps(ho->F ? ho->F[j] : 0.0f);
+        v16i jv = v16i_set1(j), jwv = v16i_set1(j + ho->W);
+        v16f Fj = v16_set1(ho->F ? ho->F[j] : 0.0f);
         if (fkind) {
-            __m512 knv = _mm512_set1_ps(kn[c]);
+            v16f knv = v16_set1(kn[c]);
             for (int v = 0; v < nv; v++) {
-                __mmask16 vis = live[v] & _mm512_cmpge_epi32_mask(iv[v], jv);
-                if (ho->W) vis &= _mm512_cmplt_epi32_mask(iv[v], jwv);
+                m16 vis = live[v] & v16i_cmpge(iv[v], jv);
+                if (ho->W) vis &= v16i_cmplt(iv[v], jwv);
                 ptrdiff_t d = (ptrdiff_t)i0 + 16 * v - j;  // lag of lane 0
-                __m512 R2, lg;
-                __m512 x = filter_logit_v_(fkind, _mm512_loadu_ps(s + 16 * v), qnv[v], knv,
-                                           _mm512_maskz_loadu_ps(vis, ho->fa + d), _mm512_maskz_loadu_ps(vis, ho->fc + d),
-                                           _mm512_maskz_loadu_ps(vis, ho->fe + d), fbeta, &R2, &lg);
-                x = _mm512_mask_mov_ps(ninf, vis, x);
-                _mm512_storeu_ps(s + 16 * v, x);
-                mt[v] = _mm512_max_ps(x, mt[v]);
+                v16f R2, lg;
+                v16f x = filter_logit_v_(fkind, v16_loadu(s + 16 * v), qnv[v], knv,
+                                           v16_maskz_loadu(vis, ho->fa + d), v16_maskz_loadu(vis, ho->fc + d),
+                                           v16_maskz_loadu(vis, ho->fe + d), fbeta, &R2, &lg);
+                x = v16_mask_mov(ninf, vis, x);
+                v16_storeu(s + 16 * v, x);
+                mt[v] = v16_max(x, mt[v]);
             }
             continue;
         }
         for (int v = 0; v < nv; v++) {
-            __m512 x = _mm512_mul_ps(_mm512_loadu_ps(s + 16 * v), scale);
+            v16f x = v16_mul(v16_loadu(s + 16 * v), scale);
             if (ho->slope != 0.0f) {
-                x = _mm512_sub_ps(x, _mm512_mul_ps(slope, _mm512_cvtepi32_ps(_mm512_sub_epi32(iv[v], jv))));
+                x = v16_sub(x, v16_mul(slope, v16i_to_float(v16i_sub(iv[v], jv))));
             }
-            if (ho->F) x = _mm512_add_ps(x, _mm512_sub_ps(Fi[v], Fj));
+            if (ho->F) x = v16_add(x, v16_sub(Fi[v], Fj));
             if (!full) {
-                __mmask16 vis = live[v] & _mm512_cmpge_epi32_mask(iv[v], jv);
-                if (ho->W) vis &= _mm512_cmplt_epi32_mask(iv[v], jwv);
-                x = _mm512_mask_mov_ps(ninf, vis, x);
+                m16 vis = live[v] & v16i_cmpge(iv[v], jv);
+                if (ho->W) vis &= v16i_cmplt(iv[v], jwv);
+                x = v16_mask_mov(ninf, vis, x);
             }
-            _mm512_storeu_ps(s + 16 * v, x);
-            mt[v] = _mm512_max_ps(x, mt[v]);
+            v16_storeu(s + 16 * v, x);
+            mt[v] = v16_max(x, mt[v]);
         }
     }
     for (int v = 0; v < nv; v++) {
-        ms[v] = _mm512_mask_mov_ps(mt[v], _mm512_cmp_ps_mask(mt[v], ninf, _CMP_EQ_OQ), _mm512_setzero_ps());
-        _mm512_storeu_ps(alpha + 16 * v, exp_neg_v_(_mm512_sub_ps(_mm512_loadu_ps(m + 16 * v), ms[v])));
-        lsum[v] = _mm512_setzero_ps();
+        ms[v] = v16_mask_mov(mt[v], v16_cmpeq(mt[v], ninf), v16_zero());
+        v16_storeu(alpha + 16 * v, exp_neg_v_(v16_sub(v16_loadu(m + 16 * v), ms[v])));
+        lsum[v] = v16_zero();
     }
     for (int c = 0; c < nc; c++) {
         float *s = S + (size_t)c * ATTN_BR;
-        __m512i jv = _mm512_set1_epi32(j0 + c);
+        v16i jv = v16i_set1(j0 + c);
         for (int v = 0; v < nv; v++) {
-            __m512 p = exp_neg_v_(_mm512_sub_ps(_mm512_loadu_ps(s + 16 * v), ms[v]));
-            lsum[v] = _mm512_add_ps(lsum[v], p);
+            v16f p = exp_neg_v_(v16_sub(v16_loadu(s + 16 * v), ms[v]));
+            lsum[v] = v16_add(lsum[v], p);
             if (ho->decay != 0.0f) {
-                __m512 dist = _mm512_cvtepi32_ps(_mm512_sub_epi32(iv[v], jv));  // i - j
-                p = _mm512_mul_ps(p, exp_neg_v_(_mm512_mul_ps(ndecay, dist)));
+                v16f dist = v16i_to_float(v16i_sub(iv[v], jv));  // i - j
+                p = v16_mul(p, exp_neg_v_(v16_mul(ndecay, dist)));
             }
             if (fkind) {
                 // the filter's E from its lag table (masked entries have p = 0 and stay 0)
-                __mmask16 vis = live[v] & _mm512_cmpge_epi32_mask(iv[v], jv);
-                p = _mm512_mul_ps(p, _mm512_maskz_loadu_ps(vis, ho->fe + ((ptrdiff_t)i0 + 16 * v - (j0 + c))));
+                m16 vis = live[v] & v16i_cmpge(iv[v], jv);
+                p = v16_mul(p, v16_maskz_loadu(vis, ho->fe + ((ptrdiff_t)i0 + 16 * v - (j0 + c))));
             }
-            _mm512_storeu_ps(s + 16 * v, p);
+            v16_storeu(s + 16 * v, p);
         }
     }
     for (int v = 0; v < nv; v++) {
-        __m512 lv = _mm512_mul_ps(_mm512_loadu_ps(l + 16 * v), _mm512_loadu_ps(alpha + 16 * v));
-        _mm512_storeu_ps(l + 16 * v, _mm512_add_ps(lv, lsum[v]));
-        _mm512_storeu_ps(m + 16 * v, mt[v]);
+        v16f lv = v16_mul(v16_loadu(l + 16 * v), v16_loadu(alpha + 16 * v));
+        v16_storeu(l + 16 * v, v16_add(lv, lsum[v]));
+        v16_storeu(m + 16 * v, mt[v]);
     }
 }
 static void fwd_softmax_(float *S, float *m, float *l, float *alpha, const HeadOpts_ *ho, int i0, int nr, int j0,
@@ -1003,71 +1061,71 @@ ALWAYS_INLINE_ float bwd_row_filter_k_(int kind, float *restrict s, float *restr
 // the tables are read (and the table gradients updated) as 16 ascending lags reversed into key order.
 ALWAYS_INLINE_ float bwd_row_filter_simd_(int kind, float *restrict s, float *restrict dp, BwdScratch_ *sc,
                                           const HeadOpts_ *ho, int i, int j0, int lo, int hi, float lse_i, float D) {
-    const __m512i iota = iota16_();
-    const __m512i lov = _mm512_set1_epi32(lo), hiv = _mm512_set1_epi32(hi);
-    const __m512 zero = _mm512_setzero_ps(), qn = _mm512_set1_ps(sc->qn[i]), beta = _mm512_set1_ps(ho->beta);
-    const __m512 lse_v = _mm512_set1_ps(lse_i), D_v = _mm512_set1_ps(D), two = _mm512_set1_ps(2.0f);
-    const __m512 ntwo = _mm512_set1_ps(-2.0f);
+    const v16i iota = v16i_iota();
+    const v16i lov = v16i_set1(lo), hiv = v16i_set1(hi);
+    const v16f zero = v16_zero(), qn = v16_set1(sc->qn[i]), beta = v16_set1(ho->beta);
+    const v16f lse_v = v16_set1(lse_i), D_v = v16_set1(D), two = v16_set1(2.0f);
+    const v16f ntwo = v16_set1(-2.0f);
     int d0 = i - j0;
     float *ga = sc->glag, *gc = sc->glag + sc->glag_T, *gE = sc->glag + 2 * (size_t)sc->glag_T;
     float rq[ATTN_BC], rb[ATTN_BC];
     for (int v = 0; v < ATTN_BC / 16; v++) {
         int c0 = 16 * v;
-        __m512i jv = _mm512_add_epi32(_mm512_set1_epi32(j0 + c0), iota);
-        __mmask16 vis = _mm512_cmpge_epi32_mask(jv, lov) & _mm512_cmplt_epi32_mask(jv, hiv);
+        v16i jv = v16i_add(v16i_set1(j0 + c0), iota);
+        m16 vis = v16i_cmpge(jv, lov) & v16i_cmplt(jv, hiv);
         if (!vis) {
-            _mm512_storeu_ps(s + c0, zero);
-            _mm512_storeu_ps(dp + c0, zero);
-            _mm512_storeu_ps(rq + c0, zero);
-            _mm512_storeu_ps(rb + c0, zero);
+            v16_storeu(s + c0, zero);
+            v16_storeu(dp + c0, zero);
+            v16_storeu(rq + c0, zero);
+            v16_storeu(rb + c0, zero);
             continue;
         }
         // lane u is lag d0 - c0 - u: memory lanes base + (15 - u), base = d0 - c0 - 15
-        __mmask16 mm = rev16_mask_(vis);
+        m16 mm = rev16_mask_(vis);
         ptrdiff_t base = (ptrdiff_t)d0 - c0 - 15;
-        __m512 e = rev16_(_mm512_maskz_loadu_ps(mm, ho->fe + base));
-        __m512 cc = rev16_(_mm512_maskz_loadu_ps(mm, ho->fc + base));
-        __m512 a = rev16_(_mm512_maskz_loadu_ps(mm, ho->fa + base));
-        __m512 kn = _mm512_maskz_loadu_ps(vis, sc->kn + j0 + c0);
-        __m512 dot = _mm512_loadu_ps(s + c0), dw = _mm512_loadu_ps(dp + c0);
-        __m512 R2, lg;
-        __m512 x = filter_logit_v_(kind, dot, qn, kn, a, cc, e, beta, &R2, &lg);
-        __m512 p = _mm512_maskz_mov_ps(vis, exp_neg_v_(_mm512_sub_ps(x, lse_v)));
-        __m512 dl = _mm512_mul_ps(p, _mm512_sub_ps(_mm512_mul_ps(e, dw), D_v));
-        _mm512_storeu_ps(s + c0, _mm512_mul_ps(p, e));
-        __m512 gE_add, dR2 = zero, dcc = zero, rbv;
+        v16f e = v16_reverse(v16_maskz_loadu(mm, ho->fe + base));
+        v16f cc = v16_reverse(v16_maskz_loadu(mm, ho->fc + base));
+        v16f a = v16_reverse(v16_maskz_loadu(mm, ho->fa + base));
+        v16f kn = v16_maskz_loadu(vis, sc->kn + j0 + c0);
+        v16f dot = v16_loadu(s + c0), dw = v16_loadu(dp + c0);
+        v16f R2, lg;
+        v16f x = filter_logit_v_(kind, dot, qn, kn, a, cc, e, beta, &R2, &lg);
+        v16f p = v16_maskz_mov(vis, exp_neg_v_(v16_sub(x, lse_v)));
+        v16f dl = v16_mul(p, v16_sub(v16_mul(e, dw), D_v));
+        v16_storeu(s + c0, v16_mul(p, e));
+        v16f gE_add, dR2 = zero, dcc = zero, rbv;
         if (kind == ATTN_FILTER_DOT) {
-            gE_add = _mm512_mul_ps(p, dw);
-            rbv = _mm512_mul_ps(dl, dot);
-            _mm512_storeu_ps(dp + c0, _mm512_mul_ps(dl, beta));
+            gE_add = v16_mul(p, dw);
+            rbv = v16_mul(dl, dot);
+            v16_storeu(dp + c0, v16_mul(dl, beta));
         } else {
             if (kind == ATTN_FILTER_STUDENT) {
-                __m512 u = _mm512_mul_ps(cc, R2);
-                __m512 g = _mm512_div_ps(_mm512_mul_ps(dl, beta),
-                                         _mm512_add_ps(_mm512_set1_ps(1.0f), _mm512_max_ps(u, zero)));
-                __m512 ng = _mm512_sub_ps(zero, g);
-                dR2 = _mm512_mul_ps(ng, cc);
-                dcc = _mm512_mul_ps(ng, R2);
-                rbv = _mm512_sub_ps(zero, _mm512_mul_ps(dl, lg));
+                v16f u = v16_mul(cc, R2);
+                v16f g = v16_div(v16_mul(dl, beta),
+                                         v16_add(v16_set1(1.0f), v16_max(u, zero)));
+                v16f ng = v16_sub(zero, g);
+                dR2 = v16_mul(ng, cc);
+                dcc = v16_mul(ng, R2);
+                rbv = v16_sub(zero, v16_mul(dl, lg));
             } else {
-                __m512 ndlb = _mm512_mul_ps(_mm512_sub_ps(zero, dl), beta);
-                dR2 = _mm512_mul_ps(ndlb, cc);
-                dcc = _mm512_mul_ps(ndlb, R2);
-                rbv = _mm512_sub_ps(zero, _mm512_mul_ps(_mm512_mul_ps(dl, cc), R2));
+                v16f ndlb = v16_mul(v16_sub(zero, dl), beta);
+                dR2 = v16_mul(ndlb, cc);
+                dcc = v16_mul(ndlb, R2);
+                rbv = v16_sub(zero, v16_mul(v16_mul(dl, cc), R2));
             }
-            __m512 t = _mm512_sub_ps(_mm512_mul_ps(_mm512_mul_ps(two, e), kn), _mm512_mul_ps(two, dot));
-            gE_add = _mm512_add_ps(_mm512_mul_ps(p, dw), _mm512_mul_ps(dR2, t));
-            __m512 ga_v = _mm512_maskz_loadu_ps(mm, ga + base), gc_v = _mm512_maskz_loadu_ps(mm, gc + base);
-            _mm512_mask_storeu_ps(ga + base, mm, _mm512_add_ps(ga_v, rev16_(dl)));
-            _mm512_mask_storeu_ps(gc + base, mm, _mm512_add_ps(gc_v, rev16_(dcc)));
-            __m512 dknv = _mm512_loadu_ps(sc->dkn + c0);
-            _mm512_storeu_ps(sc->dkn + c0, _mm512_add_ps(dknv, _mm512_mul_ps(_mm512_mul_ps(e, e), dR2)));
-            _mm512_storeu_ps(dp + c0, _mm512_mul_ps(_mm512_mul_ps(ntwo, e), dR2));
+            v16f t = v16_sub(v16_mul(v16_mul(two, e), kn), v16_mul(two, dot));
+            gE_add = v16_add(v16_mul(p, dw), v16_mul(dR2, t));
+            v16f ga_v = v16_maskz_loadu(mm, ga + base), gc_v = v16_maskz_loadu(mm, gc + base);
+            v16_mask_storeu(ga + base, mm, v16_add(ga_v, v16_reverse(dl)));
+            v16_mask_storeu(gc + base, mm, v16_add(gc_v, v16_reverse(dcc)));
+            v16f dknv = v16_loadu(sc->dkn + c0);
+            v16_storeu(sc->dkn + c0, v16_add(dknv, v16_mul(v16_mul(e, e), dR2)));
+            v16_storeu(dp + c0, v16_mul(v16_mul(ntwo, e), dR2));
         }
-        __m512 gE_v = _mm512_maskz_loadu_ps(mm, gE + base);
-        _mm512_mask_storeu_ps(gE + base, mm, _mm512_add_ps(gE_v, rev16_(gE_add)));
-        _mm512_storeu_ps(rq + c0, _mm512_maskz_mov_ps(vis, dR2));
-        _mm512_storeu_ps(rb + c0, _mm512_maskz_mov_ps(vis, rbv));
+        v16f gE_v = v16_maskz_loadu(mm, gE + base);
+        v16_mask_storeu(gE + base, mm, v16_add(gE_v, v16_reverse(gE_add)));
+        v16_storeu(rq + c0, v16_maskz_mov(vis, dR2));
+        v16_storeu(rb + c0, v16_maskz_mov(vis, rbv));
     }
     float pq[16] = {0}, pb[16] = {0};
     for (int c = 0; c < ATTN_BC; c++) {
@@ -1115,28 +1173,28 @@ PORTABLE_ void bwd_row_portable_(float *s, float *dp, float *dFk, float *dF, con
 // bwd_row_portable_ on 4 vectors of 16 keys (the same operations)
 static void bwd_row_(float *s, float *dp, float *dFk, float *dF, const HeadOpts_ *ho, int i, int j0, int lo, int hi,
                      float lse_i, float D) {
-    const __m512i iota = iota16_();
-    const __m512 scale = _mm512_set1_ps(ho->scale), slope = _mm512_set1_ps(ho->slope);
-    const __m512 lse_v = _mm512_set1_ps(lse_i), D_v = _mm512_set1_ps(D);
-    const __m512 Fi = _mm512_set1_ps(ho->F ? ho->F[i] : 0.0f);
-    const __m512i iv = _mm512_set1_epi32(i), lov = _mm512_set1_epi32(lo), hiv = _mm512_set1_epi32(hi);
-    __m512 part = _mm512_setzero_ps();
+    const v16i iota = v16i_iota();
+    const v16f scale = v16_set1(ho->scale), slope = v16_set1(ho->slope);
+    const v16f lse_v = v16_set1(lse_i), D_v = v16_set1(D);
+    const v16f Fi = v16_set1(ho->F ? ho->F[i] : 0.0f);
+    const v16i iv = v16i_set1(i), lov = v16i_set1(lo), hiv = v16i_set1(hi);
+    v16f part = v16_zero();
     for (int v = 0; v < ATTN_BC / 16; v++) {
-        __m512i jv = _mm512_add_epi32(_mm512_set1_epi32(j0 + 16 * v), iota);
-        __mmask16 vis = _mm512_cmpge_epi32_mask(jv, lov) & _mm512_cmplt_epi32_mask(jv, hiv);
-        __m512 x = _mm512_mul_ps(_mm512_loadu_ps(s + 16 * v), scale);
-        if (ho->slope != 0.0f) x = _mm512_sub_ps(x, _mm512_mul_ps(slope, _mm512_cvtepi32_ps(_mm512_sub_epi32(iv, jv))));
-        if (ho->F) x = _mm512_add_ps(x, _mm512_sub_ps(Fi, _mm512_maskz_loadu_ps(vis, ho->F + j0 + 16 * v)));
-        __m512 p = _mm512_maskz_mov_ps(vis, exp_neg_v_(_mm512_sub_ps(x, lse_v)));
-        __m512 ds = _mm512_maskz_mov_ps(vis, _mm512_mul_ps(p, _mm512_sub_ps(_mm512_loadu_ps(dp + 16 * v), D_v)));
-        _mm512_storeu_ps(s + 16 * v, p);
-        _mm512_storeu_ps(dp + 16 * v, _mm512_mul_ps(ds, scale));
+        v16i jv = v16i_add(v16i_set1(j0 + 16 * v), iota);
+        m16 vis = v16i_cmpge(jv, lov) & v16i_cmplt(jv, hiv);
+        v16f x = v16_mul(v16_loadu(s + 16 * v), scale);
+        if (ho->slope != 0.0f) x = v16_sub(x, v16_mul(slope, v16i_to_float(v16i_sub(iv, jv))));
+        if (ho->F) x = v16_add(x, v16_sub(Fi, v16_maskz_loadu(vis, ho->F + j0 + 16 * v)));
+        v16f p = v16_maskz_mov(vis, exp_neg_v_(v16_sub(x, lse_v)));
+        v16f ds = v16_maskz_mov(vis, v16_mul(p, v16_sub(v16_loadu(dp + 16 * v), D_v)));
+        v16_storeu(s + 16 * v, p);
+        v16_storeu(dp + 16 * v, v16_mul(ds, scale));
         if (dF) {
-            part = _mm512_add_ps(part, ds);
-            _mm512_storeu_ps(dFk + 16 * v, _mm512_sub_ps(_mm512_loadu_ps(dFk + 16 * v), ds));
+            part = v16_add(part, ds);
+            v16_storeu(dFk + 16 * v, v16_sub(v16_loadu(dFk + 16 * v), ds));
         }
     }
-    if (dF) dF[i] += tree16_v_(part);
+    if (dF) dF[i] += v16_tree_sum(part);
 }
 #else
 static void bwd_row_(float *s, float *dp, float *dFk, float *dF, const HeadOpts_ *ho, int i, int j0, int lo, int hi,
