@@ -146,12 +146,13 @@ build/$(VARIANT)/bench/%: $(OBJDIR)/bench/%.o $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $^ -o $@ $(LDLIBS)
 
-# the whole suite: unit tests and CLI tests on the release build, the same again under ASan/UBSan,
-# and a compile of the NO_OMP and DEBUG variants; ends with "N passed, N failed"
+# the whole suite: unit tests (under every kernel set the CPU has) and CLI tests on the release build, the
+# same again under ASan/UBSan, PORTABLE=1's unit tests, and a compile of the NO_OMP and DEBUG variants; ends
+# with "N passed, N failed"
 test: $(DEPS_STAMP)
 	@bash tests/run_all.sh
 
-# prepare WikiText-2 shards, then train the quickstart config (about 5 minutes on 2 cores) and print its
+# prepare WikiText-2 shards, then train the quickstart config (7-9 minutes on 2 cores) and print its
 # perplexity-by-context table; a second `make run` continues (or just re-evaluates) runs/quickstart
 run: tools
 	@bash scripts/prepare_wikitext2.sh

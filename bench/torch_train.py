@@ -7,13 +7,15 @@ Model (same shapes and ops as bench/configs/speed_rope.json): token embedding (V
 then a final LayerNorm (with bias) and the tied head (logits = x · E^T), mean cross-entropy, global grad-norm
 clip 1.0, AdamW. RoPE uses the half layout: channel pairs (i, i + D/2), omega_i = base^(-2i/D).
 
-torch 1.13 has no fused attention, so attention is the masked matmul -> softmax -> matmul formulation; the
---attn / --qkv variants pick between equivalent formulations (all exact), --variant auto times each for a
-few steps and keeps the fastest. BLAS choice (OpenBLAS build, OPENBLAS_CORETYPE) is made by the caller's
+Attention is the masked matmul -> softmax -> matmul formulation (baddbmm or matmul), or on torch >= 2.0 the
+fused F.scaled_dot_product_attention (sdpa; torch 1.13 has none); the --attn / --qkv variants pick between
+equivalent formulations (all exact), auto times each for a few steps and keeps the fastest. BLAS choice (OpenBLAS build, OPENBLAS_CORETYPE) is made by the caller's
 environment before this process starts.
 
 Prints one line:  torch_train: tokens_per_s=<median over the timed steps> best=<fastest step> ...
 With --flops it prints the model's least training work instead (train_flops_per_token, see below) and exits.
+With --eval-context L it times forward passes of single L-token windows (B = 1, inference mode, loss
+included) instead of training: bench/eval_speed.sh compares them with seqeval.
 """
 import argparse
 import math
@@ -21,6 +23,7 @@ import os
 import statistics
 import time
 
+import model_cost  # bench/model_cost.py, beside this script
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -61,6 +64,9 @@ class Block(nn.Module):
             s = torch.baddbmm(mask, qf, kf.transpose(1, 2), beta=1.0, alpha=scale)
             p = torch.softmax(s, dim=-1)
             y = torch.bmm(p, v.reshape(B * H, T, D)).view(B, H, T, D)
+        elif self.attn == "sdpa":
+            # torch >= 2.0: the fused scaled_dot_product_attention (its flash / memory-efficient CPU kernels)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:  # "matmul": scale q, matmul, masked_fill
             s = (q * scale) @ k.transpose(-2, -1)
             s = s.masked_fill(mask != 0, float("-inf"))
@@ -89,8 +95,9 @@ class LM(nn.Module):
         ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
         self.register_buffer("cos", torch.cos(ang).float())
         self.register_buffer("sin", torch.sin(ang).float())
-        # additive causal mask: 0 on/below the diagonal, -inf above
-        self.register_buffer("mask", torch.full((T, T), float("-inf")).triu(1))
+        # additive causal mask: 0 on/below the diagonal, -inf above (sdpa needs none)
+        mask = torch.zeros(1, 1) if attn == "sdpa" else torch.full((T, T), float("-inf")).triu(1)
+        self.register_buffer("mask", mask)
 
     def forward(self, idx, targets):
         x = self.emb(idx)
@@ -127,17 +134,37 @@ def run(args, fused, attn, steps, warmup):
     return rates
 
 
+def eval_rates(args, fused, attn):
+    """Forward passes of B = 1 windows of args.eval_context tokens, no autograd (what seqeval does per window):
+    the per-window tokens/s of the timed windows."""
+    torch.manual_seed(1337)
+    L = args.eval_context
+    m = LM(args.vocab, args.d_model, args.layers, args.heads, args.head_dim, args.mlp_ratio, L, fused, attn)
+    m.eval()
+    g = torch.Generator().manual_seed(0)
+    rates = []
+    with torch.inference_mode():
+        for w in range(args.warmup + args.steps):
+            tok = torch.randint(0, args.vocab, (1, L + 1), generator=g)
+            t0 = time.perf_counter()
+            m(tok[:, :-1].contiguous(), tok[:, 1:].contiguous())
+            dt = time.perf_counter() - t0
+            if w >= args.warmup:
+                rates.append(L / dt)
+    return rates
+
+
+def eval_rates_probe(args, fused, attn):
+    """eval_rates with a short count: one warmup and --probe-steps timed windows."""
+    short = argparse.Namespace(**vars(args))
+    short.warmup, short.steps = 1, args.probe_steps
+    return eval_rates(short, fused, attn)
+
+
 def train_flops_per_token(args):
-    """The least fp32 work of one training step per token, in FLOPs (a multiply-add is 2): every matmul of the
-    forward once, the backward's two (d input, d weight) per forward one, causal attention over the keys at or
-    before each query only ((T+1)/2 on average, the masked half skipped) and nothing recomputed; elementwise
-    work (norms, GELU, softmax, RoPE, Adam) not counted. A lower bound on what any implementation must compute,
-    so (measured fp32 peak) / this = the tokens/s no implementation can beat on the machine."""
-    C, HD, T = args.d_model, args.heads * args.head_dim, args.seq_len
-    F = int(round(args.mlp_ratio * C))
-    per_layer = 3 * C * HD + HD * C + 2 * C * F + 2 * HD * (T + 1) / 2  # q k v, o, fc + proj, q.k + p.v
-    forward = args.layers * per_layer + C * args.vocab                     # + the head
-    return 2 * 3 * forward
+    """The least fp32 work of one training step per token (bench/model_cost.py says what it counts)."""
+    return model_cost.train_flops_per_token(args.d_model, args.heads * args.head_dim, int(round(args.mlp_ratio * args.d_model)),
+                                            args.layers, args.vocab, args.seq_len)
 
 
 def main():
@@ -154,10 +181,14 @@ def main():
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--seq-len", type=int, default=512)
     ap.add_argument("--qkv", choices=["fused", "separate", "auto"], default="auto")
-    ap.add_argument("--attn", choices=["baddbmm", "matmul", "auto"], default="auto")
+    ap.add_argument("--attn", choices=["baddbmm", "matmul", "sdpa", "auto"], default="auto",
+                    help="attention formulation; auto times each (sdpa only on torch >= 2.0) and keeps the fastest")
     ap.add_argument("--foreach", type=int, default=1, help="AdamW foreach (multi-tensor) implementation")
     ap.add_argument("--probe-steps", type=int, default=2, help="timed steps per variant when choosing (auto)")
     ap.add_argument("--flops", action="store_true", help="print train_flops_per_token for the model and exit")
+    ap.add_argument("--eval-context", type=int, default=0,
+                    help="time forward passes of one window of this many tokens (B = 1, no grad) instead of training;"
+                         " --steps windows after --warmup")
     args = ap.parse_args()
     if args.flops:
         print(f"torch_train: train_flops_per_token={train_flops_per_token(args):.0f}")
@@ -166,21 +197,29 @@ def main():
     torch.set_num_threads(args.threads)
     torch.set_num_interop_threads(1)
 
+    have_sdpa = hasattr(F, "scaled_dot_product_attention")
+    if args.attn == "sdpa" and not have_sdpa:
+        ap.error(f"--attn sdpa needs torch >= 2.0 (this is {torch.__version__})")
+    attns = ["baddbmm", "matmul"] + (["sdpa"] if have_sdpa else [])
     variants = [(f, a) for f in ([True, False] if args.qkv == "auto" else [args.qkv == "fused"])
-                for a in (["baddbmm", "matmul"] if args.attn == "auto" else [args.attn])]
+                for a in (attns if args.attn == "auto" else [args.attn])]
     if len(variants) > 1:
         probe = {}
         for f, a in variants:
-            probe[(f, a)] = statistics.median(run(args, f, a, args.probe_steps, 1))
+            if args.eval_context:
+                probe[(f, a)] = statistics.median(eval_rates_probe(args, f, a))
+            else:
+                probe[(f, a)] = statistics.median(run(args, f, a, args.probe_steps, 1))
             print(f"torch_train: probe qkv={'fused' if f else 'separate'} attn={a}: {probe[(f, a)]:.0f} tok/s",
                   flush=True)
         fused, attn = max(probe, key=probe.get)
     else:
         fused, attn = variants[0]
 
-    rates = run(args, fused, attn, args.steps, args.warmup)
+    rates = eval_rates(args, fused, attn) if args.eval_context else run(args, fused, attn, args.steps, args.warmup)
     blas = os.environ.get("LD_LIBRARY_PATH", "system libblas") or "system libblas"
-    print(f"torch_train: tokens_per_s={statistics.median(rates):.1f} best={max(rates):.1f} steps={len(rates)} "
+    what = f"eval_context={args.eval_context} " if args.eval_context else ""
+    print(f"torch_train: {what}tokens_per_s={statistics.median(rates):.1f} best={max(rates):.1f} steps={len(rates)} "
           f"threads={torch.get_num_threads()} qkv={'fused' if fused else 'separate'} attn={attn} "
           f"foreach={args.foreach} torch={torch.__version__} blas={blas} "
           f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '')}", flush=True)

@@ -21,7 +21,7 @@
 # removed from its environment (it allocates once, so the allocator does not matter to it).
 #
 # Prints a Markdown table (implementation, threads, tokens/s, ratio) with a speed-of-light row: the model's
-# least training work (torch_train.py --flops) at the fp32 peak measured by build/release/bench/matmul, i.e.
+# least training work (bench/model_cost.py train-flops) at the fp32 peak measured by build/release/bench/matmul, i.e.
 # the tokens/s no implementation can beat here; then the matmul kernel's % of that peak at the model's shapes.
 set -euo pipefail
 
@@ -29,7 +29,7 @@ cd "$(dirname "$0")/.."
 STEPS=${STEPS:-12}
 THREADS=${THREADS:-2}
 CONFIG=${CONFIG:-bench/configs/speed_rope.json}
-PY=/usr/bin/python3                 # Debian's python3 with python3-torch (a pyenv python3 may shadow it)
+PY=${PY:-/usr/bin/python3}          # Debian's python3 with python3-torch (a pyenv python3 may shadow it)
 LIBDIR=/usr/lib/x86_64-linux-gnu
 RUN_DIR=$(mktemp -d /tmp/seqtrain_speed.XXXXXX)
 trap 'rm -rf "$RUN_DIR"' EXIT
@@ -37,24 +37,12 @@ trap 'rm -rf "$RUN_DIR"' EXIT
 if [ "$STEPS" -le 3 ]; then echo "train_speed: STEPS must be > 3 (the first 2 steps are not timed)" >&2; exit 1; fi
 
 # ---- build and data ------------------------------------------------------------------------------------
-[ -x bin/seqtrain ] || make -j2 tools
-[ -x build/release/bench/matmul ] || make -j2 benches
-[ -f build/data/wikitext2/train.shard ] || make data
-
-echo "train_speed: $(lscpu | sed -n 's/^Model name: *//p'), nproc $(nproc), load average $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "train_speed: commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $STEPS steps, $THREADS threads"
+source bench/common.sh
+bench_setup train_speed "$STEPS steps, $THREADS threads"
 
 # torch_train.py's model flags from the resolved config (an attention + GELU-MLP model with a tied head, as the
 # two configs this script is meant for; the shapes are what matter for speed)
-TORCH_MODEL=$(bin/seqtrain --config "$CONFIG" --print-config | "$PY" -c '
-import json, sys
-c = json.load(sys.stdin); m = c["model"]; mx = m["mixer"]; t = c["train"]
-if mx["kind"] != "attention" or m["mlp"]["kind"] != "gelu":
-    sys.exit("train_speed: torch_train.py models attention + GELU MLP only, not %s + %s" % (mx["kind"], m["mlp"]["kind"]))
-hd = mx["head_dim"] or m["d_model"] // mx["heads"]
-print("--vocab %d --d-model %d --layers %d --heads %d --head-dim %d --mlp-ratio %g --batch-size %d --seq-len %d"
-      % (m["vocab_size"] or 8192, m["d_model"], m["n_layers"], mx["heads"], hd, m["mlp"]["ratio"], t["batch_size"],
-         t["seq_len"]))')
+TORCH_MODEL=$(bin/seqtrain --config "$CONFIG" --print-config | "$PY" bench/model_cost.py torch-args)
 echo "train_speed: model $CONFIG: $TORCH_MODEL"
 
 # ---- seqtrain ------------------------------------------------------------------------------------------
@@ -66,7 +54,7 @@ env -u OPENBLAS_CORETYPE OMP_NUM_THREADS="$THREADS" bin/seqtrain --config "$CONF
 read -r SEQ_TPS SEQ_BEST < <("$PY" - "$RUN_DIR/seqtrain/log.jsonl" <<'EOF'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-tps = [r['tokens_per_s'] for r in rows if r['step'] > 2]
+tps = [r['tokens_per_s'] for r in rows if r['step'] > 2 and 'tokens_per_s' in r]
 print(f"{statistics.median(tps):.1f} {max(tps):.1f}")
 EOF
 )
@@ -135,7 +123,7 @@ esac
 TORCH_DESC="PyTorch $("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null) fp32 ($(basename "${lib:-libblas}"), OPENBLAS_CORETYPE=${ct:-unset}, $ALLOC_DESC, $(echo "$TORCH_LINE" | sed -n 's/.*\(qkv=[a-z]*\) \(attn=[a-z]*\).*/\1, \2/p'))"
 
 # ---- speed of light: the model's least training work at the machine's measured fp32 peak ---------------
-FLOPS_TOK=$("$PY" bench/torch_train.py $TORCH_MODEL --flops | sed -n 's/.*train_flops_per_token=\([0-9]*\).*/\1/p')
+FLOPS_TOK=$(bin/seqtrain --config "$CONFIG" --print-config | "$PY" bench/model_cost.py train-flops)
 MATMUL_OUT=$(env -u OPENBLAS_CORETYPE OMP_NUM_THREADS="$THREADS" build/release/bench/matmul)
 PEAK=$(echo "$MATMUL_OUT" | sed -n 's/.*measured fp32 FMA peak \([0-9.]*\) GFLOP\/s.*/\1/p')
 

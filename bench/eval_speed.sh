@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Evaluation-speed benchmark (not a test): seqeval's tokens/s at one long context next to PyTorch's forward
+# pass of the same model on the same machine, same threads, in one invocation.
+#
+#   bash bench/eval_speed.sh                     # CONTEXT=4096 WINDOWS=8 THREADS=2
+#   SEQ_KERNELS=avx2 THREADS=16 bash bench/eval_speed.sh
+#
+# Model: bench/configs/speed_rope.json (or CONFIG=...), initialised and trained for one step (the speed of a
+# forward pass does not depend on the weights). seqeval scores WINDOWS non-overlapping windows of CONTEXT
+# tokens of the WikiText-2 test split (--max-windows), timed from start to exit (loading the checkpoint
+# included, a few ms); tokens/s = tokens scored / seconds. PyTorch: bench/torch_train.py --eval-context,
+# single windows (B = 1) under torch.inference_mode with the loss computed, median window after 2 warmup
+# windows, at its fastest attention formulation (sdpa on torch >= 2.0) and the fastest BLAS / allocator of
+# the ones bench/train_speed.sh probes (here: the system BLAS, then OpenBLAS openmp if present, glibc malloc
+# with mmap off). A speed-of-light row: the least forward work per token at that context (every Linear once,
+# causal attention over the keys at or before each query, the head) at the fp32 peak bench/matmul measures.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+CONTEXT=${CONTEXT:-4096}
+WINDOWS=${WINDOWS:-8}
+THREADS=${THREADS:-2}
+CONFIG=${CONFIG:-bench/configs/speed_rope.json}
+PY=${PY:-/usr/bin/python3}
+LIBDIR=/usr/lib/x86_64-linux-gnu
+RUN_DIR=$(mktemp -d /tmp/seqeval_speed.XXXXXX)
+trap 'rm -rf "$RUN_DIR"' EXIT
+
+source bench/common.sh
+bench_setup eval_speed "context $CONTEXT, $WINDOWS windows, $THREADS threads"
+
+TORCH_MODEL=$(bin/seqtrain --config "$CONFIG" --print-config | "$PY" bench/model_cost.py torch-args)
+# the least forward work per token at this context (bench/model_cost.py says what it counts)
+FLOPS_TOK=$(bin/seqtrain --config "$CONFIG" --print-config | "$PY" bench/model_cost.py forward-flops "$CONTEXT")
+
+# ---- seqeval -------------------------------------------------------------------------------------------
+env -u OPENBLAS_CORETYPE OMP_NUM_THREADS="$THREADS" bin/seqtrain --config "$CONFIG" --set run.dir="$RUN_DIR" \
+    --set run.name=m --set train.steps=1 --set train.ckpt_every=0 --set schedule.warmup_steps=0 --set run.threads="$THREADS" \
+    --set data.test=build/data/wikitext2/test.shard --quiet > "$RUN_DIR/train.out" 2>&1 \
+    || { cat "$RUN_DIR/train.out" >&2; exit 1; }
+t0=$(date +%s.%N)
+env -u OPENBLAS_CORETYPE OMP_NUM_THREADS="$THREADS" bin/seqeval --run "$RUN_DIR/m" --data test --context "$CONTEXT" \
+    --max-windows "$WINDOWS" --out "$RUN_DIR/eval" > "$RUN_DIR/eval.out" 2>&1 || { cat "$RUN_DIR/eval.out" >&2; exit 1; }
+t1=$(date +%s.%N)
+KSET=$(sed -n 's/.* \([a-z0-9]*\) kernels$/\1/p' "$RUN_DIR/eval.out" | head -n 1)
+TOKENS=$(sed -n "s/.*context $CONTEXT: \([0-9]*\) tokens.*/\1/p" "$RUN_DIR/eval.out")
+SEQ_TPS=$("$PY" -c "print(f'{$TOKENS / ($t1 - $t0):.1f}')")
+echo "eval_speed: seqeval $TOKENS tokens in $("$PY" -c "print(f'{$t1 - $t0:.2f}')") s = $SEQ_TPS tok/s, ${KSET:-?} kernels"
+
+# ---- PyTorch -------------------------------------------------------------------------------------------
+torch_eval() {  # torch_eval LIBPATH ALLOC ARGS...
+    local lib=$1 alloc=$2; shift 2
+    env -u OPENBLAS_CORETYPE -u LD_LIBRARY_PATH -u LD_PRELOAD -u GLIBC_TUNABLES ${lib:+LD_LIBRARY_PATH=$lib} \
+        ${alloc:+"$alloc"} OMP_NUM_THREADS="$THREADS" OPENBLAS_NUM_THREADS="$THREADS" \
+        "$PY" bench/torch_train.py --threads "$THREADS" $TORCH_MODEL --eval-context "$CONTEXT" "$@" 2>/dev/null \
+        | grep '^torch_train: ' || true  # a crashed run prints nothing; the caller skips it
+}
+tps_of() { sed -n 's/.*tokens_per_s=\([0-9.]*\).*/\1/p'; }
+best_line="" best_tps=0
+for lib in "" "$LIBDIR/openblas-openmp"; do
+    [ -z "$lib" ] || [ -f "$lib/libblas.so.3" ] || continue
+    for alloc in "" "GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=4294967295"; do
+        line=$(torch_eval "$lib" "$alloc" --warmup 2 --steps "$WINDOWS")
+        tps=$(echo "$line" | tps_of)
+        echo "eval_speed: torch blas=${lib:-system} allocator=${alloc:-glibc}: ${tps:-failed} tok/s"
+        if [ -n "$tps" ] && "$PY" -c "import sys; sys.exit(not $tps > $best_tps)"; then best_tps=$tps best_line=$line; fi
+    done
+done
+[ -n "$best_line" ] || { echo "eval_speed: PyTorch did not run" >&2; exit 1; }
+TORCH_DESC="PyTorch $("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null) fp32 ($(echo "$best_line" | sed -n 's/.*\(attn=[a-z]*\).* blas=\([^ ]*\).*/\1, \2/p'))"
+
+PEAK=$(env -u OPENBLAS_CORETYPE OMP_NUM_THREADS="$THREADS" build/release/bench/matmul \
+       | sed -n 's/.*measured fp32 FMA peak \([0-9.]*\) GFLOP\/s.*/\1/p')
+
+echo
+echo "| implementation (context $CONTEXT, B = 1) | threads | tokens/s | ratio | share of the fp32 peak |"
+echo "|---|---|---|---|---|"
+"$PY" - "$SEQ_TPS" "$best_tps" "$THREADS" "${KSET:-?}" "$TORCH_DESC" "$FLOPS_TOK" "$PEAK" <<'EOF'
+import sys
+seq, torch_ = float(sys.argv[1]), float(sys.argv[2])
+th, kset, desc = sys.argv[3], sys.argv[4], sys.argv[5]
+flops, peak = float(sys.argv[6]), float(sys.argv[7]) * 1e9
+sol = peak / flops
+print(f"| seqeval (C11 + OpenMP, fp32, {kset} kernels) | {th} | {seq:.0f} | {seq / torch_:.2f}x | {100 * seq / sol:.1f}% |")
+print(f"| {desc} | {th} | {torch_:.0f} | 1.00x | {100 * torch_ / sol:.1f}% |")
+print(f"| speed of light: {flops / 1e6:.1f} MFLOP/token at the measured peak ({peak / 1e9:.1f} GFLOP/s) | {th} "
+      f"| {sol:.0f} | {sol / torch_:.2f}x | 100% |")
+EOF
+echo
+echo "target (issue 'Fast on every CPU'): seqeval at context 4096 >= 2x PyTorch's forward"
