@@ -5,7 +5,16 @@
  * signature drifted from its header does not compile; a missing copy does not link.
  *
  * The cost is one indirect call per op call, against ops that each touch at least a row of data.
+ *
+ * SEQ_PROFILE=1 in the environment times every call that passes through here (wall clock, per op) and prints
+ * the table to stderr at exit: where a run's time goes, on any machine, without a profiler.
  */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
 #include "core/cpu.h"
 #include "nn/activation.h"
 #include "nn/adamw.h"
@@ -18,6 +27,94 @@
 #include "nn/norm.h"
 #include "nn/rotary.h"
 #include "nn/xent.h"
+
+// ----------------------------------------------------------------------------
+// SEQ_PROFILE: per-op call counts and wall time. An op that calls another inside nn/ calls it directly (not
+// through here), so its time includes the inner one's. An op called from inside a parallel region (by each
+// thread) adds every thread's time: such rows are thread-seconds and may exceed the wall time.
+
+#define PROF_MAX_ 96
+typedef struct ProfEntry_ {
+    const char *name;
+    uint64_t calls, ns;
+} ProfEntry_;
+static ProfEntry_ prof_[PROF_MAX_];
+static int prof_n_ = 0;
+static int prof_on_ = -1;  // -1 until SEQ_PROFILE is read
+static uint64_t prof_t0_ = 0;
+
+static uint64_t now_ns_(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static int prof_cmp_(const void *a, const void *b) {
+    uint64_t x = ((const ProfEntry_ *)a)->ns, y = ((const ProfEntry_ *)b)->ns;
+    return (x < y) - (x > y);
+}
+
+static void prof_print_(void) {
+    double wall = (double)(now_ns_() - prof_t0_) * 1e-9, total = 0;
+    qsort(prof_, (size_t)prof_n_, sizeof prof_[0], prof_cmp_);
+    fprintf(stderr, "\nSEQ_PROFILE: nn ops, %s kernels, %.3f s since the first op\n", kernel_set_name(kernel_set()), wall);
+    fprintf(stderr, "%-34s %10s %11s %7s\n", "op", "calls", "seconds", "% wall");
+    for (int i = 0; i < prof_n_; i++) {
+        double sec = (double)prof_[i].ns * 1e-9;
+        total += sec;
+        fprintf(stderr, "%-34s %10llu %11.3f %6.1f%%\n", prof_[i].name, (unsigned long long)prof_[i].calls, sec,
+                100.0 * sec / wall);
+    }
+    fprintf(stderr, "%-34s %10s %11.3f %6.1f%%  (the rest: outside nn/ ops)\n", "all ops", "", total, 100.0 * total / wall);
+}
+
+static int profiling_(void) {
+    int on = __atomic_load_n(&prof_on_, __ATOMIC_RELAXED);
+    if (on >= 0) return on;
+    const char *env = getenv("SEQ_PROFILE");
+    on = env != NULL && env[0] != '\0' && strcmp(env, "0") != 0;
+#pragma omp critical(seq_prof)
+    {
+        if (prof_on_ < 0) {
+            prof_t0_ = now_ns_();
+            if (on) atexit(prof_print_);
+            __atomic_store_n(&prof_on_, on, __ATOMIC_RELAXED);
+        }
+    }
+    return on;
+}
+
+// the entry of op `name`, created on its first timed call (-1 when the table is full: not timed)
+static int prof_id_(const char *name) {
+    int id = -1;
+#pragma omp critical(seq_prof)
+    {
+        for (int i = 0; i < prof_n_ && id < 0; i++)
+            if (prof_[i].name == name) id = i;
+        if (id < 0 && prof_n_ < PROF_MAX_) {
+            prof_[prof_n_].name = name;
+            id = prof_n_++;
+        }
+    }
+    return id;
+}
+
+// run CALL (a statement calling op f), timed when profiling
+#define TIMED_(f, CALL)                                                   \
+    if (!profiling_()) {                                                  \
+        CALL;                                                             \
+    } else {                                                              \
+        static int id_ = -2;                                              \
+        if (__atomic_load_n(&id_, __ATOMIC_RELAXED) == -2)                \
+            __atomic_store_n(&id_, prof_id_(#f), __ATOMIC_RELAXED);       \
+        uint64_t t0_ = now_ns_();                                         \
+        CALL;                                                             \
+        int i_ = __atomic_load_n(&id_, __ATOMIC_RELAXED);                 \
+        if (i_ >= 0) {                                                    \
+            __atomic_fetch_add(&prof_[i_].calls, 1, __ATOMIC_RELAXED);    \
+            __atomic_fetch_add(&prof_[i_].ns, now_ns_() - t0_, __ATOMIC_RELAXED); \
+        }                                                                 \
+    }
 
 // COPIES_(f): the table of f's copies, indexed by KernelSet (the x86 sets exist only where the Makefile
 // built them: SEQ_X86_SETS)
@@ -33,10 +130,14 @@
 // a function returning void / a value: its copies and its definition under the plain name
 #define VOID_(f, params, args) \
     COPIES_(f)                 \
-    void f params { f##_copies_[kernel_set()] args; }
-#define RET_(type, f, params, args) \
-    COPIES_(f)                      \
-    type f params { return f##_copies_[kernel_set()] args; }
+    void f params { TIMED_(f, f##_copies_[kernel_set()] args) }
+#define RET_(type, f, params, args)                   \
+    COPIES_(f)                                        \
+    type f params {                                   \
+        type r_;                                      \
+        TIMED_(f, r_ = f##_copies_[kernel_set()] args) \
+        return r_;                                    \
+    }
 
 // activation.h
 VOID_(gelu_forward, (float *out, const float *inp, size_t n), (out, inp, n))

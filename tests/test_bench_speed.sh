@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Smoke test of the speed tools: SEQ_PROFILE's per-op table (printed only when asked, with the ops a
+# training run calls and call counts that follow from its shape), bench/model_cost.py (the flop counts the speed-of-light
+# rows divide by, and bench/torch_train.py's model flags) against hand-computed values, and
+# bench/thread_scaling.sh on the smallest case (one row, one thread, the quickstart model) with every column
+# filled in. No speed is asserted. thread_scaling.sh runs the release binaries (bin/, build/release/bench),
+# so it runs only for BIN=bin; the ASan pass checks model_cost.py alone.
+#
+#   BIN=bin bash tests/test_bench_speed.sh
+set -u
+cd "$(dirname "$0")/.." || exit 2
+BIN=${BIN:-bin}
+pass=0; fail=0
+ok()     { echo "ok - $1"; pass=$((pass+1)); }
+not_ok() { echo "not ok - $1 ($2)"; fail=$((fail+1)); }
+W=$(mktemp -d "${TMPDIR:-/tmp}/seqtrain-bench-speed.XXXXXX") || exit 2
+trap 'rm -rf "$W"' EXIT
+
+"$BIN/seqtrain" --config bench/configs/speed_rope.json --print-config > "$W/speed.json"
+"$BIN/seqtrain" --config configs/quickstart.json --print-config > "$W/quick.json"
+# speed_rope: d 256, 6 layers, q/k/v 256 -> 512, o 512 -> 256, MLP 256 <-> 1024, V 8192, T 512. Multiply-adds
+# per token: 6 x (3*256*512 + 512*256 + 2*256*1024 + 512*(T+1)) + 256*8192; training = 6 x that (fwd + 2 bwd,
+# 2 FLOPs each), the forward at context L = 2 x that with T = L
+want_train=$(( 6 * (6 * (3*256*512 + 512*256 + 2*256*1024 + 512*513) + 256*8192) ))
+want_fwd=$(( 2 * (6 * (3*256*512 + 512*256 + 2*256*1024 + 512*4097) + 256*8192) ))
+got=$(python3 bench/model_cost.py train-flops < "$W/speed.json")
+if [ "$got" = "$want_train" ]; then ok "model_cost.py train-flops = $want_train"; else not_ok "model_cost.py train-flops" "got $got, want $want_train"; fi
+got=$(python3 bench/model_cost.py forward-flops 4096 < "$W/speed.json")
+if [ "$got" = "$want_fwd" ]; then ok "model_cost.py forward-flops 4096 = $want_fwd"; else not_ok "model_cost.py forward-flops 4096" "got $got, want $want_fwd"; fi
+want="--vocab 8192 --d-model 128 --layers 4 --heads 4 --head-dim 32 --mlp-ratio 4 --batch-size 16 --seq-len 128"
+got=$(python3 bench/model_cost.py torch-args < "$W/quick.json")
+if [ "$got" = "$want" ]; then ok "model_cost.py torch-args of the quickstart"; else not_ok "model_cost.py torch-args" "got '$got'"; fi
+# a model torch_train.py cannot build is refused with its kinds named
+"$BIN/seqtrain" --config configs/lm/cpu/kla.json --print-config > "$W/kla.json" 2>/dev/null
+python3 bench/model_cost.py torch-args < "$W/kla.json" > /dev/null 2> "$W/err"; rc=$?
+if [ "$rc" != 0 ] && grep -q "kla" "$W/err"; then ok "model_cost.py refuses a kla model, naming it"; else not_ok "model_cost.py on kla" "rc $rc: $(cat "$W/err")"; fi
+
+# SEQ_PROFILE=1: a table on stderr at exit naming the ops; without it, none
+A5=(--config configs/tasks/state/a5.json --set model.d_model=32 --set train.seq_len=16 --set train.batch_size=8
+    --set data.task.train_len_min=16 --set data.task.train_len_max=16 --set data.task.test_len_min=16
+    --set data.task.test_len_max=16 --set run.threads=1 --set train.steps=3 --set schedule.warmup_steps=0
+    --set run.dir="$W" --quiet)
+if SEQ_PROFILE=1 "$BIN/seqtrain" "${A5[@]}" --set run.name=p > "$W/p.out" 2> "$W/p.err" \
+   && grep -q '^SEQ_PROFILE: nn ops, [a-z0-9]* kernels' "$W/p.err" \
+   && grep -qE '^matmul_forward +[1-9][0-9]* +[0-9.]+ +[0-9.]+%$' "$W/p.err" \
+   && grep -qE '^attention_forward +[1-9][0-9]* ' "$W/p.err" && grep -q '^all ops ' "$W/p.err"; then
+    ok "SEQ_PROFILE=1 prints the per-op table (matmul_forward, attention_forward, all ops)"
+else
+    not_ok "SEQ_PROFILE=1 table" "$(head -n 5 "$W/p.err")"
+fi
+# embedding_forward runs once per training step (3) and once per evaluation batch: at least 3 calls
+n=$(sed -n 's/^embedding_forward  *\([0-9]*\) .*/\1/p' "$W/p.err")
+if [ -n "$n" ] && [ "$n" -ge 3 ]; then ok "SEQ_PROFILE counts embedding_forward's calls ($n >= 3 steps)"; else not_ok "SEQ_PROFILE call count" "embedding_forward: '$n'"; fi
+"$BIN/seqtrain" "${A5[@]}" --set run.name=q > "$W/q.out" 2> "$W/q.err"
+if ! grep -q 'SEQ_PROFILE' "$W/q.err"; then ok "no table without SEQ_PROFILE"; else not_ok "no table without SEQ_PROFILE" "printed one"; fi
+
+if [ "$BIN" = bin ]; then
+    if THREADS_LIST=1 STEPS=4 CONFIG=configs/quickstart.json bash bench/thread_scaling.sh > "$W/t.md" 2> "$W/t.err"; then
+        ok "thread_scaling.sh runs (1 thread, quickstart, 4 steps)"
+    else
+        not_ok "thread_scaling.sh runs" "$(tail -n 3 "$W/t.err")"
+    fi
+    # | 1 | <set> | <tok/s> | 1.00x | <peak> | <share>% | <matmul>% |
+    if grep -qE '^\| 1 \| (avx512|avx2|generic) \| [0-9]+ \| 1\.00x \| [0-9]+ \| [0-9.]+% \| [0-9.]+% \|$' "$W/t.md"; then
+        ok "thread_scaling.sh prints a full row for 1 thread"
+    else
+        not_ok "thread_scaling.sh row" "$(tail -n 2 "$W/t.md")"
+    fi
+fi
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
