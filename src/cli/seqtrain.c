@@ -25,7 +25,8 @@ static void usage_(FILE *f, const ArgSpec *specs, int n) {
                "       seqtrain --resume RUN_DIR\n\n"
                "Trains the model a run configuration describes (every key: docs/config.md), logging to\n"
                "RUN_DIR/log.jsonl and checkpointing atomically into RUN_DIR/ckpt-<step>/. Ctrl-C (or SIGTERM)\n"
-               "writes a checkpoint and exits with status 130; --resume continues bit-identically.\n\noptions:\n");
+               "writes a checkpoint and exits with status 130 (143 after SIGTERM); --resume continues\n"
+               "bit-identically.\n\noptions:\n");
     args_usage(f, specs, n);
 }
 

@@ -504,6 +504,8 @@ static void allowed_(const CfgKey *k, char *buf, size_t n) {
         if (lo > 0 && hi > 0) snprintf(buf, n, "%d to %d items", lo, hi);
         else if (hi > 0) snprintf(buf, n, "at most %d item%s", hi, hi == 1 ? "" : "s");
         else if (lo > 0) snprintf(buf, n, "at least %d item%s", lo, lo == 1 ? "" : "s");
+    } else if (k->type == CFG_STRLIST) {
+        snprintf(buf, n, "at most %d entries", CFG_LIST_MAX);
     } else if (k->type == CFG_BOOL) {
         snprintf(buf, n, "true, false");
     } else if (k->type == CFG_ENUM) {
