@@ -2,7 +2,7 @@
 # The MAD synthetic-LM suite (Poli et al. 2024; KLA paper Fig. 5a) as one table: rows = sequence mixers,
 # columns = the six MAD tasks and their average; each cell is the best test accuracy over the lr x wd grid
 # (as MAD reports it). Every (mixer, task, lr, wd) is one seqtrain run of configs/tasks/mad/<task>.json in
-# $OUT/runs/<mixer>__<task>__lr<lr>_wd<wd>/ whose final accuracy is RUN_DIR/eval/acc.json.
+# $SEQ_OUT/runs/<mixer>__<task>__lr<lr>_wd<wd>/ whose final accuracy is RUN_DIR/eval/acc.json.
 # Resumable: finished runs are reused, interrupted ones resumed (run the same command again).
 # The run queue, locking, resuming and settings come from scripts/rfa_common.sh.
 source "$(dirname "${BASH_SOURCE[0]}")/rfa_common.sh"
@@ -10,7 +10,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/rfa_common.sh"
 RFA_USAGE="usage: scripts/mad_table.sh [--set KEY=VALUE ...] [--dry-run]
 
 Trains every (mixer, task, lr, wd) run of the MAD table that is not finished yet, then prints the table
-(Markdown on stdout, and OUT/mad_table.md, OUT/mad_table.csv).
+(Markdown on stdout, and SEQ_OUT/mad_table.md, SEQ_OUT/mad_table.csv).
 
 Settings (environment):
   SCALE=tiny|small|paper  (default small)
@@ -23,7 +23,7 @@ Settings (environment):
   ROWS=id,id,...          only these mixer rows (default all): $(printf '%s ' attn_none attn_rope attn_alibi attn_fox rfa sc_rfa kla kla_p0 kla_plus)
   TASKS=t,t,...           only these task columns (default all six)
   LRS='a b' WDS='a b'     override the scale's lr / wd grid
-  OUT=DIR                 output folder (default runs/mad_table/\$SCALE)
+  SEQ_OUT=DIR                 output folder (default runs/mad_table/\$SCALE)
   JOBS=N, THREADS=N, BIN=DIR, PROGRESS_EVERY=S   as in scripts/rfa_common.sh (OMP_WAIT_POLICY=passive when JOBS>1)
 Options:
   --set KEY=VALUE         extra override for every run (after the row's)
@@ -63,7 +63,7 @@ MAD_TASKS=(
 
 rfa_parse_opts mad_table "$@"
 SCALE=${SCALE:-small}
-[ -n "${OUT:-}" ] || OUT="$RFA_ROOT/runs/mad_table/$SCALE"
+[ -n "${SEQ_OUT:-}" ] || SEQ_OUT="$RFA_ROOT/runs/mad_table/$SCALE"
 rfa_setup
 case "$SCALE" in
     paper) MAD_LRS=${LRS:-"1e-4 5e-4 1e-3"}; MAD_WDS=${WDS:-"0 0.1"} ;;

@@ -22,14 +22,14 @@
 #              size by T (512 for T <= 128, 256, 128, 64 for T = 256, 512, 1024; 32 for T = 2048)
 #   DIMS="64 128" LRS="1e-3 3e-3" TS="64 128"   override the scale's widths / lr grid / zoology lengths
 #   MIXERS="attn_rope rfa"                      only these rows (ids of mixer_rows in scripts/tasks_common.sh)
-#   OUT=DIR      output folder (default runs/tasks/mqar/$SCALE); runs in OUT/runs, logs in OUT/logs
+#   SEQ_OUT=DIR      output folder (default runs/tasks/mqar/$SCALE); runs in SEQ_OUT/runs, logs in SEQ_OUT/logs
 #   JOBS=N       runs trained at the same time (default: tiny nproc, else 1); OMP_WAIT_POLICY=passive if > 1
 #   THREADS=N    run.threads of every run (default max(1, nproc / JOBS))
 #   BIN=DIR      where seqtrain is (default bin)
 # Resumable: finished runs (RUN_DIR/eval/acc.json) are reused, interrupted ones resumed from their
 # checkpoint; run the same command again after Ctrl-C. The tables go to stdout and to
-# OUT/mqar_<setting>_T<T>.md and .csv (with a second table: accuracy vs decoding state size, also in
-# OUT/mqar_<setting>_T<T>_state.csv); every single run (mixer, d, lr, accuracy) to OUT/mqar_<setting>_runs.csv.
+# SEQ_OUT/mqar_<setting>_T<T>.md and .csv (with a second table: accuracy vs decoding state size, also in
+# SEQ_OUT/mqar_<setting>_T<T>_state.csv); every single run (mixer, d, lr, accuracy) to SEQ_OUT/mqar_<setting>_runs.csv.
 set -u -o pipefail
 PROG=mqar_sweep
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

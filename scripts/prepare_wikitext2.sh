@@ -7,12 +7,12 @@
 # either the old shard or none, never half of one.
 #
 #   scripts/prepare_wikitext2.sh            prepare (or confirm) and print the summary
-#   OUT=dir scripts/prepare_wikitext2.sh    another output folder
+#   SEQ_DATA_DIR=dir scripts/prepare_wikitext2.sh    another output folder
 #   SEQTOK=path/to/seqtok                   another build of seqtok (default bin/seqtok)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SEQTOK=${SEQTOK:-bin/seqtok}
-OUT=${OUT:-build/data/wikitext2}
+SEQ_DATA_DIR=${SEQ_DATA_DIR:-build/data/wikitext2}
 MODEL=data/tokenizer/wikitext2_bpe8192.model
 SRC=data/wikitext-2
 
@@ -21,17 +21,17 @@ for f in "$MODEL" "$SRC"/wiki.{train,valid,test}.tokens.zst; do
     [ -f "$f" ] || { echo "prepare_wikitext2: missing $f (a fresh clone has it; was it deleted?)" >&2; exit 1; }
 done
 
-mkdir -p "$OUT"
-stamp="$OUT/.stamp"
+mkdir -p "$SEQ_DATA_DIR"
+stamp="$SEQ_DATA_DIR/.stamp"
 want=$(sha256sum "$MODEL" "$SRC"/wiki.{train,valid,test}.tokens.zst "$0" | sha256sum | cut -d' ' -f1)
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -f "$OUT/train.shard" ] && [ -f "$OUT/valid.shard" ] \
-   && [ -f "$OUT/test.shard" ]; then
-    echo "prepare_wikitext2: $OUT is up to date"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -f "$SEQ_DATA_DIR/train.shard" ] && [ -f "$SEQ_DATA_DIR/valid.shard" ] \
+   && [ -f "$SEQ_DATA_DIR/test.shard" ]; then
+    echo "prepare_wikitext2: $SEQ_DATA_DIR is up to date"
 else
     rm -f "$stamp"
     for split in train valid test; do
-        "$SEQTOK" encode --model "$MODEL" --input "$SRC/wiki.$split.tokens.zst" --output "$OUT/$split.shard"
+        "$SEQTOK" encode --model "$MODEL" --input "$SRC/wiki.$split.tokens.zst" --output "$SEQ_DATA_DIR/$split.shard"
     done
     echo "$want" > "$stamp"
 fi
-"$SEQTOK" info "$OUT/train.shard" "$OUT/valid.shard" "$OUT/test.shard"
+"$SEQTOK" info "$SEQ_DATA_DIR/train.shard" "$SEQ_DATA_DIR/valid.shard" "$SEQ_DATA_DIR/test.shard"

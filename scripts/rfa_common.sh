@@ -2,18 +2,18 @@
 # parallel training runs and the Markdown/CSV tables.
 #
 # A table script declares its rows (rfa_row), optionally a separator (rfa_separator), calls rfa_run_all
-# and then rfa_render. Every row is one seqtrain run in $OUT/runs/<id>/ whose final perplexity table
+# and then rfa_render. Every row is one seqtrain run in $SEQ_OUT/runs/<id>/ whose final perplexity table
 # (RUN_DIR/eval/ppl.csv, written by seqtrain at the end of training from eval.contexts) gives the row.
 #
 # Settings (environment):
 #   SCALE=tiny|small|paper   tiny: a few steps of a 2-layer d32 model on the paper configs (pipeline check);
 #                            small: configs/rfa/cpu/*.json; paper: configs/rfa/*.json       (default small)
-#   OUT=DIR                  output folder (default runs/rfa_tables/$SCALE)
+#   SEQ_OUT=DIR                  output folder (default runs/rfa_tables/$SCALE)
 #   JOBS=N                   runs trained at the same time, as separate processes (default: tiny nproc, else 1)
 #   THREADS=N                run.threads of every run (default max(1, nproc / JOBS))
 #   BIN=DIR                  where seqtrain is (default bin)
 #   PROGRESS_EVERY=S         print the progress of running trainings every S seconds (default 60, 0 = off)
-# Progress goes to stderr; the table goes to stdout and to $OUT/<table>.md and $OUT/<table>.csv.
+# Progress goes to stderr; the table goes to stdout and to $SEQ_OUT/<table>.md and $SEQ_OUT/<table>.csv.
 
 set -u -o pipefail
 
@@ -47,7 +47,7 @@ rfa_json_str() {
 rfa_setup() {
     SCALE=${SCALE:-small}
     case "$SCALE" in tiny|small|paper) ;; *) RFA_DIE_RC=2 rfa_die "SCALE must be tiny, small or paper (got '$SCALE')" ;; esac
-    if [ -n "${OUT:-}" ]; then RFA_OUT=$(rfa_abspath_ "$OUT"); else RFA_OUT="$RFA_ROOT/runs/rfa_tables/$SCALE"; fi
+    if [ -n "${SEQ_OUT:-}" ]; then RFA_OUT=$(rfa_abspath_ "$SEQ_OUT"); else RFA_OUT="$RFA_ROOT/runs/rfa_tables/$SCALE"; fi
     if [ -n "${BIN:-}" ]; then RFA_BIN=$(rfa_abspath_ "$BIN"); else RFA_BIN="$RFA_ROOT/bin"; fi
     if [ "$SCALE" = tiny ]; then RFA_JOBS=${JOBS:-$RFA_NPROC}; else RFA_JOBS=${JOBS:-1}; fi
     case "$RFA_JOBS" in ''|*[!0-9]*|0) RFA_DIE_RC=2 rfa_die "JOBS must be a positive integer (got '$RFA_JOBS')" ;; esac
@@ -272,7 +272,7 @@ rfa_run_all() {
     RFA_STATE=$(mktemp -d "${TMPDIR:-/tmp}/rfa_tables.XXXXXX") || rfa_die "cannot create a temporary folder"
     trap 'rm -rf "$RFA_STATE"' EXIT
     if [ "$RFA_DRY_RUN" = 0 ]; then mkdir -p "$RFA_RUNS" "$RFA_LOGS" || rfa_die "cannot create $RFA_OUT"; fi
-    rfa_say "SCALE=$SCALE OUT=$RFA_OUT JOBS=$RFA_JOBS THREADS=$RFA_THREADS${OMP_WAIT_POLICY:+ OMP_WAIT_POLICY=$OMP_WAIT_POLICY}; $n runs"
+    rfa_say "SCALE=$SCALE SEQ_OUT=$RFA_OUT JOBS=$RFA_JOBS THREADS=$RFA_THREADS${OMP_WAIT_POLICY:+ OMP_WAIT_POLICY=$OMP_WAIT_POLICY}; $n runs"
     # resolve every config first: a bad key or a missing mixer fails here, before hours of training
     RFA_STATES=()
     for ((i = 0; i < n; i++)); do
@@ -290,7 +290,7 @@ rfa_run_all() {
                      [ "$RFA_DRY_RUN" = 1 ] || cp "$RFA_STATE/$id.err" "$RFA_LOGS/$id.log" ;;
             conflict) echo conflict > "$RFA_STATE/$id.rc"
                       rfa_say "[$((i + 1))/$n] $id: $RFA_RUNS/$id holds a run with another configuration; not touched" \
-                          "(remove it, or use another OUT). Differences (< existing, > wanted):"
+                          "(remove it, or use another SEQ_OUT). Differences (< existing, > wanted):"
                       diff <(rfa_cfg_key_ "$RFA_RUNS/$id/config.json" 2>/dev/null) <(rfa_cfg_key_ "$RFA_STATE/$id.cfg") \
                           | grep '^[<>]' | head -n 10 | sed 's/^/    /' >&2 ;;
             *) rfa_say "[$((i + 1))/$n] $id: $st" ;;
@@ -349,7 +349,7 @@ rfa_run_all() {
 }
 
 # rfa_render NAME FIRST_COLUMN CSV_KEY_COLUMN TITLE: the table of every row (in declaration order, with the
-# separators) as Markdown on stdout and in $OUT/NAME.md, and as CSV in $OUT/NAME.csv. Contexts and the
+# separators) as Markdown on stdout and in $SEQ_OUT/NAME.md, and as CSV in $SEQ_OUT/NAME.csv. Contexts and the
 # training length come from the first row's resolved config.
 rfa_render() {
     local name=$1 col1=$2 keycol=$3 title=$4 n=${#RFA_IDS[@]} i j id L cell ppl cfg="" seq ctx c md csv

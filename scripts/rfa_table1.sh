@@ -2,16 +2,16 @@
 # Table 1 of the RFA paper (Racioppo, "Robust Filter Attention"): test perplexity by context length of the
 # positional baselines B1-B4, RFA (M1), SC-RFA (M2) and the structural ablations M2.1-M2.6, all trained at
 # one length and evaluated at 1x, 2x, 4x and 8x it. Run `scripts/rfa_table1.sh --help` for the options.
-RFA_USAGE="usage: [SCALE=tiny|small|paper] [OUT=DIR] [JOBS=N] [THREADS=N] scripts/rfa_table1.sh [--set KEY=VALUE ...] [--dry-run]
+RFA_USAGE="usage: [SCALE=tiny|small|paper] [SEQ_OUT=DIR] [JOBS=N] [THREADS=N] scripts/rfa_table1.sh [--set KEY=VALUE ...] [--dry-run]
 
 Trains the 12 rows of the RFA paper's Table 1 (B1-B4, M1, M2, M2.1-M2.6; configs/rfa/) on the bundled
 WikiText-2 (make data) and prints their test perplexity at 4 context lengths in the paper's layout, as
-Markdown on stdout and in OUT/table1.md, and as CSV in OUT/table1.csv.
+Markdown on stdout and in SEQ_OUT/table1.md, and as CSV in SEQ_OUT/table1.csv.
 
   SCALE=tiny    a pipeline check: 2 layers, d 32, 4 steps, T 32, L 32-256 (all rows in seconds)
   SCALE=small   configs/rfa/cpu/*.json: 4 layers, d 128, 1 epoch, T 256, L 256-2048  (default)
   SCALE=paper   configs/rfa/*.json: the paper protocol, 6 layers, d 256, 15 epochs, T 512, L 512-4096
-  OUT=DIR       output folder (default runs/rfa_tables/SCALE): runs/<id>/ (one run directory per row),
+  SEQ_OUT=DIR       output folder (default runs/rfa_tables/SCALE): runs/<id>/ (one run directory per row),
                 logs/<id>.log, table1.md, table1.csv
   JOBS=N        trainings at the same time, each its own process (default: tiny nproc, else 1); with
                 JOBS > 1 OMP_WAIT_POLICY=passive is set
@@ -24,7 +24,7 @@ Markdown on stdout and in OUT/table1.md, and as CSV in OUT/table1.csv.
 Resumable: a row whose run directory already holds its final table is reused, an interrupted one
 (Ctrl-C, a crash, a kill) is continued with seqtrain --resume; run the same command again. A run
 directory made with another configuration is never touched (the row fails with the differences).
-Rows share run directories with scripts/rfa_table2.sh (M2 = the b = 5e-2 row) when OUT is the same.
+Rows share run directories with scripts/rfa_table2.sh (M2 = the b = 5e-2 row) when SEQ_OUT is the same.
 Exit status: 0 every row has its numbers, 1 some row failed (the table says which), 2 bad usage,
 130/143 interrupted."
 source "$(dirname "$0")/rfa_common.sh"

@@ -2,17 +2,17 @@
 # Table 2 of the RFA paper (Racioppo, "Robust Filter Attention"): SC-RFA (M2) trained with the damping
 # coefficient b in {5e-4, 5e-3, 5e-2, 5e-1, 5}; test perplexity at 1x, 2x, 4x and 8x the training length.
 # Run `scripts/rfa_table2.sh --help` for the options.
-RFA_USAGE="usage: [SCALE=tiny|small|paper] [OUT=DIR] [JOBS=N] [THREADS=N] scripts/rfa_table2.sh [--set KEY=VALUE ...] [--dry-run]
+RFA_USAGE="usage: [SCALE=tiny|small|paper] [SEQ_OUT=DIR] [JOBS=N] [THREADS=N] scripts/rfa_table2.sh [--set KEY=VALUE ...] [--dry-run]
 
 Trains SC-RFA (M2, configs/rfa/m2_sc_rfa.json) with damping b = 5e-4, 5e-3, 5e-2, 5e-1 and 5
 (--set model.mixer.damping=B) on the bundled WikiText-2 (make data) and prints the test perplexity at
-4 context lengths in the layout of the paper's Table 2, as Markdown on stdout and in OUT/table2.md, and
-as CSV in OUT/table2.csv.
+4 context lengths in the layout of the paper's Table 2, as Markdown on stdout and in SEQ_OUT/table2.md, and
+as CSV in SEQ_OUT/table2.csv.
 
   SCALE=tiny    a pipeline check: 2 layers, d 32, 4 steps, T 32, L 32-256 (all rows in seconds)
   SCALE=small   configs/rfa/cpu/m2_sc_rfa.json: 4 layers, d 128, 1 epoch, T 256, L 256-2048  (default)
   SCALE=paper   configs/rfa/m2_sc_rfa.json: the paper protocol, 6 layers, d 256, 15 epochs, T 512, L 512-4096
-  OUT=DIR       output folder (default runs/rfa_tables/SCALE): runs/<id>/, logs/<id>.log, table2.md, table2.csv
+  SEQ_OUT=DIR       output folder (default runs/rfa_tables/SCALE): runs/<id>/, logs/<id>.log, table2.md, table2.csv
   JOBS=N        trainings at the same time, each its own process (default: tiny nproc, else 1); with
                 JOBS > 1 OMP_WAIT_POLICY=passive is set
   THREADS=N     run.threads of each training (default nproc / JOBS, at least 1)
@@ -22,7 +22,7 @@ as CSV in OUT/table2.csv.
   --dry-run     resolve and check every config, print what would run, train nothing
 
 The b = 5e-2 row is M2 itself: it is the run directory runs/m2_sc_rfa that scripts/rfa_table1.sh uses
-with the same OUT, so it is trained once for both tables. Resumable like rfa_table1.sh: finished rows
+with the same SEQ_OUT, so it is trained once for both tables. Resumable like rfa_table1.sh: finished rows
 are reused, interrupted ones resumed; run the same command again.
 Exit status: 0 every row has its numbers, 1 some row failed, 2 bad usage, 130/143 interrupted."
 source "$(dirname "$0")/rfa_common.sh"

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Table 3 of the RFA paper (Racioppo, "Robust Filter Attention"): the main rows (B1, B2, M1, M2) on a
 # second corpus (the paper: BabyLM-2025 Strict, which is not bundled). Run `scripts/rfa_table3.sh --help`.
-RFA_USAGE="usage: [SCALE=tiny|small|paper] [OUT=DIR] [JOBS=N] [THREADS=N] scripts/rfa_table3.sh CORPUS [--set KEY=VALUE ...] [--dry-run]
+RFA_USAGE="usage: [SCALE=tiny|small|paper] [SEQ_OUT=DIR] [JOBS=N] [THREADS=N] scripts/rfa_table3.sh CORPUS [--set KEY=VALUE ...] [--dry-run]
 
 Trains RoPE (B1), ALiBi (B2), RFA (M1) and SC-RFA (M2) (configs/rfa/) on the corpus CORPUS and prints
 their test perplexity at 4 context lengths in the layout of the paper's Table 3, as Markdown on stdout
-and in OUT/table3-NAME.md, and as CSV in OUT/table3-NAME.csv (NAME: the corpus folder's or file's name).
+and in SEQ_OUT/table3-NAME.md, and as CSV in SEQ_OUT/table3-NAME.csv (NAME: the corpus folder's or file's name).
 
 The paper's Table 3 corpus, BabyLM-2025 (Strict), is NOT bundled with seqtrain: download it yourself and
 encode it into shards, e.g. with the bundled tokenizer (or train one with bin/seqtok train):
@@ -28,7 +28,7 @@ CORPUS is either
   SCALE=tiny    a pipeline check: 2 layers, d 32, 4 steps, T 32, L 32-256 (all rows in seconds)
   SCALE=small   configs/rfa/cpu/*.json: 4 layers, d 128, 1 epoch, T 256, L 256-2048  (default)
   SCALE=paper   configs/rfa/*.json: the paper protocol, 6 layers, d 256, 15 epochs, T 512, L 512-4096
-  OUT=DIR       output folder (default runs/rfa_tables/SCALE): runs-NAME/<id>/, logs-NAME/<id>.log,
+  SEQ_OUT=DIR       output folder (default runs/rfa_tables/SCALE): runs-NAME/<id>/, logs-NAME/<id>.log,
                 table3-NAME.md, table3-NAME.csv
   JOBS=N        trainings at the same time, each its own process (default: tiny nproc, else 1); with
                 JOBS > 1 OMP_WAIT_POLICY=passive is set

@@ -16,10 +16,10 @@
 #              (train 128, test 128,256,384,512)
 #   L_MAX=N SEEDS=N A5_LEN=N TEST_LENS="128 512"   override the scale's values
 #   MIXERS="attn_rope rfa"    only these rows (ids of mixer_rows in scripts/tasks_common.sh)
-#   OUT=DIR      output folder (default runs/tasks/state/$SCALE); runs in OUT/runs, logs in OUT/logs
+#   SEQ_OUT=DIR      output folder (default runs/tasks/state/$SCALE); runs in SEQ_OUT/runs, logs in SEQ_OUT/logs
 #   JOBS, THREADS, BIN   as scripts/mqar_sweep.sh
-# Resumable: finished runs and per-length evaluations are reused. Tables to stdout and OUT/a5.md|csv,
-# OUT/parity.md|csv.
+# Resumable: finished runs and per-length evaluations are reused. Tables to stdout and SEQ_OUT/a5.md|csv,
+# SEQ_OUT/parity.md|csv.
 # The parity runs train with train.seq_len = TRAIN_LEN and test length TRAIN_LEN (the in-distribution
 # accuracy in RUN_DIR/eval/acc.json); the longer lengths are only scored afterwards, so no training step
 # pads to the longest test length (the result is the same: the models are causal).

@@ -23,7 +23,7 @@ job_one_() {  # job_one_ INDEX: train/resume/reuse one run (in the background of
     "$SEQTRAIN" "${args[@]}" --set "run.dir=$RUNS" --set "run.name=$id" --print-config > "$cfg" 2>>"$log" || return 2
     if [ -f "$d/config.json" ] && { [ -f "$d/latest" ] || [ -f "$d/eval/acc.json" ]; } &&
        ! cmp -s <(cfg_key_ "$d/config.json") <(cfg_key_ "$cfg"); then
-        say "$id: $d holds a run with another configuration; left alone (use another OUT):"
+        say "$id: $d holds a run with another configuration; left alone (use another SEQ_OUT):"
         diff <(cfg_key_ "$d/config.json") <(cfg_key_ "$cfg") | grep '^[<>]' | head -n 6 | sed 's/^/    /' >&2
         return 3
     fi
@@ -63,11 +63,11 @@ run_jobs() {
     done
     [ "$failed" = 0 ] || { say "$failed of $n runs failed"; return 1; }
 }
-# common settings: SCALE, OUT (default runs/tasks/$1/$SCALE), JOBS, THREADS, BIN
+# common settings: SCALE, SEQ_OUT (default runs/tasks/$1/$SCALE), JOBS, THREADS, BIN
 setup() {
     SCALE=${SCALE:-small}
     case "$SCALE" in tiny|small|paper) ;; *) DIE_RC=2 die "SCALE must be tiny, small or paper (got '$SCALE')" ;; esac
-    if [ -n "${OUT:-}" ]; then OUTD=$(abspath "$OUT"); else OUTD="$ROOT/runs/tasks/$1/$SCALE"; fi
+    if [ -n "${SEQ_OUT:-}" ]; then OUTD=$(abspath "$SEQ_OUT"); else OUTD="$ROOT/runs/tasks/$1/$SCALE"; fi
     if [ -n "${BIN:-}" ]; then BIND=$(abspath "$BIN"); else BIND="$ROOT/bin"; fi
     local np; np=$(nproc 2>/dev/null || echo 2)
     if [ "$SCALE" = tiny ]; then NJOBS=${JOBS:-$np}; else NJOBS=${JOBS:-1}; fi

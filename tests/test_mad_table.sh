@@ -10,7 +10,7 @@ ROOT=$(pwd)
 export BIN=$(cd "$BIN" && pwd)
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export SCALE=tiny JOBS=2 THREADS=1 PROGRESS_EVERY=0
-unset OUT ROWS TASKS LRS WDS
+unset SEQ_OUT ROWS TASKS LRS WDS
 W=$(mktemp -d "${TMPDIR:-/tmp}/seqtrain-mad-table.XXXXXX") || exit 2
 trap '[ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
 PASS=0; FAIL=0
@@ -24,12 +24,12 @@ rows() { awk -F'|' '/^\|---/ { on = 1; next } on && /^\|/ { s = ""; for (i = 2; 
 
 # --- usage
 check "--help exits 0 and describes the scales" eval '"$S" --help | grep -q "SCALE=tiny|small|paper"'
-check "a bad SCALE exits 2" eval 'SCALE=huge OUT=$O "$S" 2>/dev/null; [ $? = 2 ]'
-check "an unknown option exits 2" eval 'OUT=$O "$S" --frobnicate 2>/dev/null; [ $? = 2 ]'
-check "ROWS that select nothing exit 2" eval 'ROWS=nope OUT=$O "$S" 2>/dev/null; [ $? = 2 ]'
+check "a bad SCALE exits 2" eval 'SCALE=huge SEQ_OUT=$O "$S" 2>/dev/null; [ $? = 2 ]'
+check "an unknown option exits 2" eval 'SEQ_OUT=$O "$S" --frobnicate 2>/dev/null; [ $? = 2 ]'
+check "ROWS that select nothing exit 2" eval 'ROWS=nope SEQ_OUT=$O "$S" 2>/dev/null; [ $? = 2 ]'
 
 # --- an interrupted run, made from the script's own command with --stop-after 1
-OUT=$O "$S" --dry-run > "$W/dry" 2>/dev/null
+SEQ_OUT=$O "$S" --dry-run > "$W/dry" 2>/dev/null
 check "--dry-run lists 54 fresh runs and trains nothing" \
     eval '[ "$(grep -c "^$BIN/seqtrain --config " "$W/dry")" = 54 ] && [ ! -d "$O/runs" ]'
 cmd=$(grep "run.name=attn_rope__icr__" "$W/dry")
@@ -38,10 +38,10 @@ check "attn_rope/icr stopped after 1 of its 2 steps with a checkpoint (exit 130)
     eval '[ "$rc" = 130 ] && [ -f "$O/runs/attn_rope__icr__lr1e-3_wd0/ckpt-00000001/state.json" ]'
 
 # --- the table
-OUT=$O "$S" > "$W/t.md" 2> "$W/t.err"; rc=$?
+SEQ_OUT=$O "$S" > "$W/t.md" 2> "$W/t.err"; rc=$?
 check "mad_table.sh SCALE=tiny finishes (exit 0)" test "$rc" = 0
 [ "$rc" = 0 ] || sed 's/^/    /' "$W/t.err" | tail -n 30
-check "the Markdown on stdout is OUT/mad_table.md" cmp -s "$W/t.md" "$O/mad_table.md"
+check "the Markdown on stdout is SEQ_OUT/mad_table.md" cmp -s "$W/t.md" "$O/mad_table.md"
 check "columns: Mixer, the six MAD tasks, Avg" \
     grep -qx '| Mixer | ICR | Noisy ICR | Fuzzy ICR | Sel. Copy | Memorization | Compression | Avg |' "$W/t.md"
 check "rows: the nine mixers in order" diff <(printf '%s\n' "Attention (no PE)" "Attention (RoPE)" "Attention (ALiBi)" \
@@ -78,7 +78,7 @@ check "compression trained the autoencoder head (and only compression)" \
     eval 'grep -q "\"head\":.\"autoencoder\"" "$O/runs/kla__compression__lr1e-3_wd0/config.json" && grep -q "\"head\":.\"lm\"" "$O/runs/kla__icr__lr1e-3_wd0/config.json"'
 
 # --- a second call reuses every finished run
-OUT=$O "$S" > "$W/t2.md" 2> "$W/t2.err"; rc=$?
+SEQ_OUT=$O "$S" > "$W/t2.md" 2> "$W/t2.err"; rc=$?
 check "a second call reuses all 54 finished runs" \
     eval '[ "$rc" = 0 ] && [ "$(grep -c "finished earlier, reused" "$W/t2.err")" = 54 ] && ! grep -q ": training" "$W/t2.err"'
 check "... and prints the same table" diff <(rows "$W/t.md") <(rows "$W/t2.md")

@@ -15,7 +15,7 @@ done
 export BIN=$(cd "$BIN" && pwd)
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export SCALE=tiny JOBS=2 THREADS=1 PROGRESS_EVERY=0
-unset OUT
+unset SEQ_OUT
 W=$(mktemp -d "${TMPDIR:-/tmp}/seqtrain-rfa-tables.XXXXXX") || exit 2
 trap '[ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
 PASS=0; FAIL=0
@@ -48,13 +48,13 @@ check "... and says BabyLM is not bundled and what to pass" \
     eval 'grep -q "no corpus given" "$W/err3" && grep -q "BabyLM" "$W/err3" && grep -q "not bundled" "$W/err3" && grep -q "build/data/wikitext2" "$W/err3"'
 check "rfa_table3.sh --help exits 0 and explains the corpus and that BabyLM is not bundled" \
     eval '"$T3" --help > "$W/help3" && grep -q "BabyLM" "$W/help3" && grep -q "NOT bundled" "$W/help3" && grep -q "CORPUS" "$W/help3"'
-check "rfa_table3.sh with a corpus that does not exist exits 2" eval 'OUT=$O "$T3" "$W/nowhere" 2>/dev/null; [ $? = 2 ]'
+check "rfa_table3.sh with a corpus that does not exist exits 2" eval 'SEQ_OUT=$O "$T3" "$W/nowhere" 2>/dev/null; [ $? = 2 ]'
 check "rfa_table1.sh --help exits 0 and lists the scales" eval '"$T1" --help | grep -q "SCALE=small"'
-check "a bad SCALE exits 2" eval 'SCALE=huge OUT=$O "$T1" 2>/dev/null; [ $? = 2 ]'
-check "an unknown option exits 2" eval 'OUT=$O "$T2" --frobnicate 2>/dev/null; [ $? = 2 ]'
+check "a bad SCALE exits 2" eval 'SCALE=huge SEQ_OUT=$O "$T1" 2>/dev/null; [ $? = 2 ]'
+check "an unknown option exits 2" eval 'SEQ_OUT=$O "$T2" --frobnicate 2>/dev/null; [ $? = 2 ]'
 
 # --- an interrupted run, made by running the script's own command for B1 with --stop-after 2
-OUT=$O "$T1" --dry-run > "$W/dry" 2> "$W/dry.err"
+SEQ_OUT=$O "$T1" --dry-run > "$W/dry" 2> "$W/dry.err"
 check "--dry-run lists 12 fresh runs and trains nothing" \
     eval '[ "$(grep -c "^$BIN/seqtrain --config " "$W/dry")" = 12 ] && [ ! -d "$O/runs/b1_rope" ]'
 b1_cmd=$(grep "configs/rfa/b1_rope.json" "$W/dry")
@@ -62,10 +62,10 @@ eval "$b1_cmd --stop-after 2 --quiet" > /dev/null 2>&1; rc=$?
 check "B1 stopped after 2 of its 4 steps with a checkpoint (exit 130)" test "$rc" = 130 -a -f "$O/runs/b1_rope/ckpt-00000002/state.json"
 
 # --- Table 1
-OUT=$O "$T1" > "$W/t1.md" 2> "$W/t1.err"; rc=$?
+SEQ_OUT=$O "$T1" > "$W/t1.md" 2> "$W/t1.err"; rc=$?
 check "rfa_table1.sh SCALE=tiny finishes (exit 0)" test "$rc" = 0
 [ "$rc" = 0 ] || sed 's/^/    /' "$W/t1.err" | tail -n 30
-check "the Markdown on stdout is OUT/table1.md" cmp -s "$W/t1.md" "$O/table1.md"
+check "the Markdown on stdout is SEQ_OUT/table1.md" cmp -s "$W/t1.md" "$O/table1.md"
 check "columns: Model and L = 32, 64, 128, 256 (1x-8x the training length)" grep -qx '| Model | L=32 | L=64 | L=128 | L=256 |' "$W/t1.md"
 printf '%s\n' "RoPE (B1)" "ALiBi (B2)" "Decayed RoPE (B3)" "SC-RoPE (B4)" "RFA (M1)" "SC-RFA (M2)" \
     "**Structural Ablations (Relative to M2)**" "Gaussian NLL (M2.1)" "Flat Prior (M2.2)" "No Mult. Gate (M2.3)" \
@@ -94,28 +94,28 @@ check "rfa rows trained the rfa mixer with the SDE optimizer group" \
     eval 'grep -q "\"kind\":.\"rfa\"" "$O/runs/m2_6_pure_rotation/config.json" && grep -q "\"unitary\":.true" "$O/runs/m2_6_pure_rotation/config.json" && grep -q "mixer.sde_" "$O/runs/m1_rfa/config.json"'
 
 # --- a second call reuses every finished run
-OUT=$O "$T1" > "$W/t1b.md" 2> "$W/t1b.err"; rc=$?
+SEQ_OUT=$O "$T1" > "$W/t1b.md" 2> "$W/t1b.err"; rc=$?
 check "a second rfa_table1.sh reuses all 12 finished runs" \
     eval '[ "$rc" = 0 ] && [ "$(grep -c "finished earlier, reused" "$W/t1b.err")" = 12 ] && ! grep -q ": training" "$W/t1b.err"'
 check "... and prints the same table" diff <(rows "$W/t1.md") <(rows "$W/t1b.md")
 # a finished run without its eval table (interrupted during the final evaluation) is re-evaluated
 rm -rf "$O/runs/b2_alibi/eval"
-OUT=$O "$T1" > "$W/t1c.md" 2> "$W/t1c.err"; rc=$?
+SEQ_OUT=$O "$T1" > "$W/t1c.md" 2> "$W/t1c.err"; rc=$?
 check "a run whose eval table is missing is resumed (re-evaluated) to the same numbers" \
     eval '[ "$rc" = 0 ] && grep -q "b2_alibi: resuming" "$W/t1c.err" && diff <(rows "$W/t1.md") <(rows "$W/t1c.md")'
 # the resumed B1 equals an uninterrupted B1
-OUT="$W/fresh" "$T1" --dry-run > "$W/dry2" 2>/dev/null
+SEQ_OUT="$W/fresh" "$T1" --dry-run > "$W/dry2" 2>/dev/null
 eval "$(grep "configs/rfa/b1_rope.json" "$W/dry2") --quiet" > /dev/null 2>&1
 check "the resumed B1 has the perplexities of an uninterrupted B1 (bit-identical resume)" \
     test "$(cut -d, -f1,5 "$W/fresh/runs/b1_rope/eval/ppl.csv")" = "$(cut -d, -f1,5 "$O/runs/b1_rope/eval/ppl.csv")"
-# another configuration in the same OUT: every run directory is left alone
-OUT=$O "$T1" --set train.steps=5 > "$W/t1d.md" 2> "$W/t1d.err"; rc=$?
+# another configuration in the same SEQ_OUT: every run directory is left alone
+SEQ_OUT=$O "$T1" --set train.steps=5 > "$W/t1d.md" 2> "$W/t1d.err"; rc=$?
 check "another configuration over finished runs: exit 1, nothing trained, differences shown" \
     eval '[ "$rc" = 1 ] && [ "$(grep -c "holds a run with another configuration" "$W/t1d.err")" = 12 ] && ! grep -q ": training" "$W/t1d.err" && grep -q "\"steps\"" "$W/t1d.err"'
 check "... and the runs still hold their results" eval '[ "$(grep -c "\"step\": 4," "$O/runs/b3_decayed_rope/log.jsonl")" -ge 1 ] && [ -f "$O/runs/b3_decayed_rope/eval/ppl.csv" ]'
 
 # --- Table 2
-OUT=$O "$T2" > "$W/t2.md" 2> "$W/t2.err"; rc=$?
+SEQ_OUT=$O "$T2" > "$W/t2.md" 2> "$W/t2.err"; rc=$?
 check "rfa_table2.sh SCALE=tiny finishes (exit 0)" test "$rc" = 0
 [ "$rc" = 0 ] || sed 's/^/    /' "$W/t2.err" | tail -n 30
 check "table 2 columns: Damping (b) and L = 32-256" grep -qx '| Damping (b) | L=32 | L=64 | L=128 | L=256 |' "$W/t2.md"
@@ -131,10 +131,10 @@ check "b = 5e-2 is M2 of table 1, reused" \
 check "the damping reached the mixer (b = 5 in its resolved config)" grep -q '"damping":.5,' "$O/runs/m2_sc_rfa_b5/config.json"
 
 # --- Table 3 on the bundled WikiText-2 as the "second corpus"
-OUT=$O "$T3" build/data/wikitext2 > "$W/t3.md" 2> "$W/t3.err"; rc=$?
+SEQ_OUT=$O "$T3" build/data/wikitext2 > "$W/t3.md" 2> "$W/t3.err"; rc=$?
 check "rfa_table3.sh build/data/wikitext2 finishes (exit 0)" test "$rc" = 0
 [ "$rc" = 0 ] || sed 's/^/    /' "$W/t3.err" | tail -n 30
-check "the table goes to OUT/table3-wikitext2.md and .csv" eval 'cmp -s "$W/t3.md" "$O/table3-wikitext2.md" && [ -f "$O/table3-wikitext2.csv" ]'
+check "the table goes to SEQ_OUT/table3-wikitext2.md and .csv" eval 'cmp -s "$W/t3.md" "$O/table3-wikitext2.md" && [ -f "$O/table3-wikitext2.csv" ]'
 check "table 3 columns" grep -qx '| Model | L=32 | L=64 | L=128 | L=256 |' "$W/t3.md"
 check "table 3 rows: B1, B2, M1, M2" diff <(printf '%s\n' "RoPE (B1)" "ALiBi (B2)" "RFA (M1)" "SC-RFA (M2)") <(labels "$W/t3.md")
 for l in "RoPE (B1)" "ALiBi (B2)" "RFA (M1)" "SC-RFA (M2)"; do
@@ -149,12 +149,12 @@ mkdir -p "$W/corpus"
 cat > "$W/corpus/c.json" <<JSON
 {"name": "Test Corpus", "data": {"train": "$ROOT/build/data/wikitext2/train.shard", "test": "$ROOT/build/data/wikitext2/test.shard"}}
 JSON
-OUT=$O "$T3" "$W/corpus/c.json" --set run.seed=7 --dry-run > "$W/dry3" 2>&1; rc=$?
+SEQ_OUT=$O "$T3" "$W/corpus/c.json" --set run.seed=7 --dry-run > "$W/dry3" 2>&1; rc=$?
 check "a corpus .json: its data, no val, no tokenizer check, the --set passed on" \
     eval '[ "$rc" = 0 ] && [ "$(grep -c "data.val=\[\]" "$W/dry3")" = 4 ] && grep -q "run.seed=7" "$W/dry3" && grep -q "run.dir=$O/runs-c " "$W/dry3"'
 echo '{"data": {"train": "x.shard", "tset": "y"}}' > "$W/corpus/bad.json"
 check "a corpus .json with an unknown key exits 2 naming it" \
-    eval 'OUT=$O "$T3" "$W/corpus/bad.json" 2> "$W/bad.err"; [ $? = 2 ] && grep -q "tset" "$W/bad.err"'
+    eval 'SEQ_OUT=$O "$T3" "$W/corpus/bad.json" 2> "$W/bad.err"; [ $? = 2 ] && grep -q "tset" "$W/bad.err"'
 
 echo "$PASS passed, $FAIL failed" >&2
 [ "$FAIL" -eq 0 ]

@@ -13,7 +13,7 @@ done
 export BIN=$(cd "$BIN" && pwd)
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export SCALE=tiny JOBS=2 THREADS=1
-unset OUT SETTING DIMS LRS TS MIXERS L_MAX SEEDS A5_LEN TEST_LENS
+unset SEQ_OUT SETTING DIMS LRS TS MIXERS L_MAX SEEDS A5_LEN TEST_LENS
 W=$(mktemp -d "${TMPDIR:-/tmp}/seqtrain-task-sweeps.XXXXXX") || exit 2
 trap '[ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
 PASS=0; FAIL=0
@@ -35,13 +35,13 @@ LABELS=("Attention (RoPE)" "Attention (no position)" "Attention (ALiBi)" "RFA" "
 # --- usage errors
 check "mqar_sweep.sh --help exits 0 and lists the settings" eval '"$MQ" --help | grep -q "kla_long"'
 check "state_tracking.sh --help exits 0 and lists the scales" eval '"$ST" --help | grep -q "SCALE=tiny"'
-check "a bad SCALE exits 2" eval 'SCALE=huge OUT=$O "$MQ" 2>/dev/null; [ $? = 2 ]'
-check "a bad SETTING exits 2" eval 'SETTING=nope OUT=$O "$MQ" 2>/dev/null; [ $? = 2 ]'
-check "an unknown mixer exits 2" eval 'MIXERS=lstm OUT=$O "$ST" 2>/dev/null; [ $? = 2 ]'
-check "an unknown option exits 2" eval 'OUT=$O "$ST" --frobnicate 2>/dev/null; [ $? = 2 ]'
+check "a bad SCALE exits 2" eval 'SCALE=huge SEQ_OUT=$O "$MQ" 2>/dev/null; [ $? = 2 ]'
+check "a bad SETTING exits 2" eval 'SETTING=nope SEQ_OUT=$O "$MQ" 2>/dev/null; [ $? = 2 ]'
+check "an unknown mixer exits 2" eval 'MIXERS=lstm SEQ_OUT=$O "$ST" 2>/dev/null; [ $? = 2 ]'
+check "an unknown option exits 2" eval 'SEQ_OUT=$O "$ST" --frobnicate 2>/dev/null; [ $? = 2 ]'
 
 # --- an interrupted run: the sweep's own command for one run, stopped after 2 of its 4 steps
-OUT=$O "$MQ" --dry-run > "$W/dry" 2>/dev/null
+SEQ_OUT=$O "$MQ" --dry-run > "$W/dry" 2>/dev/null
 check "--dry-run lists 20 runs (5 mixers x 2 widths x 2 lrs) and trains nothing" \
     eval '[ "$(grep -c "^$BIN/seqtrain --config " "$W/dry")" = 20 ] && [ ! -d "$O/runs/zoology_T16_attn_rope_d16_lr1e-3" ]'
 cmd=$(grep "run.name=zoology_T16_attn_rope_d16_lr1e-3 " "$W/dry")
@@ -49,11 +49,11 @@ eval "$cmd --stop-after 2 --quiet" > /dev/null 2>&1; rc=$?
 check "one run stopped after 2 steps with a checkpoint (exit 130)" test "$rc" = 130 -a -f "$O/runs/zoology_T16_attn_rope_d16_lr1e-3/latest"
 
 # --- MQAR
-OUT=$O "$MQ" > "$W/m.md" 2> "$W/m.err"; rc=$?
+SEQ_OUT=$O "$MQ" > "$W/m.md" 2> "$W/m.err"; rc=$?
 check "mqar_sweep.sh SCALE=tiny finishes (exit 0)" test "$rc" = 0
 [ "$rc" = 0 ] || tail -n 20 "$W/m.err" | sed 's/^/    /'
 check "the interrupted run was resumed" grep -q "zoology_T16_attn_rope_d16_lr1e-3: resuming" "$W/m.err"
-check "the Markdown on stdout is OUT/mqar_zoology_T16.md" eval 'diff <(rows "$W/m.md") <(rows "$O/mqar_zoology_T16.md")'
+check "the Markdown on stdout is SEQ_OUT/mqar_zoology_T16.md" eval 'diff <(rows "$W/m.md") <(rows "$O/mqar_zoology_T16.md")'
 check "MQAR columns: Mixer, d=16, d=32" grep -qx '| Mixer | d=16 | d=32 |' "$O/mqar_zoology_T16.md"
 check "MQAR rows: the 5 mixers, 2 accuracies in [0,1] each" acc_rows "$O/mqar_zoology_T16.md" 2 2 "${LABELS[@]}"
 check "MQAR CSV: header, 5 rows, best accuracy and its lr per width" python3 -c '
@@ -86,16 +86,16 @@ states = [int(l.split("|")[3]) for l in md.splitlines() if l.startswith("| ") an
 assert len(states) == 10 and states == sorted(states), states' "$O/mqar_zoology_T16_state.csv" "$O/mqar_zoology_T16.md"
 check "the kla row trained fused kla blocks" eval 'grep -q "\"kind\":.\"kla\"" "$O/runs/zoology_T16_kla_d16_lr1e-3/config.json" && grep -q "\"block\":.\"fused\"" "$O/runs/zoology_T16_kla_d16_lr1e-3/config.json"'
 check "the alibi row has pos alibi" grep -q '"pos":.*"alibi"' "$O/runs/zoology_T16_attn_alibi_d16_lr1e-3/config.json"
-OUT=$O "$MQ" > "$W/m2.md" 2> "$W/m2.err"; rc=$?
+SEQ_OUT=$O "$MQ" > "$W/m2.md" 2> "$W/m2.err"; rc=$?
 check "a second mqar_sweep.sh reuses all 20 runs and prints the same table" \
     eval '[ "$rc" = 0 ] && [ "$(grep -c "finished earlier, reused" "$W/m2.err")" = 20 ] && ! grep -q ": training" "$W/m2.err" && diff <(rows "$W/m.md") <(rows "$W/m2.md")'
-OUT=$O "$MQ" --set train.steps=5 > /dev/null 2> "$W/m3.err"; rc=$?
+SEQ_OUT=$O "$MQ" --set train.steps=5 > /dev/null 2> "$W/m3.err"; rc=$?
 check "another configuration over finished runs: exit 1, nothing trained" \
     eval '[ "$rc" = 1 ] && [ "$(grep -c "holds a run with another configuration" "$W/m3.err")" = 20 ] && ! grep -q ": training" "$W/m3.err" && grep -q "steps" "$W/m3.err"'
-check "... and the runs keep their results" eval 'diff <(rows "$W/m.md") <(OUT=$O "$MQ" 2>/dev/null | rows /dev/stdin)'
+check "... and the runs keep their results" eval 'diff <(rows "$W/m.md") <(SEQ_OUT=$O "$MQ" 2>/dev/null | rows /dev/stdin)'
 
 # --- state tracking
-OUT=$O "$ST" > "$W/s.md" 2> "$W/s.err"; rc=$?
+SEQ_OUT=$O "$ST" > "$W/s.md" 2> "$W/s.err"; rc=$?
 check "state_tracking.sh SCALE=tiny finishes (exit 0)" test "$rc" = 0
 [ "$rc" = 0 ] || tail -n 20 "$W/s.err" | sed 's/^/    /'
 check "A5 columns: Mixer, fewest layers, L=1, L=2" grep -qx '| Mixer | fewest layers | L=1 | L=2 |' "$O/a5.md"
@@ -117,7 +117,7 @@ import json, sys
 a = json.load(open(sys.argv[1]))["accuracy"]; b = json.load(open(sys.argv[2]))["accuracy"]
 assert abs(a - b) < 1e-6, (a, b)' "$O/runs/parity_attn_rope/eval/acc.json" "$O/runs/parity_attn_rope/eval/len_8.json"
 check "parity at length 32 scored 32 positions per example" eval 'grep -q "\"positions\": 512," "$O/runs/parity_rfa/eval/len_32.json"'
-OUT=$O "$ST" > "$W/s2.md" 2> "$W/s2.err"; rc=$?
+SEQ_OUT=$O "$ST" > "$W/s2.md" 2> "$W/s2.err"; rc=$?
 check "a second state_tracking.sh reuses all 25 runs and the evaluations, same tables" \
     eval '[ "$rc" = 0 ] && [ "$(grep -c "finished earlier, reused" "$W/s2.err")" = 25 ] && ! grep -q ": training" "$W/s2.err" && { [ ! -d "$O/evalcopy" ] || [ -z "$(ls -A "$O/evalcopy")" ]; } && diff <(rows "$W/s.md") <(rows "$W/s2.md")'
 
