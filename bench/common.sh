@@ -1,7 +1,13 @@
-# Shared by the bench scripts (sourced, not run): build what is missing and say where the numbers come from.
+# Shared by the bench scripts (sourced, not run):
 #   bench_setup NAME WHAT...   builds bin/ and the benches if absent, prepares the WikiText-2 shards if absent,
 #                              then prints "NAME: <CPU model>, nproc N, load average ..." and
 #                              "NAME: commit <hash>, WHAT..."
+#   kernels_of FILE            the kernel set a seqtrain/seqeval output FILE names ("... 2 threads, avx2 kernels")
+#   torch_run LIB CORETYPE ALLOC ARGS...
+#                              bench/torch_train.py with $TORCH_MODEL ARGS on $THREADS threads, with only this BLAS
+#                              library path, OPENBLAS_CORETYPE and allocator setting (VAR=value) in its environment;
+#                              prints its result line, or nothing when it crashed (the caller skips that probe)
+#   tps_of                     the tokens_per_s value of a result line on stdin
 bench_setup() {
     local name=$1; shift
     [ -x bin/seqtrain ] || make -j"$(nproc)" tools
@@ -10,3 +16,16 @@ bench_setup() {
     echo "$name: $(lscpu | sed -n 's/^Model name: *//p'), nproc $(nproc), load average $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "$name: commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $*"
 }
+
+kernels_of() { sed -n 's/.* \([a-z0-9]*\) kernels$/\1/p' "$1" | head -n 1; }
+
+torch_run() {
+    local lib=$1 ct=$2 alloc=$3; shift 3
+    env -u OPENBLAS_CORETYPE -u LD_LIBRARY_PATH -u LD_PRELOAD -u GLIBC_TUNABLES \
+        ${lib:+LD_LIBRARY_PATH=$lib} ${ct:+OPENBLAS_CORETYPE=$ct} ${alloc:+"$alloc"} \
+        OMP_NUM_THREADS="$THREADS" OPENBLAS_NUM_THREADS="$THREADS" \
+        "$PY" bench/torch_train.py --threads "$THREADS" $TORCH_MODEL "$@" 2>/dev/null \
+        | grep '^torch_train: .*tokens_per_s=' || true
+}
+
+tps_of() { sed -n 's/.*tokens_per_s=\([0-9.]*\).*/\1/p'; }

@@ -42,25 +42,17 @@ t0=$(date +%s.%N)
 env -u OPENBLAS_CORETYPE OMP_NUM_THREADS="$THREADS" bin/seqeval --run "$RUN_DIR/m" --data test --context "$CONTEXT" \
     --max-windows "$WINDOWS" --out "$RUN_DIR/eval" > "$RUN_DIR/eval.out" 2>&1 || { cat "$RUN_DIR/eval.out" >&2; exit 1; }
 t1=$(date +%s.%N)
-KSET=$(sed -n 's/.* \([a-z0-9]*\) kernels$/\1/p' "$RUN_DIR/eval.out" | head -n 1)
+KSET=$(kernels_of "$RUN_DIR/eval.out")
 TOKENS=$(sed -n "s/.*context $CONTEXT: \([0-9]*\) tokens.*/\1/p" "$RUN_DIR/eval.out")
 SEQ_TPS=$("$PY" -c "print(f'{$TOKENS / ($t1 - $t0):.1f}')")
 echo "eval_speed: seqeval $TOKENS tokens in $("$PY" -c "print(f'{$t1 - $t0:.2f}')") s = $SEQ_TPS tok/s, ${KSET:-?} kernels"
 
 # ---- PyTorch -------------------------------------------------------------------------------------------
-torch_eval() {  # torch_eval LIBPATH ALLOC ARGS...
-    local lib=$1 alloc=$2; shift 2
-    env -u OPENBLAS_CORETYPE -u LD_LIBRARY_PATH -u LD_PRELOAD -u GLIBC_TUNABLES ${lib:+LD_LIBRARY_PATH=$lib} \
-        ${alloc:+"$alloc"} OMP_NUM_THREADS="$THREADS" OPENBLAS_NUM_THREADS="$THREADS" \
-        "$PY" bench/torch_train.py --threads "$THREADS" $TORCH_MODEL --eval-context "$CONTEXT" "$@" 2>/dev/null \
-        | grep '^torch_train: ' || true  # a crashed run prints nothing; the caller skips it
-}
-tps_of() { sed -n 's/.*tokens_per_s=\([0-9.]*\).*/\1/p'; }
 best_line="" best_tps=0
 for lib in "" "$LIBDIR/openblas-openmp"; do
     [ -z "$lib" ] || [ -f "$lib/libblas.so.3" ] || continue
     for alloc in "" "GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=4294967295"; do
-        line=$(torch_eval "$lib" "$alloc" --warmup 2 --steps "$WINDOWS")
+        line=$(torch_run "$lib" "" "$alloc" --eval-context "$CONTEXT" --warmup 2 --steps "$WINDOWS")
         tps=$(echo "$line" | tps_of)
         echo "eval_speed: torch blas=${lib:-system} allocator=${alloc:-glibc}: ${tps:-failed} tok/s"
         if [ -n "$tps" ] && "$PY" -c "import sys; sys.exit(not $tps > $best_tps)"; then best_tps=$tps best_line=$line; fi

@@ -32,7 +32,7 @@ for th in $THREADS_LIST; do
     env -u OPENBLAS_CORETYPE OMP_NUM_THREADS="$th" bin/seqtrain --config "$CONFIG" --set run.dir="$RUN_DIR" \
         --set run.name=r --set train.steps="$STEPS" --set schedule.warmup_steps=0 --set run.threads="$th" --quiet > "$RUN_DIR/out" 2>&1 \
         || { cat "$RUN_DIR/out" >&2; exit 1; }
-    kset=$(sed -n 's/.* \([a-z0-9]*\) kernels$/\1/p' "$RUN_DIR/out" | head -n 1)
+    kset=$(kernels_of "$RUN_DIR/out")
     tps=$("$PY" -c '
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]

@@ -58,7 +58,7 @@ tps = [r['tokens_per_s'] for r in rows if r['step'] > 2 and 'tokens_per_s' in r]
 print(f"{statistics.median(tps):.1f} {max(tps):.1f}")
 EOF
 )
-KSET=$(sed -n 's/.* \([a-z0-9]*\) kernels$/\1/p' "$RUN_DIR/seqtrain.out" | head -n 1)
+KSET=$(kernels_of "$RUN_DIR/seqtrain.out")
 echo "train_speed: seqtrain median tokens/s = $SEQ_TPS (fastest step $SEQ_BEST), ${KSET:-?} kernels"
 
 # ---- PyTorch: find its fastest BLAS and allocator settings ---------------------------------------------
@@ -83,15 +83,6 @@ for so in libtcmalloc_minimal.so.4 libjemalloc.so.2; do
     if [ -f "$LIBDIR/$so" ]; then allocators+=("LD_PRELOAD=$LIBDIR/$so"); fi
 done
 
-torch_run() {  # torch_run LIBPATH CORETYPE ALLOC ARGS... : prints torch_train.py's result line
-    local lib=$1 ct=$2 alloc=$3; shift 3
-    env -u OPENBLAS_CORETYPE -u LD_LIBRARY_PATH -u LD_PRELOAD -u GLIBC_TUNABLES \
-        ${lib:+LD_LIBRARY_PATH=$lib} ${ct:+OPENBLAS_CORETYPE=$ct} ${alloc:+"$alloc"} \
-        OMP_NUM_THREADS="$THREADS" OPENBLAS_NUM_THREADS="$THREADS" \
-        "$PY" bench/torch_train.py --threads "$THREADS" $TORCH_MODEL "$@" 2>/dev/null \
-        | grep '^torch_train: tokens_per_s=' || true  # a crashed probe prints nothing; the caller skips it
-}
-tps_of() { sed -n 's/.*tokens_per_s=\([0-9.]*\).*/\1/p'; }
 faster() { "$PY" -c "import sys; sys.exit(not float(sys.argv[1]) > float(sys.argv[2]))" "$1" "$2"; }
 
 # short probes with a fixed formulation (fused qkv, baddbmm attention): the BLAS first (with glibc malloc),

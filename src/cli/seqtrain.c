@@ -15,6 +15,7 @@
 #endif
 
 #include "cli/args.h"
+#include "core/cpu.h"
 #include "train/run_config.h"
 #include "train/trainer.h"
 
@@ -50,6 +51,7 @@ int main(int argc, char **argv) {
     int ns = sizeof specs / sizeof specs[0];
     Err e = {{0}};
     if (args_parse(argc, argv, 1, specs, ns, NULL, &e) != 0) err_die(PROG, &e);
+    if (kernel_set_init(&e) != 0) err_die(PROG, &e);  // a bad SEQ_KERNELS fails here, with every mode
     if (help) { usage_(stdout, specs, ns); return 0; }
     if (config_docs) { config_write_docs(stdout, &RUN_CONFIG_SCHEMA); return 0; }
     if (!config == !resume) {

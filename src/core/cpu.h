@@ -37,7 +37,8 @@ int kernel_set_supported(KernelSet k);
 const char *kernel_set_name(KernelSet k);
 // parse a name ("auto" gives the best supported set); -1 with e (naming the choices) when unknown
 int kernel_set_parse(const char *name, KernelSet *k, Err *e);
-// one line for logs: "avx512 (CPU: avx512 avx2)" - the active set and every set this CPU supports
+// one line for messages: "avx2; this CPU and build: avx2 generic" - the active set and every set this CPU
+// (and build) supports
 void kernel_set_describe(char *buf, size_t n);
 
 #endif

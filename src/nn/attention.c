@@ -10,9 +10,9 @@
  *   acc_tile_   Y (n, HS) (*alpha) += A' (n, m) @ X (m, HS)   A' read with any strides (A or its transpose)
  *
  * Every output element is one fma chain over the reduction index in increasing order, whatever the
- * blocking, so the AVX-512 kernels and the plain C ones (always compiled; the path of the generic and
- * avx2 kernel sets, vectorised there by the compiler) give bit-identical results. The elementwise parts (logits, masks, exp,
- * sums) do the same float operations in the same order in both paths too: sums that vectorise run over
+ * blocking, so the SIMD kernels (16-lane vectors, nn/simd16.h: the avx512 and avx2 kernel sets) and the plain
+ * C ones (always compiled; the generic set's path) give bit-identical results. The elementwise parts (logits,
+ * masks, exp, sums) do the same float operations in the same order in both paths too: sums that vectorise run over
  * 16 interleaved partial sums (lane u takes the terms u, u+16, ...) folded by a fixed tree. Terms that the
  * causal or window mask zeroes are skipped per register block (the same blocks in both paths), which
  * saves about half of the products of the diagonal tiles.
@@ -47,8 +47,8 @@
 
 #include "core/err.h"
 
-// the AVX-512 kernels in the avx512 copy (nn/isa.h); the plain C ones elsewhere. Both give the same bits
-// (tests run every kernel set the machine has)
+// the SIMD kernels in the avx512 and avx2 copies (nn/isa.h), on 16-lane vectors; the plain C ones in the
+// generic copy. All give the same bits (tests compare every kernel set the machine has)
 #if ISA_AVX512 || ISA_AVX2
 #define ATTN_SIMD_ 1
 #include "nn/simd16.h"
@@ -71,7 +71,7 @@
 #endif
 
 #define ALWAYS_INLINE_ static inline __attribute__((always_inline))
-// the plain C kernels: the whole path without AVX-512, and still compiled (unused) with it, so it never rots
+// the plain C kernels: the generic set's whole path, and still compiled (unused) in the SIMD sets, so it never rots
 #define PORTABLE_ static __attribute__((unused))
 
 AttnOpts attn_opts_default(int HS) {

@@ -436,7 +436,6 @@ static int setup_(Trainer *t, const TrainerOpts *o, Err *e) {
     }
     if (run_config_load(&t->c, config_path, o->sets, o->n_sets, &t->origins, e) != 0) return -1;
     RunConfig *c = &t->c;
-    if (kernel_set_init(e) != 0) return -1;
 #ifdef _OPENMP
     if (c->run.threads > 0) omp_set_num_threads(c->run.threads);
     t->threads = omp_get_max_threads();
