@@ -100,8 +100,10 @@ parse_opts() {
 # The mixer rows of both sweeps: id | label | model.mixer | further --set values separated by ';'. The mixer
 # object merges into the config's attention mixer, or replaces it when its kind differs; the rfa row names
 # the config's attention heads (mixer_rows HEADS), since its object replaces the attention one. KLA rows
-# are fused blocks (no separate MLP; KLA paper Table 12: d_state 16, expand 1). A mixer added later is a
-# line here. mixer_rows also sets MIXERS (default: every row) and refuses an unknown id.
+# are fused blocks (no separate MLP; the MAD base config says prenorm, so the row says fused; KLA paper Table 12:
+# d_state 16, expand 1). The linear family keeps its reference defaults (heads 4/8, FLA's gates and norms); mamba2 and mlstm
+# are fused blocks too, mamba2 with 16-channel heads so that the sweeps' small widths hold whole heads. A mixer added
+# later is a line here. mixer_rows also sets MIXERS (default: every row) and refuses an unknown id.
 mixer_rows() {
     MIXER=(
         'attn_rope|Attention (RoPE)|{"kind":"attention","pos":"rope"}|'
@@ -109,6 +111,11 @@ mixer_rows() {
         'attn_alibi|Attention (ALiBi)|{"kind":"attention","pos":"alibi"}|'
         "rfa|RFA|{\"kind\":\"rfa\",\"heads\":$1,\"zero_decay_heads\":1}|optim.groups=[{\"match\":\"blocks.*.mixer.sde_*\",\"lr\":5e-4,\"beta1\":0.0,\"eps\":1e-7,\"clip\":1e-4}]"
         'kla|KLA|{"kind":"kla","d_state":16}|model.block=fused'
+        'linear_attn|Linear attention (elu+1, normalised)|{"kind":"linear_attn","feature_map":"elu","normalize":true}|'
+        'retnet|RetNet|{"kind":"retnet"}|'
+        'gla|GLA|{"kind":"gla"}|'
+        'mamba2|Mamba2|{"kind":"mamba2","d_state":64,"head_dim":16}|model.block=fused'
+        'mlstm|mLSTM (xLSTM)|{"kind":"mlstm"}|model.block=fused'
     )
     local m all=""
     for m in "${MIXER[@]}"; do all+="${m%%|*} "; done

@@ -115,4 +115,48 @@ static inline int param_index_(const Layer *L, const char *suffix) {
     return param_find(&L->pt, name);
 }
 
+// move every parameter off its init by N(0, std^2), so every path carries gradient
+static inline void layer_perturb(Layer *L, GcRng *r, float std) {
+    for (size_t i = 0; i < L->pt.numel; i++) L->params[i] += std * gc_normal(r);
+}
+
+// forward and backward of x, dy (B,T,C) at the layer's shape: dx (B,T,C) and the parameter gradients (in
+// L->grads) from zero
+static inline void layer_grads(Layer *L, const float *x, const float *dy, float *dx) {
+    size_t n = (size_t)L->B * L->T * L->C;
+    float *y = (float *)malloc(n * sizeof(float));
+    memset(dx, 0, n * sizeof(float));
+    memset(L->grads, 0, L->pt.numel * sizeof(float));
+    L->spec.ops->forward(&L->m, y, x, L->B, L->T);
+    L->spec.ops->backward(&L->m, dx, dy, x, L->B, L->T);
+    free(y);
+}
+
+// recurrent decoding against the full forward on x (B,T,C): the largest |step - forward| over every output,
+// and in *scale the largest |forward|
+static inline double layer_step_error(Layer *L, const float *x, double *scale) {
+    int B = L->B, T = L->T, C = L->C;
+    size_t n = (size_t)B * T * C;
+    float *y = (float *)malloc(n * sizeof(float));
+    L->spec.ops->forward(&L->m, y, x, B, T);
+    size_t ss = L->spec.ops->state_size(&L->spec);
+    float *state = (float *)malloc((size_t)B * ss * sizeof(float)), *xt = (float *)malloc((size_t)B * C * sizeof(float));
+    float *yt = (float *)malloc((size_t)B * C * sizeof(float));
+    L->spec.ops->state_init(&L->m, state, B);
+    double worst = 0;
+    *scale = 0;
+    for (int t = 0; t < T; t++) {
+        for (int b = 0; b < B; b++) memcpy(xt + (size_t)b * C, x + ((size_t)b * T + t) * C, (size_t)C * sizeof(float));
+        L->spec.ops->step(&L->m, state, yt, xt, B);
+        for (int b = 0; b < B; b++)
+            for (int c = 0; c < C; c++) {
+                double full = y[((size_t)b * T + t) * C + c];
+                worst = fmax(worst, fabs(full - yt[(size_t)b * C + c]));
+                *scale = fmax(*scale, fabs(full));
+            }
+    }
+    free(y); free(state); free(xt); free(yt);
+    return worst;
+}
+
 #endif

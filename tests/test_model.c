@@ -35,7 +35,7 @@ static double loss_(void *p) {
     return c->m->loss;
 }
 
-static void check_config_(const char *what, const char *json, int ignore_some) {
+static void check_config_(const char *what, const char *json, int ignore_some, double h) {
     Err e = {{0}};
     cJSON *j = cJSON_Parse(json);
     ModelSection ms;
@@ -85,7 +85,7 @@ static void check_config_(const char *what, const char *json, int ignore_some) {
         const ParamTensor *t = &m.pt.t[k];
         char name[200];
         snprintf(name, sizeof name, "%s: %s", what, t->name);
-        gradcheck_buffer(name, m.params + t->offset, g + t->offset, t->numel, loss_, &c, 1e-2, 2e-2, 5e-4, 3, 4,
+        gradcheck_buffer(name, m.params + t->offset, g + t->offset, t->numel, loss_, &c, h, 2e-2, 5e-4, 3, 4,
                          (uint64_t)k + 1);
     }
     free(g);
@@ -157,13 +157,10 @@ static void test_mc_loss(void) {
     config_free(&ms, &MODEL_SECTION);
 }
 
-// recurrent decoding of a whole model: token by token = the full forward's logits, for fused kla blocks and
-// a prenorm kla layer with an MLP; a model with attention has no recurrent state and says so
-static void test_decode(void) {
+// the model of json decoded token by token reproduces the full forward's logits
+static void check_decode_(const char *what, const char *json) {
     Model m;
-    if (!build_("{\"vocab_size\": 0, \"d_model\": 16, \"n_layers\": 3, \"block\": \"fused\", \"norm\": \"rmsnorm\", "
-                "\"mixer\": {\"kind\": \"kla\", \"d_state\": 4, \"init_std\": 0.3}, \"layers\": [{\"at\": \"1\", "
-                "\"block\": \"prenorm\", \"mixer\": {\"sensors\": \"mamba\"}}]}", &m, 11)) return;
+    if (!build_(json, &m, 11)) return;
     int B = 2, T = 30, V = 37, in[60];
     GcRng r = {12};
     for (int i = 0; i < B * T; i++) in[i] = (int)(gc_uniform(&r) * V);
@@ -184,10 +181,31 @@ static void test_decode(void) {
             for (int v = 0; v < V; v++)
                 worst = fmax(worst, fabs((double)lg[b * V + v] - full[((size_t)b * T + t) * V + v]));
     }
-    CHECK(rc == 0 && ss > 0 && worst < 1e-4, "kla model decodes token by token = full forward logits (max|d| %.2g, "
-          "state %zu floats per sequence, any length)", worst, ss);
+    CHECK(rc == 0 && ss > 0 && worst < 1e-4, "%s model decodes token by token = full forward logits (max|d| %.2g, "
+          "state %zu floats per sequence, any length)", what, worst, ss);
     free(full); free(state); free(lg);
     model_free(&m);
+}
+
+// recurrent decoding of a whole model: token by token = the full forward's logits, for fused kla blocks and
+// a prenorm kla layer with an MLP, and for the linear family; a model with attention has no recurrent state
+static void test_decode(void) {
+    check_decode_("kla", "{\"vocab_size\": 0, \"d_model\": 16, \"n_layers\": 3, \"block\": \"fused\", \"norm\": "
+                  "\"rmsnorm\", \"mixer\": {\"kind\": \"kla\", \"d_state\": 4, \"init_std\": 0.3}, \"layers\": [{\"at\": "
+                  "\"1\", \"block\": \"prenorm\", \"mixer\": {\"sensors\": \"mamba\"}}]}");
+    check_decode_("retnet + gla + linear_attn", "{\"vocab_size\": 0, \"d_model\": 16, \"n_layers\": 3, \"mixer\": "
+                  "{\"kind\": \"retnet\", \"heads\": 2, \"init_std\": 0.2}, \"layers\": [{\"at\": \"1\", \"mixer\": "
+                  "{\"kind\": \"gla\", \"heads\": 2, \"init_std\": 0.2}}, {\"at\": \"2\", \"mixer\": {\"kind\": "
+                  "\"linear_attn\", \"heads\": 2, \"feature_map\": \"elu\", \"normalize\": true, \"init_std\": 0.2}}]}");
+    check_decode_("mlstm (fused) + retnet", "{\"vocab_size\": 0, \"d_model\": 16, \"n_layers\": 2, \"mixer\": {\"kind\": "
+                  "\"mlstm\", \"round_to\": 1, \"chunk\": 4}, \"layers\": [{\"at\": \"1\", \"mixer\": {\"kind\": \"retnet\", "
+                  "\"heads\": 2}}]}");
+    check_decode_("mamba2 (fused) + gla", "{\"vocab_size\": 0, \"d_model\": 16, \"n_layers\": 2, \"mixer\": {\"kind\": "
+                  "\"mamba2\", \"head_dim\": 8, \"d_state\": 4, \"n_groups\": 2, \"chunk\": 4}, \"layers\": [{\"at\": \"1\", "
+                  "\"mixer\": {\"kind\": \"gla\", \"heads\": 2}}]}");
+    Model m;
+    Err e = {{0}};
+    int rc;
     if (!build_("{\"vocab_size\": 0, \"d_model\": 16, \"n_layers\": 2, \"mixer\": {\"kind\": \"attention\", \"heads\": 2}}",
                 &m, 1)) return;
     int tok[1] = {3};
@@ -284,65 +302,153 @@ static void test_huge_pages(void) {
     free(p);
 }
 
+// the same tensors (names, shapes, offsets) with the same initial values: the same model
+static int same_model_(const Model *a, const Model *b) {
+    if (a->pt.n != b->pt.n || a->pt.numel != b->pt.numel) return 0;
+    for (int k = 0; k < a->pt.n; k++) {
+        const ParamTensor *x = &a->pt.t[k], *y = &b->pt.t[k];
+        if (strcmp(x->name, y->name) || x->offset != y->offset || x->numel != y->numel) return 0;
+    }
+    return memcmp(a->params, b->params, a->pt.numel * sizeof(float)) == 0;
+}
+
+// model.block "auto" (the default): a layer whose mixer owns its MLP (kla) gets the fused block, every other
+// layer prenorm; the configs that say "fused" for kla layers build the same model as before
+static void test_block_auto(void) {
+    Model a, b;
+    const char *kla = "\"mixer\": {\"kind\": \"kla\", \"d_state\": 4}";
+    char j1[512], j2[512];
+    snprintf(j1, sizeof j1, "{\"d_model\": 16, \"n_layers\": 2, %s}", kla);
+    snprintf(j2, sizeof j2, "{\"d_model\": 16, \"n_layers\": 2, \"block\": \"fused\", %s}", kla);
+    if (build_(j1, &a, 5) && build_(j2, &b, 5)) {
+        CHECK(a.lp[0].fused && a.lp[1].fused && !a.lp[0].has_mlp && param_find(&a.pt, "blocks.0.ln2.weight") < 0 &&
+              same_model_(&a, &b), "block auto: a kla stack is fused, the same model as \"block\": \"fused\"");
+        model_free(&a);
+        model_free(&b);
+    }
+    snprintf(j1, sizeof j1, "{\"d_model\": 16, \"n_layers\": 2, \"block\": \"prenorm\", %s}", kla);
+    if (build_(j1, &a, 5)) {
+        CHECK(!a.lp[1].fused && a.lp[1].has_mlp && param_find(&a.pt, "blocks.1.mlp.fc.weight") >= 0,
+              "block prenorm: a kla layer keeps its MLP when asked");
+        model_free(&a);
+    }
+    // a GPT stack with a last kla layer: no block key needed, the same model as the override saying "fused"
+#define GPT_KLA_(block) "{\"d_model\": 16, \"n_layers\": 3, \"mixer\": {\"kind\": \"attention\", \"heads\": 2}, " \
+                        "\"layers\": [{\"at\": \"-1\", " block "\"mixer\": {\"kind\": \"kla\", \"d_state\": 4}}]}"
+    snprintf(j1, sizeof j1, "%s", GPT_KLA_(""));
+    snprintf(j2, sizeof j2, "%s", GPT_KLA_("\"block\": \"fused\", "));
+#undef GPT_KLA_
+    if (build_(j1, &a, 9) && build_(j2, &b, 9)) {
+        CHECK(!a.lp[0].fused && a.lp[0].has_mlp && !a.lp[1].fused && a.lp[2].fused && !a.lp[2].has_mlp &&
+              same_model_(&a, &b), "block auto: attention layers prenorm, the last (kla) layer fused");
+        // per-layer information through the model, as seqtrain --info, diag.jsonl and seqeval read it
+        cJSON *o0 = cJSON_CreateObject(), *o2 = cJSON_CreateObject();
+        int d0 = model_layer_diag(&a, 0, o0), d2 = model_layer_diag(&a, 2, o2);
+        CHECK(!strcmp(model_layer_name(&a, 0), "attention") && !strcmp(model_layer_name(&a, 2), "kla") &&
+              model_layer_attn_heads(&a, 0) == 2 && model_layer_attn_heads(&a, 2) == 0 &&
+              model_layer_cache_per_token(&a, 0) == 2 * 16 && model_layer_state_size(&a, 0) == 0 &&
+              model_layer_cache_per_token(&a, 2) == 0 && model_layer_state_size(&a, 2) > 0 && !d0 && d2 &&
+              cJSON_GetObjectItemCaseSensitive(o2, "dt_mean") && !o0->child,
+              "model_layer_*: names, heads, decoding state and diagnostics of each layer");
+        cJSON_Delete(o0);
+        cJSON_Delete(o2);
+        model_free(&a);
+        model_free(&b);
+    }
+    // "auto" per layer under a prenorm model
+    const char *mixed = "{\"d_model\": 16, \"n_layers\": 2, \"block\": \"prenorm\", \"mixer\": {\"kind\": \"attention\", "
+                        "\"heads\": 2}, \"layers\": [{\"at\": \"0-1\", \"block\": \"auto\"}, {\"at\": \"1\", "
+                        "\"mixer\": {\"kind\": \"kla\", \"d_state\": 4}}]}";
+    if (build_(mixed, &a, 3)) {
+        CHECK(!a.lp[0].fused && a.lp[1].fused, "layers[].block auto: resolved per layer from its mixer");
+        model_free(&a);
+    }
+}
+
 int main(void) {
     test_huge_pages();
+    test_block_auto();
     test_autoencoder();
     test_decode();
     test_mc_loss();
-    struct { const char *what, *body; int ignore; } cases[] = {
-        {"rope+gelu+layernorm", "\"mixer\": {\"kind\": \"attention\", \"heads\": 2, \"pos\": \"rope\"}", 0},
+    // h: the finite-difference step, 1e-2 unless a case needs a smaller one (the linear family's per-head
+    // RMSNorm of o, tiny at the first positions, is too curved for 1e-2)
+    struct { const char *what, *body; int ignore; double h; } cases[] = {
+        {"rope+gelu+layernorm", "\"mixer\": {\"kind\": \"attention\", \"heads\": 2, \"pos\": \"rope\"}", 0, 0},
         {"nope+rmsnorm+untied+ignore", "\"norm\": \"rmsnorm\", \"tie_embeddings\": false, \"head_bias\": true, "
-         "\"mixer\": {\"kind\": \"attention\", \"heads\": 4, \"pos\": \"none\"}", 1},
+         "\"mixer\": {\"kind\": \"attention\", \"heads\": 4, \"pos\": \"none\"}", 1, 0},
         {"alibi+swiglu+bias+qknorm", "\"mlp\": {\"kind\": \"swiglu\", \"ratio\": 2}, \"mixer\": {\"kind\": "
-         "\"attention\", \"heads\": 2, \"pos\": \"alibi\", \"bias\": true, \"qk_norm\": true}", 0},
-        {"fox+window", "\"mixer\": {\"kind\": \"attention\", \"heads\": 2, \"pos\": \"fox\", \"window\": 4}", 1},
+         "\"attention\", \"heads\": 2, \"pos\": \"alibi\", \"bias\": true, \"qk_norm\": true}", 0, 0},
+        {"fox+window", "\"mixer\": {\"kind\": \"attention\", \"heads\": 2, \"pos\": \"fox\", \"window\": 4}", 1, 0},
         {"decayed_rope post-softmax d->2d->d", "\"mixer\": {\"kind\": \"attention\", \"heads\": 2, \"head_dim\": 16, "
-         "\"pos\": \"decayed_rope\", \"damping\": 0.5, \"zero_decay_heads\": 1}", 0},
+         "\"pos\": \"decayed_rope\", \"damping\": 0.5, \"zero_decay_heads\": 1}", 0, 0},
         {"decayed_rope on logits", "\"mixer\": {\"kind\": \"attention\", \"heads\": 2, \"pos\": \"decayed_rope\", "
-         "\"decay_mode\": \"logits\", \"damping\": 0.5, \"zero_decay_heads\": 0}", 0},
+         "\"decay_mode\": \"logits\", \"damping\": 0.5, \"zero_decay_heads\": 0}", 0, 0},
         {"sc_rope interleaved, no mlp", "\"mlp\": {\"kind\": \"none\"}, \"mixer\": {\"kind\": \"attention\", "
-         "\"heads\": 4, \"pos\": \"sc_rope\", \"rope_layout\": \"interleaved\", \"damping\": 0.05}", 0},
+         "\"heads\": 4, \"pos\": \"sc_rope\", \"rope_layout\": \"interleaved\", \"damping\": 0.05}", 0, 0},
         {"hybrid: layer 1 alibi", "\"mixer\": {\"kind\": \"attention\", \"heads\": 2}, \"layers\": [{\"at\": \"-1\", "
-         "\"mixer\": {\"pos\": \"alibi\"}}]", 0},
+         "\"mixer\": {\"pos\": \"alibi\"}}]", 0, 0},
         // rfa: every ablation flag in some case, mu = 0 heads (zero_decay_heads) in most
         {"rfa (M1) mu=0 head", "\"mixer\": {\"kind\": \"rfa\", \"heads\": 2, \"zero_decay_heads\": 1, "
-         "\"damping\": 0.5}", 0},
+         "\"damping\": 0.5}", 0, 0},
         {"rfa SC (M2) learn_omega", "\"mixer\": {\"kind\": \"rfa\", \"heads\": 2, \"head_dim\": 4, "
-         "\"spectral_coupling\": true, \"learn_omega\": true, \"damping\": 0.5, \"zero_decay_heads\": 0}", 1},
+         "\"spectral_coupling\": true, \"learn_omega\": true, \"damping\": 0.5, \"zero_decay_heads\": 0}", 1, 0},
         {"rfa gaussian (M2.1) flat (M2.2) no bias", "\"mixer\": {\"kind\": \"rfa\", \"heads\": 2, "
-         "\"kernel\": \"gaussian\", \"prior\": \"flat\", \"bias\": false, \"damping\": 0.5}", 0},
+         "\"kernel\": \"gaussian\", \"prior\": \"flat\", \"bias\": false, \"damping\": 0.5}", 0, 0},
         {"rfa gaussian dle", "\"mixer\": {\"kind\": \"rfa\", \"heads\": 2, \"kernel\": \"gaussian\", "
-         "\"damping\": 0.5, \"zero_decay_heads\": 1}", 0},
+         "\"damping\": 0.5, \"zero_decay_heads\": 1}", 0, 0},
         {"rfa no gate (M2.3) no value rotation (M2.4)", "\"mixer\": {\"kind\": \"rfa\", \"heads\": 2, "
-         "\"mult_gate\": false, \"rotate_values\": false, \"damping\": 0.5, \"zero_decay_heads\": 1}", 0},
+         "\"mult_gate\": false, \"rotate_values\": false, \"damping\": 0.5, \"zero_decay_heads\": 1}", 0, 0},
         {"rfa no rotations (M2.5)", "\"mixer\": {\"kind\": \"rfa\", \"heads\": 2, \"rotations\": false, "
-         "\"damping\": 0.5, \"zero_decay_heads\": 1}", 0},
+         "\"damping\": 0.5, \"zero_decay_heads\": 1}", 0, 0},
         {"rfa unitary (M2.6) learn_omega", "\"mixer\": {\"kind\": \"rfa\", \"heads\": 2, \"unitary\": true, "
-         "\"learn_omega\": true}", 0},
+         "\"learn_omega\": true}", 0, 0},
         // kla: fused blocks (no MLP tensors), and one fused kla layer at the end of an attention stack; init_std
         // 0.3 so that k and q are not near 0, where their L2 norm is too curved for finite differences
         {"kla fused", "\"block\": \"fused\", \"norm\": \"rmsnorm\", \"mixer\": {\"kind\": \"kla\", "
-         "\"d_state\": 4, \"init_std\": 0.3, \"dt_min\": 0.05, \"dt_max\": 0.5, \"p_init\": 0.3}", 0},
+         "\"d_state\": 4, \"init_std\": 0.3, \"dt_min\": 0.05, \"dt_max\": 0.5, \"p_init\": 0.3}", 0, 0},
         {"gpt + kla last layer (fused)", "\"mixer\": {\"kind\": \"attention\", \"heads\": 2}, \"layers\": "
          "[{\"at\": \"-1\", \"block\": \"fused\", \"mixer\": {\"kind\": \"kla\", \"d_state\": 2, "
-         "\"sensors\": \"mamba\", \"init_std\": 0.3, \"dt_min\": 0.05, \"dt_max\": 0.5, \"p_init\": 0.3}}]", 1},
+         "\"sensors\": \"mamba\", \"init_std\": 0.3, \"dt_min\": 0.05, \"dt_max\": 0.5, \"p_init\": 0.3}}]", 1, 0},
         // the MAD compression head: encoder blocks, the last position's code decoded at every position
         {"autoencoder head, rmsnorm, swiglu (MAD compression)", "\"head\": \"autoencoder\", \"norm\": \"rmsnorm\", "
          "\"tie_embeddings\": false, \"head_bias\": true, \"mlp\": {\"kind\": \"swiglu\", \"ratio\": 2}, "
-         "\"mixer\": {\"kind\": \"attention\", \"heads\": 2, \"pos\": \"rope\"}", 1},
+         "\"mixer\": {\"kind\": \"attention\", \"heads\": 2, \"pos\": \"rope\"}", 1, 0},
         {"autoencoder head, layernorm, fused kla, odd width", "\"head\": \"autoencoder\", \"d_model\": 15, "
          "\"block\": \"fused\", \"mixer\": {\"kind\": \"kla\", \"d_state\": 3, \"init_std\": 0.3, "
-         "\"dt_min\": 0.05, \"dt_max\": 0.5, \"p_init\": 0.3}", 0},
+         "\"dt_min\": 0.05, \"dt_max\": 0.5, \"p_init\": 0.3}", 0, 0},
         {"kla+ (mc_samples 3): Monte-Carlo marginal likelihood", "\"block\": \"fused\", \"mc_samples\": 3, "
          "\"mixer\": {\"kind\": \"kla\", \"d_state\": 3, \"init_std\": 0.3, \"dt_min\": 0.05, \"dt_max\": 0.5, "
-         "\"p_init\": 0.3}", 1},
+         "\"p_init\": 0.3}", 1, 0},
+        // the linear family (mixers/linear.c): every feature map path, the normaliser, RoPE and fixed decays, the
+        // per-channel gate; and a hybrid with a gla layer after attention
+        {"linear_attn hadamard", "\"mixer\": {\"kind\": \"linear_attn\", \"heads\": 2, \"init_std\": 0.3}", 0, 3e-3},
+        {"linear_attn elu normalize", "\"norm\": \"rmsnorm\", \"mixer\": {\"kind\": \"linear_attn\", \"heads\": 2, "
+         "\"feature_map\": \"elu\", \"normalize\": true, \"init_std\": 0.3}", 1, 3e-3},
+        {"retnet", "\"mixer\": {\"kind\": \"retnet\", \"heads\": 2, \"init_std\": 0.3}", 0, 3e-3},
+        {"gla", "\"norm\": \"rmsnorm\", \"mixer\": {\"kind\": \"gla\", \"heads\": 2, \"gate_rank\": 4, "
+         "\"gate_normalizer\": 2, \"init_std\": 0.3}", 0, 3e-3},
+        {"gpt + gla last layer", "\"mixer\": {\"kind\": \"attention\", \"heads\": 2}, \"layers\": [{\"at\": \"-1\", "
+         "\"mixer\": {\"kind\": \"gla\", \"heads\": 2, \"gate_rank\": 4, \"gate_normalizer\": 2, \"init_std\": 0.3}}]", 1, 1e-3},
+        // mamba2 (mixers/mamba2.c): fused under block auto, B/C groups; and one mamba2 layer after attention
+        {"mamba2 (auto: fused), 2 groups", "\"norm\": \"rmsnorm\", \"mixer\": {\"kind\": \"mamba2\", \"head_dim\": 8, "
+         "\"d_state\": 4, \"n_groups\": 2, \"chunk\": 4, \"init_std\": 0.3, \"dt_min\": 0.1, \"dt_max\": 0.6, "
+         "\"A_init_lo\": 0.5, \"A_init_hi\": 3}", 1, 0},
+        {"gpt + mamba2 last layer", "\"mixer\": {\"kind\": \"attention\", \"heads\": 2}, \"layers\": [{\"at\": \"-1\", "
+         "\"mixer\": {\"kind\": \"mamba2\", \"head_dim\": 8, \"d_state\": 4, \"conv_bias\": false, \"init_std\": 0.3, "
+         "\"dt_min\": 0.1, \"dt_max\": 0.6}}]", 0, 0},
+        // mlstm (mixers/mlstm.c): fused under block auto; and one mlstm layer without conv after attention
+        {"mlstm (auto: fused)", "\"mixer\": {\"kind\": \"mlstm\", \"round_to\": 1, \"chunk\": 5}", 1, 0},
+        {"gpt + mlstm last layer, no conv", "\"mixer\": {\"kind\": \"attention\", \"heads\": 2}, \"layers\": [{\"at\": "
+         "\"-1\", \"mixer\": {\"kind\": \"mlstm\", \"heads\": 2, \"conv\": 0, \"qkv_blocksize\": 8, \"igate_bias_std\": 1}}]",
+         0, 3e-3},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char json[2048];
         // a case may give its own d_model (it comes first in the body then)
         snprintf(json, sizeof json, "{\"vocab_size\": 0, %s\"n_layers\": 2, %s}",
                  strstr(cases[i].body, "\"d_model\"") ? "" : "\"d_model\": 16, ", cases[i].body);
-        check_config_(cases[i].what, json, cases[i].ignore);
+        check_config_(cases[i].what, json, cases[i].ignore, cases[i].h > 0 ? cases[i].h : 1e-2);
     }
     return test_summary();
 }

@@ -8,7 +8,7 @@
 #include <omp.h>
 #endif
 
-#include "model/params.h"
+#include "core/params.h"
 #include "test.h"
 #include "train/optim.h"
 

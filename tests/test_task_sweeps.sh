@@ -13,7 +13,9 @@ done
 export BIN=$(cd "$BIN" && pwd)
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export SCALE=tiny JOBS=2 THREADS=1
-unset SEQ_OUT SETTING DIMS LRS TS MIXERS L_MAX SEEDS A5_LEN TEST_LENS
+unset SEQ_OUT SETTING DIMS LRS TS L_MAX SEEDS A5_LEN TEST_LENS
+# the first five rows and one of the linear family (every row would cost CI time without testing the scripts more)
+export MIXERS="attn_rope attn_nope attn_alibi rfa kla gla"
 W=$(mktemp -d "${TMPDIR:-/tmp}/seqtrain-task-sweeps.XXXXXX") || exit 2
 trap '[ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
 PASS=0; FAIL=0
@@ -30,7 +32,7 @@ acc_rows() {  # acc_rows FILE FIRST NCOL LABEL...
     [ "$(rows "$f" | cut -d'|' -f1)" = "$(printf '%s\n' "$@")" ] || return 1
     rows "$f" | awk -F'|' -v a="$first" -v n="$ncol" '{ if (NF != a + n - 1) exit 1; for (i = a; i < a + n; i++) if ($i !~ /^[01]\.[0-9]+$/ || $i + 0 > 1) exit 1 }'
 }
-LABELS=("Attention (RoPE)" "Attention (no position)" "Attention (ALiBi)" "RFA" "KLA")
+LABELS=("Attention (RoPE)" "Attention (no position)" "Attention (ALiBi)" "RFA" "KLA" "GLA")
 
 # --- usage errors
 check "mqar_sweep.sh --help exits 0 and lists the settings" eval '"$MQ" --help | grep -q "kla_long"'
@@ -42,8 +44,8 @@ check "an unknown option exits 2" eval 'SEQ_OUT=$O "$ST" --frobnicate 2>/dev/nul
 
 # --- an interrupted run: the sweep's own command for one run, stopped after 2 of its 4 steps
 SEQ_OUT=$O "$MQ" --dry-run > "$W/dry" 2>/dev/null
-check "--dry-run lists 20 runs (5 mixers x 2 widths x 2 lrs) and trains nothing" \
-    eval '[ "$(grep -c "^$BIN/seqtrain --config " "$W/dry")" = 20 ] && [ ! -d "$O/runs/zoology_T16_attn_rope_d16_lr1e-3" ]'
+check "--dry-run lists 24 runs (6 mixers x 2 widths x 2 lrs) and trains nothing" \
+    eval '[ "$(grep -c "^$BIN/seqtrain --config " "$W/dry")" = 24 ] && [ ! -d "$O/runs/zoology_T16_attn_rope_d16_lr1e-3" ]'
 cmd=$(grep "run.name=zoology_T16_attn_rope_d16_lr1e-3 " "$W/dry")
 eval "$cmd --stop-after 2 --quiet" > /dev/null 2>&1; rc=$?
 check "one run stopped after 2 steps with a checkpoint (exit 130)" test "$rc" = 130 -a -f "$O/runs/zoology_T16_attn_rope_d16_lr1e-3/latest"
@@ -55,43 +57,43 @@ check "mqar_sweep.sh SCALE=tiny finishes (exit 0)" test "$rc" = 0
 check "the interrupted run was resumed" grep -q "zoology_T16_attn_rope_d16_lr1e-3: resuming" "$W/m.err"
 check "the Markdown on stdout is SEQ_OUT/mqar_zoology_T16.md" eval 'diff <(rows "$W/m.md") <(rows "$O/mqar_zoology_T16.md")'
 check "MQAR columns: Mixer, d=16, d=32" grep -qx '| Mixer | d=16 | d=32 |' "$O/mqar_zoology_T16.md"
-check "MQAR rows: the 5 mixers, 2 accuracies in [0,1] each" acc_rows "$O/mqar_zoology_T16.md" 2 2 "${LABELS[@]}"
-check "MQAR CSV: header, 5 rows, best accuracy and its lr per width" python3 -c '
+check "MQAR rows: the 6 mixers, 2 accuracies in [0,1] each" acc_rows "$O/mqar_zoology_T16.md" 2 2 "${LABELS[@]}"
+check "MQAR CSV: header, 6 rows, best accuracy and its lr per width" python3 -c '
 import csv, sys
 r = list(csv.reader(open(sys.argv[1])))
 assert r[0] == ["mixer", "label", "acc_d16", "lr_d16", "acc_d32", "lr_d32"], r[0]
-assert len(r) == 6 and all(len(x) == 6 for x in r)
+assert len(r) == 7 and all(len(x) == 6 for x in r)
 for x in r[1:]:
     assert 0 <= float(x[2]) <= 1 and 0 <= float(x[4]) <= 1 and x[3] in ("1e-3", "3e-3") and x[5] in ("1e-3", "3e-3")
 runs = list(csv.reader(open(sys.argv[2])))
-assert len(runs) == 21, len(runs)
+assert len(runs) == 25, len(runs)
 for x in r[1:]:
     for j, d in ((2, "16"), (4, "32")):
         assert float(x[j]) == max(float(y[5]) for y in runs[1:] if y[2] == x[0] and y[3] == d)' \
     "$O/mqar_zoology_T16.csv" "$O/mqar_zoology_runs.csv"
 check "the rfa row trained the rfa mixer with the SDE optimizer group, d and lr from the grid" \
     eval 'grep -q "\"kind\":.\"rfa\"" "$O/runs/zoology_T16_rfa_d32_lr3e-3/config.json" && grep -q "mixer.sde_" "$O/runs/zoology_T16_rfa_d32_lr3e-3/config.json" && grep -q "\"d_model\":.32," "$O/runs/zoology_T16_rfa_d32_lr3e-3/config.json" && grep -q "\"lr\":.0.003" "$O/runs/zoology_T16_rfa_d32_lr3e-3/config.json"'
-check "MQAR state table: every (mixer, d), state = KV cache 2 layers x 2 x d x T (RFA: complex, 4 x d) or KLA 2 x (2 x d x 16 + 3 x d)" python3 -c '
+check "MQAR state table: every (mixer, d), state = KV cache 2 layers x 2 x d x T (RFA: complex, 4 x d) or KLA 2 x (2 x d x 16 + 3 x d) or GLA 2 x 4 heads x d/8 x d/4" python3 -c '
 import csv, sys
 r = list(csv.reader(open(sys.argv[1])))
 assert r[0] == ["mixer", "d_model", "state_floats", "accuracy"], r[0]
-assert len(r) == 11, len(r)
+assert len(r) == 13, len(r)
 for m, d, st, acc in r[1:]:
     d, st = int(d), int(st)
-    want = 2 * (2 * d * 16 + 3 * d) if m == "kla" else 2 * 4 * d * 16 if m == "rfa" else 2 * 2 * d * 16
+    want = {"kla": 2 * (2 * d * 16 + 3 * d), "rfa": 2 * 4 * d * 16, "gla": 2 * 4 * (d // 8) * (d // 4)}.get(m, 2 * 2 * d * 16)
     assert st == want, (m, d, st, want)
     assert 0 <= float(acc) <= 1
 md = open(sys.argv[2]).read().split("Accuracy vs decoding state size")[1]
 states = [int(l.split("|")[3]) for l in md.splitlines() if l.startswith("| ") and l.split("|")[3].strip().isdigit()]
-assert len(states) == 10 and states == sorted(states), states' "$O/mqar_zoology_T16_state.csv" "$O/mqar_zoology_T16.md"
+assert len(states) == 12 and states == sorted(states), states' "$O/mqar_zoology_T16_state.csv" "$O/mqar_zoology_T16.md"
 check "the kla row trained fused kla blocks" eval 'grep -q "\"kind\":.\"kla\"" "$O/runs/zoology_T16_kla_d16_lr1e-3/config.json" && grep -q "\"block\":.\"fused\"" "$O/runs/zoology_T16_kla_d16_lr1e-3/config.json"'
 check "the alibi row has pos alibi" grep -q '"pos":.*"alibi"' "$O/runs/zoology_T16_attn_alibi_d16_lr1e-3/config.json"
 SEQ_OUT=$O "$MQ" > "$W/m2.md" 2> "$W/m2.err"; rc=$?
-check "a second mqar_sweep.sh reuses all 20 runs and prints the same table" \
-    eval '[ "$rc" = 0 ] && [ "$(grep -c "finished earlier, reused" "$W/m2.err")" = 20 ] && ! grep -q ": training" "$W/m2.err" && diff <(rows "$W/m.md") <(rows "$W/m2.md")'
+check "a second mqar_sweep.sh reuses all 24 runs and prints the same table" \
+    eval '[ "$rc" = 0 ] && [ "$(grep -c "finished earlier, reused" "$W/m2.err")" = 24 ] && ! grep -q ": training" "$W/m2.err" && diff <(rows "$W/m.md") <(rows "$W/m2.md")'
 SEQ_OUT=$O "$MQ" --set train.steps=5 > /dev/null 2> "$W/m3.err"; rc=$?
 check "another configuration over finished runs: exit 1, nothing trained" \
-    eval '[ "$rc" = 1 ] && [ "$(grep -c "holds a run with another configuration" "$W/m3.err")" = 20 ] && ! grep -q ": training" "$W/m3.err" && grep -q "steps" "$W/m3.err"'
+    eval '[ "$rc" = 1 ] && [ "$(grep -c "holds a run with another configuration" "$W/m3.err")" = 24 ] && ! grep -q ": training" "$W/m3.err" && grep -q "steps" "$W/m3.err"'
 check "... and the runs keep their results" eval 'diff <(rows "$W/m.md") <(SEQ_OUT=$O "$MQ" 2>/dev/null | rows /dev/stdin)'
 
 # --- state tracking
@@ -99,27 +101,27 @@ SEQ_OUT=$O "$ST" > "$W/s.md" 2> "$W/s.err"; rc=$?
 check "state_tracking.sh SCALE=tiny finishes (exit 0)" test "$rc" = 0
 [ "$rc" = 0 ] || tail -n 20 "$W/s.err" | sed 's/^/    /'
 check "A5 columns: Mixer, fewest layers, L=1, L=2" grep -qx '| Mixer | fewest layers | L=1 | L=2 |' "$O/a5.md"
-check "A5 rows: the 5 mixers, accuracies in [0,1] per depth" acc_rows "$O/a5.md" 3 2 "${LABELS[@]}"
+check "A5 rows: the 6 mixers, accuracies in [0,1] per depth" acc_rows "$O/a5.md" 3 2 "${LABELS[@]}"
 check "A5 fewest layers: 1, 2 or >2, consistent with the 0.9 threshold" python3 -c '
 import csv, sys
 r = list(csv.reader(open(sys.argv[1])))
 assert r[0] == ["mixer", "label", "fewest_layers", "best_acc_L1", "best_acc_L2"], r[0]
-assert len(r) == 6
+assert len(r) == 7
 for x in r[1:]:
     acc = [float(v) for v in x[3:]]
     want = next((str(i + 1) for i, a in enumerate(acc) if a >= 0.9), ">2")
     assert x[2] == want, x' "$O/a5.csv"
-check "A5 trained 5 mixers x 2 depths x 2 seeds" eval '[ "$(ls -d "$O"/runs/a5_*/eval | wc -l)" = 20 ] && grep -q "\"n_layers\":.2," "$O/runs/a5_rfa_L2_s2/config.json"'
+check "A5 trained 6 mixers x 2 depths x 2 seeds" eval '[ "$(ls -d "$O"/runs/a5_*/eval | wc -l)" = 24 ] && grep -q "\"n_layers\":.2," "$O/runs/a5_rfa_L2_s2/config.json"'
 check "parity columns: Mixer, L=8, L=16, L=32" grep -qx '| Mixer | L=8 | L=16 | L=32 |' "$O/parity.md"
-check "parity rows: the 5 mixers, 3 accuracies in [0,1]" acc_rows "$O/parity.md" 2 3 "${LABELS[@]}"
+check "parity rows: the 6 mixers, 3 accuracies in [0,1]" acc_rows "$O/parity.md" 2 3 "${LABELS[@]}"
 check "parity at the training length equals the trainer's own test accuracy" python3 -c '
 import json, sys
 a = json.load(open(sys.argv[1]))["accuracy"]; b = json.load(open(sys.argv[2]))["accuracy"]
 assert abs(a - b) < 1e-6, (a, b)' "$O/runs/parity_attn_rope/eval/acc.json" "$O/runs/parity_attn_rope/eval/len_8.json"
 check "parity at length 32 scored 32 positions per example" eval 'grep -q "\"positions\": 512," "$O/runs/parity_rfa/eval/len_32.json"'
 SEQ_OUT=$O "$ST" > "$W/s2.md" 2> "$W/s2.err"; rc=$?
-check "a second state_tracking.sh reuses all 25 runs and the evaluations, same tables" \
-    eval '[ "$rc" = 0 ] && [ "$(grep -c "finished earlier, reused" "$W/s2.err")" = 25 ] && ! grep -q ": training" "$W/s2.err" && { [ ! -d "$O/evalcopy" ] || [ -z "$(ls -A "$O/evalcopy")" ]; } && diff <(rows "$W/s.md") <(rows "$W/s2.md")'
+check "a second state_tracking.sh reuses all 30 runs and the evaluations, same tables" \
+    eval '[ "$rc" = 0 ] && [ "$(grep -c "finished earlier, reused" "$W/s2.err")" = 30 ] && ! grep -q ": training" "$W/s2.err" && { [ ! -d "$O/evalcopy" ] || [ -z "$(ls -A "$O/evalcopy")" ]; } && diff <(rows "$W/s.md") <(rows "$W/s2.md")'
 
 echo "$PASS passed, $FAIL failed" >&2
 [ "$FAIL" -eq 0 ]

@@ -71,9 +71,10 @@ static int load_run_(Model *m, RunConfig *c, const char *run, const char *ckpt, 
 static int attention_maps_(Model *m, Shard *sh, int L, int layer, const char *dir, Err *e) {
     if (layer < 0) layer += m->L;
     if (layer < 0 || layer >= m->L) return err_set(e, "--layer: %d is not a layer of this %d-layer model", layer, m->L);
-    const Mixer *mx = &m->mix[layer];
-    const MixerOps *ops = mx->spec->ops;
-    if (!ops->attn_map) return err_set(e, "--attention-map: layer %d's mixer '%s' has no attention map", layer, ops->name);
+    int H = model_layer_attn_heads(m, layer);
+    if (!H)
+        return err_set(e, "--attention-map: layer %d's mixer '%s' has no attention map", layer,
+                       model_layer_name(m, layer));
     if (sh->n_tokens < (uint64_t)L + 1)
         return err_set(e, "%s: %llu tokens, fewer than the %d + 1 an attention map at context %d needs", sh->path,
                        (unsigned long long)sh->n_tokens, L, L);
@@ -87,9 +88,8 @@ static int attention_maps_(Model *m, Shard *sh, int L, int layer, const char *di
     if (rc == 0) rc = model_forward(m, in, tg, 1, L, e);
     if (rc == 0 && mkdir(dir, 0755) != 0 && errno != EEXIST) rc = err_set(e, "cannot create %s: %s", dir, strerror(errno));
     float *P = rc == 0 ? xmalloc((size_t)L * L * sizeof(float)) : NULL;
-    int H = rc == 0 ? ops->attn_heads(mx->spec) : 0;
     for (int h = 0; h < H && rc == 0; h++) {
-        ops->attn_map(mx, 0, h, P);
+        model_layer_attn_map(m, layer, 0, h, P);
         char path[1400];
         snprintf(path, sizeof path, "%s/layer%d_head%d.png", dir, layer, h);
         rc = png_write_heatmap(path, P, L, L, 1024, e);

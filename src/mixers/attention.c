@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "mixers/mixer.h"
+#include "mixers/mixer_kit.h"
 #include "nn/attention.h"
 #include "nn/heads.h"
 #include "nn/matmul.h"
@@ -50,8 +51,7 @@ typedef struct AttentionOpts {
     float freqs[ATT_MAX_HEADS * ATT_MAX_HALF];    // (H, D/2) sc_rope spectrum
 } AttentionOpts;
 
-#define KEY_(name, type, field, def, lo, hi, choices, doc) \
-    {name, type, offsetof(AttentionOpts, field), def, lo, hi, {choices}, NULL, doc}
+#define KEY_(...) MIXER_KEY(AttentionOpts, __VA_ARGS__)
 
 static const CfgKey ATT_KEYS_[] = {
     KEY_("heads", CFG_INT, heads, "8", 1, ATT_MAX_HEADS, NULL, "Number of heads H."),
@@ -89,18 +89,12 @@ static int att_check_(MixerSpec *s, const char *path, Err *e) {
     AttentionOpts *o = s->opts;
     int C = s->C;
     o->H = o->heads;
-    if (o->head_dim == 0) {
-        if (C % o->H) return err_set(e, "%s.heads: %d does not divide the model width %d; set head_dim", path, o->H, C);
-        o->D = C / o->H;
-    } else {
-        o->D = o->head_dim;
-    }
+    if (mixer_heads_resolve(path, C, o->H, o->head_dim, 2 * ATT_MAX_HALF, &o->D, e) != 0) return -1;
     o->HD = o->H * o->D;
     for (int i = 0; i < 6; i++)
         if (!strcmp(o->pos, POS_NAMES_[i])) o->pos_kind = i;
     int rotary = o->pos_kind == POS_ROPE || o->pos_kind == POS_DECAYED_ROPE || o->pos_kind == POS_SC_ROPE;
     if (rotary && o->D % 2) return err_set(e, "%s.head_dim: %d must be even for %s", path, o->D, o->pos);
-    if (o->D / 2 > ATT_MAX_HALF) return err_set(e, "%s.head_dim: %d is above %d", path, o->D, 2 * ATT_MAX_HALF);
     o->layout = !strcmp(o->rope_layout, "half") ? ROTARY_HALF : ROTARY_INTERLEAVED;
     o->decay_logits = !strcmp(o->decay_mode, "logits");
     if ((o->pos_kind == POS_DECAYED_ROPE || o->pos_kind == POS_SC_ROPE) && o->zero_decay_heads > o->H)
@@ -131,25 +125,20 @@ static int att_check_(MixerSpec *s, const char *path, Err *e) {
 
 static int att_params_(const MixerSpec *s, ParamTable *pt, const char *prefix, int n_layers, Err *e) {
     const AttentionOpts *o = s->opts;
-    char name[PARAM_NAME_MAX];
     int C = s->C, HD = o->HD;
     float std = (float)o->init_std, std_out = (float)(o->init_std / sqrt(2.0 * n_layers));
-#define ADD_(suffix, ndim, shape, init, decay) \
-    do { snprintf(name, sizeof name, "%s.%s", prefix, suffix); \
-         if (param_add(pt, name, ndim, shape, init, decay, e) < 0) return -1; } while (0)
-    ADD_("wqkv", 2, ((int[]){3 * HD, C}), init_normal(std), 1);
-    if (o->bias) ADD_("bqkv", 1, ((int[]){3 * HD}), init_zeros(), 0);
-    ADD_("wo", 2, ((int[]){C, HD}), init_normal(std_out), 1);
-    if (o->bias) ADD_("bo", 1, ((int[]){C}), init_zeros(), 0);
+    MIXER_ADD("wqkv", 2, ((int[]){3 * HD, C}), init_normal(std), 1);
+    if (o->bias) MIXER_ADD("bqkv", 1, ((int[]){3 * HD}), init_zeros(), 0);
+    MIXER_ADD("wo", 2, ((int[]){C, HD}), init_normal(std_out), 1);
+    if (o->bias) MIXER_ADD("bo", 1, ((int[]){C}), init_zeros(), 0);
     if (o->qk_norm) {
-        ADD_("q_norm", 1, ((int[]){o->D}), init_ones(), 0);
-        ADD_("k_norm", 1, ((int[]){o->D}), init_ones(), 0);
+        MIXER_ADD("q_norm", 1, ((int[]){o->D}), init_ones(), 0);
+        MIXER_ADD("k_norm", 1, ((int[]){o->D}), init_ones(), 0);
     }
     if (o->pos_kind == POS_FOX) {
-        ADD_("fgate_w", 2, ((int[]){o->H, C}), init_normal(std), 1);
-        ADD_("fgate_b", 1, ((int[]){o->H}), init_const((float)o->fgate_bias_init), 0);
+        MIXER_ADD("fgate_w", 2, ((int[]){o->H, C}), init_normal(std), 1);
+        MIXER_ADD("fgate_b", 1, ((int[]){o->H}), init_const((float)o->fgate_bias_init), 0);
     }
-#undef ADD_
     return 0;
 }
 
@@ -173,30 +162,33 @@ typedef struct AttActs {
                                  //   (building it costs T·D/2 double cos and sin)
 } AttActs;
 
+// a's pointers into base (NULL: only count); returns the floats used
 static size_t att_layout_(const AttentionOpts *o, int B, int T, float *base, AttActs *a) {
     size_t BT = (size_t)B * T, n = 0;
     size_t big = BT * o->HD, heads = BT * o->H;
-#define TAKE_(field, count, cond) do { if (a) a->field = (cond) ? base + n : NULL; if (cond) n += (count); } while (0)
-    TAKE_(q_lin, big, o->qk_norm);
-    TAKE_(k_lin, big, o->qk_norm);
-    TAKE_(q_rstd, heads, o->qk_norm);
-    TAKE_(k_rstd, heads, o->qk_norm);
-    TAKE_(qh, big, 1);
-    TAKE_(kh, big, 1);
-    TAKE_(vh, big, 1);
-    TAKE_(oh, big, 1);
-    TAKE_(lse, heads, 1);
-    TAKE_(o_lin, big, 1);
-    TAKE_(fg_pre, heads, o->pos_kind == POS_FOX);
-    TAKE_(fg_cum, heads, o->pos_kind == POS_FOX);
+    int fox = o->pos_kind == POS_FOX;
+    a->q_lin = mixer_take(base, &n, big, o->qk_norm);
+    a->k_lin = mixer_take(base, &n, big, o->qk_norm);
+    a->q_rstd = mixer_take(base, &n, heads, o->qk_norm);
+    a->k_rstd = mixer_take(base, &n, heads, o->qk_norm);
+    a->qh = mixer_take(base, &n, big, 1);
+    a->kh = mixer_take(base, &n, big, 1);
+    a->vh = mixer_take(base, &n, big, 1);
+    a->oh = mixer_take(base, &n, big, 1);
+    a->lse = mixer_take(base, &n, heads, 1);
+    a->o_lin = mixer_take(base, &n, big, 1);
+    a->fg_pre = mixer_take(base, &n, heads, fox);
+    a->fg_cum = mixer_take(base, &n, heads, fox);
     size_t rope_n = (size_t)T * (o->pos_kind == POS_SC_ROPE ? o->H : 1) * (o->D / 2);  // as rotary_table_init
-    TAKE_(rope_cos, rope_n, att_rotates_(o));
-    TAKE_(rope_sin, rope_n, att_rotates_(o));
-#undef TAKE_
+    a->rope_cos = mixer_take(base, &n, rope_n, att_rotates_(o));
+    a->rope_sin = mixer_take(base, &n, rope_n, att_rotates_(o));
     return n;
 }
 
-static size_t att_act_size_(const MixerSpec *s, int B, int T) { return att_layout_(s->opts, B, T, NULL, NULL); }
+static size_t att_act_size_(const MixerSpec *s, int B, int T) {
+    AttActs a;
+    return att_layout_(s->opts, B, T, NULL, &a);
+}
 
 static size_t att_scratch_size_(const MixerSpec *s, int B, int T) {
     const AttentionOpts *o = s->opts;
@@ -271,10 +263,7 @@ static void att_forward_(Mixer *m, float *y, const float *x, int B, int T) {
             for (int h = 0; h < H; h++) {
                 double acc = 0;
                 for (int t = 0; t < T; t++) {
-                    float z = a.fg_pre[((size_t)b * T + t) * H + h];
-                    // logsigmoid(z) = -softplus(-z), computed without overflow for either sign
-                    double ls = z >= 0 ? -log1p(exp(-(double)z)) : (double)z - log1p(exp((double)z));
-                    acc += ls;
+                    acc += mixer_logsigmoid(a.fg_pre[((size_t)b * T + t) * H + h]);
                     a.fg_cum[((size_t)b * H + h) * T + t] = (float)acc;
                 }
             }
@@ -347,8 +336,7 @@ static void att_backward_(Mixer *m, float *dx, const float *dy, const float *x, 
                 double acc = 0;
                 for (int t = T - 1; t >= 0; t--) {
                     acc += dF[((size_t)b * H + h) * T + t];
-                    float z = a.fg_pre[((size_t)b * T + t) * H + h];
-                    double sig_neg = z >= 0 ? exp(-(double)z) / (1.0 + exp(-(double)z)) : 1.0 / (1.0 + exp((double)z));
+                    double sig_neg = mixer_sigmoid(-(double)a.fg_pre[((size_t)b * T + t) * H + h]);
                     dfg[((size_t)b * T + t) * H + h] = (float)(acc * sig_neg);
                 }
             }

@@ -11,7 +11,8 @@
  *   y_mean, y_var = the information-form Kalman scan (nn/kalman.h)
  *   y = (y_mean [+ sqrt(y_var) eps under KLA+ sampling] + lambda_skip u) * silu(gate),   out = y W_out^T
  *
- * The block has no separate MLP (model.block "fused": x += kla(norm(x))); the gated product is its MLP.
+ * The block has no separate MLP (owns_mlp: model.block "auto" makes its layers fused, x += kla(norm(x)));
+ * the gated product is its MLP.
  */
 #include <math.h>
 #include <stdio.h>
@@ -20,6 +21,7 @@
 
 #include "core/rng.h"
 #include "mixers/mixer.h"
+#include "mixers/mixer_kit.h"
 #include "nn/activation.h"
 #include "nn/conv.h"
 #include "nn/kalman.h"
@@ -39,8 +41,7 @@ typedef struct KlaOpts {
     int k_in, k_cw, k_cb, k_sens, k_ve, k_veb, k_lam, k_p, k_dt, k_skip, k_out;  // tensor indices (-1 absent)
 } KlaOpts;
 
-#define KEY_(name, type, field, def, lo, hi, choices, doc) \
-    {name, type, offsetof(KlaOpts, field), def, lo, hi, {choices}, NULL, doc}
+#define KEY_(...) MIXER_KEY(KlaOpts, __VA_ARGS__)
 
 static const CfgKey KLA_KEYS_[] = {
     KEY_("d_state", CFG_INT, d_state, "16", 1, 1024, NULL,
@@ -75,10 +76,6 @@ static const CfgKey KLA_KEYS_[] = {
 
 static const CfgSection KLA_SCHEMA_ = {"kla", "Options of the kla mixer.", KLA_KEYS_,
                                        (int)(sizeof KLA_KEYS_ / sizeof KLA_KEYS_[0])};
-
-static double softplus_(double x) { return x > 30.0 ? x : log1p(exp(x)); }
-static double sigmoid_(double x) { return 1.0 / (1.0 + exp(-x)); }
-static double inv_softplus_(double y) { return y > 30.0 ? y : log(expm1(y)); }
 
 // ----------------------------------------------------------------------------
 // options and parameters
@@ -118,26 +115,21 @@ static int kla_check_(MixerSpec *s, const char *path, Err *e) {
 static int kla_params_(const MixerSpec *s, ParamTable *pt, const char *prefix, int n_layers, Err *e) {
     const KlaOpts *o = s->opts;
     (void)n_layers;  // every projection N(0, init_std) as in the reference (its _init_weights), no depth scaling
-    char name[PARAM_NAME_MAX];
     int C = s->C, M = o->M, S = o->S;
     float std = (float)o->init_std, cb = (float)(1.0 / sqrt((double)o->K));
-#define ADD_(suffix, ndim, shape, init, decay) \
-    do { snprintf(name, sizeof name, "%s.%s", prefix, suffix); \
-         if (param_add(pt, name, ndim, shape, init, decay, e) < 0) return -1; } while (0)
-    ADD_("in_proj", 2, ((int[]){(o->gate ? 2 : 1) * M, C}), init_normal(std), 1);
-    ADD_("conv_w", 2, ((int[]){M, o->K}), init_uniform(-cb, cb), 1);  // PyTorch Conv1d's kaiming_uniform(a=sqrt 5)
-    ADD_("conv_b", 1, ((int[]){M}), init_zeros(), 0);
-    ADD_("sensor_proj", 2, ((int[]){o->Ns, M}), init_normal(std), 1);
+    MIXER_ADD("in_proj", 2, ((int[]){(o->gate ? 2 : 1) * M, C}), init_normal(std), 1);
+    MIXER_ADD("conv_w", 2, ((int[]){M, o->K}), init_uniform(-cb, cb), 1);  // PyTorch Conv1d's kaiming_uniform(a=sqrt 5)
+    MIXER_ADD("conv_b", 1, ((int[]){M}), init_zeros(), 0);
+    MIXER_ADD("sensor_proj", 2, ((int[]){o->Ns, M}), init_normal(std), 1);
     if (o->mamba) {
-        ADD_("var_expand", 2, ((int[]){M, o->R}), init_normal(std), 1);
-        ADD_("var_expand_b", 1, ((int[]){M}), init_zeros(), 0);
+        MIXER_ADD("var_expand", 2, ((int[]){M, o->R}), init_normal(std), 1);
+        MIXER_ADD("var_expand_b", 1, ((int[]){M}), init_zeros(), 0);
     }
-    ADD_("lambda_log", 2, ((int[]){M, S}), init_zeros(), 0);  // a = -exp(0) = -1
-    if (o->process_noise) ADD_("process_noise", 2, ((int[]){M, S}), init_const((float)o->p_init), 0);
-    ADD_("delta", 2, ((int[]){M, S}), ((ParamInit){INIT_LOGUNIFORM, (float)o->dt_min, (float)o->dt_max}), 0);
-    if (o->skip) ADD_("lambda_skip", 1, ((int[]){1}), init_const((float)o->skip_init), 0);
-    ADD_("out_proj", 2, ((int[]){C, M}), init_normal(std), 1);
-#undef ADD_
+    MIXER_ADD("lambda_log", 2, ((int[]){M, S}), init_zeros(), 0);  // a = -exp(0) = -1
+    if (o->process_noise) MIXER_ADD("process_noise", 2, ((int[]){M, S}), init_const((float)o->p_init), 0);
+    MIXER_ADD("delta", 2, ((int[]){M, S}), ((ParamInit){INIT_LOGUNIFORM, (float)o->dt_min, (float)o->dt_max}), 0);
+    if (o->skip) MIXER_ADD("lambda_skip", 1, ((int[]){1}), init_const((float)o->skip_init), 0);
+    MIXER_ADD("out_proj", 2, ((int[]){C, M}), init_normal(std), 1);
     return 0;
 }
 
@@ -147,7 +139,7 @@ static void kla_init_(const Mixer *m) {
     float *dt = mixer_param(m, o->k_dt);
     for (size_t i = 0; i < (size_t)o->M * o->S; i++) {
         double d = dt[i] > o->dt_floor ? dt[i] : o->dt_floor;
-        dt[i] = (float)inv_softplus_(d);
+        dt[i] = (float)mixer_inv_softplus(d);
     }
 }
 
@@ -157,7 +149,7 @@ static void kla_dynamics_(const Mixer *m, float *abar, float *pbar) {
     const float *lam = mixer_param(m, o->k_lam), *dt = mixer_param(m, o->k_dt);
     const float *praw = o->process_noise ? mixer_param(m, o->k_p) : NULL;
     for (size_t i = 0; i < (size_t)o->M * o->S; i++) {
-        double w = exp(lam[i]), D = softplus_(dt[i]) + KLA_DT_EPS;
+        double w = exp(lam[i]), D = mixer_softplus(dt[i]) + KLA_DT_EPS;
         abar[i] = (float)exp(-w * D);
         if (!praw) { pbar[i] = 0.0f; continue; }
         double p = praw[i] > o->p_min ? praw[i] : o->p_min;
@@ -173,7 +165,7 @@ static void kla_dynamics_backward_(const Mixer *m, const float *dabar, const flo
     float *glam = mixer_grad(m, o->k_lam), *gdt = mixer_grad(m, o->k_dt);
     float *gp = o->process_noise ? mixer_grad(m, o->k_p) : NULL;
     for (size_t i = 0; i < (size_t)o->M * o->S; i++) {
-        double w = exp(lam[i]), D = softplus_(dt[i]) + KLA_DT_EPS, ab = exp(-w * D);
+        double w = exp(lam[i]), D = mixer_softplus(dt[i]) + KLA_DT_EPS, ab = exp(-w * D);
         double dD = dabar[i] * (-w * ab), dw = dabar[i] * (-D * ab);
         if (praw) {
             int live = praw[i] > o->p_min;
@@ -189,7 +181,7 @@ static void kla_dynamics_backward_(const Mixer *m, const float *dabar, const flo
             }
         }
         glam[i] += (float)(dw * w);
-        gdt[i] += (float)(dD * sigmoid_(dt[i]));
+        gdt[i] += (float)(dD * mixer_sigmoid(dt[i]));
     }
 }
 
@@ -210,33 +202,35 @@ typedef struct KlaActs {
     float *ckpt;          // scan checkpoints
 } KlaActs;
 
+// a's pointers into base (NULL: only count); returns the floats used
 static size_t kla_layout_(const MixerSpec *s, int B, int T, float *base, KlaActs *a) {
     const KlaOpts *o = s->opts;
     size_t BT = (size_t)B * T, n = 0, BTM = BT * o->M, BTS = BT * o->S;
-#define TAKE_(field, count, cond) do { if (a) a->field = (cond) ? base + n : NULL; if (cond) n += (count); } while (0)
-    TAKE_(z, BTM, 1);
-    TAKE_(gate, BTM, o->gate);
-    TAKE_(zc, BTM, 1);
-    TAKE_(u, BTM, 1);
-    TAKE_(sens, BT * o->Ns, 1);
-    TAKE_(lv, BTM, 1);
-    TAKE_(v, BTM, !o->mamba);
-    TAKE_(k, BTS, 1);
-    TAKE_(q, BTS, 1);
-    TAKE_(kn, BT, 1);
-    TAKE_(qn, BT, 1);
-    TAKE_(prec, BTM, 1);
-    TAKE_(ym, BTM, 1);
-    TAKE_(yvar, BTM, s->sample);
-    TAKE_(eps, BTM, s->sample);
-    TAKE_(ys, BTM, 1);
-    TAKE_(g, BTM, o->gate);
-    TAKE_(ckpt, kalman_ckpt_size(B, T, o->M, o->S, o->chunk), 1);
-#undef TAKE_
+    a->z = mixer_take(base, &n, BTM, 1);
+    a->gate = mixer_take(base, &n, BTM, o->gate);
+    a->zc = mixer_take(base, &n, BTM, 1);
+    a->u = mixer_take(base, &n, BTM, 1);
+    a->sens = mixer_take(base, &n, BT * o->Ns, 1);
+    a->lv = mixer_take(base, &n, BTM, 1);
+    a->v = mixer_take(base, &n, BTM, !o->mamba);
+    a->k = mixer_take(base, &n, BTS, 1);
+    a->q = mixer_take(base, &n, BTS, 1);
+    a->kn = mixer_take(base, &n, BT, 1);
+    a->qn = mixer_take(base, &n, BT, 1);
+    a->prec = mixer_take(base, &n, BTM, 1);
+    a->ym = mixer_take(base, &n, BTM, 1);
+    a->yvar = mixer_take(base, &n, BTM, s->sample);
+    a->eps = mixer_take(base, &n, BTM, s->sample);
+    a->ys = mixer_take(base, &n, BTM, 1);
+    a->g = mixer_take(base, &n, BTM, o->gate);
+    a->ckpt = mixer_take(base, &n, kalman_ckpt_size(B, T, o->M, o->S, o->chunk), 1);
     return n;
 }
 
-static size_t kla_act_size_(const MixerSpec *s, int B, int T) { return kla_layout_(s, B, T, NULL, NULL); }
+static size_t kla_act_size_(const MixerSpec *s, int B, int T) {
+    KlaActs a;
+    return kla_layout_(s, B, T, NULL, &a);
+}
 
 static size_t kla_scratch_size_(const MixerSpec *s, int B, int T) {
     const KlaOpts *o = s->opts;
@@ -286,7 +280,7 @@ static void kla_sensors_(const Mixer *m, const float *sens, const float *u, floa
     }
     double vmin = o->obs_var_min;
 #pragma omp parallel for
-    for (size_t i = 0; i < (size_t)N * M; i++) prec[i] = (float)(1.0 / (softplus_(lv[i]) + vmin));
+    for (size_t i = 0; i < (size_t)N * M; i++) prec[i] = (float)(1.0 / (mixer_softplus(lv[i]) + vmin));
 }
 
 // a standard normal keyed by (seed, index): the same noise in forward and backward without storing a stream
@@ -396,7 +390,7 @@ static void kla_backward_(Mixer *m, float *dx, const float *dy, const float *x, 
 
     // prec = 1 / (softplus(lv) + vmin): d lv = -dprec prec^2 sigmoid(lv), written over dprec
 #pragma omp parallel for
-    for (size_t i = 0; i < BTM; i++) dprec[i] = (float)(-(double)dprec[i] * a.prec[i] * a.prec[i] * sigmoid_(a.lv[i]));
+    for (size_t i = 0; i < BTM; i++) dprec[i] = (float)(-(double)dprec[i] * a.prec[i] * a.prec[i] * mixer_sigmoid(a.lv[i]));
     float *dlv = dprec;
     memset(dsens, 0, (size_t)BT * Ns * sizeof(float));
     if (o->mamba) {
@@ -509,7 +503,7 @@ static void kla_diag_(const Mixer *m, cJSON *obj) {
     double s[5] = {0, 0, 0, 1e300, -1e300};
     for (size_t i = 0; i < MS; i++) {
         s[0] += exp(lam[i]);
-        s[1] += softplus_(dt[i]) + KLA_DT_EPS;
+        s[1] += mixer_softplus(dt[i]) + KLA_DT_EPS;
         s[2] += pbar[i];
         if (abar[i] < s[3]) s[3] = abar[i];
         if (abar[i] > s[4]) s[4] = abar[i];
@@ -524,6 +518,7 @@ const MixerOps MIXER_KLA = {
     .name = "kla",
     .doc = "Kalman Linear Attention: a fused Mamba-style block around an information-form Kalman filter scan",
     .samples_posterior = 1,
+    .owns_mlp = 1,
     .schema = &KLA_SCHEMA_,
     .opts_size = sizeof(KlaOpts),
     .check = kla_check_,

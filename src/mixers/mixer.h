@@ -4,6 +4,9 @@
  * same way. One MixerOps per family, listed in mixers/registry.c; variants and ablations of one paper
  * are options of one mixer, not copies of it.
  *
+ * Every mixer file includes mixers/mixer_kit.h too: the schema row, tensor declaration, activation layout,
+ * head resolution and scalar gates it would otherwise copy from the others.
+ *
  * Life cycle (model.c drives it):
  *   spec    the options, validated with the mixer's own config schema (config_bind_at) and then by
  *           ops->check, which sees the model width C;
@@ -21,7 +24,7 @@
 #include <stdint.h>
 #include "core/config.h"
 #include "core/err.h"
-#include "model/params.h"
+#include "core/params.h"
 
 struct MixerOps;
 
@@ -48,6 +51,9 @@ typedef struct MixerOps {
     const char *name;
     const char *doc;                  // one line for docs/mixers.md and --help
     int samples_posterior;            // forward honours spec->sample: a draw from its posterior (KLA+)
+    // the mixer carries its own gated MLP (KLA, Mamba-style blocks): model.block "auto" gives its layers the
+    // fused block x += mixer(norm(x)) with no separate MLP; every other mixer gets prenorm's MLP after it
+    int owns_mlp;
     const CfgSection *schema;         // the options (model.mixer.* keys besides "kind")
     size_t opts_size;
     // cross-key validation once C is known (e.g. heads divide the width); may fill derived fields

@@ -10,11 +10,21 @@
 extern const MixerOps MIXER_ATTENTION;
 extern const MixerOps MIXER_RFA;
 extern const MixerOps MIXER_KLA;
+extern const MixerOps MIXER_LINEAR_ATTN;
+extern const MixerOps MIXER_RETNET;
+extern const MixerOps MIXER_GLA;
+extern const MixerOps MIXER_MAMBA2;
+extern const MixerOps MIXER_MLSTM;
 
 static const MixerOps *const MIXERS_[] = {
     &MIXER_ATTENTION,
     &MIXER_RFA,
     &MIXER_KLA,
+    &MIXER_LINEAR_ATTN,
+    &MIXER_RETNET,
+    &MIXER_GLA,
+    &MIXER_MAMBA2,
+    &MIXER_MLSTM,
 };
 static const int N_MIXERS_ = (int)(sizeof MIXERS_ / sizeof MIXERS_[0]);
 

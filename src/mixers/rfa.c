@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "mixers/mixer.h"
+#include "mixers/mixer_kit.h"
 #include "nn/attention.h"
 #include "nn/heads.h"
 #include "nn/matmul.h"
@@ -46,8 +47,7 @@ typedef struct RfaOpts {
     float mu0[RFA_MAX_HEADS];                    // (H,) initial decays
 } RfaOpts;
 
-#define KEY_(name, type, field, def, lo, hi, choices, doc) \
-    {name, type, offsetof(RfaOpts, field), def, lo, hi, {choices}, NULL, doc}
+#define KEY_(...) MIXER_KEY(RfaOpts, __VA_ARGS__)
 
 static const CfgKey RFA_KEYS_[] = {
     KEY_("heads", CFG_INT, heads, "8", 1, RFA_MAX_HEADS, NULL, "Number of heads H."),
@@ -87,10 +87,6 @@ static const CfgKey RFA_KEYS_[] = {
 static const CfgSection RFA_SCHEMA_ = {"rfa", "Options of the rfa mixer.", RFA_KEYS_,
                                        (int)(sizeof RFA_KEYS_ / sizeof RFA_KEYS_[0])};
 
-static double softplus_(double x) { return x > 30.0 ? x : log1p(exp(x)); }
-static double sigmoid_(double x) { return 1.0 / (1.0 + exp(-x)); }
-static double inv_softplus_(double y) { return y > 30.0 ? y : log(expm1(y)); }
-
 // ----------------------------------------------------------------------------
 // options
 
@@ -98,16 +94,10 @@ static int rfa_check_(MixerSpec *s, const char *path, Err *e) {
     RfaOpts *o = s->opts;
     int C = s->C;
     o->H = o->heads;
-    if (o->head_dim == 0) {
-        if (C % o->H) return err_set(e, "%s.heads: %d does not divide the model width %d; set head_dim", path, o->H, C);
-        o->D = C / o->H;
-    } else {
-        o->D = o->head_dim;
-    }
+    if (mixer_heads_resolve(path, C, o->H, o->head_dim, 2 * RFA_MAX_HALF, &o->D, e) != 0) return -1;
     if (o->D % 2)
         return err_set(e, "%s.head_dim: %d complex channels per head must be even (frequencies come in conjugate "
                        "pairs)", path, o->D);
-    if (o->D / 2 > RFA_MAX_HALF) return err_set(e, "%s.head_dim: %d is above %d", path, o->D, 2 * RFA_MAX_HALF);
     if (o->zero_decay_heads > o->H)
         return err_set(e, "%s.zero_decay_heads: %d is more than the %d heads", path, o->zero_decay_heads, o->H);
     if (o->learn_omega && !o->rotations)
@@ -146,24 +136,19 @@ static int rfa_check_(MixerSpec *s, const char *path, Err *e) {
 static int rfa_params_(const MixerSpec *s, ParamTable *pt, const char *prefix, int n_layers, Err *e) {
     const RfaOpts *o = s->opts;
     (void)n_layers;  // the complex init scales with the fan-in and fan-out, not the depth (App. D.2)
-    char name[PARAM_NAME_MAX];
     int C = s->C, HD = o->H * o->D, HD2 = o->HD2;
     float eps = (float)o->eps;
-#define ADD_(suffix, ndim, shape, init, decay) \
-    do { snprintf(name, sizeof name, "%s.%s", prefix, suffix); \
-         if (param_add(pt, name, ndim, shape, init, decay, e) < 0) return -1; } while (0)
-    ADD_("wqkv", 2, ((int[]){3 * HD2, C}), init_complex(0, (float)sqrt(1.0 / (C + HD)), o->D), 1);
-    if (o->bias) ADD_("bqkv", 1, ((int[]){3 * HD2}), init_zeros(), 0);
-    ADD_("wo", 2, ((int[]){C, HD2}), init_complex(1, (float)(sqrt(1.0 / (C + HD)) / sqrt(2.0)), o->D), 1);
-    if (o->bias) ADD_("bo", 1, ((int[]){C}), init_zeros(), 0);
-    ADD_("sde_mu", 1, ((int[]){o->H}), ((ParamInit){INIT_CUSTOM, 0, 0}), 0);
-    ADD_("sde_sigma", 1, ((int[]){o->H}), init_const((float)inv_softplus_(o->sigma_tilde2_init - eps)), 0);
-    ADD_("sde_eta", 1, ((int[]){o->H}), init_const((float)inv_softplus_(o->eta2_init - eps)), 0);
-    ADD_("sde_gamma", 1, ((int[]){o->H}), init_const((float)inv_softplus_(o->gamma2_init - eps)), 0);
-    ADD_("sde_nu", 1, ((int[]){o->H}), init_const((float)inv_softplus_(o->nu_over_d_init - eps)), 0);
-    ADD_("sde_tau", 1, ((int[]){o->H}), init_const((float)inv_softplus_(o->tau_init - eps)), 0);
-    if (o->learn_omega) ADD_("omega", 2, ((int[]){o->H, o->D / 2}), ((ParamInit){INIT_CUSTOM, 0, 0}), 0);
-#undef ADD_
+    MIXER_ADD("wqkv", 2, ((int[]){3 * HD2, C}), init_complex(0, (float)sqrt(1.0 / (C + HD)), o->D), 1);
+    if (o->bias) MIXER_ADD("bqkv", 1, ((int[]){3 * HD2}), init_zeros(), 0);
+    MIXER_ADD("wo", 2, ((int[]){C, HD2}), init_complex(1, (float)(sqrt(1.0 / (C + HD)) / sqrt(2.0)), o->D), 1);
+    if (o->bias) MIXER_ADD("bo", 1, ((int[]){C}), init_zeros(), 0);
+    MIXER_ADD("sde_mu", 1, ((int[]){o->H}), ((ParamInit){INIT_CUSTOM, 0, 0}), 0);
+    MIXER_ADD("sde_sigma", 1, ((int[]){o->H}), init_const((float)mixer_inv_softplus(o->sigma_tilde2_init - eps)), 0);
+    MIXER_ADD("sde_eta", 1, ((int[]){o->H}), init_const((float)mixer_inv_softplus(o->eta2_init - eps)), 0);
+    MIXER_ADD("sde_gamma", 1, ((int[]){o->H}), init_const((float)mixer_inv_softplus(o->gamma2_init - eps)), 0);
+    MIXER_ADD("sde_nu", 1, ((int[]){o->H}), init_const((float)mixer_inv_softplus(o->nu_over_d_init - eps)), 0);
+    MIXER_ADD("sde_tau", 1, ((int[]){o->H}), init_const((float)mixer_inv_softplus(o->tau_init - eps)), 0);
+    if (o->learn_omega) MIXER_ADD("omega", 2, ((int[]){o->H, o->D / 2}), ((ParamInit){INIT_CUSTOM, 0, 0}), 0);
     return 0;
 }
 
@@ -171,7 +156,7 @@ static void rfa_init_(const Mixer *m) {
     const RfaOpts *o = m->spec->opts;
     float *mu = mixer_param(m, o->k_mu);
     // heads with mu = 0 never read their raw value; it stays 0
-    for (int h = 0; h < o->H; h++) mu[h] = h < o->n_zero ? 0.0f : (float)inv_softplus_(fmax(o->mu0[h], 1e-12));
+    for (int h = 0; h < o->H; h++) mu[h] = h < o->n_zero ? 0.0f : (float)mixer_inv_softplus(fmax(o->mu0[h], 1e-12));
     if (o->learn_omega) memcpy(mixer_param(m, o->k_om), o->omega0, (size_t)o->H * (o->D / 2) * sizeof(float));
 }
 
@@ -183,12 +168,12 @@ typedef struct RfaHead_ {
 static RfaHead_ rfa_head_(const Mixer *m, int h) {
     const RfaOpts *o = m->spec->opts;
     RfaHead_ p;
-    p.mu = h < o->n_zero ? 0.0 : softplus_(mixer_param(m, o->k_mu)[h]);
-    p.st2 = softplus_(mixer_param(m, o->k_sig)[h]) + o->eps;
-    p.eta2 = softplus_(mixer_param(m, o->k_eta)[h]) + o->eps;
-    p.gam2 = softplus_(mixer_param(m, o->k_gam)[h]) + o->eps;
-    p.nod = softplus_(mixer_param(m, o->k_nu)[h]) + o->eps;
-    p.tau = softplus_(mixer_param(m, o->k_tau)[h]) + o->eps;
+    p.mu = h < o->n_zero ? 0.0 : mixer_softplus(mixer_param(m, o->k_mu)[h]);
+    p.st2 = mixer_softplus(mixer_param(m, o->k_sig)[h]) + o->eps;
+    p.eta2 = mixer_softplus(mixer_param(m, o->k_eta)[h]) + o->eps;
+    p.gam2 = mixer_softplus(mixer_param(m, o->k_gam)[h]) + o->eps;
+    p.nod = mixer_softplus(mixer_param(m, o->k_nu)[h]) + o->eps;
+    p.tau = mixer_softplus(mixer_param(m, o->k_tau)[h]) + o->eps;
     return p;
 }
 
@@ -206,30 +191,32 @@ typedef struct RfaActs {
     float *freqs;               // (H,D) per-channel rotary frequencies (-w)
 } RfaActs;
 
+// a's pointers into base (NULL: only count); returns the floats used
 static size_t rfa_layout_(const RfaOpts *o, int B, int T, float *base, RfaActs *a) {
     size_t BT = (size_t)B * T, n = 0, big = BT * o->HD2, ht = (size_t)o->H * T;
     size_t rot = (size_t)T * o->H * o->D;
     int rotates = o->rot_qk;
-#define TAKE_(field, count, cond) do { if (a) a->field = (cond) ? base + n : NULL; if (cond) n += (count); } while (0)
-    TAKE_(qh, big, 1);
-    TAKE_(kh, big, 1);
-    TAKE_(vh, big, 1);
-    TAKE_(mh, big, 1);
-    TAKE_(lse, BT * o->H, 1);
-    TAKE_(o_lin, big, 1);
-    TAKE_(ta, ht, 1);
-    TAKE_(tc, ht, 1);
-    TAKE_(te, ht, 1);
-    TAKE_(tv, ht, 1);
-    TAKE_(beta, (size_t)o->H, 1);
-    TAKE_(rcos, rot, rotates);
-    TAKE_(rsin, rot, rotates);
-    TAKE_(freqs, (size_t)o->H * o->D, 1);
-#undef TAKE_
+    a->qh = mixer_take(base, &n, big, 1);
+    a->kh = mixer_take(base, &n, big, 1);
+    a->vh = mixer_take(base, &n, big, 1);
+    a->mh = mixer_take(base, &n, big, 1);
+    a->lse = mixer_take(base, &n, BT * o->H, 1);
+    a->o_lin = mixer_take(base, &n, big, 1);
+    a->ta = mixer_take(base, &n, ht, 1);
+    a->tc = mixer_take(base, &n, ht, 1);
+    a->te = mixer_take(base, &n, ht, 1);
+    a->tv = mixer_take(base, &n, ht, 1);
+    a->beta = mixer_take(base, &n, (size_t)o->H, 1);
+    a->rcos = mixer_take(base, &n, rot, rotates);
+    a->rsin = mixer_take(base, &n, rot, rotates);
+    a->freqs = mixer_take(base, &n, (size_t)o->H * o->D, 1);
     return n;
 }
 
-static size_t rfa_act_size_(const MixerSpec *s, int B, int T) { return rfa_layout_(s->opts, B, T, NULL, NULL); }
+static size_t rfa_act_size_(const MixerSpec *s, int B, int T) {
+    RfaActs a;
+    return rfa_layout_(s->opts, B, T, NULL, &a);
+}
 
 static size_t rfa_scratch_size_(const MixerSpec *s, int B, int T) {
     const RfaOpts *o = s->opts;
@@ -424,7 +411,7 @@ static void rfa_backward_(Mixer *m, float *dx, const float *dy, const float *x, 
             dmu += dE * (-(double)d * E);  // E = exp(-mu d)
         }
         // through the softplus: d softplus(r)/dr = sigmoid(r)
-#define RAW_(k, g) mixer_grad(m, k)[h] += (float)((g) * sigmoid_(mixer_param(m, k)[h]))
+#define RAW_(k, g) mixer_grad(m, k)[h] += (float)((g) * mixer_sigmoid(mixer_param(m, k)[h]))
         if (h >= o->n_zero) RAW_(o->k_mu, dmu);
         RAW_(o->k_sig, dst2);
         RAW_(o->k_eta, deta2);

@@ -31,8 +31,9 @@ static const CfgKey LAYER_KEYS_[] = {
           "Layers this override applies to: \"11\", \"-1\" (the last), \"0,2,4\", \"3-5\"."),
     MKEY_(LayerOverride, "mixer", CFG_JSON, mixer, "{}", 0, 0, NULL,
           "Mixer options merged over model.mixer for these layers; a different \"kind\" replaces it whole."),
-    MKEY_(LayerOverride, "block", CFG_ENUM, block, "\"inherit\"", 0, 0, "inherit|prenorm|fused",
-          "Block kind of these layers; inherit = model.block (a KLA layer in a GPT stack: \"fused\")."),
+    MKEY_(LayerOverride, "block", CFG_ENUM, block, "\"inherit\"", 0, 0, "inherit|auto|prenorm|fused",
+          "Block kind of these layers: inherit = model.block's; auto, prenorm, fused as in model.block (a kla "
+          "layer in a GPT stack needs none: auto makes it fused)."),
 };
 static const CfgSection LAYER_SECTION_ = {"layers", "Per-layer overrides of the default mixer and block.", LAYER_KEYS_, 3};
 
@@ -41,9 +42,10 @@ static const CfgKey MODEL_KEYS_[] = {
           "Vocabulary size; 0 = the data's (must be >= every token id)."),
     MKEY_(ModelSection, "d_model", CFG_INT, d_model, "256", 1, 1 << 16, NULL, "Model width C."),
     MKEY_(ModelSection, "n_layers", CFG_INT, n_layers, "6", 1, 1024, NULL, "Number of blocks."),
-    MKEY_(ModelSection, "block", CFG_ENUM, block, "\"prenorm\"", 0, 0, "prenorm|fused",
+    MKEY_(ModelSection, "block", CFG_ENUM, block, "\"auto\"", 0, 0, "auto|prenorm|fused",
           "Block kind: prenorm = x += mixer(norm(x)); x += mlp(norm(x)). fused = x += mixer(norm(x)), no MLP "
-          "(Mamba/KLA style: the mixer's gate is the MLP)."),
+          "(Mamba/KLA style: the mixer's gate is the MLP). auto = fused for a layer whose mixer carries its own "
+          "MLP (owns_mlp in docs/mixers.md: kla, mamba2, mlstm), prenorm for every other layer."),
     MKEY_(ModelSection, "norm", CFG_ENUM, norm, "\"layernorm\"", 0, 0, "layernorm|rmsnorm",
           "Norm used before the mixer, before the MLP and before the head."),
     MKEY_(ModelSection, "norm_bias", CFG_BOOL, norm_bias, "true", 0, 0, NULL, "LayerNorm has a bias (ignored for rmsnorm)."),
@@ -134,15 +136,16 @@ static cJSON *layer_mixer_json_(const ModelSection *c, int l, char *path, size_t
     return j;
 }
 
-// the block kind of layer l: model.block, then every matching override that names one, in order
+// is layer l a fused block? Its block kind is model.block, then that of every matching override that names
+// one, in order; "auto" asks the layer's mixer, so a GPT stack with a last KLA layer needs no block key
 // (layer lists were validated by layer_mixer_json_)
-static int layer_fused_(const ModelSection *c, int l) {
-    int fused = !strcmp(c->block, "fused");
+static int layer_fused_(const ModelSection *c, int l, const MixerOps *ops) {
+    const char *block = c->block;
     const LayerOverride *ov = c->layers.items;
     for (int i = 0; i < c->layers.n; i++)
-        if (strcmp(ov[i].block, "inherit") && layer_matches_(ov[i].at, l, c->n_layers) == 1)
-            fused = !strcmp(ov[i].block, "fused");
-    return fused;
+        if (strcmp(ov[i].block, "inherit") && layer_matches_(ov[i].at, l, c->n_layers) == 1) block = ov[i].block;
+    if (!strcmp(block, "auto")) return ops->owns_mlp;
+    return !strcmp(block, "fused");
 }
 
 int model_resolve_mixer(ModelSection *c, const CfgOrigins *origins, Err *e) {
@@ -216,7 +219,8 @@ int model_build(Model *m, const ModelSection *c, int vocab_size, const CfgOrigin
         char n[PARAM_NAME_MAX];
         LayerParams *lp = &m->lp[l];
         memset(lp, -1, sizeof *lp);
-        lp->has_mlp = m->mlp_kind != MLP_NONE && !layer_fused_(c, l);
+        lp->fused = layer_fused_(c, l, m->mspec[l].ops);
+        lp->has_mlp = m->mlp_kind != MLP_NONE && !lp->fused;
 #define LADD_(field, suffix, ndim, shape, init, decay) \
         if (!rc) { snprintf(n, sizeof n, "blocks.%d.%s", l, suffix); \
                    rc = (lp->field = add_(pt, n, ndim, shape, init, decay, e)) < 0; }
@@ -289,6 +293,36 @@ size_t model_num_params(const Model *m) {
     size_t n = 0;
     for (int i = 0; i < m->pt.n; i++) n += m->pt.t[i].numel;
     return n;
+}
+
+// ----------------------------------------------------------------------------
+// per-layer information (the optional ops read as "none")
+
+const char *model_layer_name(const Model *m, int l) { return m->mspec[l].ops->name; }
+
+size_t model_layer_state_size(const Model *m, int l) {
+    const MixerSpec *s = &m->mspec[l];
+    return s->ops->state_size ? s->ops->state_size(s) : 0;
+}
+
+size_t model_layer_cache_per_token(const Model *m, int l) {
+    const MixerSpec *s = &m->mspec[l];
+    return s->ops->cache_per_token ? s->ops->cache_per_token(s) : 0;
+}
+
+int model_layer_diag(const Model *m, int l, cJSON *obj) {
+    if (!m->mspec[l].ops->diag) return 0;
+    m->mspec[l].ops->diag(&m->mix[l], obj);
+    return 1;
+}
+
+int model_layer_attn_heads(const Model *m, int l) {
+    const MixerSpec *s = &m->mspec[l];
+    return s->ops->attn_heads && s->ops->attn_map ? s->ops->attn_heads(s) : 0;
+}
+
+void model_layer_attn_map(const Model *m, int l, int b, int h, float *P) {
+    m->mspec[l].ops->attn_map(&m->mix[l], b, h, P);
 }
 
 // ----------------------------------------------------------------------------

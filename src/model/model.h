@@ -3,7 +3,9 @@
  * or its own matrix). Block kind `prenorm`: x += mixer(norm(x)); x += mlp(norm(x)). Every layer has the
  * model's default mixer unless model.layers overrides it, so hybrid stacks (11 attention layers and a
  * last KLA layer) are one config. Block kind `fused` (per model or per layer): x += mixer(norm(x)) with
- * no MLP, for mixers that carry their own gated MLP (KLA, Mamba). No learned position embedding: positions are the mixers' business.
+ * no MLP, for mixers that carry their own gated MLP (KLA, Mamba). The default, `auto`, asks each layer's
+ * mixer (MixerOps.owns_mlp): fused for those, prenorm for the rest. No learned position embedding:
+ * positions are the mixers' business.
  *
  * Head `lm` (default): logits of the next token at every position. Head `autoencoder` (MAD's compression
  * backbone): the blocks encode the sequence, the residual stream at the last position is the code, and every
@@ -19,7 +21,7 @@
 #include <stdint.h>
 #include "core/config.h"
 #include "mixers/mixer.h"
-#include "model/params.h"
+#include "core/params.h"
 
 // --- configuration ("model" section; docs/config.md) ---
 typedef struct MlpSection {
@@ -31,13 +33,13 @@ typedef struct MlpSection {
 typedef struct LayerOverride {
     char at[CFG_STR_MAX];    // "11", "-1" (last), "0,2,4", "3-5"
     cJSON *mixer;            // merged over model.mixer (replaces it when "kind" differs)
-    char block[CFG_STR_MAX]; // inherit | prenorm | fused
+    char block[CFG_STR_MAX]; // inherit | auto | prenorm | fused
 } LayerOverride;
 
 typedef struct ModelSection {
     int vocab_size;          // 0 = the data's
     int d_model, n_layers;
-    char block[CFG_STR_MAX]; // prenorm | fused (no MLP: the mixer is the whole block, KLA/Mamba style)
+    char block[CFG_STR_MAX]; // auto | prenorm | fused (no MLP: the mixer is the whole block, KLA/Mamba style)
     char norm[CFG_STR_MAX];  // layernorm | rmsnorm
     int norm_bias;
     MlpSection mlp;
@@ -56,6 +58,7 @@ enum { MLP_NONE, MLP_GELU, MLP_RELU, MLP_SWIGLU };
 
 typedef struct LayerParams {  // tensor indices of one block (-1 = absent)
     int ln1_w, ln1_b, ln2_w, ln2_b, fc_w, fc_b, proj_w, proj_b;
+    int fused;        // the block kind resolved: x += mixer(norm(x)) only
     int has_mlp;      // prenorm with an MLP; 0 for fused blocks and model.mlp.kind none
 } LayerParams;
 
@@ -136,6 +139,21 @@ void model_state_init(const Model *m, float *state, int B);
 // feed one token per sequence, tokens (B,): logits (B,V) of the next token; the state advances. Token by
 // token this reproduces model_forward's logits. -1 with e set for a bad id or a model that cannot step.
 int model_step(Model *m, float *state, const int *tokens, float *logits, int B, Err *e);
+
+// per-layer information for the tools (seqtrain --info and diag.jsonl, seqeval --attention-map), so that
+// they need not reach into the mixers' ops:
+// the kind of layer l's mixer ("attention", "kla", ...)
+const char *model_layer_name(const Model *m, int l);
+// what layer l keeps per sequence when decoding: a recurrent state of so many floats, and so many floats
+// cached per token (K and V; 0 for a recurrent mixer)
+size_t model_layer_state_size(const Model *m, int l);
+size_t model_layer_cache_per_token(const Model *m, int l);
+// add layer l's diagnostics (named per-head arrays, docs/mixers.md) to obj; 0 when its mixer reports none
+int model_layer_diag(const Model *m, int l, cJSON *obj);
+// attention-like layers: the number of heads (0: layer l has no attention map), and head h's softmax weights
+// P (T,T) of batch row b from the last forward (NaN where hidden)
+int model_layer_attn_heads(const Model *m, int l);
+void model_layer_attn_map(const Model *m, int l, int b, int h, float *P);
 
 // the predicted token of position i (< B*T of the caller's batch) of the last forward: the argmax of the
 // logits, or under KLA+ of the probability averaged over the samples (positions with a target only)

@@ -19,10 +19,13 @@
 #include "nn/activation.h"
 #include "nn/adamw.h"
 #include "nn/attention.h"
+#include "nn/blockdiag.h"
 #include "nn/conv.h"
 #include "nn/embedding.h"
+#include "nn/groupnorm.h"
 #include "nn/heads.h"
 #include "nn/kalman.h"
+#include "nn/linrec.h"
 #include "nn/matmul.h"
 #include "nn/norm.h"
 #include "nn/rotary.h"
@@ -179,6 +182,13 @@ VOID_(attention_probs,
        int HS),
       (P, q, k, lse, o, b, h, NH, T, HS))
 
+// blockdiag.h
+VOID_(blockdiag_forward, (float *out, const float *inp, const float *w, int N, int G, int Di, int Do),
+      (out, inp, w, N, G, Di, Do))
+VOID_(blockdiag_backward,
+      (float *dinp, float *dw, const float *dout, const float *inp, const float *w, int N, int G, int Di, int Do),
+      (dinp, dw, dout, inp, w, N, G, Di, Do))
+
 // conv.h
 VOID_(conv1d_causal_forward,
       (float *out, const float *inp, const float *weight, const float *bias, int B, int T, int C, int K),
@@ -195,6 +205,16 @@ VOID_(conv1d_causal_step,
 RET_(int, embedding_check_ids, (const int *ids, int N, int V), (ids, N, V))
 VOID_(embedding_forward, (float *out, const int *ids, const float *wte, int N, int C), (out, ids, wte, N, C))
 VOID_(embedding_backward, (float *dwte, const float *dout, const int *ids, int N, int C), (dwte, dout, ids, N, C))
+
+// groupnorm.h
+VOID_(groupnorm_forward,
+      (float *out, float *mean, float *rstd, const float *x, const float *z, const float *w, int N, int G, int D,
+       const GroupNormOpts *o),
+      (out, mean, rstd, x, z, w, N, G, D, o))
+VOID_(groupnorm_backward,
+      (float *dx, float *dz, float *dw, const float *dout, const float *x, const float *z, const float *w,
+       const float *mean, const float *rstd, int N, int G, int D, const GroupNormOpts *o),
+      (dx, dz, dw, dout, x, z, w, mean, rstd, N, G, D, o))
 
 // heads.h
 VOID_(heads_split, (float *dst, const float *src, int B, int T, int H, int D), (dst, src, B, T, H, D))
@@ -217,6 +237,23 @@ VOID_(kalman_step,
       (float *y, float *yvar, float *state, size_t stride, const float *v, const float *prec, const float *k,
        const float *q, const float *abar, const float *pbar, int B, int M, int S),
       (y, yvar, state, stride, v, prec, k, q, abar, pbar, B, M, S))
+
+// linrec.h
+RET_(size_t, linrec_state_size, (const LinrecDims *d), (d))
+RET_(size_t, linrec_ckpt_size, (const LinrecDims *d), (d))
+VOID_(linrec_state_init, (float *state, const LinrecDims *d), (state, d))
+VOID_(linrec_forward,
+      (float *o, float *m, float *ckpt, float *state, const float *q, const float *k, const float *v, const float *g,
+       const float *li, const LinrecDims *d),
+      (o, m, ckpt, state, q, k, v, g, li, d))
+VOID_(linrec_backward,
+      (float *dq, float *dk, float *dv, float *dg, float *dli, const float *dout, const float *dm, const float *ckpt,
+       const float *q, const float *k, const float *v, const float *g, const float *li, const LinrecDims *d),
+      (dq, dk, dv, dg, dli, dout, dm, ckpt, q, k, v, g, li, d))
+VOID_(linrec_step,
+      (float *o, float *m, float *state, const float *q, const float *k, const float *v, const float *g,
+       const float *li, const LinrecDims *d),
+      (o, m, state, q, k, v, g, li, d))
 
 // matmul.h
 VOID_(matmul, (float *C, const float *A, const float *B, int M, int N, int K, int transA, int transB, int accumulate),

@@ -54,6 +54,9 @@
 #define attention_backward ISA_FN(attention_backward)
 #define attention_backward_write ISA_FN(attention_backward_write)
 #define attention_probs ISA_FN(attention_probs)
+// blockdiag.c
+#define blockdiag_forward ISA_FN(blockdiag_forward)
+#define blockdiag_backward ISA_FN(blockdiag_backward)
 // conv.c
 #define conv1d_causal_forward ISA_FN(conv1d_causal_forward)
 #define conv1d_causal_backward ISA_FN(conv1d_causal_backward)
@@ -62,6 +65,9 @@
 #define embedding_check_ids ISA_FN(embedding_check_ids)
 #define embedding_forward ISA_FN(embedding_forward)
 #define embedding_backward ISA_FN(embedding_backward)
+// groupnorm.c
+#define groupnorm_forward ISA_FN(groupnorm_forward)
+#define groupnorm_backward ISA_FN(groupnorm_backward)
 // heads.c
 #define heads_split ISA_FN(heads_split)
 #define heads_merge ISA_FN(heads_merge)
@@ -72,6 +78,13 @@
 #define kalman_scan_backward ISA_FN(kalman_scan_backward)
 #define kalman_state_init ISA_FN(kalman_state_init)
 #define kalman_step ISA_FN(kalman_step)
+// linrec.c
+#define linrec_state_size ISA_FN(linrec_state_size)
+#define linrec_ckpt_size ISA_FN(linrec_ckpt_size)
+#define linrec_state_init ISA_FN(linrec_state_init)
+#define linrec_forward ISA_FN(linrec_forward)
+#define linrec_backward ISA_FN(linrec_backward)
+#define linrec_step ISA_FN(linrec_step)
 // matmul.c
 #define matmul ISA_FN(matmul)
 #define matmul_fused ISA_FN(matmul_fused)

@@ -51,7 +51,7 @@
 
 #include <stddef.h>
 #include "core/err.h"
-#include "model/params.h"
+#include "core/params.h"
 
 #define OPTIM_GROUP_PATTERNS 8   // patterns per group; unused entries are NULL
 #define OPTIM_NORM_CHUNK 4096    // floats per partial sum of squares (fixed, so norms ignore thread count)

@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "core/err.h"
-#include "model/params.h"
+#include "core/params.h"
 
 #define SAFETENSORS_NDIM_MAX 8
 #define SAFETENSORS_HEADER_MAX (100u << 20)  // the same bound as the reference reader

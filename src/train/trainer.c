@@ -313,20 +313,19 @@ static void print_layers_(const Model *m, int T) {
     printf("\n| layer | mixer | mixer parameters | decoding state (floats) | at T = %d |\n|---:|---|---:|---|---:|\n", T);
     size_t total = 0;
     for (int l = 0; l < m->L; l++) {
-        const MixerSpec *s = &m->mspec[l];
         char prefix[64];
         snprintf(prefix, sizeof prefix, "blocks.%d.mixer.", l);
         size_t n = 0;
         for (int k = 0; k < m->pt.n; k++)
             if (!strncmp(m->pt.t[k].name, prefix, strlen(prefix))) n += m->pt.t[k].numel;
-        size_t fixed = s->ops->state_size ? s->ops->state_size(s) : 0;
-        size_t per_tok = s->ops->cache_per_token ? s->ops->cache_per_token(s) : 0;
+        size_t fixed = model_layer_state_size(m, l), per_tok = model_layer_cache_per_token(m, l);
         size_t at_T = fixed + per_tok * (size_t)T;
         total += at_T;
         char what[96];
         if (per_tok) snprintf(what, sizeof what, "%zu per token (KV cache)", per_tok);
         else snprintf(what, sizeof what, "%zu (recurrent)", fixed);
-        printf("| %d | %s%s | %zu | %s | %zu |\n", l, s->ops->name, m->lp[l].has_mlp ? "" : " (no MLP)", n, what, at_T);
+        printf("| %d | %s%s | %zu | %s | %zu |\n", l, model_layer_name(m, l), m->lp[l].has_mlp ? "" : " (no MLP)", n,
+               what, at_T);
     }
     printf("| all | | | | %zu |\n", total);
 }
@@ -513,17 +512,21 @@ static int diag_write_(const Trainer *t, Err *e) {
     const Model *m = &t->model;
     FILE *f = NULL;
     for (int l = 0; l < m->L; l++) {
-        const Mixer *mx = &m->mix[l];
-        if (!mx->spec->ops->diag) continue;
-        if (!f) {
-            char path[1200];
-            snprintf(path, sizeof path, "%s/diag.jsonl", t->run_dir);
-            if (!(f = fopen(path, "a"))) return err_set(e, "cannot write %s: %s", path, strerror(errno));
-        }
         cJSON *o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "step", (double)t->step);
         cJSON_AddNumberToObject(o, "layer", l);
-        mx->spec->ops->diag(mx, o);
+        if (!model_layer_diag(m, l, o)) {
+            cJSON_Delete(o);
+            continue;
+        }
+        if (!f) {
+            char path[1200];
+            snprintf(path, sizeof path, "%s/diag.jsonl", t->run_dir);
+            if (!(f = fopen(path, "a"))) {
+                cJSON_Delete(o);
+                return err_set(e, "cannot write %s: %s", path, strerror(errno));
+            }
+        }
         char *txt = cJSON_PrintUnformatted(o);
         fprintf(f, "%s\n", txt);
         cJSON_free(txt);

@@ -1,0 +1,168 @@
+/*
+ * Linear-recurrence engine benchmark (not a test): forward + backward time of the chunkwise-parallel engine
+ * (nn/linrec.h) next to a naive sequential scan of the same recurrence, in one run on the same threads, for
+ * each decay form, at T = 512, 2048, 8192 (B = 4, H = 4, Dk = Dv = 64 by default); the ratio at each T and the
+ * exponent p of time ~ T^p fitted over the measured lengths (1 for a linear-time scan).
+ *
+ * The naive scan is what one writes first: token by token, S = a S + k v^T and o = S^T q, keeping every S_t
+ * for the backward (T Dk Dv floats per (b,h): what the chunked form avoids), then the reverse sweep
+ * dS += q do^T, dq = S do, dk = dS v, dv = dS^T k, dS = a dS. Inner loops run over Dv (contiguous), so the
+ * compiler vectorises them; parallel over (b,h) like the engine.
+ *
+ *   make benches && OMP_NUM_THREADS=2 build/release/bench/linrec [--T 512,2048,8192] [--B 4] [--H 4]
+ *       [--D 64] [--chunk 64] [--reps 3] [--naive-max-T 8192]
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+#include "core/timer.h"
+#include "nn/linrec.h"
+
+#define MAX_T 16
+
+static float *filled_(size_t n, unsigned seed, float lo, float hi) {
+    float *x = malloc(n * sizeof(float));
+    if (!x) { fprintf(stderr, "out of memory (%zu floats)\n", n); exit(1); }
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        x[i] = lo + (hi - lo) * ((seed >> 8) * (1.0f / 16777216.0f));
+    }
+    return x;
+}
+
+// the naive scan: forward keeping every state, backward by the reverse sweep; per (b,h) a (T+1, K, V) buffer
+static void naive_fwd_bwd_(float *o, float *dq, float *dk, float *dv, float *dg, const float *q, const float *k,
+                           const float *v, const float *g, const float *dout, const LinrecDims *d) {
+    int T = d->T, H = d->H, K = d->Dk, V = d->Dv, chan = d->decay == LINREC_CHANNEL;
+    size_t KV = (size_t)K * V;
+#pragma omp parallel
+    {
+        float *S = malloc((size_t)(T + 1) * KV * sizeof(float)), *dS = malloc(KV * sizeof(float));
+        float *a = malloc((size_t)K * sizeof(float));
+#pragma omp for schedule(dynamic, 1)
+        for (int bh = 0; bh < d->B * H; bh++) {
+            int b = bh / H, h = bh % H;
+            memset(S, 0, KV * sizeof(float));
+            for (int t = 0; t < T; t++) {
+                size_t r = ((size_t)b * T + t) * H + h;
+                for (int i = 0; i < K; i++)
+                    a[i] = d->decay == LINREC_NONE ? 1.0f : expf(chan ? g[r * K + i] : d->decay == LINREC_HEAD ? g[h] : g[r]);
+                const float *Sp = S + (size_t)t * KV;
+                float *Sn = S + (size_t)(t + 1) * KV, *orow = o + r * V;
+                memset(orow, 0, (size_t)V * sizeof(float));
+                for (int i = 0; i < K; i++) {
+                    float ki = k[r * K + i], qi = d->scale * q[r * K + i];
+                    for (int j = 0; j < V; j++) {
+                        Sn[i * V + j] = a[i] * Sp[i * V + j] + ki * v[r * V + j];
+                        orow[j] += qi * Sn[i * V + j];
+                    }
+                }
+            }
+            memset(dS, 0, KV * sizeof(float));
+            for (int t = T - 1; t >= 0; t--) {
+                size_t r = ((size_t)b * T + t) * H + h;
+                const float *St = S + (size_t)(t + 1) * KV, *Sp = S + (size_t)t * KV, *dor = dout + r * V;
+                for (int i = 0; i < K; i++)
+                    a[i] = d->decay == LINREC_NONE ? 1.0f : expf(chan ? g[r * K + i] : d->decay == LINREC_HEAD ? g[h] : g[r]);
+                float dgs = 0.0f;
+                for (int i = 0; i < K; i++) {
+                    float qi = d->scale * q[r * K + i], acc_q = 0.0f, acc_k = 0.0f, acc_g = 0.0f;
+                    for (int j = 0; j < V; j++) {
+                        dS[i * V + j] += qi * dor[j];
+                        acc_q += St[i * V + j] * dor[j];
+                        acc_k += dS[i * V + j] * v[r * V + j];
+                        dv[r * V + j] += dS[i * V + j] * k[r * K + i];
+                        acc_g += dS[i * V + j] * Sp[i * V + j];
+                        dS[i * V + j] *= a[i];
+                    }
+                    dq[r * K + i] += d->scale * acc_q;
+                    dk[r * K + i] += acc_k;
+                    if (chan) dg[r * K + i] += acc_g * a[i];
+                    else dgs += acc_g * a[i];
+                }
+                if (d->decay == LINREC_TOKEN) dg[r] += dgs;
+            }
+        }
+        free(S); free(dS); free(a);
+    }
+}
+
+static void parse_list_(const char *s, int *out, int *n) {
+    *n = 0;
+    while (*s && *n < MAX_T) {
+        out[(*n)++] = atoi(s);
+        const char *c = strchr(s, ',');
+        if (!c) break;
+        s = c + 1;
+    }
+}
+
+int main(int argc, char **argv) {
+    int Ts[MAX_T] = {512, 2048, 8192}, nT = 3, B = 4, H = 4, D = 64, chunk = 64, reps = 3, naive_max = 8192;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v) { fprintf(stderr, "%s: missing value\n", a); return 2; }
+        if (!strcmp(a, "--T")) parse_list_(v, Ts, &nT);
+        else if (!strcmp(a, "--B")) B = atoi(v);
+        else if (!strcmp(a, "--H")) H = atoi(v);
+        else if (!strcmp(a, "--D")) D = atoi(v);
+        else if (!strcmp(a, "--chunk")) chunk = atoi(v);
+        else if (!strcmp(a, "--reps")) reps = atoi(v);
+        else if (!strcmp(a, "--naive-max-T")) naive_max = atoi(v);
+        else { fprintf(stderr, "unknown argument %s\n", a); return 2; }
+        i++;
+    }
+    if (B < 1 || H < 1 || D < 1 || chunk < 1 || reps < 1 || nT < 1) { fprintf(stderr, "bad sizes\n"); return 2; }
+    printf("linrec engine vs naive sequential scan: B=%d H=%d Dk=Dv=%d chunk=%d, %d threads, median of %d\n\n", B, H, D,
+           chunk, bench_threads(), reps);
+    printf("| decay | T | chunked fwd+bwd (ms) | naive fwd+bwd (ms) | speed-up | chunked tokens/s |\n");
+    printf("|---|---:|---:|---:|---:|---:|\n");
+    const char *names[4] = {"none", "head", "token", "channel"};
+    for (int decay = 0; decay < 4; decay++) {
+        double tch[MAX_T];
+        for (int ti = 0; ti < nT; ti++) {
+            int T = Ts[ti];
+            LinrecDims d = {B, T, H, D, D, decay, 0, chunk, 1.0f / sqrtf((float)D)};
+            size_t BTH = (size_t)B * T * H, nK = BTH * D;
+            size_t ng = decay == LINREC_HEAD ? (size_t)H : decay == LINREC_TOKEN ? BTH : decay == LINREC_CHANNEL ? nK : 1;
+            float *q = filled_(nK, 1, -1, 1), *k = filled_(nK, 2, -1, 1), *v = filled_(nK, 3, -1, 1);
+            float *g = filled_(ng, 4, -0.5f, -0.01f), *dout = filled_(nK, 5, -1, 1), *o = malloc(nK * sizeof(float));
+            float *dq = calloc(nK, sizeof(float)), *dk = calloc(nK, sizeof(float)), *dv = calloc(nK, sizeof(float));
+            float *dg = calloc(ng, sizeof(float)), *ck = malloc(linrec_ckpt_size(&d) * sizeof(float));
+            double t1[32], t2[32];
+            for (int r = -1; r < reps; r++) {  // one untimed warm-up
+                double t0 = time_now_s();
+                linrec_forward(o, NULL, ck, NULL, q, k, v, decay ? g : NULL, NULL, &d);
+                linrec_backward(dq, dk, dv, decay ? dg : NULL, NULL, dout, NULL, ck, q, k, v, decay ? g : NULL, NULL, &d);
+                if (r >= 0) t1[r] = time_now_s() - t0;
+            }
+            tch[ti] = bench_median(t1, reps);
+            double tn = NAN;
+            if (T <= naive_max) {
+                for (int r = 0; r < reps; r++) {
+                    double t0 = time_now_s();
+                    naive_fwd_bwd_(o, dq, dk, dv, dg, q, k, v, g, dout, &d);
+                    t2[r] = time_now_s() - t0;
+                }
+                tn = bench_median(t2, reps);
+            }
+            printf("| %s | %d | %.1f | %.1f | %.2fx | %.0f |\n", names[decay], T, 1e3 * tch[ti], 1e3 * tn, tn / tch[ti],
+                   (double)B * T / tch[ti]);
+            fflush(stdout);
+            free(q); free(k); free(v); free(g); free(dout); free(o); free(dq); free(dk); free(dv); free(dg); free(ck);
+        }
+        if (nT > 1) {  // least-squares slope of log time on log T
+            double sx = 0, sy = 0, sxx = 0, sxy = 0;
+            for (int ti = 0; ti < nT; ti++) {
+                double x = log((double)Ts[ti]), y = log(tch[ti]);
+                sx += x, sy += y, sxx += x * x, sxy += x * y;
+            }
+            double p = (nT * sxy - sx * sy) / (nT * sxx - sx * sx);
+            printf("| %s | time ~ T^p | p = %.3f | | | |\n", names[decay], p);
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,29 @@
+/*
+ * The out-of-line half of mixers/mixer_kit.h: tensor declaration under a layer prefix and the head-size
+ * resolution every multi-head mixer does in its check.
+ */
+#include "mixers/mixer_kit.h"
+
+#include <stdio.h>
+
+int mixer_heads_resolve(const char *path, int C, int heads, int head_dim, int max_dim, int *D, Err *e) {
+    if (head_dim == 0) {
+        if (C % heads) return err_set(e, "%s.heads: %d does not divide the model width %d; set head_dim", path, heads, C);
+        *D = C / heads;
+    } else {
+        *D = head_dim;
+    }
+    if (max_dim > 0 && *D > max_dim) return err_set(e, "%s.head_dim: %d is above %d", path, *D, max_dim);
+    return 0;
+}
+
+int mixer_param_add(ParamTable *pt, const char *prefix, const char *suffix, int ndim, const int *shape,
+                    ParamInit init, int decay, Err *e) {
+    char name[PARAM_NAME_MAX];
+    // snprintf truncates silently, and a truncated name is another tensor's name or a wrong one: say so
+    int n = snprintf(name, sizeof name, "%s.%s", prefix, suffix);
+    if (n < 0 || (size_t)n >= sizeof name)
+        return err_set(e, "parameter name '%s.%s' is too long (at most %d characters)", prefix, suffix,
+                       PARAM_NAME_MAX - 1);
+    return param_add(pt, name, ndim, shape, init, decay, e);
+}

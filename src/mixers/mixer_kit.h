@@ -1,0 +1,78 @@
+/*
+ * What every mixer file needs besides its own maths, in one place so that a new mixer does not start by
+ * copying the last one's macros: the row of an options schema, declaring a tensor under the layer's
+ * prefix, laying saved activations out one after another, resolving heads x head size against the width,
+ * and the scalar gate functions (softplus, sigmoid, logsigmoid, the inverse softplus that raw parameters
+ * are initialised with). docs/mixers.md ("Adding a mixer") shows them in use.
+ */
+#ifndef SEQ_MIXER_KIT_H
+#define SEQ_MIXER_KIT_H
+
+#include <math.h>
+#include <stddef.h>
+
+#include "core/config.h"
+#include "core/err.h"
+#include "core/params.h"
+
+// ----------------------------------------------------------------------------
+// options schema
+
+// one CfgKey of a mixer's schema, bound into `field` of its options struct OptsType; a mixer file wraps it
+// once: #define KEY_(...) MIXER_KEY(XxxOpts, __VA_ARGS__)
+#define MIXER_KEY(OptsType, name, type, field, def, lo, hi, choices, doc) \
+    {name, type, offsetof(OptsType, field), def, lo, hi, {choices}, NULL, doc}
+
+// resolve heads and head_dim (0 = C / heads) into *D, the channels per head. Errors name the key path:
+// `path.heads` when heads do not divide the width C (and head_dim is 0), `path.head_dim` when D is above
+// max_dim (0 = no limit; mixers with per-head arrays of fixed size set it). Returns 0 or -1 with e set.
+int mixer_heads_resolve(const char *path, int C, int heads, int head_dim, int max_dim, int *D, Err *e);
+
+// ----------------------------------------------------------------------------
+// parameters
+
+// declare the tensor "prefix.suffix" into pt (shape, init rule, weight-decay default: 1 for matrices, 0 for
+// vectors and per-head scalars); returns its index, or -1 with e set (a name too long or declared twice)
+int mixer_param_add(ParamTable *pt, const char *prefix, const char *suffix, int ndim, const int *shape,
+                    ParamInit init, int decay, Err *e);
+
+// the same inside a mixer's params function, whose arguments are named pt, prefix and e as in MixerOps:
+// returns -1 from it on an error, so the declarations read one tensor a line
+//   MIXER_ADD("wo", 2, ((int[]){C, HD}), init_normal(std_out), 1);
+#define MIXER_ADD(suffix, ndim, shape, init, decay) \
+    do { if (mixer_param_add(pt, prefix, suffix, ndim, shape, init, decay, e) < 0) return -1; } while (0)
+
+// ----------------------------------------------------------------------------
+// saved activations
+
+// the next `count` floats of an activation layout: base + *n, and *n advances, when cond holds; NULL (and
+// *n unchanged) when the buffer is absent (!cond). With base NULL it only counts, so one layout function
+// gives both act_size (base NULL) and the pointers (base = m->acts):
+//   a->q_lin = mixer_take(base, &n, BT * HD, o->qk_norm);
+static inline float *mixer_take(float *base, size_t *n, size_t count, int cond) {
+    if (!cond) return NULL;
+    float *p = base ? base + *n : NULL;
+    *n += count;
+    return p;
+}
+
+// ----------------------------------------------------------------------------
+// scalar gates, in double. Safe for any finite x: no exp of a large positive number reaches a result
+// (softplus(x) = x above 30, where log1p(e^x) - x < 1e-13; the sigmoids only ever take exp(-|x|) <= 1, one
+// exp for either sign, then pick the numerator).
+
+static inline double mixer_softplus(double x) { return x > 30.0 ? x : log1p(exp(x)); }
+
+// softplus^{-1}(y) = log(e^y - 1), y > 0: the raw value that a softplus-parameterised quantity starts from
+static inline double mixer_inv_softplus(double y) { return y > 30.0 ? y : log(expm1(y)); }
+
+// 1 / (1 + e^-x) for x >= 0, e^x / (1 + e^x) below
+static inline double mixer_sigmoid(double x) {
+    double z = exp(-fabs(x));
+    return (x >= 0 ? 1.0 : z) / (1.0 + z);
+}
+
+// log sigmoid(x) = -softplus(-x) = min(x, 0) - log(1 + e^-|x|); its derivative is sigmoid(-x)
+static inline double mixer_logsigmoid(double x) { return fmin(x, 0.0) - log1p(exp(-fabs(x))); }
+
+#endif
