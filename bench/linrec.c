@@ -9,6 +9,11 @@
  * dS += q do^T, dq = S do, dk = dS v, dv = dS^T k, dS = a dS. Inner loops run over Dv (contiguous), so the
  * compiler vectorises them; parallel over (b,h) like the engine.
  *
+ * Work: the naive scan does 16 Dk Dv flops per token and head (forward: S = a S + k v^T, o = S^T q, 5 flops an
+ * element; backward: dS += q do^T, dq, dk, dv, the decay's gradient and dS *= a, 11); the chunked form does
+ * at least as much (the same state products plus the in-chunk scores), so "GFLOP/s" counts this naive work for
+ * both: the chunked column is how fast it gets the same result, not its own flop rate.
+ *
  *   make benches && OMP_NUM_THREADS=2 build/release/bench/linrec [--T 512,2048,8192] [--B 4] [--H 4]
  *       [--D 64] [--chunk 64] [--reps 3] [--naive-max-T 8192]
  */
@@ -118,8 +123,8 @@ int main(int argc, char **argv) {
     if (B < 1 || H < 1 || D < 1 || chunk < 1 || reps < 1 || nT < 1) { fprintf(stderr, "bad sizes\n"); return 2; }
     printf("linrec engine vs naive sequential scan: B=%d H=%d Dk=Dv=%d chunk=%d, %d threads, median of %d\n\n", B, H, D,
            chunk, bench_threads(), reps);
-    printf("| decay | T | chunked fwd+bwd (ms) | naive fwd+bwd (ms) | speed-up | chunked tokens/s |\n");
-    printf("|---|---:|---:|---:|---:|---:|\n");
+    printf("| decay | T | chunked fwd+bwd (ms) | naive fwd+bwd (ms) | speed-up | chunked tokens/s | chunked GFLOP/s | naive GFLOP/s |\n");
+    printf("|---|---:|---:|---:|---:|---:|---:|---:|\n");
     const char *names[4] = {"none", "head", "token", "channel"};
     for (int decay = 0; decay < 4; decay++) {
         double tch[MAX_T];
@@ -149,8 +154,9 @@ int main(int argc, char **argv) {
                 }
                 tn = bench_median(t2, reps);
             }
-            printf("| %s | %d | %.1f | %.1f | %.2fx | %.0f |\n", names[decay], T, 1e3 * tch[ti], 1e3 * tn, tn / tch[ti],
-                   (double)B * T / tch[ti]);
+            double work = 16.0 * D * D * B * H * T * 1e-9;  // the naive scan's GFLOP (see the top comment)
+            printf("| %s | %d | %.1f | %.1f | %.2fx | %.0f | %.1f | %.1f |\n", names[decay], T, 1e3 * tch[ti], 1e3 * tn,
+                   tn / tch[ti], (double)B * T / tch[ti], work / tch[ti], work / tn);
             fflush(stdout);
             free(q); free(k); free(v); free(g); free(dout); free(o); free(dq); free(dk); free(dv); free(dg); free(ck);
         }
@@ -161,7 +167,7 @@ int main(int argc, char **argv) {
                 sx += x, sy += y, sxx += x * x, sxy += x * y;
             }
             double p = (nT * sxy - sx * sy) / (nT * sxx - sx * sx);
-            printf("| %s | time ~ T^p | p = %.3f | | | |\n", names[decay], p);
+            printf("| %s | time ~ T^p | p = %.3f | | | | | |\n", names[decay], p);
         }
     }
     return 0;

@@ -1,6 +1,7 @@
 /*
  * One mixer on its own, outside a model, for the mixer tests: build it from a JSON spec at width C with its
- * own parameter table, size its activations for (B,T), and the loss L = sum(dy * y) the gradient checks use.
+ * own parameter table, size its activations for (B,T), and the loss L = sum(dy * y) the gradient checks use;
+ * then the checks the chunked, recurrent mixers share (chunk invariance, step == forward, refused options).
  */
 #ifndef SEQ_TEST_MIXER_LAYER_H
 #define SEQ_TEST_MIXER_LAYER_H
@@ -109,6 +110,16 @@ static inline void layer_gradcheck_all(Layer *L, const char *what, GcRng *r, dou
     free(g); free(dx); free(c.x); free(c.y); free(c.dy);
 }
 
+// layer_gradcheck_all, then every tensor must carry gradient above gmin: a check at atol 1e-4 proves little
+// for a gradient below it
+static inline void layer_gradcheck_carried(Layer *L, const char *what, GcRng *r, double h, double gmin) {
+    double *gmax = (double *)malloc((size_t)L->pt.n * sizeof(double));
+    layer_gradcheck_all(L, what, r, h, gmax);
+    for (int k = 0; k < L->pt.n; k++)
+        CHECK(gmax[k] > gmin, "%s: %s carries gradient (max|g| %.3g > %g)", what, L->pt.t[k].name, gmax[k], gmin);
+    free(gmax);
+}
+
 static inline int param_index_(const Layer *L, const char *suffix) {
     char name[PARAM_NAME_MAX];
     snprintf(name, sizeof name, "mixer.%s", suffix);
@@ -120,16 +131,28 @@ static inline void layer_perturb(Layer *L, GcRng *r, float std) {
     for (size_t i = 0; i < L->pt.numel; i++) L->params[i] += std * gc_normal(r);
 }
 
-// forward and backward of x, dy (B,T,C) at the layer's shape: dx (B,T,C) and the parameter gradients (in
-// L->grads) from zero
-static inline void layer_grads(Layer *L, const float *x, const float *dy, float *dx) {
+// forward and backward of x, dy (B,T,C) at the layer's shape: y and dx (B,T,C), and the parameter gradients
+// (in L->grads) from zero
+static inline void layer_grads(Layer *L, const float *x, const float *dy, float *y, float *dx) {
     size_t n = (size_t)L->B * L->T * L->C;
-    float *y = (float *)malloc(n * sizeof(float));
     memset(dx, 0, n * sizeof(float));
     memset(L->grads, 0, L->pt.numel * sizeof(float));
     L->spec.ops->forward(&L->m, y, x, L->B, L->T);
     L->spec.ops->backward(&L->m, dx, dy, x, L->B, L->T);
-    free(y);
+}
+
+// forward and backward of x, dy ~ N(0, 1) drawn from r at the layer's shape (long T, extreme gates): whether the
+// outputs, dx and every parameter gradient are finite
+static inline int layer_grads_finite(Layer *L, GcRng *r) {
+    size_t n = (size_t)L->B * L->T * L->C;
+    float *x = gc_randn(r, n, 1.0f), *dy = gc_randn(r, n, 1.0f);
+    float *y = (float *)malloc(n * sizeof(float)), *dx = (float *)malloc(n * sizeof(float));
+    layer_grads(L, x, dy, y, dx);
+    int finite = 1;
+    for (size_t i = 0; i < n; i++) finite &= isfinite(y[i]) && isfinite(dx[i]);
+    for (size_t i = 0; i < L->pt.numel; i++) finite &= isfinite(L->grads[i]);
+    free(x); free(dy); free(y); free(dx);
+    return finite;
 }
 
 // recurrent decoding against the full forward on x (B,T,C): the largest |step - forward| over every output,
@@ -157,6 +180,95 @@ static inline double layer_step_error(Layer *L, const float *x, double *scale) {
     }
     free(y); free(state); free(xt); free(yt);
     return worst;
+}
+
+// ----------------------------------------------------------------------------
+// the checks every chunked, recurrent mixer shares: chunk invariance, decoding, options it refuses
+
+// how a test moves a layer's parameters off its init before a check (layer_perturb at some std, or its own
+// ranges for the dynamics), drawing from r
+typedef void (*LayerPerturbFn)(Layer *L, GcRng *r);
+
+// what layer_chunk_diff finds: the largest differences from the first chunk size's results, and the scales
+typedef struct ChunkDiff {
+    double y, g;              // max|y - y_ref|; max|dx - dx_ref| and max|grad - grad_ref| over every parameter
+    double y_scale, g_scale;  // max|y_ref|; max|dx_ref| and max|grad_ref|
+} ChunkDiff;
+
+// the chunk size changes memory and speed, not results: the layer of json (an object without "chunk") with
+// "chunk" set to each of chunks[0..n_chunks), at width C and (B,T), built from seed 5 and moved by perturb on
+// GcRng {6}, then the forward and backward of x and dy ~ N(0, 1) drawn after; *d gets the largest differences
+// from chunks[0]'s outputs and gradients. Returns 0, or -1 where a layer could not be built.
+static inline int layer_chunk_diff(ChunkDiff *d, const char *json, const int *chunks, int n_chunks, int C, int B,
+                                   int T, LayerPerturbFn perturb) {
+    size_t n = (size_t)B * T * C, np = 0;
+    float *ref_y = NULL, *ref_dx = NULL, *ref_g = NULL;
+    int rc = 0;
+    memset(d, 0, sizeof *d);
+    for (int ci = 0; ci < n_chunks; ci++) {
+        char js[256];
+        snprintf(js, sizeof js, "%.*s, \"chunk\": %d}", (int)strlen(json) - 1, json, chunks[ci]);
+        Layer L;
+        if ((rc = layer_build_(&L, js, C, 5))) break;
+        layer_shape_(&L, B, T);
+        GcRng r = {6};
+        perturb(&L, &r);
+        float *x = gc_randn(&r, n, 1.0f), *dy = gc_randn(&r, n, 1.0f);
+        float *y = (float *)malloc(n * sizeof(float)), *dx = (float *)malloc(n * sizeof(float));
+        layer_grads(&L, x, dy, y, dx);
+        if (!ref_y) {
+            ref_y = y, ref_dx = dx, np = L.pt.numel;
+            ref_g = (float *)malloc(np * sizeof(float));
+            memcpy(ref_g, L.grads, np * sizeof(float));
+            for (size_t i = 0; i < n; i++) {
+                d->y_scale = fmax(d->y_scale, fabs(y[i]));
+                d->g_scale = fmax(d->g_scale, fabs(dx[i]));
+            }
+            for (size_t i = 0; i < np; i++) d->g_scale = fmax(d->g_scale, fabs(ref_g[i]));
+        } else {
+            for (size_t i = 0; i < n; i++) {
+                d->y = fmax(d->y, fabs((double)y[i] - ref_y[i]));
+                d->g = fmax(d->g, fabs((double)dx[i] - ref_dx[i]));
+            }
+            for (size_t i = 0; i < np; i++) d->g = fmax(d->g, fabs((double)L.grads[i] - ref_g[i]));
+            free(y); free(dx);
+        }
+        free(x); free(dy);
+        layer_free_(&L);
+    }
+    free(ref_y); free(ref_dx); free(ref_g);
+    return rc;
+}
+
+// recurrent decoding of the layer of json at width 16 and (B,T) = (3,40), built from seed 13 and moved by
+// perturb on GcRng {14}, against its full forward on x ~ N(0, 1) drawn after: layer_step_error's largest
+// |step - forward|, and in *scale the largest |forward| (infinity and 0 where the layer could not be built)
+static inline double layer_decode_error(const char *json, LayerPerturbFn perturb, double *scale) {
+    int C = 16, B = 3, T = 40;
+    Layer L;
+    *scale = 0;
+    if (layer_build_(&L, json, C, 13)) return INFINITY;
+    layer_shape_(&L, B, T);
+    GcRng r = {14};
+    perturb(&L, &r);
+    float *x = gc_randn(&r, (size_t)B * T * C, 1.0f);
+    double worst = layer_step_error(&L, x, scale);
+    free(x);
+    layer_free_(&L);
+    return worst;
+}
+
+// options that make no sense: the spec json at width C is refused, with a message that contains want (the key
+// path, or what is wrong)
+static inline void layer_check_error(const char *json, int C, const char *want) {
+    MixerSpec s;
+    Err e = {{0}};
+    cJSON *j = cJSON_Parse(json);
+    int rc = mixer_spec_parse(&s, j, NULL, "model.mixer", C, &e);
+    cJSON_Delete(j);
+    CHECK(rc != 0, "refused: %s", json);
+    CHECK_CONTAINS(e.msg, want, "the error for %s contains \"%s\"", json, want);
+    if (rc == 0) mixer_spec_free(&s);
 }
 
 #endif

@@ -4,7 +4,7 @@
  *     variance a^2 P + pbar; update with gain K = P k / (k^2 P + 1/Lambda^v)) computed here in double;
  *   - gradient checks of dx and of every tensor (a, p, Delta, lambda_skip included) under every variant,
  *     with the dynamics moved to where their gradients are well above the tolerance;
- *   - the chunked backward gives the same gradients for any checkpoint interval;
+ *   - the chunked backward gives the same outputs and gradients for any checkpoint interval;
  *   - recurrent decoding (step) matches the full-sequence forward to 1e-4;
  *   - the no-process-noise ablation stays finite at long T (the 1e-12 floor on pbar).
  */
@@ -91,11 +91,7 @@ static void check_case_(const char *what, const char *json, int sample) {
     layer_shape_(&L, B, T);
     GcRng r = {404};
     perturb_(&L, &r);
-    double gmax[64];
-    layer_gradcheck_all(&L, what, &r, KLA_GC_H, gmax);
-    // a check at atol 1e-4 proves little for a gradient below it
-    for (int k = 0; k < L.pt.n; k++)
-        CHECK(gmax[k] > 1e-2, "%s: %s carries gradient (max|g| %.3g > 1e-2)", what, L.pt.t[k].name, gmax[k]);
+    layer_gradcheck_carried(&L, what, &r, KLA_GC_H, 1e-2);
     layer_free_(&L);
 }
 
@@ -117,72 +113,20 @@ static void test_gradients(void) {
 // chunked recomputation: the checkpoint interval changes memory, not results
 
 static void test_chunk_invariance(void) {
-    int C = 8, B = 2, T = 50;
     const int chunks[3] = {1, 7, 64};
-    float *ref_dx = NULL, *ref_g = NULL;
-    size_t n = (size_t)B * T * C, np = 0;
-    double worst = 0;
-    for (int ci = 0; ci < 3; ci++) {
-        char json[128];
-        snprintf(json, sizeof json, "{\"kind\": \"kla\", \"d_state\": 4, \"chunk\": %d}", chunks[ci]);
-        Layer L;
-        if (layer_build_(&L, json, C, 5)) return;
-        layer_shape_(&L, B, T);
-        GcRng r = {6};
-        perturb_(&L, &r);
-        float *x = gc_randn(&r, n, 1.0f), *y = malloc(n * sizeof(float)), *dy = gc_randn(&r, n, 1.0f);
-        float *dx = calloc(n, sizeof(float));
-        L.spec.ops->forward(&L.m, y, x, B, T);
-        L.spec.ops->backward(&L.m, dx, dy, x, B, T);
-        if (!ref_dx) {
-            ref_dx = dx;
-            np = L.pt.numel;
-            ref_g = malloc(np * sizeof(float));
-            memcpy(ref_g, L.grads, np * sizeof(float));
-        } else {
-            for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs((double)dx[i] - ref_dx[i]));
-            for (size_t i = 0; i < np; i++) worst = fmax(worst, fabs((double)L.grads[i] - ref_g[i]));
-            free(dx);
-        }
-        free(x); free(y); free(dy);
-        layer_free_(&L);
-    }
-    CHECK(worst == 0.0, "kla backward: chunk 1, 7 and 64 give identical gradients (max|d| %.2g)", worst);
-    free(ref_dx); free(ref_g);
+    ChunkDiff d;
+    int rc = layer_chunk_diff(&d, "{\"kind\": \"kla\", \"d_state\": 4}", chunks, 3, 8, 2, 50, perturb_);
+    CHECK(rc == 0 && d.y == 0.0 && d.g == 0.0,
+          "kla: chunk 1, 7 and 64 give identical outputs and gradients (max|d| %.2g, %.2g)", d.y, d.g);
 }
 
 // ----------------------------------------------------------------------------
 // recurrent decoding
 
 static void check_step_(const char *what, const char *json) {
-    int C = 16, B = 3, T = 40;
-    Layer L;
-    if (layer_build_(&L, json, C, 13)) return;
-    layer_shape_(&L, B, T);
-    GcRng r = {14};
-    perturb_(&L, &r);
-    size_t n = (size_t)B * T * C;
-    float *x = gc_randn(&r, n, 1.0f), *y = malloc(n * sizeof(float));
-    L.spec.ops->forward(&L.m, y, x, B, T);
-    size_t ss = L.spec.ops->state_size(&L.spec);
-    float *state = malloc((size_t)B * ss * sizeof(float)), *xt = malloc((size_t)B * C * sizeof(float));
-    float *yt = malloc((size_t)B * C * sizeof(float));
-    L.spec.ops->state_init(&L.m, state, B);
-    double worst = 0, scale = 0;
-    for (int t = 0; t < T; t++) {
-        for (int b = 0; b < B; b++) memcpy(xt + (size_t)b * C, x + ((size_t)b * T + t) * C, (size_t)C * sizeof(float));
-        L.spec.ops->step(&L.m, state, yt, xt, B);
-        for (int b = 0; b < B; b++)
-            for (int c = 0; c < C; c++) {
-                double full = y[((size_t)b * T + t) * C + c];
-                worst = fmax(worst, fabs(full - yt[(size_t)b * C + c]));
-                scale = fmax(scale, fabs(full));
-            }
-    }
+    double scale, worst = layer_decode_error(json, perturb_, &scale);
     CHECK(worst < 1e-4 && scale > 1e-2, "%s: token-by-token decoding = full forward (max|d| %.2g, max|y| %.2g)",
           what, worst, scale);
-    free(x); free(y); free(state); free(xt); free(yt);
-    layer_free_(&L);
 }
 
 static void test_step(void) {
@@ -202,16 +146,8 @@ static void test_no_noise_long(void) {
                          "\"dt_max\": 0.5}", C, 3)) return;
     layer_shape_(&L, B, T);
     GcRng r = {4};
-    size_t n = (size_t)B * T * C;
-    float *x = gc_randn(&r, n, 1.0f), *y = malloc(n * sizeof(float)), *dy = gc_randn(&r, n, 1.0f);
-    float *dx = calloc(n, sizeof(float));
-    L.spec.ops->forward(&L.m, y, x, B, T);
-    L.spec.ops->backward(&L.m, dx, dy, x, B, T);
-    int finite = 1;
-    for (size_t i = 0; i < n; i++) finite &= isfinite(y[i]) && isfinite(dx[i]);
-    for (size_t i = 0; i < L.pt.numel; i++) finite &= isfinite(L.grads[i]);
-    CHECK(finite, "kla without process noise: outputs and gradients finite at T = %d (abar^2 down to e^-1)", T);
-    free(x); free(y); free(dy); free(dx);
+    CHECK(layer_grads_finite(&L, &r),
+          "kla without process noise: outputs and gradients finite at T = %d (abar^2 down to e^-1)", T);
     layer_free_(&L);
 }
 

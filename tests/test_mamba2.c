@@ -157,10 +157,7 @@ static void check_grad_(const char *what, const char *json) {
     layer_shape_(&L, B, T);
     GcRng r = {404};
     perturb_(&L, &r);
-    double gmax[64];
-    layer_gradcheck_all(&L, what, &r, M2_GC_H, gmax);
-    for (int k = 0; k < L.pt.n; k++)
-        CHECK(gmax[k] > 1e-2, "%s: %s carries gradient (max|g| %.3g > 1e-2)", what, L.pt.t[k].name, gmax[k]);
+    layer_gradcheck_carried(&L, what, &r, M2_GC_H, 1e-2);
     layer_free_(&L);
 }
 
@@ -175,79 +172,22 @@ static void test_gradients(void) {
 // the chunk size: memory and speed, not results
 
 static void test_chunk_invariance(void) {
-    int C = 16, B = 2, T = 50;
     const int chunks[3] = {1, 3, 64};
-    size_t n = (size_t)B * T * C, np = 0;
-    float *ref_y = NULL, *ref_dx = NULL, *ref_g = NULL;
-    double worst_y = 0, worst_g = 0, sy = 0, sg = 0;
-    for (int ci = 0; ci < 3; ci++) {
-        char json[160];
-        snprintf(json, sizeof json, "{" M2_BASE ", \"n_groups\": 2, \"chunk\": %d}", chunks[ci]);
-        Layer L;
-        if (layer_build_(&L, json, C, 5)) return;
-        layer_shape_(&L, B, T);
-        GcRng r = {6};
-        perturb_(&L, &r);
-        float *x = gc_randn(&r, n, 1.0f), *y = malloc(n * sizeof(float)), *dy = gc_randn(&r, n, 1.0f);
-        float *dx = calloc(n, sizeof(float));
-        L.spec.ops->forward(&L.m, y, x, B, T);
-        L.spec.ops->backward(&L.m, dx, dy, x, B, T);
-        if (!ref_y) {
-            ref_y = y, ref_dx = dx, np = L.pt.numel;
-            ref_g = malloc(np * sizeof(float));
-            memcpy(ref_g, L.grads, np * sizeof(float));
-            for (size_t i = 0; i < n; i++) sy = fmax(sy, fabs(y[i])), sg = fmax(sg, fabs(dx[i]));
-            for (size_t i = 0; i < np; i++) sg = fmax(sg, fabs(ref_g[i]));
-        } else {
-            for (size_t i = 0; i < n; i++) {
-                worst_y = fmax(worst_y, fabs((double)y[i] - ref_y[i]));
-                worst_g = fmax(worst_g, fabs((double)dx[i] - ref_dx[i]));
-            }
-            for (size_t i = 0; i < np; i++) worst_g = fmax(worst_g, fabs((double)L.grads[i] - ref_g[i]));
-            free(y); free(dx);
-        }
-        free(x); free(dy);
-        layer_free_(&L);
-    }
-    CHECK(worst_y <= 1e-5 * sy && sy > 1e-2, "mamba2: chunk 1, 3, 64 give the same outputs (max|d| %.2g, max|y| %.2g)",
-          worst_y, sy);
-    CHECK(worst_g <= 1e-5 * sg && sg > 1e-2,
-          "mamba2: chunk 1, 3, 64 give the same dx and parameter gradients (max|d| %.2g, max|g| %.2g)", worst_g, sg);
-    free(ref_y); free(ref_dx); free(ref_g);
+    ChunkDiff d;
+    int rc = layer_chunk_diff(&d, "{" M2_BASE ", \"n_groups\": 2}", chunks, 3, 16, 2, 50, perturb_);
+    CHECK(rc == 0 && d.y <= 1e-5 * d.y_scale && d.y_scale > 1e-2,
+          "mamba2: chunk 1, 3, 64 give the same outputs (max|d| %.2g, max|y| %.2g)", d.y, d.y_scale);
+    CHECK(rc == 0 && d.g <= 1e-5 * d.g_scale && d.g_scale > 1e-2,
+          "mamba2: chunk 1, 3, 64 give the same dx and parameter gradients (max|d| %.2g, max|g| %.2g)", d.g, d.g_scale);
 }
 
 // ----------------------------------------------------------------------------
 // recurrent decoding
 
 static void check_step_(const char *what, const char *json) {
-    int C = 16, B = 3, T = 40;
-    Layer L;
-    if (layer_build_(&L, json, C, 13)) return;
-    layer_shape_(&L, B, T);
-    GcRng r = {14};
-    perturb_(&L, &r);
-    size_t n = (size_t)B * T * C;
-    float *x = gc_randn(&r, n, 1.0f), *y = malloc(n * sizeof(float));
-    L.spec.ops->forward(&L.m, y, x, B, T);
-    size_t ss = L.spec.ops->state_size(&L.spec);
-    float *state = malloc((size_t)B * ss * sizeof(float)), *xt = malloc((size_t)B * C * sizeof(float));
-    float *yt = malloc((size_t)B * C * sizeof(float));
-    L.spec.ops->state_init(&L.m, state, B);
-    double worst = 0, scale = 0;
-    for (int t = 0; t < T; t++) {
-        for (int b = 0; b < B; b++) memcpy(xt + (size_t)b * C, x + ((size_t)b * T + t) * C, (size_t)C * sizeof(float));
-        L.spec.ops->step(&L.m, state, yt, xt, B);
-        for (int b = 0; b < B; b++)
-            for (int c = 0; c < C; c++) {
-                double full = y[((size_t)b * T + t) * C + c];
-                worst = fmax(worst, fabs(full - yt[(size_t)b * C + c]));
-                scale = fmax(scale, fabs(full));
-            }
-    }
+    double scale, worst = layer_decode_error(json, perturb_, &scale);
     CHECK(worst <= 1e-5 * scale && scale > 1e-2,
           "%s: token-by-token decoding = full forward (max|d| %.2g, max|y| %.2g)", what, worst, scale);
-    free(x); free(y); free(state); free(xt); free(yt);
-    layer_free_(&L);
 }
 
 static void test_step(void) {
@@ -306,27 +246,16 @@ static void test_init(void) {
 // ----------------------------------------------------------------------------
 // options that make no sense together
 
-static void check_bad_(const char *json, int C, const char *needle) {
-    MixerSpec s;
-    Err e = {{0}};
-    cJSON *j = cJSON_Parse(json);
-    int rc = mixer_spec_parse(&s, j, NULL, "model.mixer", C, &e);
-    cJSON_Delete(j);
-    CHECK(rc != 0, "mamba2 rejects %s", json);
-    CHECK_CONTAINS(e.msg, needle, "mamba2 error for %s names %s", json, needle);
-    if (rc == 0) mixer_spec_free(&s);
-}
-
 static void test_bad_options(void) {
-    check_bad_("{\"kind\": \"mamba2\"}", 16, "model.mixer.head_dim");  // d_inner 32, head_dim 64
-    check_bad_("{\"kind\": \"mamba2\", \"head_dim\": 12}", 16, "model.mixer.head_dim");
-    check_bad_("{\"kind\": \"mamba2\", \"head_dim\": 8, \"n_groups\": 3}", 16, "model.mixer.n_groups");
-    check_bad_("{\"kind\": \"mamba2\", \"head_dim\": 8, \"chunk\": 0}", 16, "model.mixer.chunk");
-    check_bad_("{\"kind\": \"mamba2\", \"head_dim\": 8, \"feature_map\": \"elu\"}", 16, "feature_map");
-    check_bad_("{\"kind\": \"mamba2\", \"head_dim\": 8, \"dt_min\": 0.5}", 16, "model.mixer.dt_min");
-    check_bad_("{\"kind\": \"mamba2\", \"head_dim\": 8, \"A_init_lo\": 20}", 16, "model.mixer.A_init_lo");
-    check_bad_("{\"kind\": \"mamba2\", \"head_dim\": 8, \"d_state\": 0}", 16, "model.mixer.d_state");
-    check_bad_("{\"kind\": \"mamba2\", \"head_dim\": 8, \"expand\": 0.01}", 16, "model.mixer.expand");
+    layer_check_error("{\"kind\": \"mamba2\"}", 16, "model.mixer.head_dim");  // d_inner 32, head_dim 64
+    layer_check_error("{\"kind\": \"mamba2\", \"head_dim\": 12}", 16, "model.mixer.head_dim");
+    layer_check_error("{\"kind\": \"mamba2\", \"head_dim\": 8, \"n_groups\": 3}", 16, "model.mixer.n_groups");
+    layer_check_error("{\"kind\": \"mamba2\", \"head_dim\": 8, \"chunk\": 0}", 16, "model.mixer.chunk");
+    layer_check_error("{\"kind\": \"mamba2\", \"head_dim\": 8, \"feature_map\": \"elu\"}", 16, "feature_map");
+    layer_check_error("{\"kind\": \"mamba2\", \"head_dim\": 8, \"dt_min\": 0.5}", 16, "model.mixer.dt_min");
+    layer_check_error("{\"kind\": \"mamba2\", \"head_dim\": 8, \"A_init_lo\": 20}", 16, "model.mixer.A_init_lo");
+    layer_check_error("{\"kind\": \"mamba2\", \"head_dim\": 8, \"d_state\": 0}", 16, "model.mixer.d_state");
+    layer_check_error("{\"kind\": \"mamba2\", \"head_dim\": 8, \"expand\": 0.01}", 16, "model.mixer.expand");
 }
 
 int main(void) {

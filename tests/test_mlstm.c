@@ -200,6 +200,9 @@ static void perturb_(Layer *L, GcRng *r, float gate, float proj, float spread) {
     }
 }
 
+// the moderate perturbation the chunk, decoding and double-precision gradient checks use
+static void perturb_checks_(Layer *L, GcRng *r) { perturb_(L, r, 0.3f, 0.3f, 1.5f); }
+
 static void check_naive_(const char *what, const char *json, int I, int H, int K, float spread) {
     Layer L;
     if (layer_build_(&L, json, 16, 3)) return;
@@ -297,10 +300,7 @@ static void check_grads_(const char *what, const char *json) {
     layer_shape_(&L, 2, 13);
     GcRng r = {404};
     perturb_(&L, &r, 0.1f, 0.05f, 1.5f);
-    double gmax[32];
-    layer_gradcheck_all(&L, what, &r, ML_GC_H, gmax);
-    for (int k = 0; k < L.pt.n; k++)
-        CHECK(gmax[k] > 1e-2, "%s: %s carries gradient (max|g| %.3g > 1e-2)", what, L.pt.t[k].name, gmax[k]);
+    layer_gradcheck_carried(&L, what, &r, ML_GC_H, 1e-2);
     layer_free_(&L);
 }
 
@@ -365,7 +365,7 @@ static void check_grads_double_(const char *what, const char *json, int I, int H
     if (layer_build_(&L, json, 16, 77)) return;
     layer_shape_(&L, 2, 13);
     GcRng r = {405};
-    perturb_(&L, &r, 0.3f, 0.3f, 1.5f);
+    perturb_checks_(&L, &r);
     size_t n = (size_t)L.B * L.T * L.C;
     NaiveCtx c = {&L, gc_randn(&r, n, 1.0f), gc_randn(&r, n, 1.0f), malloc(n * sizeof(double)), I, H, K, bs};
     float *y = malloc(n * sizeof(float)), *dx = calloc(n, sizeof(float));
@@ -409,80 +409,21 @@ static void test_gradients(void) {
 // the chunk size changes memory and speed, not results
 
 static void test_chunk_invariance(void) {
-    int C = 16, B = 2, T = 37;
     const int chunks[3] = {1, 3, 64};
-    size_t n = (size_t)B * T * C;
-    float *ref_y = NULL, *ref_dx = NULL, *ref_g = NULL;
-    size_t np = 0;
-    double wy = 0, wg = 0, sy = 0, sg = 0;
-    for (int ci = 0; ci < 3; ci++) {
-        char json[128];
-        snprintf(json, sizeof json, "{\"kind\": \"mlstm\", \"round_to\": 1, \"chunk\": %d}", chunks[ci]);
-        Layer L;
-        if (layer_build_(&L, json, C, 5)) return;
-        layer_shape_(&L, B, T);
-        GcRng r = {6};
-        perturb_(&L, &r, 0.3f, 0.3f, 1.5f);
-        float *x = gc_randn(&r, n, 1.0f), *y = malloc(n * sizeof(float)), *dy = gc_randn(&r, n, 1.0f);
-        float *dx = calloc(n, sizeof(float));
-        L.spec.ops->forward(&L.m, y, x, B, T);
-        L.spec.ops->backward(&L.m, dx, dy, x, B, T);
-        if (!ref_y) {
-            ref_y = y, ref_dx = dx;
-            np = L.pt.numel;
-            ref_g = malloc(np * sizeof(float));
-            memcpy(ref_g, L.grads, np * sizeof(float));
-            for (size_t i = 0; i < n; i++) sy = fmax(sy, fabs(y[i])), sg = fmax(sg, fabs(dx[i]));
-            for (size_t i = 0; i < np; i++) sg = fmax(sg, fabs(ref_g[i]));
-        } else {
-            for (size_t i = 0; i < n; i++) {
-                wy = fmax(wy, fabs((double)y[i] - ref_y[i]));
-                wg = fmax(wg, fabs((double)dx[i] - ref_dx[i]));
-            }
-            for (size_t i = 0; i < np; i++) wg = fmax(wg, fabs((double)L.grads[i] - ref_g[i]));
-            free(y); free(dx);
-        }
-        free(x); free(dy);
-        layer_free_(&L);
-    }
-    CHECK(wy <= 1e-5 * sy && wg <= 1e-5 * sg,
-          "mlstm chunk 1, 3 and 64 (T 37): outputs agree to %.2g of max|y| %.2g, gradients to %.2g of max|g| %.2g", wy,
-          sy, wg, sg);
-    free(ref_y); free(ref_dx); free(ref_g);
+    ChunkDiff d;
+    int rc = layer_chunk_diff(&d, "{\"kind\": \"mlstm\", \"round_to\": 1}", chunks, 3, 16, 2, 37, perturb_checks_);
+    CHECK(rc == 0 && d.y <= 1e-5 * d.y_scale && d.g <= 1e-5 * d.g_scale,
+          "mlstm chunk 1, 3 and 64 (T 37): outputs agree to %.2g of max|y| %.2g, gradients to %.2g of max|g| %.2g", d.y,
+          d.y_scale, d.g, d.g_scale);
 }
 
 // ----------------------------------------------------------------------------
 // recurrent decoding
 
 static void check_step_(const char *what, const char *json) {
-    int C = 16, B = 3, T = 40;
-    Layer L;
-    if (layer_build_(&L, json, C, 13)) return;
-    layer_shape_(&L, B, T);
-    GcRng r = {14};
-    perturb_(&L, &r, 0.3f, 0.3f, 1.5f);
-    size_t n = (size_t)B * T * C;
-    float *x = gc_randn(&r, n, 1.0f), *y = malloc(n * sizeof(float));
-    L.spec.ops->forward(&L.m, y, x, B, T);
-    size_t ss = L.spec.ops->state_size(&L.spec);
-    float *state = malloc((size_t)B * ss * sizeof(float)), *xt = malloc((size_t)B * C * sizeof(float));
-    float *yt = malloc((size_t)B * C * sizeof(float));
-    L.spec.ops->state_init(&L.m, state, B);
-    double worst = 0, scale = 0;
-    for (int t = 0; t < T; t++) {
-        for (int b = 0; b < B; b++) memcpy(xt + (size_t)b * C, x + ((size_t)b * T + t) * C, (size_t)C * sizeof(float));
-        L.spec.ops->step(&L.m, state, yt, xt, B);
-        for (int b = 0; b < B; b++)
-            for (int c = 0; c < C; c++) {
-                double full = y[((size_t)b * T + t) * C + c];
-                worst = fmax(worst, fabs(full - yt[(size_t)b * C + c]));
-                scale = fmax(scale, fabs(full));
-            }
-    }
+    double scale, worst = layer_decode_error(json, perturb_checks_, &scale);
     CHECK(worst <= 1e-5 * scale && scale > 1e-2,
           "%s: token-by-token decoding = full forward (max|d| %.2g of max|y| %.2g)", what, worst, scale);
-    free(x); free(y); free(state); free(xt); free(yt);
-    layer_free_(&L);
 }
 
 static void test_step(void) {
@@ -501,41 +442,21 @@ static void test_long(void) {
     GcRng r = {4};
     // input-gate biases of +-30..60: exp(i) far beyond float without the stabiliser
     perturb_(&L, &r, 0.3f, 0.3f, 30.0f);
-    size_t n = (size_t)B * T * C;
-    float *x = gc_randn(&r, n, 1.0f), *y = malloc(n * sizeof(float)), *dy = gc_randn(&r, n, 1.0f);
-    float *dx = calloc(n, sizeof(float));
-    L.spec.ops->forward(&L.m, y, x, B, T);
-    L.spec.ops->backward(&L.m, dx, dy, x, B, T);
-    int finite = 1;
-    for (size_t i = 0; i < n; i++) finite &= isfinite(y[i]) && isfinite(dx[i]);
-    for (size_t i = 0; i < L.pt.numel; i++) finite &= isfinite(L.grads[i]);
-    CHECK(finite, "mlstm T = %d, input-gate biases ~ N(0, 30^2): outputs and gradients finite", T);
-    free(x); free(y); free(dy); free(dx);
+    CHECK(layer_grads_finite(&L, &r), "mlstm T = %d, input-gate biases ~ N(0, 30^2): outputs and gradients finite", T);
     layer_free_(&L);
 }
 
 // ----------------------------------------------------------------------------
 // options that make no sense together
 
-static void check_bad_(const char *json, int C, const char *needle) {
-    MixerSpec s;
-    Err e = {{0}};
-    cJSON *j = cJSON_Parse(json);
-    int rc = mixer_spec_parse(&s, j, NULL, "model.mixer", C, &e);
-    cJSON_Delete(j);
-    CHECK(rc != 0, "rejected: %s", json);
-    CHECK_CONTAINS(e.msg, needle, "error for %s names the key", json);
-    if (rc == 0) mixer_spec_free(&s);
-}
-
 static void test_bad_options(void) {
-    check_bad_("{\"kind\": \"mlstm\", \"round_to\": 1, \"heads\": 3}", 16,
-               "model.mixer.heads: 3 does not divide the inner width 32");
-    check_bad_("{\"kind\": \"mlstm\", \"round_to\": 1, \"qkv_blocksize\": 5}", 16,
-               "model.mixer.qkv_blocksize: 5 does not divide the inner width 32");
-    check_bad_("{\"kind\": \"mlstm\", \"chunk\": 0}", 16, "model.mixer.chunk");
-    check_bad_("{\"kind\": \"mlstm\", \"conv\": -1}", 16, "model.mixer.conv");
-    check_bad_("{\"kind\": \"mlstm\", \"feature_map\": \"elu\"}", 16, "model.mixer.feature_map");
+    layer_check_error("{\"kind\": \"mlstm\", \"round_to\": 1, \"heads\": 3}", 16,
+                      "model.mixer.heads: 3 does not divide the inner width 32");
+    layer_check_error("{\"kind\": \"mlstm\", \"round_to\": 1, \"qkv_blocksize\": 5}", 16,
+                      "model.mixer.qkv_blocksize: 5 does not divide the inner width 32");
+    layer_check_error("{\"kind\": \"mlstm\", \"chunk\": 0}", 16, "model.mixer.chunk");
+    layer_check_error("{\"kind\": \"mlstm\", \"conv\": -1}", 16, "model.mixer.conv");
+    layer_check_error("{\"kind\": \"mlstm\", \"feature_map\": \"elu\"}", 16, "model.mixer.feature_map");
 }
 
 int main(void) {

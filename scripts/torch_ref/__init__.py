@@ -13,7 +13,7 @@ One module per mixer family, as src/mixers is split, so a mixer's C and its refe
   model.py      the model around the mixers (embedding, blocks, MLP, heads, loss), param_shapes, the dump
                                                                             (src/model/model.c)
   cases.py      the committed cases under tests/data/torch_ref/ (gathered from the mixer modules' CASES),
-                make_case and the bin/seqeval comparison
+                the self-tests' run of each case on random weights, make_case and the bin/seqeval comparison
 
 scripts/torch_reference.py is the command line; docs/reference_check.md describes the check and how to
 add a mixer's reference module and cases. Needs Debian's python3-torch and python3-numpy (/usr/bin/python3).

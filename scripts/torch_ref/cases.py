@@ -1,5 +1,7 @@
 """The committed cases under tests/data/torch_ref/NAME: their definitions, gathered from the mixer
-modules, the probe tokens, and the regeneration (train a tiny seqtrain model, write the reference dump).
+modules, the probe tokens, the check the mixers' self-tests run on their cases (each case's model on random
+weights through the whole reference), and the regeneration (train a tiny seqtrain model, write the
+reference dump).
 
 Mirrors nothing in src/: it drives bin/seqtrain and bin/seqeval; tests/test_torch_ref.c is the C side that
 reads what make_case writes. A case is the `model` section of a tiny run (d_model 16, 2-3 layers); the
@@ -9,6 +11,7 @@ model around the mixers (a head kind, a stack mixing kinds). docs/reference_chec
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -16,8 +19,8 @@ import tempfile
 import numpy as np
 
 from .common import IGNORE_INDEX, REPO, read_safetensors, tiny_model
-from .mixers import MIXERS
-from .model import run_reference
+from .mixers import MIXERS, layer_block, mixer_spec
+from .model import param_shapes, reference_dump, run_reference
 
 CASE_DIR = os.path.join(REPO, "tests", "data", "torch_ref")
 VOCAB = 64          # raw_u16 data with ids < VOCAB
@@ -66,6 +69,74 @@ def case_tokens(name):
     tok[1, -1] = IGNORE_INDEX
     return tok
 
+
+# ----------------------------------------------------------------------------------------------------
+# the mixer self-tests' check of their cases on random weights (no seqtrain, no committed files)
+
+def case_model_section(case_model):
+    """A case's `model` section as seqtrain's resolved config.json would hold it (the model-level defaults
+    filled in: block "auto", so a layer whose mixer owns its MLP is fused)."""
+    return {"vocab_size": 0, "block": "auto", "norm": "layernorm", "norm_bias": True, "layers": [],
+            "tie_embeddings": True, "head_bias": False, **case_model}
+
+
+def case_mixer_kinds(case_model):
+    """The mixer kinds a case's model uses (model.mixer and every model.layers[] override that names one)."""
+    return {case_model["mixer"]["kind"]} | {ov.get("mixer", {}).get("kind") for ov in case_model.get("layers", [])}
+
+
+def case_on_random_weights(name, case_model, kind, random_params):
+    """A case's model on random weights through the whole reference: (model, shapes, dump). model is the
+    case's `model` section with the defaults filled in, shapes {name: shape} of its parameters, dump the
+    forward and backward on the case's probe tokens (model.reference_dump: loss, logits, every gradient).
+    The mixer tensors of each `kind` layer L come from random_params(spec, d_model, 8 + L, "blocks.L.mixer."),
+    every other tensor from N(0, 0.3^2) (norm weights 1 + N(0, 0.1^2)), drawn in parameter order."""
+    model = case_model_section(case_model)
+    shapes = param_shapes(model, VOCAB)
+    kinds = [mixer_spec(model, l).kind for l in range(model["n_layers"])]
+    g = np.random.default_rng(7)
+    tensors = {}
+    for pname, shape in shapes.items():
+        if ".mixer." in pname and kinds[int(pname.split(".")[1])] == kind:
+            continue
+        if pname.endswith("weight") and ("ln" in pname):
+            tensors[pname] = 1 + 0.1 * g.normal(size=shape)
+        else:
+            tensors[pname] = 0.3 * g.normal(size=shape)
+    for l in range(model["n_layers"]):
+        if kinds[l] == kind:
+            for pname, t in random_params(mixer_spec(model, l), model["d_model"], 8 + l, f"blocks.{l}.mixer.").items():
+                tensors[pname] = t.detach().numpy()
+    return model, shapes, reference_dump({"model": model}, tensors, case_tokens(name))
+
+
+def check_cases_on_random_weights(report, label, kind, random_params, grad_names, grads_what, every=True):
+    """The self-test of a mixer that owns its MLP on every case with a `kind` layer (case_on_random_weights):
+    each `kind` layer is a fused block, exactly the fused blocks lack ln2 and the MLP, the outputs and every
+    gradient are finite, and the gradient of each mixer tensor named in grad_names is nonzero (every
+    element, or with every=False at least one). One report line per case, "(label) case NAME: ...";
+    grads_what says what the gradients are."""
+    wanted = re.compile(rf"mixer\.({'|'.join(grad_names)})$")
+    for name, case_model in CASES.items():
+        if kind not in case_mixer_kinds(case_model):
+            continue
+        model, shapes, dump = case_on_random_weights(name, case_model, kind, random_params)
+        layout_ok = True
+        for l in range(model["n_layers"]):
+            fused = layer_block(model, l) == "fused"
+            layout_ok &= (f"blocks.{l}.ln2.weight" in shapes) == (not fused)
+            layout_ok &= (f"blocks.{l}.mlp.fc.weight" in shapes) == (not fused)
+            layout_ok &= fused or mixer_spec(model, l).kind != kind
+        finite = all(np.isfinite(v).all() for v in dump.values())
+        grads = [n for n in dump if wanted.search(n)]
+        nonzero = all(((dump[n] != 0).all() if every else (dump[n] != 0).any()) for n in grads)
+        report(finite and nonzero and layout_ok,
+               f"({label}) case {name}: {len(shapes)} tensors, fused layers without ln2/mlp; "
+               f"loss {dump['loss'][0]:.4f}; finite; {len(grads)} {grads_what}")
+
+
+# ----------------------------------------------------------------------------------------------------
+# regeneration
 
 def make_case(name, check_c=False):
     """Train the case's tiny model for 3 steps with bin/seqtrain, copy its config.json and newest

@@ -176,6 +176,11 @@ class SelfChecks:
         return len(self.fails)
 
 
+def t64(a):
+    """An array (or number) as a float64 tensor: the self-tests' inputs drawn with numpy."""
+    return torch.tensor(a, dtype=DTYPE)
+
+
 def causal_shift(layer, x_all, ts):
     """(worst change of any output before t, whether every output at t moved) when the input at t is
     perturbed, for each t in ts: a causal layer gives (0, True)"""
@@ -201,13 +206,11 @@ def gradcheck_ok(fn, inputs):
         return False
 
 
-def case_model_section(case_model):
-    """A case's `model` section as seqtrain's resolved config.json would hold it (the model-level defaults
-    filled in), for self-tests that build a case's model on random weights."""
-    return {"vocab_size": 0, "block": "prenorm", "norm": "layernorm", "norm_bias": True, "layers": [],
-            "tie_embeddings": True, "head_bias": False, **case_model}
+def gradcheck_layer(forward, spec, P, x, names=None):
+    """gradcheck_ok of a mixer's forward(x, P, "", spec) w.r.t. the input x and the tensors of P in names
+    (every tensor of P by default; the others stay fixed)"""
+    names = list(P) if names is None else names
 
-
-def case_mixer_kinds(case_model):
-    """The mixer kinds a case's model uses (model.mixer and every model.layers[] override that names one)."""
-    return {case_model["mixer"]["kind"]} | {ov.get("mixer", {}).get("kind") for ov in case_model.get("layers", [])}
+    def fn(x, *vals):
+        return forward(x, {**P, **dict(zip(names, vals))}, "", spec)
+    return gradcheck_ok(fn, (x, *[P[n] for n in names]))

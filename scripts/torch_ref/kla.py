@@ -26,13 +26,12 @@ Theorems 1-2 (parallel_scan), the p = 0 convolution form of Theorem 3, causality
 layer under every option, and every case with a kla layer end to end on random weights.
 """
 import math
-import re
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .common import DTYPE, SelfChecks, case_mixer_kinds, case_model_section, causal_shift, gradcheck_ok, softplus
+from .common import DTYPE, SelfChecks, causal_shift, gradcheck_layer, softplus, t64
 
 KIND = "kla"
 OWNS_MLP = True     # a fused block: model.block "auto" gives its layers no ln2 / MLP (MixerOps.owns_mlp)
@@ -279,15 +278,13 @@ def self_test():
     """Checks of the kla reference on its own: the scan against a moment-form Kalman filter and against
     the parallel Moebius/affine scans of Theorems 1-2, the p = 0 closed form (Theorem 3), causality,
     gradcheck of the layer, and every kla CASE end to end. Returns the number of failures."""
-    from .cases import CASES as ALL_CASES, VOCAB, case_tokens   # (imported here: they import this module)
-    from .mixers import layer_block, mixer_spec
-    from .model import param_shapes as model_param_shapes, reference_dump
+    from .cases import check_cases_on_random_weights   # (imported here: they import this module)
+    from .mixers import mixer_spec
     torch.manual_seed(0)
     report = SelfChecks()
 
     g = np.random.default_rng(3)
     B, T, M, S = 2, 37, 3, 4
-    t64 = lambda a: torch.tensor(a, dtype=DTYPE)                          # noqa: E731
     v, k, q = t64(g.normal(size=(B, T, M))), t64(g.normal(size=(B, T, S))), t64(g.normal(size=(B, T, S)))
     prec = t64(0.2 + 3 * g.uniform(size=(B, T, M)))
     abar, pbar = t64(0.5 + 0.49 * g.uniform(size=(M, S))), t64(0.01 + 0.5 * g.uniform(size=(M, S)))
@@ -349,47 +346,13 @@ def self_test():
     for name, opts in variants.items():
         spec = tiny_spec(C, **opts)
         P = random_params(spec, C, 5)
-        names = list(P)
-        x = torch.randn(1, 7, C, dtype=DTYPE, requires_grad=True)
+        ok = gradcheck_layer(forward, spec, P, torch.randn(1, 7, C, dtype=DTYPE, requires_grad=True))
+        report(ok, f"(e) gradcheck: {name} (x, {', '.join(P)})")
 
-        def fn(x, *vals):
-            return forward(x, dict(zip(names, vals)), "", spec)
-        ok = gradcheck_ok(fn, (x, *[P[n] for n in names]))
-        report(ok, f"(e) gradcheck: {name} (x, {', '.join(names)})")
-
-    # (f) every kla CASE: parameter names/shapes (no ln2/MLP in fused blocks), the full model forward and
-    # backward on random weights, every SSM parameter with a nonzero gradient
-    for name, case_model in ALL_CASES.items():
-        if KIND not in case_mixer_kinds(case_model):
-            continue
-        model = case_model_section(case_model)
-        shapes = model_param_shapes(model, VOCAB)
-        g2 = np.random.default_rng(7)
-        tensors = {}
-        for pname, shape in shapes.items():
-            if ".mixer." in pname and mixer_spec(model, int(pname.split(".")[1])).kind == KIND:
-                continue
-            if pname.endswith("weight") and ("ln" in pname):
-                tensors[pname] = 1 + 0.1 * g2.normal(size=shape)
-            else:
-                tensors[pname] = 0.3 * g2.normal(size=shape)
-        layout_ok = True
-        for l in range(model["n_layers"]):
-            spec = mixer_spec(model, l)
-            fused = layer_block(model, l) == "fused"
-            layout_ok &= (f"blocks.{l}.ln2.weight" in shapes) == (not fused)
-            layout_ok &= (f"blocks.{l}.mlp.fc.weight" in shapes) == (not fused)
-            if spec.kind == KIND:
-                layout_ok &= fused
-                for pname, t in random_params(spec, model["d_model"], 8 + l, f"blocks.{l}.mixer.").items():
-                    tensors[pname] = t.detach().numpy()
-        dump = reference_dump({"model": model}, tensors, case_tokens(name))
-        finite = all(np.isfinite(v).all() for v in dump.values())
-        ssm = [n for n in dump if re.search(r"mixer\.(lambda_log|delta|process_noise|lambda_skip)$", n)]
-        nonzero = all((dump[n] != 0).all() for n in ssm)
-        report(finite and nonzero and layout_ok,
-               f"(f) case {name}: {len(shapes)} tensors, fused layers without ln2/mlp; loss {dump['loss'][0]:.4f}; "
-               f"finite; {len(ssm)} SSM gradients all nonzero")
+    # (f) every case with a kla layer: parameter names/shapes (no ln2/MLP in fused blocks), the full model
+    # forward and backward on random weights, every SSM parameter with a nonzero gradient
+    check_cases_on_random_weights(report, "f", KIND, random_params,
+                                  ("lambda_log", "delta", "process_noise", "lambda_skip"), "SSM gradients all nonzero")
 
     # (g) defaults: {"kind": "kla"} alone resolves to the schema's table
     spec = mixer_spec({"d_model": 16, "n_layers": 1, "mixer": {"kind": "kla"}}, 0)

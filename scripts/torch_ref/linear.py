@@ -32,7 +32,7 @@ _COMMON = {"heads": 4, "expand_k": 1.0, "expand_v": 1.0, "chunk": 64, "norm_eps"
 DEFAULTS_BY_KIND = {
     "linear_attn": dict(_COMMON, feature_map="hadamard", normalize=False, norm_eps=1e-5),
     "retnet": dict(_COMMON, heads=8, expand_v=2.0, output_gate=True, rope_base=10000.0),
-    "gla": dict(_COMMON, expand_k=0.5, output_gate=True, gate_rank=16, gate_normalizer=16.0, chunk=32),
+    "gla": dict(_COMMON, expand_k=0.5, output_gate=True, gate_rank=16, gate_normalizer=16.0, chunk=16),
 }
 
 

@@ -24,13 +24,12 @@ grouping of B/C against an explicitly per-head copy, causality, float64 gradchec
 option, and each mamba2 case end to end on random weights.
 """
 import math
-import re
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .common import DTYPE, SelfChecks, case_mixer_kinds, case_model_section, causal_shift, gradcheck_ok, softplus
+from .common import DTYPE, SelfChecks, causal_shift, gradcheck_layer, softplus, t64
 
 KIND = "mamba2"
 OWNS_MLP = True     # FLA's Mamba2 block has no MLP: model.block "auto" makes its layers fused (MixerOps.owns_mlp)
@@ -176,15 +175,11 @@ def random_params(spec, C, seed, prefix=""):
 
 def self_test():
     """Checks of the mamba2 reference on its own; returns the number of failures."""
-    from .cases import CASES as ALL_CASES, VOCAB, case_tokens   # (imported here: they import this module)
-    from .mixers import layer_block, mixer_spec
-    from .model import param_shapes as model_param_shapes, reference_dump
+    from .cases import check_cases_on_random_weights   # (imported here: they import this module)
+    from .mixers import mixer_spec
     report = SelfChecks()
     torch.manual_seed(0)
     g = np.random.default_rng(3)
-
-    def t64(a):
-        return torch.tensor(a, dtype=DTYPE)
 
     # (a) the sequential recurrence == the (T, T) SSD form, with decays from 0.95 down to e^-6 per token
     Bsz, T, H, Pd, N = 2, 17, 3, 4, 5
@@ -223,45 +218,13 @@ def self_test():
     for name, opts in variants.items():
         spec = tiny_spec(C, **opts)
         P = random_params(spec, C, 5)
-        names = list(P)
-        x = torch.randn(1, 6, C, dtype=DTYPE, requires_grad=True)
-
-        def fn(x, *vals):
-            return forward(x, dict(zip(names, vals)), "", spec)
-        ok = gradcheck_ok(fn, (x, *[P[n] for n in names]))
-        report(ok, f"(e) gradcheck: {name} (x, {', '.join(names)})")
+        ok = gradcheck_layer(forward, spec, P, torch.randn(1, 6, C, dtype=DTYPE, requires_grad=True))
+        report(ok, f"(e) gradcheck: {name} (x, {', '.join(P)})")
 
     # (f) every mamba2 CASE: parameter names/shapes (no ln2/MLP: fused blocks), the full model forward and
     # backward on random weights, every SSM parameter with a nonzero gradient
-    for name, case_model in ALL_CASES.items():
-        if KIND not in case_mixer_kinds(case_model):
-            continue
-        model = case_model_section(case_model)
-        model["block"] = case_model.get("block", "auto")     # seqtrain's default: auto (fused for mamba2)
-        shapes = model_param_shapes(model, VOCAB)
-        g2 = np.random.default_rng(7)
-        tensors = {}
-        for pname, shape in shapes.items():
-            if pname.endswith("weight") and ("ln" in pname):
-                tensors[pname] = 1 + 0.1 * g2.normal(size=shape)
-            else:
-                tensors[pname] = 0.3 * g2.normal(size=shape)
-        layout_ok = True
-        for l in range(model["n_layers"]):
-            spec = mixer_spec(model, l)
-            fused = layer_block(model, l) == "fused"
-            layout_ok &= (f"blocks.{l}.ln2.weight" in shapes) == (not fused)
-            if spec.kind == KIND:
-                layout_ok &= fused
-                for pname, t in random_params(spec, model["d_model"], 8 + l, f"blocks.{l}.mixer.").items():
-                    tensors[pname] = t.detach().numpy()
-        dump = reference_dump({"model": model}, tensors, case_tokens(name))
-        finite = all(np.isfinite(v).all() for v in dump.values())
-        ssm = [n for n in dump if re.search(r"mixer\.(A_log|dt_bias|D)$", n)]
-        nonzero = all((dump[n] != 0).all() for n in ssm)
-        report(finite and nonzero and layout_ok,
-               f"(f) case {name}: {len(shapes)} tensors, fused layers without ln2/mlp; loss {dump['loss'][0]:.4f}; "
-               f"finite; {len(ssm)} SSM gradients all nonzero")
+    check_cases_on_random_weights(report, "f", KIND, random_params, ("A_log", "dt_bias", "D"),
+                                  "SSM gradients all nonzero")
 
     # (g) defaults: {"kind": "mamba2"} at d_model 128 resolves to the schema's table
     spec = mixer_spec({"d_model": 128, "n_layers": 1, "mixer": {"kind": "mamba2"}}, 0)

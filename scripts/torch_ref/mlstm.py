@@ -25,13 +25,12 @@ recurrence of B.11 token by token (C, n, m with m before the first token = -inf)
 gradcheck of the layer under every option, each mlstm case end to end on random weights, and the defaults.
 """
 import math
-import re
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .common import DTYPE, SelfChecks, case_mixer_kinds, case_model_section, causal_shift, gradcheck_ok
+from .common import DTYPE, SelfChecks, causal_shift, gradcheck_layer, t64
 
 KIND = "mlstm"
 OWNS_MLP = True     # xLSTM's mLSTM block has no MLP: model.block "auto" makes its layers fused (MixerOps.owns_mlp)
@@ -187,15 +186,11 @@ def random_params(spec, C, seed, prefix=""):
 
 def self_test():
     """Checks of the mlstm reference on its own; returns the number of failures."""
-    from .cases import CASES as ALL_CASES, VOCAB, case_tokens   # (imported here: they import this module)
-    from .mixers import layer_block, mixer_spec
-    from .model import param_shapes as model_param_shapes, reference_dump
+    from .cases import check_cases_on_random_weights   # (imported here: they import this module)
+    from .mixers import mixer_spec
     report = SelfChecks()
     torch.manual_seed(0)
     g = np.random.default_rng(3)
-
-    def t64(a):
-        return torch.tensor(a, dtype=DTYPE)
 
     # (a) the parallel form == the stabilised recurrence, with input gates from e^-8 to e^8 and forget gates
     # from sigmoid(-3) to sigmoid(5): the same h, and the row maxima are the recurrence's m
@@ -234,45 +229,14 @@ def self_test():
     for name, opts in variants.items():
         spec = tiny_spec(C, **opts)
         P = random_params(spec, C, 5)
-        names = list(P)
-        x = torch.randn(1, 6, C, dtype=DTYPE, requires_grad=True)
-
-        def fn(x, *vals):
-            return forward(x, dict(zip(names, vals)), "", spec)
-        ok = gradcheck_ok(fn, (x, *[P[n] for n in names]))
-        report(ok, f"(d) gradcheck: {name} (x, {', '.join(names)})")
+        ok = gradcheck_layer(forward, spec, P, torch.randn(1, 6, C, dtype=DTYPE, requires_grad=True))
+        report(ok, f"(d) gradcheck: {name} (x, {', '.join(P)})")
 
     # (e) every mlstm CASE: parameter names/shapes (no ln2/MLP: fused blocks), the full model forward and
-    # backward on random weights, every gate parameter with a nonzero gradient
-    for name, case_model in ALL_CASES.items():
-        if KIND not in case_mixer_kinds(case_model):
-            continue
-        model = case_model_section(case_model)
-        model["block"] = case_model.get("block", "auto")     # seqtrain's default: auto (fused for mlstm)
-        shapes = model_param_shapes(model, VOCAB)
-        g2 = np.random.default_rng(7)
-        tensors = {}
-        for pname, shape in shapes.items():
-            if pname.endswith("weight") and ("ln" in pname):
-                tensors[pname] = 1 + 0.1 * g2.normal(size=shape)
-            else:
-                tensors[pname] = 0.3 * g2.normal(size=shape)
-        layout_ok = True
-        for l in range(model["n_layers"]):
-            spec = mixer_spec(model, l)
-            fused = layer_block(model, l) == "fused"
-            layout_ok &= (f"blocks.{l}.ln2.weight" in shapes) == (not fused)
-            if spec.kind == KIND:
-                layout_ok &= fused
-                for pname, t in random_params(spec, model["d_model"], 8 + l, f"blocks.{l}.mixer.").items():
-                    tensors[pname] = t.detach().numpy()
-        dump = reference_dump({"model": model}, tensors, case_tokens(name))
-        finite = all(np.isfinite(v).all() for v in dump.values())
-        gates = [n for n in dump if re.search(r"mixer\.(igate_w|igate_b|fgate_w|fgate_b|skip)$", n)]
-        nonzero = all((dump[n] != 0).any() for n in gates)
-        report(finite and nonzero and layout_ok,
-               f"(e) case {name}: {len(shapes)} tensors, fused layers without ln2/mlp; loss {dump['loss'][0]:.4f}; "
-               f"finite; {len(gates)} gate/skip gradients nonzero")
+    # backward on random weights, every gate parameter with a nonzero gradient (in at least one element)
+    check_cases_on_random_weights(report, "e", KIND, random_params,
+                                  ("igate_w", "igate_b", "fgate_w", "fgate_b", "skip"), "gate/skip gradients nonzero",
+                                  every=False)
 
     # (f) defaults: {"kind": "mlstm"} at d_model 128 resolves to xLSTM's mLSTMLayerConfig
     spec = mixer_spec({"d_model": 128, "n_layers": 1, "mixer": {"kind": "mlstm"}}, 0)

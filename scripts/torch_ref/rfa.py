@@ -29,8 +29,7 @@ import math
 import numpy as np
 import torch
 
-from .common import (DTYPE, SelfChecks, case_model_section, causal_shift, gradcheck_ok, inv_softplus, softplus,
-                     tiny_model)
+from .common import DTYPE, SelfChecks, causal_shift, gradcheck_layer, inv_softplus, softplus, tiny_model
 
 KIND = "rfa"
 
@@ -292,9 +291,8 @@ def self_test():
     """Checks of the rfa reference on its own: causality, mu = 0 heads, the unitary limit against an
     independent complex implementation, gradcheck, the large-nu limit of the student kernel, and every
     rfa CASE built end to end on random weights. Returns the number of failures."""
-    from .cases import CASES as ALL_CASES, VOCAB, case_tokens   # (imported here: they import this module)
+    from .cases import CASES as ALL_CASES, case_on_random_weights   # (imported here: they import this module)
     from .mixers import mixer_spec
-    from .model import param_shapes as model_param_shapes, reference_dump
     torch.manual_seed(0)
     report = SelfChecks()
 
@@ -374,13 +372,7 @@ def self_test():
         spec = tiny_spec(4, **{**opts, "head_dim": 2, "heads": opts.get("heads", 2)})
         P = random_params(spec, 4, 5)
         names = [n for n in list(RfaSpec.SDE) + ["omega"] if n in P]
-        x = torch.randn(1, 6, 4, dtype=DTYPE, requires_grad=True)
-
-        def fn(x, *vals):
-            Q = dict(P)
-            Q.update(dict(zip(names, vals)))
-            return forward(x, Q, "", spec)
-        ok = gradcheck_ok(fn, (x, *[P[n] for n in names]))
+        ok = gradcheck_layer(forward, spec, P, torch.randn(1, 6, 4, dtype=DTYPE, requires_grad=True), names)
         report(ok, f"(d) gradcheck: {name} (x, {', '.join(names)})")
 
     # (e) student with nu/D -> inf: kappa log(1 + R^2/(nu V)) -> R^2/(D V), the gaussian kernel's
@@ -406,22 +398,7 @@ def self_test():
     for name, case_model in ALL_CASES.items():
         if case_model["mixer"]["kind"] != KIND:
             continue
-        model = case_model_section(case_model)
-        shapes = model_param_shapes(model, VOCAB)
-        g = np.random.default_rng(7)
-        tensors = {}
-        for pname, shape in shapes.items():
-            if ".mixer." in pname:
-                continue
-            if pname.endswith("weight") and ("ln" in pname):
-                tensors[pname] = 1 + 0.1 * g.normal(size=shape)
-            else:
-                tensors[pname] = 0.3 * g.normal(size=shape)
-        for l in range(model["n_layers"]):
-            spec = mixer_spec(model, l)
-            for pname, t in random_params(spec, model["d_model"], 8 + l, f"blocks.{l}.mixer.").items():
-                tensors[pname] = t.detach().numpy()
-        dump = reference_dump({"model": model}, tensors, case_tokens(name))
+        model, shapes, dump = case_on_random_weights(name, case_model, KIND, random_params)
         finite = all(np.isfinite(v).all() for v in dump.values())
         # per head, which SDE gradients the spec's formulas make exactly zero: mu and sigma~^2 on mu = 0
         # heads (E = 1, so 1 - E^2 = 0), sigma/eta/gamma with a flat prior, all but tau when unitary

@@ -77,7 +77,7 @@ static const CfgKey GLA_KEYS_[] = {
     KEY_("gate_rank", CFG_INT, gate_rank, "16", 1, 4096, NULL, "Rank of the decay gate: x -> rank -> H Dk."),
     KEY_("gate_normalizer", CFG_FLOAT, gate_normalizer, "16", 1e-3, 1e6, NULL,
          "log a = logsigmoid(gate) / gate_normalizer (a = 0.958 at init with 16)."),
-    KEY_CHUNK_("32"), KEY_EPS_("1e-6"), KEY_STD_,
+    KEY_CHUNK_("16"), KEY_EPS_("1e-6"), KEY_STD_,
 };
 #define NKEYS_(a) ((int)(sizeof a / sizeof a[0]))
 static const CfgSection LINEAR_ATTN_SCHEMA_ = {"linear_attn", "Options of the linear_attn mixer.", LINEAR_ATTN_KEYS_,

@@ -10,7 +10,8 @@
  *   out = y * silu(z)         (gate "after": FLA's FusedRMSNormGated, norm then swish gate) else y
  *
  * The forward keeps the per-group statistics (mean only when center). Backward ACCUMULATES (+=) into dx, dz
- * and dw; dw is summed per column in row order, so results do not depend on the thread count.
+ * and dw; dw is summed over fixed blocks of rows and then the blocks in order, so results do not depend on the
+ * thread count.
  */
 #ifndef SEQ_NN_GROUPNORM_H
 #define SEQ_NN_GROUPNORM_H

@@ -6,6 +6,7 @@
 
 #include "core/err.h"
 #include "nn/fastmath.h"
+#include "nn/simd16.h"
 
 /*
  * One chunk of L tokens starting at t0, for one (b,h), with the state S~ (Dk,Dv) and its stabiliser M
@@ -86,41 +87,50 @@ static Work work_alloc_(const LinrecDims *d, int backward) {
 // small dense products inside a chunk (row-major; the innermost loop runs over contiguous memory, so the
 // compiler vectorises it with the kernel set's instructions)
 
-// C (M,N) += op(A) B (K,N) with op(A) = A (M,K), or A^T for A stored (K,M) (trans); tri: op(A) is lower
-// triangular (M = K), so row block i reads k <= its last row only. 4 x 16 blocks of C stay in registers
-// across the k loop (the compiler turns the fixed-size inner loops into vector FMAs of the kernel set).
+// C (M,N) += op(A) B (K,N) with op(A) = A (M,K), or A^T for A stored (K,M) (trans); tri MM_TRI_A: op(A) is
+// lower triangular (M = K), so row block i reads k <= its last row only; MM_TRI_C: only C's lower triangle
+// (j <= i, M = N) is wanted (causal scores), so row block i stops at column block i. The vector sets keep a 4 x 16 block of C
+// in registers across the k loop (4 fmas per load of B; ISO C turns off fma contraction, so the plain loop
+// would not fuse a multiply-add); the generic set runs the same i-k-j loop the compiler vectorises.
+static inline float a_at_(const float *A, int M, int K, int i, int kk, int trans) {
+    return trans ? A[(size_t)kk * M + i] : A[(size_t)i * K + kk];
+}
+
+enum { MM_FULL, MM_TRI_A, MM_TRI_C };
+
 static void mm_(float *restrict C, const float *restrict A, const float *restrict Bm, int M, int K, int N, int trans,
                 int tri) {
     int i0 = 0;
+#if ISA_AVX512 || ISA_AVX2
     for (; i0 + 4 <= M; i0 += 4) {
-        int kend = tri && i0 + 4 < K ? i0 + 4 : K, j0 = 0;
-        for (; j0 + 16 <= N; j0 += 16) {
-            float acc[4][16];
-            for (int r = 0; r < 4; r++)
-                for (int j = 0; j < 16; j++) acc[r][j] = C[(size_t)(i0 + r) * N + j0 + j];
+        int kend = tri == MM_TRI_A && i0 + 4 < K ? i0 + 4 : K, jend = tri == MM_TRI_C && i0 + 4 < N ? i0 + 4 : N;
+        for (int j0 = 0; j0 < jend; j0 += 16) {
+            int w = N - j0 < 16 ? N - j0 : 16;
+            m16 mk = (m16)(w == 16 ? 0xffffu : (1u << w) - 1u);
+            float *c = C + (size_t)i0 * N + j0;
+            v16f c0 = v16_maskz_loadu(mk, c), c1 = v16_maskz_loadu(mk, c + N);
+            v16f c2 = v16_maskz_loadu(mk, c + 2 * N), c3 = v16_maskz_loadu(mk, c + 3 * N);
             for (int kk = 0; kk < kend; kk++) {
-                const float *restrict b = Bm + (size_t)kk * N + j0;
-                float a[4];
-                for (int r = 0; r < 4; r++) a[r] = trans ? A[(size_t)kk * M + i0 + r] : A[(size_t)(i0 + r) * K + kk];
-                for (int r = 0; r < 4; r++)
-                    for (int j = 0; j < 16; j++) acc[r][j] += a[r] * b[j];
+                v16f b = v16_maskz_loadu(mk, Bm + (size_t)kk * N + j0);
+                c0 = v16_fmadd(v16_set1(a_at_(A, M, K, i0, kk, trans)), b, c0);
+                c1 = v16_fmadd(v16_set1(a_at_(A, M, K, i0 + 1, kk, trans)), b, c1);
+                c2 = v16_fmadd(v16_set1(a_at_(A, M, K, i0 + 2, kk, trans)), b, c2);
+                c3 = v16_fmadd(v16_set1(a_at_(A, M, K, i0 + 3, kk, trans)), b, c3);
             }
-            for (int r = 0; r < 4; r++)
-                for (int j = 0; j < 16; j++) C[(size_t)(i0 + r) * N + j0 + j] = acc[r][j];
+            v16_mask_storeu(c, mk, c0);
+            v16_mask_storeu(c + N, mk, c1);
+            v16_mask_storeu(c + 2 * N, mk, c2);
+            v16_mask_storeu(c + 3 * N, mk, c3);
         }
-        for (int r = 0; r < 4 && j0 < N; r++)  // the last N % 16 columns
-            for (int kk = 0; kk < kend; kk++) {
-                float a = trans ? A[(size_t)kk * M + i0 + r] : A[(size_t)(i0 + r) * K + kk];
-                for (int j = j0; j < N; j++) C[(size_t)(i0 + r) * N + j] += a * Bm[(size_t)kk * N + j];
-            }
     }
-    for (; i0 < M; i0++) {  // the last M % 4 rows
-        int kend = tri && i0 + 1 < K ? i0 + 1 : K;
+#endif
+    for (; i0 < M; i0++) {  // every row (generic), or the last M % 4 rows
+        int kend = tri == MM_TRI_A && i0 + 1 < K ? i0 + 1 : K, jend = tri == MM_TRI_C && i0 + 1 < N ? i0 + 1 : N;
         float *restrict c = C + (size_t)i0 * N;
         for (int kk = 0; kk < kend; kk++) {
-            float a = trans ? A[(size_t)kk * M + i0] : A[(size_t)i0 * K + kk];
+            float a = a_at_(A, M, K, i0, kk, trans);
             const float *restrict b = Bm + (size_t)kk * N;
-            for (int j = 0; j < N; j++) c[j] += a * b[j];
+            for (int j = 0; j < jend; j++) c[j] += a * b[j];
         }
     }
 }
@@ -224,7 +234,7 @@ static void chunk_scores_(Work *w, const LinrecDims *d, int L) {
         return;
     }
     transpose_(w->kT, w->k, L, K);
-    mm_(w->a, w->q, w->kT, L, K, L, 0, 0);
+    mm_(w->a, w->q, w->kT, L, K, L, 0, MM_TRI_C);
     for (int i = 0; i < L; i++)
         for (int j = 0; j < L; j++) {
             float wt = j <= i ? fast_expf_((float)(w->gc[i] - w->gc[j] + w->lam[j] - w->mi[i])) : 0.0f;
@@ -263,7 +273,7 @@ void linrec_forward(float *o, float *m, float *ckpt, float *state, const float *
                 chunk_load_(&w, d, b, h, t0, L, q, k, v, g, li, Mp, m);
                 chunk_scores_(&w, d, L);
                 memset(w.o, 0, (size_t)L * V * sizeof(float));
-                mm_(w.o, w.a, w.v, L, L, V, 0, 1);
+                mm_(w.o, w.a, w.v, L, L, V, 0, MM_TRI_A);
                 mm_(w.o, w.qt, w.s, L, K, V, 0, 0);
                 for (int i = 0; i < L; i++) memcpy(o + row_(d, b, t0 + i, h) * V, w.o + (size_t)i * V, V * sizeof(float));
                 for (int c = 0; c < K; c++) {
@@ -308,16 +318,16 @@ void linrec_backward(float *dq, float *dk, float *dv, float *dg, float *dli, con
                 memcpy(w.s, c, KV * sizeof(float));
                 chunk_load_(&w, d, b, h, t0, L, q, k, v, g, li, Mp, NULL);
                 if (d->gated_in) memcpy(w.mseq + t0, w.mp, (size_t)L * sizeof(double));
-                chunk_scores_(&w, d, L);
+                if (!chan) chunk_scores_(&w, d, L);  // per channel, the scores are formed with their gradients below
                 for (int i = 0; i < L; i++)
                     memcpy(w.dout + (size_t)i * V, dout + row_(d, b, t0 + i, h) * V, V * sizeof(float));
                 size_t LK = (size_t)L * K, LV = (size_t)L * V, LL = (size_t)L * L;
                 // dA = dO V^T (lower part), dV = A^T dO + kt dS'
                 transpose_(w.vT, w.v, L, V);
                 memset(w.da, 0, LL * sizeof(float));
-                mm_(w.da, w.dout, w.vT, L, V, L, 0, 0);
+                mm_(w.da, w.dout, w.vT, L, V, L, 0, MM_TRI_C);
                 memset(w.dv, 0, LV * sizeof(float));
-                mm_(w.dv, w.a, w.dout, L, L, V, 1, 0);
+                if (!chan) mm_(w.dv, w.a, w.dout, L, L, V, 1, 0);
                 mm_(w.dv, w.kt, w.ds, L, K, V, 0, 0);
                 // dqt = dO S^T, dkt = V dS'^T
                 transpose_(w.sT, w.s, K, V);
@@ -330,27 +340,30 @@ void linrec_backward(float *dq, float *dk, float *dv, float *dg, float *dli, con
                 memset(w.dq, 0, LK * sizeof(float));
                 memset(w.dk, 0, LK * sizeof(float));
                 if (chan) {
+                    // one exp per (i, j, c) serves the score a_ij (for dV) and both of its gradients
                     for (int i = 0; i < L; i++) {
-                        const float *qi = w.q + (size_t)i * K;
+                        const float *qi = w.q + (size_t)i * K, *doi = w.dout + (size_t)i * V;
                         const double *gi = w.gc + (size_t)i * K;
                         float *dqi = w.dq + (size_t)i * K;
                         for (int j = 0; j <= i; j++) {
-                            float da = w.da[(size_t)i * L + j];
+                            float da = w.da[(size_t)i * L + j], a = 0.0f;
                             const float *kj = w.k + (size_t)j * K;
                             const double *gj = w.gc + (size_t)j * K;
-                            float *dkj = w.dk + (size_t)j * K;
-#pragma omp simd
+                            float *dkj = w.dk + (size_t)j * K, *dvj = w.dv + (size_t)j * V;
+#pragma omp simd reduction(+ : a)
                             for (int cc = 0; cc < K; cc++) {
-                                float e = da * fast_expf_((float)(gi[cc] - gj[cc]));
-                                dqi[cc] += e * kj[cc];
-                                dkj[cc] += e * qi[cc];
+                                float e = fast_expf_((float)(gi[cc] - gj[cc]));
+                                a += qi[cc] * kj[cc] * e;
+                                dqi[cc] += da * e * kj[cc];
+                                dkj[cc] += da * e * qi[cc];
                             }
+                            for (int jj = 0; jj < V; jj++) dvj[jj] += a * doi[jj];
                         }
                     }
                 } else {
                     for (int i = 0; i < L; i++)
                         for (int j = 0; j < L; j++) w.da[(size_t)i * L + j] *= w.w[(size_t)i * L + j];
-                    mm_(w.dq, w.da, w.k, L, L, K, 0, 1);
+                    mm_(w.dq, w.da, w.k, L, L, K, 0, MM_TRI_A);
                     mm_(w.dk, w.da, w.q, L, L, K, 1, 0);
                 }
                 // add the state paths; dG = q' (.) dq' - k (.) dk per channel
@@ -359,15 +372,18 @@ void linrec_backward(float *dq, float *dk, float *dv, float *dg, float *dli, con
                     w.dk[i] += w.dkt[i] * w.fk[i];
                     w.dgc[i] = w.q[i] * w.dq[i] - w.k[i] * w.dk[i];
                 }
-                // G_L's own terms: carry and every fk
+                // G_L's own terms: carry (.) rowsum(dS' (.) S) and sum_j kt_j (.) dkt_j, row by row (contiguous)
                 float *dgL = w.dgc + (size_t)(L - 1) * K;
                 for (int cc = 0; cc < K; cc++) {
-                    double acc = 0.0;
                     const float *sr = w.s + (size_t)cc * V, *dsr = w.ds + (size_t)cc * V;
-                    for (int j = 0; j < V; j++) acc += (double)sr[j] * dsr[j];
-                    acc *= w.carry[cc];
-                    for (int j = 0; j < L; j++) acc += (double)w.kt[(size_t)j * K + cc] * w.dkt[(size_t)j * K + cc];
-                    dgL[cc] += (float)acc;
+                    float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+                    for (int j = 0; j < V; j++) acc += sr[j] * dsr[j];
+                    dgL[cc] += w.carry[cc] * acc;
+                }
+                for (int j = 0; j < L; j++) {
+                    const float *ktj = w.kt + (size_t)j * K, *dktj = w.dkt + (size_t)j * K;
+                    for (int cc = 0; cc < K; cc++) dgL[cc] += ktj[cc] * dktj[cc];
                 }
                 // write dq (d/dq = scale d/dq'), dk, dv; dli; q' . dq' for the stabiliser
                 for (int i = 0; i < L; i++) {
