@@ -4,7 +4,8 @@
 #      in place of its RoPE attention, at T = 512, 2048, 8192 (B T = 4096 tokens a step: B = 8, 2, 1 ... so the
 #      work per step is the same and only the mixer's dependence on T differs), with each mixer's ratio to
 #      attention at the same T and where it overtakes attention (the first T at which its tokens/s is higher);
-#   2. the engine's chunked forward + backward against the naive sequential scan (build/release/bench/linrec).
+#   2. the engine's chunked forward + backward against the naive sequential scan (build/release/bench/linrec),
+#      with the exponent p of its time per sequence ~ T^p.
 #
 #   bash bench/linear_speed.sh                    # THREADS = nproc, STEPS = 6, every mixer
 #   THREADS=16 TS=512,2048,8192 MIXERS="attn_rope gla mamba2" bash bench/linear_speed.sh OUT.md
@@ -78,7 +79,7 @@ EOF
         echo "$row" | sed "s/^| $id |/| $id | $params |/" | sed "s/|\$/| ${over:-not at these T} |/"
     done
     echo
-    echo "Engine alone (nn/linrec.h, B = 4, H = 4, Dk = Dv = 64, chunk 64):"
+    echo "Engine alone (nn/linrec.h, B T = 32768 tokens a call, H = 4, Dk = Dv = 64, chunk 64):"
     echo
     OMP_NUM_THREADS=$THREADS build/release/bench/linrec --T "$TS"
 }

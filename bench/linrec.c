@@ -1,8 +1,10 @@
 /*
  * Linear-recurrence engine benchmark (not a test): forward + backward time of the chunkwise-parallel engine
  * (nn/linrec.h) next to a naive sequential scan of the same recurrence, in one run on the same threads, for
- * each decay form, at T = 512, 2048, 8192 (B = 4, H = 4, Dk = Dv = 64 by default); the ratio at each T and the
- * exponent p of time ~ T^p fitted over the measured lengths (1 for a linear-time scan).
+ * each decay form, at T = 512, 2048, 8192 (H = 4, Dk = Dv = 64 by default) with B T = 32768 tokens a call
+ * (B = 64, 16, 4), so that every length moves the same amount of data and only the dependence on T differs;
+ * the ratio at each T and the exponent p of the time per sequence ~ T^p fitted over the measured lengths
+ * (1 for a linear-time scan; --B fixes B instead of B T).
  *
  * The naive scan is what one writes first: token by token, S = a S + k v^T and o = S^T q, keeping every S_t
  * for the backward (T Dk Dv floats per (b,h): what the chunked form avoids), then the reverse sweep
@@ -14,7 +16,7 @@
  * at least as much (the same state products plus the in-chunk scores), so "GFLOP/s" counts this naive work for
  * both: the chunked column is how fast it gets the same result, not its own flop rate.
  *
- *   make benches && OMP_NUM_THREADS=2 build/release/bench/linrec [--T 512,2048,8192] [--B 4] [--H 4]
+ *   make benches && OMP_NUM_THREADS=2 build/release/bench/linrec [--T 512,2048,8192] [--tokens 32768 | --B 4] [--H 4]
  *       [--D 64] [--chunk 64] [--reps 3] [--naive-max-T 8192]
  */
 #include <math.h>
@@ -27,6 +29,8 @@
 #include "nn/linrec.h"
 
 #define MAX_T 16
+#define MAX_REPS 64
+#define MIN_TIME_S 0.3  // a short call repeats until this much was timed: one 2 ms call is at the mercy of the scheduler
 
 static float *filled_(size_t n, unsigned seed, float lo, float hi) {
     float *x = malloc(n * sizeof(float));
@@ -106,12 +110,13 @@ static void parse_list_(const char *s, int *out, int *n) {
 }
 
 int main(int argc, char **argv) {
-    int Ts[MAX_T] = {512, 2048, 8192}, nT = 3, B = 4, H = 4, D = 64, chunk = 64, reps = 3, naive_max = 8192;
+    int Ts[MAX_T] = {512, 2048, 8192}, nT = 3, B = 0, tokens = 32768, H = 4, D = 64, chunk = 64, reps = 3, naive_max = 8192;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) { fprintf(stderr, "%s: missing value\n", a); return 2; }
         if (!strcmp(a, "--T")) parse_list_(v, Ts, &nT);
         else if (!strcmp(a, "--B")) B = atoi(v);
+        else if (!strcmp(a, "--tokens")) tokens = atoi(v);
         else if (!strcmp(a, "--H")) H = atoi(v);
         else if (!strcmp(a, "--D")) D = atoi(v);
         else if (!strcmp(a, "--chunk")) chunk = atoi(v);
@@ -120,54 +125,60 @@ int main(int argc, char **argv) {
         else { fprintf(stderr, "unknown argument %s\n", a); return 2; }
         i++;
     }
-    if (B < 1 || H < 1 || D < 1 || chunk < 1 || reps < 1 || nT < 1) { fprintf(stderr, "bad sizes\n"); return 2; }
-    printf("linrec engine vs naive sequential scan: B=%d H=%d Dk=Dv=%d chunk=%d, %d threads, median of %d\n\n", B, H, D,
-           chunk, bench_threads(), reps);
-    printf("| decay | T | chunked fwd+bwd (ms) | naive fwd+bwd (ms) | speed-up | chunked tokens/s | chunked GFLOP/s | naive GFLOP/s |\n");
+    if (B < 0 || tokens < 1 || H < 1 || D < 1 || chunk < 1 || reps < 1 || reps > MAX_REPS || nT < 1) { fprintf(stderr, "bad sizes\n"); return 2; }
+    char bs[64];
+    if (B) snprintf(bs, sizeof bs, "B=%d", B);
+    else snprintf(bs, sizeof bs, "B T=%d", tokens);
+    printf("linrec engine vs naive sequential scan: %s H=%d Dk=Dv=%d chunk=%d, %d threads, median of >= %d calls and >= %.1f s\n\n", bs, H, D,
+           chunk, bench_threads(), reps, MIN_TIME_S);
+    printf("| decay | B x T | chunked fwd+bwd (ms) | naive fwd+bwd (ms) | speed-up | chunked tokens/s | chunked GFLOP/s | naive GFLOP/s |\n");
     printf("|---|---:|---:|---:|---:|---:|---:|---:|\n");
     const char *names[4] = {"none", "head", "token", "channel"};
     for (int decay = 0; decay < 4; decay++) {
         double tch[MAX_T];
         for (int ti = 0; ti < nT; ti++) {
-            int T = Ts[ti];
-            LinrecDims d = {B, T, H, D, D, decay, 0, chunk, 1.0f / sqrtf((float)D)};
-            size_t BTH = (size_t)B * T * H, nK = BTH * D;
+            int T = Ts[ti], Bt = B ? B : (tokens / T > 0 ? tokens / T : 1);
+            LinrecDims d = {Bt, T, H, D, D, decay, 0, chunk, 1.0f / sqrtf((float)D)};
+            size_t BTH = (size_t)Bt * T * H, nK = BTH * D;
             size_t ng = decay == LINREC_HEAD ? (size_t)H : decay == LINREC_TOKEN ? BTH : decay == LINREC_CHANNEL ? nK : 1;
             float *q = filled_(nK, 1, -1, 1), *k = filled_(nK, 2, -1, 1), *v = filled_(nK, 3, -1, 1);
             float *g = filled_(ng, 4, -0.5f, -0.01f), *dout = filled_(nK, 5, -1, 1), *o = malloc(nK * sizeof(float));
             float *dq = calloc(nK, sizeof(float)), *dk = calloc(nK, sizeof(float)), *dv = calloc(nK, sizeof(float));
             float *dg = calloc(ng, sizeof(float)), *ck = malloc(linrec_ckpt_size(&d) * sizeof(float));
-            double t1[32], t2[32];
-            for (int r = -1; r < reps; r++) {  // one untimed warm-up
+            double t1[MAX_REPS], t2[MAX_REPS];
+            int n1 = 0, n2 = 0;
+            double tot = 0.0;
+            for (int warm = 1; n1 < MAX_REPS && (n1 < reps || tot < MIN_TIME_S); warm = 0) {  // one untimed warm-up
                 double t0 = time_now_s();
                 linrec_forward(o, NULL, ck, NULL, q, k, v, decay ? g : NULL, NULL, &d);
                 linrec_backward(dq, dk, dv, decay ? dg : NULL, NULL, dout, NULL, ck, q, k, v, decay ? g : NULL, NULL, &d);
-                if (r >= 0) t1[r] = time_now_s() - t0;
+                if (!warm) tot += (t1[n1++] = time_now_s() - t0);
             }
-            tch[ti] = bench_median(t1, reps);
+            tch[ti] = bench_median(t1, n1);
             double tn = NAN;
             if (T <= naive_max) {
-                for (int r = 0; r < reps; r++) {
+                for (tot = 0.0; n2 < MAX_REPS && (n2 < reps || tot < MIN_TIME_S);) {
                     double t0 = time_now_s();
                     naive_fwd_bwd_(o, dq, dk, dv, dg, q, k, v, g, dout, &d);
-                    t2[r] = time_now_s() - t0;
+                    tot += (t2[n2++] = time_now_s() - t0);
                 }
-                tn = bench_median(t2, reps);
+                tn = bench_median(t2, n2);
             }
-            double work = 16.0 * D * D * B * H * T * 1e-9;  // the naive scan's GFLOP (see the top comment)
-            printf("| %s | %d | %.1f | %.1f | %.2fx | %.0f | %.1f | %.1f |\n", names[decay], T, 1e3 * tch[ti], 1e3 * tn,
-                   tn / tch[ti], (double)B * T / tch[ti], work / tch[ti], work / tn);
+            double work = 16.0 * D * D * Bt * H * T * 1e-9;  // the naive scan's GFLOP (see the top comment)
+            printf("| %s | %d x %d | %.1f | %.1f | %.2fx | %.0f | %.1f | %.1f |\n", names[decay], Bt, T, 1e3 * tch[ti], 1e3 * tn,
+                   tn / tch[ti], (double)Bt * T / tch[ti], work / tch[ti], work / tn);
             fflush(stdout);
             free(q); free(k); free(v); free(g); free(dout); free(o); free(dq); free(dk); free(dv); free(dg); free(ck);
         }
-        if (nT > 1) {  // least-squares slope of log time on log T
+        if (nT > 1) {  // least-squares slope of log(time per sequence) on log T
             double sx = 0, sy = 0, sxx = 0, sxy = 0;
             for (int ti = 0; ti < nT; ti++) {
-                double x = log((double)Ts[ti]), y = log(tch[ti]);
+                int Bt = B ? B : (tokens / Ts[ti] > 0 ? tokens / Ts[ti] : 1);
+                double x = log((double)Ts[ti]), y = log(tch[ti] / Bt);
                 sx += x, sy += y, sxx += x * x, sxy += x * y;
             }
             double p = (nT * sxy - sx * sy) / (nT * sxx - sx * sx);
-            printf("| %s | time ~ T^p | p = %.3f | | | | | |\n", names[decay], p);
+            printf("| %s | time per sequence ~ T^p | p = %.3f | | | | | |\n", names[decay], p);
         }
     }
     return 0;
