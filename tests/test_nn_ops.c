@@ -164,6 +164,46 @@ static void test_rmsnorm_grad_(void) {
     free(c.x); free(c.w); free(c.out); free(c.c1); free(c.dy);
 }
 
+// L2 norm of rows, both divisor conventions; FLOOR with one row below the floor (linear there)
+typedef struct L2Ctx {
+    int N, C, mode;
+    float eps;
+    float *x, *out, *nrm, *dy;
+} L2Ctx;
+
+static double l2norm_loss_(void *p) {
+    L2Ctx *c = p;
+    l2norm_forward(c->out, c->nrm, c->x, c->N, c->C, c->eps, c->mode);
+    return gc_dot(c->dy, c->out, (size_t)c->N * c->C);
+}
+
+static void test_l2norm_(void) {
+    for (int mode = 0; mode < 2; mode++) {
+        GcRng rng = {(uint64_t)(31 + mode)};
+        int N = 6, C = 9;
+        size_t n = (size_t)N * C;
+        L2Ctx c = {N, C, mode, mode == L2NORM_ADD ? 1e-2f : 0.5f, zalloc_(n), zalloc_(n), zalloc_(N), zalloc_(n)};
+        gc_fill_normal(&rng, c.x, n, 1.0f);
+        gc_fill_normal(&rng, c.dy, n, 1.0f);
+        if (mode == L2NORM_FLOOR)
+            for (int i = 0; i < C; i++) c.x[2 * C + i] *= 0.01f;  // row 2 (|x| ~ 0.03) below the floor 0.5
+        l2norm_loss_(&c);
+        double worst = 0;
+        for (int r = 0; r < N; r++) {
+            double ss = 0;
+            for (int i = 0; i < C; i++) ss += (double)c.x[r * C + i] * c.x[r * C + i];
+            double d = mode == L2NORM_ADD ? sqrt(ss + c.eps) : fmax(sqrt(ss), c.eps);
+            for (int i = 0; i < C; i++) worst = fmax(worst, fabs(c.out[r * C + i] - c.x[r * C + i] / d));
+        }
+        CHECK(worst < 1e-6, "l2norm %s forward == x / n (max err %.2g)", mode ? "add" : "floor", worst);
+        float *dx = zalloc_(n);
+        l2norm_backward(dx, c.dy, c.out, c.nrm, N, C, c.eps, mode);
+        gradcheck_buffer(mode ? "l2norm (eps in the root) inp" : "l2norm (floor) inp", c.x, dx, n, l2norm_loss_, &c,
+                         GC_H, GC_RTOL, GC_ATOL, GC_DIRS, GC_ELEMS, 41);
+        free(dx); free(c.x); free(c.out); free(c.nrm); free(c.dy);
+    }
+}
+
 static void test_norm_forward_(void) {
     GcRng rng = {21};
     int N = 4, C = 300;
@@ -680,6 +720,7 @@ static void test_threads_(void) {
 }
 
 int main(void) {
+    test_l2norm_();
     test_layernorm_grad_(1, 1);
     test_layernorm_grad_(0, 5);
     test_rmsnorm_grad_();

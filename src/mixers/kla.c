@@ -26,6 +26,7 @@
 #include "nn/conv.h"
 #include "nn/kalman.h"
 #include "nn/matmul.h"
+#include "nn/norm.h"
 
 #define KLA_DT_EPS 1e-7  // added to softplus(delta), as in the reference
 #define KLA_NORM_EPS 1e-12f
@@ -195,7 +196,7 @@ typedef struct KlaActs {
     float *lv;            // (BT,M) log-variance (mamba: after var_expand; plain: a copy)
     float *v;             // (BT,M) the value (plain: a copy out of sens; mamba: unused, v = u)
     float *k, *q;         // (BT,S) after the optional L2 norm
-    float *kn, *qn;       // (BT,) their norms before it
+    float *kn, *qn;       // (BT,) the divisors of their L2 norm, max(|raw|, eps)
     float *prec;          // (BT,M) Lambda^v
     float *ym, *yvar, *eps;  // (BT,M) scan mean; variance and the noise (KLA+ sampling only)
     float *ys, *g;        // (BT,M) before the gate, after it
@@ -241,18 +242,6 @@ static size_t kla_scratch_size_(const MixerSpec *s, int B, int T) {
 // ----------------------------------------------------------------------------
 // the sensor path shared by forward and step: sens (N,Ns) -> v, lv, k, q, prec for N rows
 
-// row-wise L2 norm over S: x /= max(|x|, eps); the norm kept for backward
-static void l2norm_rows_(float *x, float *nrm, int N, int S) {
-    for (int i = 0; i < N; i++) {
-        float *r = x + (size_t)i * S, ss = 0.0f;
-        for (int s = 0; s < S; s++) ss += r[s] * r[s];
-        float n = sqrtf(ss);
-        if (nrm) nrm[i] = n;
-        float inv = 1.0f / (n > KLA_NORM_EPS ? n : KLA_NORM_EPS);
-        for (int s = 0; s < S; s++) r[s] *= inv;
-    }
-}
-
 static void kla_sensors_(const Mixer *m, const float *sens, const float *u, float *v, float *lv, float *k, float *q,
                          float *kn, float *qn, float *prec, int N) {
     const KlaOpts *o = m->spec->opts;
@@ -275,8 +264,8 @@ static void kla_sensors_(const Mixer *m, const float *sens, const float *u, floa
         memcpy(q + (size_t)i * S, sens + (size_t)i * Ns + off + S, (size_t)S * sizeof(float));
     }
     if (o->qk_norm) {
-        l2norm_rows_(k, kn, N, S);
-        l2norm_rows_(q, qn, N, S);
+        l2norm_forward(k, kn, k, N, S, KLA_NORM_EPS, L2NORM_FLOOR);
+        l2norm_forward(q, qn, q, N, S, KLA_NORM_EPS, L2NORM_FLOOR);
     }
     double vmin = o->obs_var_min;
 #pragma omp parallel for
@@ -409,21 +398,18 @@ static void kla_backward_(Mixer *m, float *dx, const float *dy, const float *x, 
             memcpy(dsens + (size_t)i * Ns + M, dlv + (size_t)i * M, (size_t)M * sizeof(float));
         }
     }
-    // k, q through the L2 norm: d raw = (d n - n (n . d n)) / max(|raw|, eps)
+    // k, q through the L2 norm (into the scan's scratch ks, free again), then into their sensor columns
+    float *dkr = dk, *dqr = dq;
+    if (o->qk_norm) {
+        dkr = ks, dqr = ks + BTS;
+        memset(ks, 0, 2 * BTS * sizeof(float));
+        l2norm_backward(dkr, dk, a.k, a.kn, BT, S, KLA_NORM_EPS, L2NORM_FLOOR);
+        l2norm_backward(dqr, dq, a.q, a.qn, BT, S, KLA_NORM_EPS, L2NORM_FLOOR);
+    }
 #pragma omp parallel for
     for (int i = 0; i < BT; i++) {
-        for (int which = 0; which < 2; which++) {
-            const float *nv = (which ? a.q : a.k) + (size_t)i * S, *gv = (which ? dq : dk) + (size_t)i * S;
-            float *out = dsens + (size_t)i * Ns + off + which * S;
-            if (!o->qk_norm) { memcpy(out, gv, (size_t)S * sizeof(float)); continue; }
-            float nr = (which ? a.qn : a.kn)[i], dot = 0.0f;
-            if (nr <= KLA_NORM_EPS) {
-                for (int s = 0; s < S; s++) out[s] = gv[s] / KLA_NORM_EPS;
-                continue;
-            }
-            for (int s = 0; s < S; s++) dot += nv[s] * gv[s];
-            for (int s = 0; s < S; s++) out[s] = (gv[s] - nv[s] * dot) / nr;
-        }
+        memcpy(dsens + (size_t)i * Ns + off, dkr + (size_t)i * S, (size_t)S * sizeof(float));
+        memcpy(dsens + (size_t)i * Ns + off + S, dqr + (size_t)i * S, (size_t)S * sizeof(float));
     }
     // sens = u W_s^T
     const float *ws = mixer_param(m, o->k_sens);

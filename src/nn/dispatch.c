@@ -277,6 +277,11 @@ VOID_(layernorm_backward,
       (float *dinp, float *dweight, float *dbias, const float *dout, const float *inp, const float *weight,
        const float *mean, const float *rstd, int N, int C),
       (dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C))
+VOID_(l2norm_forward, (float *out, float *nrm, const float *inp, int N, int C, float eps, int mode),
+      (out, nrm, inp, N, C, eps, mode))
+VOID_(l2norm_backward,
+      (float *dinp, const float *dout, const float *out, const float *nrm, int N, int C, float eps, int mode),
+      (dinp, dout, out, nrm, N, C, eps, mode))
 VOID_(rmsnorm_forward, (float *out, float *rstd, const float *inp, const float *weight, int N, int C),
       (out, rstd, inp, weight, N, C))
 VOID_(rmsnorm_backward,

@@ -93,6 +93,8 @@
 // norm.c
 #define layernorm_forward ISA_FN(layernorm_forward)
 #define layernorm_backward ISA_FN(layernorm_backward)
+#define l2norm_forward ISA_FN(l2norm_forward)
+#define l2norm_backward ISA_FN(l2norm_backward)
 #define rmsnorm_forward ISA_FN(rmsnorm_forward)
 #define rmsnorm_backward ISA_FN(rmsnorm_backward)
 // rotary.c

@@ -202,3 +202,33 @@ void rmsnorm_backward(float *dinp, float *dweight,
 
     norm_param_backward_(dweight, NULL, dout, inp, NULL, rstd, N, C);
 }
+
+void l2norm_forward(float *out, float *nrm, const float *inp, int N, int C, float eps, int mode) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        double ss = 0.0;
+        for (int i = 0; i < C; i++) ss += (double)x[i] * x[i];
+        float r = mode == L2NORM_ADD ? (float)sqrt(ss + eps) : (float)sqrt(ss);
+        if (mode == L2NORM_FLOOR && !(r > eps)) r = eps;
+        nrm[n] = r;
+        float inv = 1.0f / r, *y = out + (size_t)n * C;
+        for (int i = 0; i < C; i++) y[i] = x[i] * inv;
+    }
+}
+
+void l2norm_backward(float *dinp, const float *dout, const float *out, const float *nrm, int N, int C, float eps,
+                     int mode) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *dy = dout + (size_t)n * C, *y = out + (size_t)n * C;
+        float *dx = dinp + (size_t)n * C, r = nrm[n];
+        if (mode == L2NORM_FLOOR && r <= eps) {  // held at the floor: out = inp / eps, linear
+            for (int i = 0; i < C; i++) dx[i] += dy[i] / eps;
+            continue;
+        }
+        float dot = 0.0f;
+        for (int i = 0; i < C; i++) dot += y[i] * dy[i];
+        for (int i = 0; i < C; i++) dx[i] += (dy[i] - y[i] * dot) / r;
+    }
+}

@@ -25,6 +25,13 @@ void layernorm_backward(float *dinp, float *dweight, float *dbias,
                         const float *mean, const float *rstd,
                         int N, int C);
 
+// L2 norm of each row: out = inp / n with n = max(|inp|, eps) (L2NORM_FLOOR: KLA's q, k) or n = sqrt(|inp|^2 + eps)
+// (L2NORM_ADD: flash-linear-attention's l2norm, eps inside the root). nrm (N,) keeps n for the backward; out may
+// alias inp. Backward: dinp += (dout - out (out . dout)) / n, and dout / eps for a row held at the floor.
+enum { L2NORM_FLOOR, L2NORM_ADD };
+void l2norm_forward(float *out, float *nrm, const float *inp, int N, int C, float eps, int mode);
+void l2norm_backward(float *dinp, const float *dout, const float *out, const float *nrm, int N, int C, float eps,
+                     int mode);
 void rmsnorm_forward(float *out, float *rstd,
                      const float *inp, const float *weight,
                      int N, int C);
