@@ -33,6 +33,8 @@ ROWS=(
     'gla|{"kind":"gla","heads":4}'
     'mamba2|{"kind":"mamba2","d_state":64}'
     'mlstm|{"kind":"mlstm","heads":4}'
+    'deltanet|{"kind":"deltanet","heads":4}'
+    'gated_deltanet|{"kind":"gated_deltanet","heads":4}'
 )
 all=""; for r in "${ROWS[@]}"; do all+="${r%%|*} "; done
 MIXERS=${MIXERS:-$all}

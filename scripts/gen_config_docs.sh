@@ -31,7 +31,10 @@ exactly the keys that exist.
    left out takes its default. Any violation stops the program with one line naming the file (or the
    `--set`) that set the value, the key's full path, the bad value, what is allowed, and a did-you-mean
    for near misses, e.g.
-   `configs/x.json: unknown key 'train.seqlen' (did you mean 'train.seq_len'?)`.
+   `configs/x.json: unknown key 'train.seqlen' (did you mean 'train.seq_len'?)`. Strings and key names
+   must be UTF-8 (they reach run names and the run's `config.json`). A dotted `--set model.mixer.kind=kla`
+   changes only the kind and keeps the other options, so over an `attention` mixer it fails (suggesting
+   `--set 'model.mixer={"kind":"kla"}'`).
 4. `seqtrain --config FILE --print-config` prints the resolved configuration (every key, defaults
    filled in); feeding that output back as a config gives the same run.
 

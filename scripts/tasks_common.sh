@@ -116,6 +116,8 @@ mixer_rows() {
         'gla|GLA|{"kind":"gla"}|'
         'mamba2|Mamba2|{"kind":"mamba2","d_state":64,"head_dim":16}|model.block=fused'
         'mlstm|mLSTM (xLSTM)|{"kind":"mlstm"}|model.block=fused'
+        'deltanet|DeltaNet|{"kind":"deltanet"}|'
+        'gated_deltanet|Gated DeltaNet|{"kind":"gated_deltanet"}|'
     )
     local m all=""
     for m in "${MIXER[@]}"; do all+="${m%%|*} "; done

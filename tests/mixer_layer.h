@@ -271,4 +271,26 @@ static inline void layer_check_error(const char *json, int C, const char *want) 
     if (rc == 0) mixer_spec_free(&s);
 }
 
+// the two checks every chunked mixer's test runs over its table of cases {what, json}: chunk 1, 3 and 64 give
+// the same outputs and gradients (C 8, B 2, T 23: not a multiple of 3), and token-by-token decoding reproduces
+// the full forward, each to 1e-5 of its scale
+static inline void layer_cases_chunk_invariance(const char *const (*cases)[2], int n, LayerPerturbFn perturb) {
+    const int chunks[3] = {1, 3, 64};
+    for (int i = 0; i < n; i++) {
+        ChunkDiff d;
+        int rc = layer_chunk_diff(&d, cases[i][1], chunks, 3, 8, 2, 23, perturb);
+        CHECK(rc == 0 && d.y <= 1e-5 * d.y_scale && d.g <= 1e-5 * d.g_scale,
+              "%s: chunk 1, 3 and 64 give the same outputs (max|d| %.2g of %.2g) and gradients (max|d| %.2g of %.2g)",
+              cases[i][0], d.y, d.y_scale, d.g, d.g_scale);
+    }
+}
+
+static inline void layer_cases_decode(const char *const (*cases)[2], int n, LayerPerturbFn perturb) {
+    for (int i = 0; i < n; i++) {
+        double scale, worst = layer_decode_error(cases[i][1], perturb, &scale);
+        CHECK(worst <= 1e-5 * scale && scale > 1e-3, "%s: token-by-token decoding = full forward (max|d| %.2g, max|y| %.2g)",
+              cases[i][0], worst, scale);
+    }
+}
+
 #endif

@@ -2,8 +2,9 @@
  * Tiled causal attention (nn/attention.h): the forward and its lse against a naive O(T^2) reference in
  * double for every option combination and shapes that cut the 64x64 tiles in all ways, finite-difference
  * gradient checks of q, k, v, fgate and decay under each option, accumulation (+=) and NULL gradients,
- * long contexts (T = 4096 full, T = 8192 windowed, with large negative biases), the ALiBi slopes, and
- * results independent of the OpenMP thread count.
+ * long contexts (T = 4096 full, T = 8192 windowed, with large negative biases), the ALiBi slopes, NaN
+ * inputs (NaN out in every kernel set, no undefined behaviour), and results independent of the OpenMP thread
+ * count.
  */
 #include <stdlib.h>
 #ifdef _OPENMP
@@ -447,6 +448,65 @@ static void test_kernel_sets(void) {
     }
 }
 
+// ----------------------------------------------------------------------------
+// non-finite inputs (a diverged model): NaN in gives NaN out in every kernel set, and never undefined
+// behaviour in the exponential (the UBSan build aborts on that), so the NaN reaches the loss and the
+// trainer's non-finite stop
+
+static int row_all_nan_(const float *x, int n) {
+    for (int i = 0; i < n; i++) {
+        if (!isnan(x[i])) return 0;
+    }
+    return 1;
+}
+
+static void test_nan_inputs(void) {
+    int B = 1, NH = 2, T = 150, HS = 32;
+    size_t n = (size_t)B * NH * T * HS, nbt = (size_t)B * NH * T;
+    KernelSet active = kernel_set();
+    for (int ks = 0; ks < KSET_COUNT; ks++) {
+        if (!kernel_set_supported((KernelSet)ks)) continue;
+        kernel_set_use((KernelSet)ks, NULL);
+        for (int opt = 0; opt < OPT_COUNT; opt++) {
+            GcRng rng = {707 + (uint64_t)opt};
+            Inputs in;
+            inputs_init_(&in, &rng, B, NH, T, HS, opt, 70, 8.0f);
+            float *out = malloc(n * sizeof(float)), *lse = malloc(nbt * sizeof(float));
+            // head 0: one NaN in query row 100 (row 100 only); head 1: one NaN in key 80 (rows that see it)
+            int qi = 100, kj = 80;
+            in.q[(size_t)qi * HS + 3] = NAN;
+            in.k[(size_t)(T + kj) * HS + 5] = NAN;
+            attention_forward(out, lse, in.q, in.k, in.v, &in.o, B, NH, T, HS);
+            int ok = row_all_nan_(out + (size_t)qi * HS, HS) && isnan(lse[qi]);
+            ok &= all_finite_(out, (size_t)qi * HS) && all_finite_(out + (size_t)(qi + 1) * HS, (size_t)(T - qi - 1) * HS);
+            ok &= all_finite_(out + (size_t)T * HS, (size_t)kj * HS);  // head 1 before the NaN key
+            int W = in.o.window;
+            for (int i = kj; i < T; i++) {
+                const float *o_i = out + (size_t)(T + i) * HS;
+                if (!W || i - kj < W) ok &= row_all_nan_(o_i, HS) && isnan(lse[T + i]);
+                else ok &= all_finite_(o_i, (size_t)HS) && isfinite(lse[T + i]);
+            }
+            CHECK(ok, "attention %s, %s kernels: a NaN query or key gives NaN in exactly the rows that see it",
+                  opt_names_[opt], kernel_set_name((KernelSet)ks));
+            float *dy = gc_randn(&rng, n, 1.0f);
+            float *dq = calloc(n, sizeof(float)), *dk = calloc(n, sizeof(float)), *dv = calloc(n, sizeof(float));
+            float *dF = calloc(nbt, sizeof(float)), dd[2] = {0, 0};
+            attention_backward(dq, dk, dv, dF, dd, dy, out, lse, in.q, in.k, in.v, &in.o, B, NH, T, HS);
+            CHECK(row_all_nan_(dq + (size_t)qi * HS, HS), "attention %s, %s kernels: the backward gives NaN dq for the "
+                  "NaN row", opt_names_[opt], kernel_set_name((KernelSet)ks));
+            // attention maps: a NaN lse gives NaN weights
+            float *P = malloc((size_t)T * T * sizeof(float));
+            attention_probs(P, in.q + (size_t)T * HS, in.k + (size_t)T * HS, lse + T, &in.o, 0, 1, NH, T, HS);
+            CHECK(isnan(P[(size_t)kj * T + kj]) && isfinite(P[(size_t)(kj - 1) * T + kj - 1]),
+                  "attention_probs %s, %s kernels: NaN where the NaN key is seen, numbers before it",
+                  opt_names_[opt], kernel_set_name((KernelSet)ks));
+            free(P); free(dy); free(dq); free(dk); free(dv); free(dF); free(out); free(lse);
+            inputs_free_(&in);
+        }
+    }
+    kernel_set_use(active, NULL);
+}
+
 #ifdef _OPENMP
 static void test_threads(void) {
     int B = 2, NH = 3, T = 200, HS = 32;
@@ -486,6 +546,7 @@ int main(void) {
     test_backward_write();
     test_long_context();
     test_kernel_sets();
+    test_nan_inputs();
 #ifdef _OPENMP
     test_threads();
 #endif

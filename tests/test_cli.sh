@@ -308,6 +308,11 @@ expect_fail "decode --start past the end names the shard" "--start $((N3 + 1))" 
     decode --input "$W/s/three.shard" --start $((N3 + 1))
 expect_fail "decode --count past the end names the shard" "past the end" "three.shard" -- \
     decode --input "$W/s/three.shard" --start 1 --count "$N3"
+expect_fail "decode --start 2^64-1 is out of range (not 'not an integer'), with the range" \
+    "--start: 18446744073709551615 is out of range (allowed: 0 to 1000000000000000000)" -- \
+    decode --input "$W/s/three.shard" --start 18446744073709551615
+expect_fail "decode --count -2^64 is out of range" "--count: -18446744073709551616 is out of range" -- \
+    decode --input "$W/s/three.shard" --count -18446744073709551616
 expect_ok "decode --output FILE" decode --input "$W/s/three.shard" --output "$W/o/three.txt"
 check "decode --output writes the file and nothing to stdout" eval '[ ! -s "$OUT" ] && same_file "$W/three.txt" "$W/o/three.txt"'
 expect_fail "decode --output under a missing directory names the path" "$W/nodir/x.txt" "No such file" -- \
@@ -658,6 +663,72 @@ expect_fail "data.tokenizer file missing" "$W/nothere.model" -- \
     "$SEQTRAIN" --check --config "$C/good.json" --set "data.tokenizer=$W/nothere.model"
 expect_fail "seq_len longer than every shard: no window to read" "data.train" -- \
     "$SEQTRAIN" --check --config "$C/othertok.json" --set train.seq_len=1000000
+
+# messages that point at the real mistake
+cat >"$C/attn.json" <<EOF
+{"base": "good.json", "model": {"n_layers": 4, "mixer": {"kind": "attention", "heads": 4}}}
+EOF
+expect_fail "--set model.mixer.kind=kla over an attention mixer suggests replacing the whole mixer" \
+    "--set model.mixer.kind=kla: 'model.mixer.heads' (from $C/attn.json) is not an option of model.mixer.kind \"kla\"" \
+    "--set 'model.mixer={\"kind\":\"kla\"}'" -- "$SEQTRAIN" --check --config "$C/attn.json" --set model.mixer.kind=kla
+expect_ok "--set 'model.mixer={\"kind\":\"kla\"}' replaces it" "$SEQTRAIN" --check --config "$C/attn.json" \
+    --set 'model.mixer={"kind":"kla"}'
+expect_fail "a mistyped mixer option after a kind --set still gets its did-you-mean" \
+    "--set model.mixer.d_stat=4: unknown key 'model.mixer.d_stat' (did you mean 'model.mixer.d_state'?)" -- \
+    "$SEQTRAIN" --check --config "$C/attn.json" --set 'model.mixer={"kind":"kla"}' --set model.mixer.kind=kla \
+    --set model.mixer.d_stat=4
+expect_fail "a reversed layer range 3-1 is called reversed" \
+    "model.layers[0].at: \"3-1\" has a reversed range" -- \
+    "$SEQTRAIN" --check --config "$C/attn.json" --set 'model.layers=[{"at": "3-1", "mixer": {"heads": 2}}]'
+expect_fail "a layer past the last is outside the range" "model.layers[0].at: \"4\" names a layer outside 0..3" -- \
+    "$SEQTRAIN" --check --config "$C/attn.json" --set 'model.layers=[{"at": "4", "mixer": {"heads": 2}}]'
+expect_ok "layer range 1-3 and -1 are accepted" "$SEQTRAIN" --check --config "$C/attn.json" \
+    --set 'model.layers=[{"at": "1-3", "mixer": {"heads": 2}}, {"at": "-1", "mixer": {"heads": 1}}]'
+printf '{"base": "good.json", "run": {"name": "caf\xe9"}}' >"$C/latin1.json"
+expect_fail "a Latin-1 byte in a config string is refused with its key" \
+    "$C/latin1.json: run.name: the string is not valid UTF-8 (byte 0xe9 at offset 3)" -- \
+    "$SEQTRAIN" --check --config "$C/latin1.json"
+expect_fail "a Latin-1 byte in a --set value is refused with its key" \
+    "run.name: the string is not valid UTF-8 (byte 0xe9 at offset 3)" -- \
+    "$SEQTRAIN" --check --config "$C/good.json" --set "$(printf 'run.name=caf\xe9')"
+
+# out of memory names the keys that size the block (release build only: ASan needs more address space
+# than the limit that makes the allocation fail)
+if ldd "$SEQTRAIN" 2>/dev/null | grep -q libasan; then
+    ok "out-of-memory message (skipped: ASan build)"
+else
+    run bash -c 'ulimit -v 4000000 && exec "$@"' _ "$SEQTRAIN" --config "$C/good.json" --set "run.dir=$W/oomruns" \
+        --set train.batch_size=4096 --set train.seq_len=16 --stop-after 1
+    check "out of memory for the activations names train.batch_size, train.seq_len, model.n_layers, model.d_model" \
+        eval '[ "$RC" -eq 1 ] && grep -qE "^error: out of memory allocating [0-9]+ bytes \([0-9.]+ MiB\) for the activations of a batch of 4096 x 16 tokens \(train.batch_size x train.seq_len when training\) through model.n_layers = [0-9]+ layers of model.d_model = [0-9]+ .*lower train.batch_size or train.seq_len" "$ERR"'
+fi
+
+# --resume removes the checkpoint directories that dead processes left half-written, never a live one's
+R="$W/leftovers"
+mkdir -p "$R"
+cp "$C/good.json" "$R/config.json"
+(exit 0) &
+DEAD=$!
+wait "$DEAD"
+sleep 60 &
+LIVE=$!
+mkdir "$R/ckpt-00000004.tmp.$DEAD" "$R/ckpt-00000002.old.$DEAD" "$R/ckpt-00000004.tmp.$LIVE" "$R/ckpt-00000004.tmp.$$"
+echo x >"$R/ckpt-00000004.tmp.$DEAD/model.safetensors"
+echo ckpt-00000002 >"$R/latest"
+run "$SEQTRAIN" --resume "$R"
+kill "$LIVE" 2>/dev/null
+wait "$LIVE" 2>/dev/null
+check "--resume removes a dead process's ckpt-*.tmp.<pid>" eval '[ ! -e "$R/ckpt-00000004.tmp.$DEAD" ]'
+check "--resume renames a dead process's ckpt-2.old.<pid> back to the missing ckpt-2 (killed mid-replace)" \
+    eval '[ ! -e "$R/ckpt-00000002.old.$DEAD" ] && [ -d "$R/ckpt-00000002" ]'
+check "--resume keeps the temp checkpoints of live processes (a sleep, the test shell)" \
+    eval '[ -d "$R/ckpt-00000004.tmp.$LIVE" ] && [ -d "$R/ckpt-00000004.tmp.$$" ]'
+check "--resume says what it removed and why" \
+    grep -qF "removed $R/ckpt-00000004.tmp.$DEAD (an unfinished checkpoint left by process $DEAD, which is no longer running)" "$ERR"
+check "--resume does not mention the live processes' directories" \
+    eval '! grep -qE "tmp\.($LIVE|$$)" "$ERR"'
+check "--resume says what it restored" grep -qF "restored $R/ckpt-00000002.old.$DEAD as ckpt-00000002" "$ERR"
+check "--resume then reads the restored checkpoint" grep -qE "^seqtrain: error: .*$R/ckpt-00000002/" "$ERR"
 
 # ============================================================================================
 # 5d. seqeval

@@ -837,6 +837,53 @@ static void test_edit_distance(void) {
     CHECK(config_edit_distance("Lr", "lr") == 1, "case-sensitive");
 }
 
+// strings that are not UTF-8 (they would reach run names and config.json) are refused with their path,
+// in files, base files, --set values, list items and key names; well-formed multi-byte text is kept
+static void test_utf8(void) {
+    TestCfg c;
+    write_("u8_ok.json", "{\"name\": \"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\", \"data\": {\"train\": \"x\"}}");
+    CHECK_STR(load_("u8_ok.json", NULL, 0, &c), "", "2-, 3- and 4-byte UTF-8 in a string is accepted");
+    CHECK_STR(c.name, "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", "... and kept byte for byte");
+
+    char want[300];
+    snprintf(want, sizeof want, "%s: name: the string is not valid UTF-8 (byte 0xff at offset 3); config strings must be UTF-8",
+             path_("t.json"));
+    CHECK_CONTAINS(err_of_("{\"name\": \"run\xff\", \"data\": {\"train\": \"x\"}}", NULL, 0), want,
+                   "a stray 0xff in a file's string names the file, the key and the byte");
+    snprintf(want, sizeof want, "%s: data.train[1]: the string is not valid UTF-8 (byte 0xc3 at offset 1)", path_("t.json"));
+    CHECK_CONTAINS(err_of_("{\"data\": {\"train\": [\"a\", \"b\xc3(\"]}}", NULL, 0), want,
+                   "a truncated sequence in a string list item names the item");
+    const char *bad[] = {"\xc0\xaf", "\xe0\x80\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xf5\x80\x80\x80", "\x80", "\xe2\x82"};
+    const char *why[] = {"an overlong '/'", "a 3-byte overlong", "a UTF-16 surrogate", "a code point above U+10FFFF",
+                         "a 0xf5 lead byte", "a lone continuation byte", "a sequence cut short"};
+    for (int i = 0; i < 7; i++) {
+        char json[200];
+        snprintf(json, sizeof json, "{\"name\": \"%s\", \"data\": {\"train\": \"x\"}}", bad[i]);
+        CHECK_CONTAINS(err_of_(json, NULL, 0), "name: the string is not valid UTF-8 (byte 0x", "%s is refused", why[i]);
+    }
+    snprintf(want, sizeof want, "%s: data: a key name is not valid UTF-8", path_("t.json"));
+    CHECK_CONTAINS(err_of_("{\"data\": {\"train\": \"x\", \"se\xffq\": 1}}", NULL, 0), want, "a key name that is not UTF-8");
+
+    write_("u8_base.json", "{\"name\": \"\xfe\"}");
+    write_("u8_child.json", "{\"base\": \"u8_base.json\", \"data\": {\"train\": \"x\"}}");
+    snprintf(want, sizeof want, "%s: name: the string is not valid UTF-8 (byte 0xfe at offset 0)", path_("u8_base.json"));
+    CHECK_CONTAINS(load_("u8_child.json", NULL, 0, &c), want, "in a base file: that file is named");
+
+    const char *s1[] = {"name=ab\xff"}, *s2[] = {"data.val=[\"ok\", \"\xe9t\xe9\"]"}, *s3[] = {"name=\"\xc3\""},
+               *s4[] = {"da\xffta.x=1"}, *s5[] = {"name=caf\xc3\xa9"};
+    CHECK_CONTAINS(err_of_("{\"data\": {\"train\": \"x\"}}", s1, 1),
+                   "--set name=ab\\xff: name: the string is not valid UTF-8 (byte 0xff at offset 2)",
+                   "a --set plain string: the --set (bad byte shown as \\xff) and the key");
+    CHECK_CONTAINS(err_of_("{\"data\": {\"train\": \"x\"}}", s2, 1), "data.val[1]: the string is not valid UTF-8 (byte 0xe9 at offset 0)",
+                   "a --set list of Latin-1 strings names the item");
+    CHECK_CONTAINS(err_of_("{\"data\": {\"train\": \"x\"}}", s3, 1), "--set name=\"\\xc3\": name: the string is not valid UTF-8",
+                   "a --set JSON string");
+    CHECK_CONTAINS(err_of_("{\"data\": {\"train\": \"x\"}}", s4, 1), "--set da\\xffta.x=1: the key is not valid UTF-8",
+                   "a --set key that is not UTF-8");
+    CHECK_STR(load_("u8_ok.json", s5, 1, &c), "", "a --set UTF-8 string is accepted");
+    CHECK_STR(c.name, "caf\xc3\xa9", "... and kept");
+}
+
 int main(void) {
     snprintf(dir_, sizeof dir_, "/tmp/seqcfgXXXXXX");
     if (!mkdtemp(dir_)) {
@@ -860,6 +907,7 @@ int main(void) {
     test_set_items();
     test_ext_docs();
     test_edit_distance();
+    test_utf8();
     while (n_made_ > 0) remove(made_[--n_made_]);
     CHECK(rmdir(dir_) == 0, "temporary folder cleaned up");
     return test_summary();

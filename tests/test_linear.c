@@ -15,7 +15,7 @@
 
 #define GC_H 3e-3
 
-static const char *CASES_[][2] = {
+static const char *const CASES_[][2] = {
     {"linear_attn identity", "{\"kind\": \"linear_attn\", \"heads\": 2, \"feature_map\": \"identity\"}"},
     {"linear_attn elu normalize", "{\"kind\": \"linear_attn\", \"heads\": 2, \"feature_map\": \"elu\", \"normalize\": true}"},
     {"linear_attn relu", "{\"kind\": \"linear_attn\", \"heads\": 2, \"feature_map\": \"relu\"}"},
@@ -42,25 +42,9 @@ static void test_gradients(void) {
 static void perturb_chunks_(Layer *L, GcRng *r) { layer_perturb(L, r, 0.2f); }
 static void perturb_step_(Layer *L, GcRng *r) { layer_perturb(L, r, 0.1f); }
 
-// the same outputs and gradients for any chunk size (a different summation order: float rounding only)
-static void test_chunk_invariance(void) {
-    const int chunks[3] = {1, 3, 64};
-    for (int i = 0; i < N_CASES_; i++) {
-        ChunkDiff d;
-        int rc = layer_chunk_diff(&d, CASES_[i][1], chunks, 3, 8, 2, 23, perturb_chunks_);
-        CHECK(rc == 0 && d.y <= 1e-5 * d.y_scale && d.g <= 1e-5 * d.g_scale,
-              "%s: chunk 1, 3 and 64 give the same outputs (max|d| %.2g of %.2g) and gradients (max|d| %.2g of %.2g)",
-              CASES_[i][0], d.y, d.y_scale, d.g, d.g_scale);
-    }
-}
+static void test_chunk_invariance(void) { layer_cases_chunk_invariance(CASES_, N_CASES_, perturb_chunks_); }
 
-static void test_step(void) {
-    for (int i = 0; i < N_CASES_; i++) {
-        double scale, worst = layer_decode_error(CASES_[i][1], perturb_step_, &scale);
-        CHECK(worst <= 1e-5 * scale && scale > 1e-3, "%s: token-by-token decoding = full forward (max|d| %.2g, max|y| %.2g)",
-              CASES_[i][0], worst, scale);
-    }
-}
+static void test_step(void) { layer_cases_decode(CASES_, N_CASES_, perturb_step_); }
 
 static void test_bad_options(void) {
     layer_check_error("{\"kind\": \"gla\", \"heads\": 3}", 16, "model.mixer.expand_k");

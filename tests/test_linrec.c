@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "gradcheck.h"
+#include "scan_check.h"
 #include "nn/linrec.h"
 #include "test.h"
 
@@ -104,19 +105,6 @@ static void naive_(const Case *c, double *o, double *m) {
     free(S);
 }
 
-static double max_abs_(const double *x, size_t n) {
-    double w = 0;
-    for (size_t i = 0; i < n; i++) w = fmax(w, fabs(x[i]));
-    return w;
-}
-
-// max |got - want| / max |want|
-static double rel_err_(const float *got, const double *want, size_t n) {
-    double e = 0, s = max_abs_(want, n);
-    for (size_t i = 0; i < n; i++) e = fmax(e, fabs((double)got[i] - want[i]));
-    return s > 0 ? e / s : e;
-}
-
 static LinrecDims dims_(int B, int T, int H, int Dk, int Dv, int decay, int gated, int chunk) {
     LinrecDims d = {B, T, H, Dk, Dv, decay, gated, chunk, 1.0f / sqrtf((float)Dk)};
     return d;
@@ -139,7 +127,7 @@ static void test_chunked_vs_sequential(void) {
                 free(c.ckpt);
                 c.ckpt = malloc(linrec_ckpt_size(&c.d) * sizeof(float));
                 linrec_forward(c.o, c.m, c.ckpt, NULL, c.q, c.k, c.v, c.g, c.li, &c.d);
-                double e = rel_err_(c.o, o, nO);
+                double e = scan_rel_err(c.o, o, nO);
                 CHECK(e < 1e-5, "chunked (%d) == sequential: decay %s%s (rel err %.2g)", chunks[ci], DECAY_NAME_[decay],
                       gated ? ", input gates" : "", e);
                 if (gated) {
@@ -336,12 +324,6 @@ static void test_step_and_state(void) {
 
 // ----------------------------------------------------------------------------
 
-static int all_finite_(const float *x, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (!isfinite(x[i])) return 0;
-    return 1;
-}
-
 // T = 8192, decays down to exp(-30) per token and input gates up to e^60: no inf, no NaN, same as the scan
 static void test_long_strong_decays(void) {
     for (int gated = 0; gated < 2; gated++)
@@ -355,11 +337,11 @@ static void test_long_strong_decays(void) {
             double *o = malloc(nO * sizeof(double)), *m = malloc(BTH * sizeof(double));
             naive_(&c, o, m);
             Grads gr = grads_(&c);
-            double e = rel_err_(c.o, o, nO);
+            double e = scan_rel_err(c.o, o, nO);
             CHECK(e < 1e-5, "T = 8192, log-decays in [-30, 0): chunked == sequential, decay %s%s (rel err %.2g)",
                   DECAY_NAME_[decay], gated ? ", input gates N(40, 10^2)" : "", e);
-            int fin = all_finite_(gr.dq, BTH * d->Dk) && all_finite_(gr.dk, BTH * d->Dk) && all_finite_(gr.dv, nO) &&
-                      all_finite_(gr.dg, g_size_(d)) && (!gated || all_finite_(gr.dli, BTH));
+            int fin = scan_all_finite(gr.dq, BTH * d->Dk) && scan_all_finite(gr.dk, BTH * d->Dk) && scan_all_finite(gr.dv, nO) &&
+                      scan_all_finite(gr.dg, g_size_(d)) && (!gated || scan_all_finite(gr.dli, BTH));
             CHECK(fin, "T = 8192, strong decays: every gradient finite (decay %s%s)", DECAY_NAME_[decay],
                   gated ? ", input gates" : "");
             grads_free_(&gr);

@@ -200,6 +200,9 @@ static void test_decode(void) {
     check_decode_("mlstm (fused) + retnet", "{\"vocab_size\": 0, \"d_model\": 16, \"n_layers\": 2, \"mixer\": {\"kind\": "
                   "\"mlstm\", \"round_to\": 1, \"chunk\": 4}, \"layers\": [{\"at\": \"1\", \"mixer\": {\"kind\": \"retnet\", "
                   "\"heads\": 2}}]}");
+    check_decode_("deltanet + gated_deltanet", "{\"vocab_size\": 0, \"d_model\": 16, \"n_layers\": 2, \"mixer\": "
+                  "{\"kind\": \"deltanet\", \"heads\": 2, \"chunk\": 5, \"init_std\": 0.2}, \"layers\": [{\"at\": \"1\", "
+                  "\"mixer\": {\"kind\": \"gated_deltanet\", \"heads\": 2, \"allow_neg_eigval\": true, \"chunk\": 3}}]}");
     check_decode_("mamba2 (fused) + gla", "{\"vocab_size\": 0, \"d_model\": 16, \"n_layers\": 2, \"mixer\": {\"kind\": "
                   "\"mamba2\", \"head_dim\": 8, \"d_state\": 4, \"n_groups\": 2, \"chunk\": 4}, \"layers\": [{\"at\": \"1\", "
                   "\"mixer\": {\"kind\": \"gla\", \"heads\": 2}}]}");
@@ -442,6 +445,11 @@ int main(void) {
         {"gpt + mlstm last layer, no conv", "\"mixer\": {\"kind\": \"attention\", \"heads\": 2}, \"layers\": [{\"at\": "
          "\"-1\", \"mixer\": {\"kind\": \"mlstm\", \"heads\": 2, \"conv\": 0, \"qkv_blocksize\": 8, \"igate_bias_std\": 1}}]",
          0, 3e-3},
+        // deltanet / gated_deltanet (mixers/delta.c): init_std 0.3 so that q, k are not near 0 (their L2 norm)
+        {"deltanet", "\"mixer\": {\"kind\": \"deltanet\", \"heads\": 2, \"chunk\": 5, \"init_std\": 0.3}", 0, 3e-3},
+        {"gated_deltanet neg eigval, no conv", "\"norm\": \"rmsnorm\", \"mixer\": {\"kind\": \"gated_deltanet\", "
+         "\"heads\": 2, \"conv\": 0, \"allow_neg_eigval\": true, \"chunk\": 3, \"init_std\": 0.3, "
+         "\"A_init_lo\": 0.5, \"A_init_hi\": 4}", 1, 3e-3},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char json[2048];

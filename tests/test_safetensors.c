@@ -529,10 +529,12 @@ static void test_ckptdir(void) {
     CHECK(lf && strcmp(lf, "ckpt-00000500\n") == 0, "latest file holds the line ckpt-00000500");
     free(lf);
 
-    // a stale temp directory of a higher step (a crash mid-write) is ignored, with or without `latest`
-    snprintf(p, sizeof p, "%s/ckpt-00000900.tmp.99999", run);
+    // a temp directory of a higher step (another process mid-write, or a crash) is ignored, with or without
+    // `latest`; it belongs to a live process (our parent), since commits remove those of dead ones
+    // (tests/test_ckptdir_leftovers.c)
+    snprintf(p, sizeof p, "%s/ckpt-00000900.tmp.%ld", run, (long)getppid());
     mkdir(p, 0755);
-    snprintf(p, sizeof p, "%s/ckpt-00000900.tmp.99999/model.safetensors", run);
+    snprintf(p, sizeof p, "%s/ckpt-00000900.tmp.%ld/model.safetensors", run, (long)getppid());
     file_write_(p, "partial", 7);
     CHECK(ckptdir_latest(run, latest, sizeof latest, &e) == 1, "latest finds a checkpoint: %.300s", e.msg);
     snprintf(p, sizeof p, "%s/ckpt-00000500", run);

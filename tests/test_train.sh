@@ -242,5 +242,92 @@ run "$BIN/seqtrain" --config "$W/mqar.json" --set data.task.num_kv_pairs=40 --ch
 check "a task option out of range is refused naming it" eval '[ "$RC" = 1 ] && grep -q "num_kv_pairs" "$W/err"'
 run "$BIN/seqtrain" --config "$W/mqar.json" --set data.task.kind=none --check
 check "no task and no data.train: refused, saying what to set" eval '[ "$RC" = 1 ] && grep -q "data.train" "$W/err" && grep -q "data.task" "$W/err"'
+# --- divergence and non-finite numbers (issue 24): the trainer stops naming the step and the last good
+# checkpoint, never writes a checkpoint holding NaN/Inf, every JSON file stays valid JSON (null for
+# non-finite numbers), and seqeval refuses NaN weights
+strict_json() {  # strict_json FILE...: every line (.jsonl) or the whole file (.json) parses without NaN/Infinity
+    python3 -c '
+import json, sys
+def bad(c): raise ValueError("non-JSON constant " + c)
+for f in sys.argv[1:]:
+    text = open(f).read()
+    docs = text.splitlines() if f.endswith(".jsonl") else [text]
+    for d in docs:
+        if d.strip(): json.loads(d, parse_constant=bad)' "$@"
+}
+all_finite() {  # all_finite FILE.safetensors...: no NaN or Inf in any tensor
+    python3 -c '
+import math, sys
+sys.path.insert(0, sys.argv[1] + "/scripts")
+from safetensors_read import load
+for f in sys.argv[2:]:
+    t, _ = load(f)
+    for k, v in t.items():
+        assert all(math.isfinite(x) for x in v), (f, k)' "$ROOT" "$@"
+}
+poison() {  # poison FILE.safetensors PREFIX VALUE: every F32 tensor whose name starts with PREFIX set to VALUE
+    python3 -c '
+import json, struct, sys
+path, prefix, value = sys.argv[1], sys.argv[2], float(sys.argv[3])
+with open(path, "r+b") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    hdr = json.loads(f.read(n))
+    for name, t in hdr.items():
+        if name != "__metadata__" and name.startswith(prefix):
+            b, e = t["data_offsets"]
+            f.seek(8 + n + b)
+            f.write(struct.pack("<f", value) * ((e - b) // 4))' "$@"
+}
+DIV="--quiet --set optim.lr=10 --set optim.weight_decay=10 --set schedule.kind=constant --set train.grad_accum=1"
+# shellcheck disable=SC2086
+run "$BIN/seqtrain" --config "$W/tiny.json" $DIV --set run.name=div --set train.eval_every=4 --set train.ckpt_every=2
+check "lr 10, weight decay 10: stops (exit 1) on the non-finite step, naming it and the last good checkpoint" \
+    eval '[ "$RC" = 1 ] && grep -Eq "step [0-9]+: the (loss|gradient norm) is not finite" "$W/err" &&
+          grep -q "last good checkpoint is $W/runs/div/ckpt-0000000[0-9]" "$W/err"'
+check "... the diverged run's log.jsonl is valid JSON, with val_ppl null where exp(loss) overflowed" \
+    eval 'strict_json "$W/runs/div/log.jsonl" && grep -q "\"val_ppl\": null" "$W/runs/div/log.jsonl"'
+check "... its checkpoints hold finite numbers only" eval 'all_finite "$W"/runs/div/ckpt-*/*.safetensors'
+# a damaged optimizer state (negative second moments): the loss of the next step is still finite, its update
+# makes every parameter NaN; no checkpoint may record that
+run "$BIN/seqtrain" --config "$W/tiny.json" --quiet --set run.name=nanu --set train.steps=6 --set train.ckpt_every=1 \
+    --set train.eval_every=0 --set train.grad_accum=1 --stop-after 3
+cp -r "$W/runs/nanu" "$W/runs/nanw-generic"
+poison "$W/runs/nanu/ckpt-00000003/optim.safetensors" v. -1
+run "$BIN/seqtrain" --resume "$W/runs/nanu" --quiet
+check "NaN parameters after an update: exit 1, the tensor named, no checkpoint written, latest stays ckpt-3" \
+    eval '[ "$RC" = 1 ] && grep -q "step 4: parameter .* holds a non-finite value" "$W/err" &&
+          grep -q "no checkpoint written" "$W/err" && [ ! -e "$W/runs/nanu/ckpt-00000004" ] &&
+          grep -qx ckpt-00000003 "$W/runs/nanu/latest"'
+# NaN parameters reach the attention kernels (the plain C ones' exp once converted NaN to int, undefined
+# behaviour that aborted the UBSan build): the trainer's clean non-finite-loss stop instead
+poison "$W/runs/nanw-generic/ckpt-00000003/model.safetensors" blocks.0 nan
+SEQ_KERNELS=generic run "$BIN/seqtrain" --resume "$W/runs/nanw-generic" --quiet
+check "NaN parameters through the generic attention kernels: the trainer's non-finite-loss stop (step 4)" \
+    eval '[ "$RC" = 1 ] && grep -q "step 4: the loss is not finite" "$W/err" && grep -qx ckpt-00000003 "$W/runs/nanw-generic/latest"'
+# seqeval on NaN weights
+cp -r "$A" "$W/runs/nanw"
+poison "$W/runs/nanw/ckpt-00000024/model.safetensors" blocks.1 nan
+run "$BIN/seqeval" --run "$W/runs/nanw" --data valid --context 32 --max-windows 4 --out "$W/ev-nan"
+check "seqeval on NaN weights fails (exit 1) naming the run, the tensor and what is wrong" \
+    eval '[ "$RC" = 1 ] && grep -q "$W/runs/nanw" "$W/err" && grep -q "tensor .blocks\.1" "$W/err" &&
+          grep -q "non-finite" "$W/err" && [ ! -e "$W/ev-nan/ppl.json" ]'
+check "the JSON tables of a healthy run are strict JSON (ppl.json, log.jsonl, state.json)" \
+    strict_json "$A/eval/ppl.json" "$A/log.jsonl" "$A/ckpt-00000024/state.json" "$W/ev/ppl.json"
+
+# --- write errors are errors (issue 24): a full device (/dev/full) under log.jsonl or ppl.json
+mkdir -p "$W/runs/full" && ln -s /dev/full "$W/runs/full/log.jsonl"
+run "$BIN/seqtrain" --config "$W/tiny.json" --quiet --set run.name=full --set train.steps=2
+check "log.jsonl on a full device: exit 1, naming log.jsonl and the reason" \
+    eval '[ "$RC" = 1 ] && grep -q "cannot write $W/runs/full/log.jsonl: No space left on device" "$W/err"'
+mkdir -p "$W/ev-full" && ln -s /dev/full "$W/ev-full/ppl.json"
+run "$BIN/seqeval" --run "$A" --data valid --context 32 --max-windows 4 --out "$W/ev-full"
+check "seqeval: ppl.json on a full device: exit 1, naming ppl.json" \
+    eval '[ "$RC" = 1 ] && grep -q "cannot write $W/ev-full/ppl.json: No space left on device" "$W/err"'
+mkdir -p "$W/runs/mqfull/eval" && ln -s /dev/full "$W/runs/mqfull/eval/acc.json"
+run "$BIN/seqtrain" --config "$W/mqar.json" --quiet --set run.name=mqfull --set train.steps=2 --set train.eval_every=0 \
+    --set schedule.warmup_steps=0
+check "acc.json on a full device: exit 1, naming acc.json" \
+    eval '[ "$RC" = 1 ] && grep -q "cannot write $W/runs/mqfull/eval/acc.json" "$W/err"'
+
 echo "$PASS passed, $FAIL failed" >&2
 [ "$FAIL" -eq 0 ]

@@ -22,6 +22,7 @@ docs/reference_check.md, "Adding a mixer's reference"):
 """
 from . import attention, kla, mamba2, mlstm, rfa
 from .linear import GLA, LINEAR_ATTN, RETNET
+from .delta import DELTANET, GATED_DELTANET
 from .common import layer_block_option, layer_mixer_options
 
 # kind -> reference module, in the order of src/mixers/registry.c (also the order of the gathered cases)
@@ -34,6 +35,8 @@ MIXERS = {
     "gla": GLA,
     "mamba2": mamba2,
     "mlstm": mlstm,
+    "deltanet": DELTANET,
+    "gated_deltanet": GATED_DELTANET,
 }
 
 REQUIRED = ("KIND", "DEFAULTS", "parse_spec", "param_shapes", "forward")

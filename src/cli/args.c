@@ -1,25 +1,31 @@
 #include "cli/args.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/config.h"
 
+// 0 and *out, -1 when s is not an integer, -2 when it is one too large for a long (ERANGE)
 static int parse_long_(const char *s, long *out) {
     char *end;
     errno = 0;
     long v = strtol(s, &end, 10);
-    if (errno || end == s || *end) return -1;
+    if (end == s || *end) return -1;
+    if (errno) return -2;
     *out = v;
     return 0;
 }
 
+// as parse_long_: -2 when s overflows a double (1e999); one that underflows (1e-999) reads as 0 or tiny
 static int parse_double_(const char *s, double *out) {
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (errno || end == s || *end) return -1;
+    if (end == s || *end) return -1;
+    if (errno == ERANGE && (v == HUGE_VAL || v == -HUGE_VAL)) return -2;
     *out = v;
     return 0;
 }
@@ -56,7 +62,12 @@ static int args_store_(const ArgSpec *sp, const char *val, Err *e) {
     }
     case ARG_INT: {
         long v;
-        if (parse_long_(val, &v) != 0) return err_set(e, "%s: '%s' is not an integer", sp->name, val);
+        int rc = parse_long_(val, &v);
+        if (rc == -2 && (sp->min != 0 || sp->max != 0))
+            return err_set(e, "%s: %s is out of range (allowed: %.0f to %.0f)", sp->name, val, sp->min, sp->max);
+        if (rc == -2)
+            return err_set(e, "%s: %s is out of range (allowed: %ld to %ld)", sp->name, val, LONG_MIN, LONG_MAX);
+        if (rc != 0) return err_set(e, "%s: '%s' is not an integer", sp->name, val);
         if ((sp->min != 0 || sp->max != 0) && (v < sp->min || v > sp->max))
             return err_set(e, "%s: %ld is out of range (allowed: %.0f to %.0f)", sp->name, v, sp->min, sp->max);
         *(long *)sp->dst = v;
@@ -64,7 +75,11 @@ static int args_store_(const ArgSpec *sp, const char *val, Err *e) {
     }
     case ARG_DOUBLE: {
         double v;
-        if (parse_double_(val, &v) != 0) return err_set(e, "%s: '%s' is not a number", sp->name, val);
+        int rc = parse_double_(val, &v);
+        if (rc == -2 && (sp->min != 0 || sp->max != 0))
+            return err_set(e, "%s: %s is out of range (allowed: %g to %g)", sp->name, val, sp->min, sp->max);
+        if (rc == -2) return err_set(e, "%s: %s is out of range (larger than any finite number)", sp->name, val);
+        if (rc != 0) return err_set(e, "%s: '%s' is not a number", sp->name, val);
         if ((sp->min != 0 || sp->max != 0) && (v < sp->min || v > sp->max))
             return err_set(e, "%s: %g is out of range (allowed: %g to %g)", sp->name, v, sp->min, sp->max);
         *(double *)sp->dst = v;

@@ -15,6 +15,7 @@
  *       each head's attention map (softmax weights) of one layer at one context length, as PNGs
  */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,6 +61,12 @@ static int load_run_(Model *m, RunConfig *c, const char *run, const char *ckpt, 
     config_origins_free(origins);
     if (rc != 0) return -1;
     if (safetensors_read_table(path, &m->pt, m->params, e) != 0) return -1;
+    // a diverged run's weights: every number computed from them would be NaN; say so instead
+    size_t at;
+    int k = params_first_nonfinite(&m->pt, m->params, &at);
+    if (k >= 0)
+        return err_set(e, "%s: tensor '%s' holds a non-finite value (%g at element %zu): the run %s diverged, there is "
+                       "nothing to evaluate", path, m->pt.t[k].name, (double)m->params[m->pt.t[k].offset + at], at, run);
 #ifdef _OPENMP
     if (c->run.threads > 0) omp_set_num_threads(c->run.threads);
 #endif
@@ -211,6 +218,10 @@ int main(int argc, char **argv) {
         double loss, acc;
         uint64_t n;
         if (evaluate_task(&m, &c, stdout, &loss, &acc, &n, &e) != 0) err_die(PROG, &e);
+        if (!isfinite(loss)) {
+            err_set(&e, "%s: the test loss is not finite (%g): the model's outputs overflow", run, loss);
+            err_die(PROG, &e);
+        }
         model_free(&m);
         run_config_free(&c);
         return 0;
@@ -281,6 +292,11 @@ int main(int argc, char **argv) {
                 kernel_set_name(kernel_set()));
         for (int i = 0; i < n_ctx; i++) {
             if (evaluate_context(&m, shards, n_files, ctx[i], stride, max_windows, &r[i], &e) != 0) err_die(PROG, &e);
+            if (!isfinite(r[i].loss)) {
+                err_set(&e, "%s: the loss at context %ld is not finite (%g): the model's outputs overflow", run, ctx[i],
+                        r[i].loss);
+                err_die(PROG, &e);
+            }
             fprintf(stderr, "  context %ld: %llu tokens, ppl %.2f\n", ctx[i], (unsigned long long)r[i].tokens, r[i].ppl);
         }
         char dir[1200];

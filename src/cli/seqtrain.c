@@ -16,6 +16,7 @@
 
 #include "cli/args.h"
 #include "core/cpu.h"
+#include "train/ckptdir.h"
 #include "train/run_config.h"
 #include "train/trainer.h"
 
@@ -75,6 +76,8 @@ int main(int argc, char **argv) {
         run_config_free(&c);
         return 0;
     }
+    // checkpoints half-written (or being replaced) by killed processes: each a full model + optimizer
+    if (resume && ckptdir_remove_leftovers(resume, stderr, &e) < 0) err_die(PROG, &e);
     TrainerOpts o = {.config_path = config, .sets = sets.v, .n_sets = sets.n, .resume_dir = resume,
                      .stop_after = stop_after, .quiet = quiet};
     int status = trainer_main(&o, &e);

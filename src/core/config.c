@@ -178,14 +178,45 @@ void config_origins_free(CfgOrigins *o) {
     free(o);
 }
 
+// offset of the first byte of s that is not well-formed UTF-8 (overlong forms, UTF-16 surrogates and
+// code points above U+10FFFF included), or -1 when all of s is
+static long utf8_bad_at_(const char *str) {
+    const unsigned char *s = (const unsigned char *)str;
+    for (long i = 0; s[i];) {
+        unsigned c = s[i];
+        int n = c < 0x80 ? 0 : c >= 0xc2 && c <= 0xdf ? 1 : c >= 0xe0 && c <= 0xef ? 2
+              : c >= 0xf0 && c <= 0xf4 ? 3 : -1;  // c0, c1 (overlong) and f5..ff never start one
+        if (n < 0) return i;
+        // the second byte's range is narrower after e0 (overlong), ed (surrogates), f0 (overlong), f4 (> 10ffff)
+        unsigned lo = c == 0xe0 ? 0xa0 : c == 0xf0 ? 0x90 : 0x80, hi = c == 0xed ? 0x9f : c == 0xf4 ? 0x8f : 0xbf;
+        for (int k = 1; k <= n; k++) {
+            unsigned b = s[i + k];
+            if (b < (k == 1 ? lo : 0x80) || b > (k == 1 ? hi : 0xbf)) return i;
+        }
+        i += 1 + n;
+    }
+    return -1;
+}
+
+// a string value (or key name) that is not UTF-8 would reach run names and the config.json that other
+// tools (Python's json) must read back: refused, naming where it is
+static int check_utf8_(const char *s, const char *from, const char *path, const char *what, Err *e) {
+    long at = utf8_bad_at_(s);
+    if (at < 0) return 0;
+    return fail_(e, from, path && path[0] ? path : NULL, "%s is not valid UTF-8 (byte 0x%02x at offset %ld); config "
+                 "strings must be UTF-8", what, (unsigned)(unsigned char)s[at], at);
+}
+
 // Record everything inside v (members of an object, items of a list as "prefix[i]", recursively) as set
 // by `from`; a number or string has nothing inside. cJSON keeps both copies of a repeated key and the
-// merge would silently keep one, so repeats are caught here.
+// merge would silently keep one, so repeats are caught here, and strings that are not UTF-8 too.
 static int record_tree_(CfgOrigins *o, const char *prefix, const cJSON *v, const char *from, Err *e) {
     int i = 0;
     for (const cJSON *c = v->child; c; c = c->next, i++) {
         int list = cJSON_IsArray(v), rc = 0;
+        if (!list && check_utf8_(c->string, from, prefix, "a key name", e)) return -1;
         char *path = list ? item_path_(prefix, i) : join_path_(prefix, c->string);
+        if (cJSON_IsString(c)) rc = check_utf8_(c->valuestring, from, path, "the string", e);
         for (const cJSON *d = v->child; !list && d != c && !rc; d = d->next)
             if (strcmp(d->string, c->string) == 0) rc = fail_(e, from, NULL, "duplicate key '%s'", path);
         if (!rc) origins_set_(o, path, from);
@@ -357,13 +388,21 @@ static int parse_index_(const char **p) {
     return (int)i;
 }
 
+// "--set <text>" for messages, bytes that are not UTF-8 shown as \xNN (the text itself is refused)
+static void shown_text_(const char *text, char *out, size_t n) {
+    snprintf(out, n, "--set ");
+    for (long at; (at = utf8_bad_at_(text)) >= 0; text += at + 1)
+        append_(out, n, "%.*s\\x%02x", (int)at, text, (unsigned)(unsigned char)text[at]);
+    append_(out, n, "%s", text);
+}
+
 // "a.b[2].c=value": value is JSON when it parses whole as JSON, else a plain string; missing objects on
 // the way are created, list items ("[i]", from 0) must already be there, and an object value merges into
 // an object already there like a child file would (replacing it when their "kind"s differ).
 static int apply_override_(cJSON *root, const char *text, CfgOrigins *o, Err *e) {
     const char *eq = strchr(text, '=');
     char origin[CFG_STR_MAX + 16];
-    snprintf(origin, sizeof origin, "--set %s", text);
+    shown_text_(text, origin, sizeof origin);
     if (!eq) return fail_(e, origin, NULL, "expected key=value (e.g. --set train.lr=3e-4)");
     // walk the path: obj is the object holding the current name, cur its value (NULL when absent) or the
     // list item its indices lead to (then held by list); walked is the path so far, indices normalised
@@ -424,7 +463,9 @@ static int apply_override_(cJSON *root, const char *text, CfgOrigins *o, Err *e)
         val = cJSON_ParseWithOpts(eq + 1, NULL, 1);
         if (!val) val = cJSON_CreateString(eq + 1);
         origins_set_(o, walked, origin);
-        rc = record_tree_(o, walked, val, origin, e);
+        rc = check_utf8_(walked, origin, NULL, "the key", e);
+        if (!rc && cJSON_IsString(val)) rc = check_utf8_(val->valuestring, origin, walked, "the string", e);
+        if (!rc) rc = record_tree_(o, walked, val, origin, e);
     }
     if (rc) {
         cJSON_Delete(val);
@@ -702,6 +743,24 @@ static void unknown_hint_(const CfgSection *sec, const char *prefix, const char 
     append_(buf, n, ")");
 }
 
+// when a dotted "--set <kind_path>=x" (or ="x") set kind_path, that --set with kind = x; else NULL. The
+// kind may be gone from the object being bound (a mixer's options are bound without it)
+static const char *set_kind_(const CfgOrigins *o, const char *kind_path, char *kind, size_t n) {
+    for (int i = 0; o && i < o->n; i++) {
+        if (strcmp(o->path[i], kind_path) != 0) continue;
+        const char *from = o->from[i];
+        size_t len = strlen(kind_path);
+        if (strncmp(from, "--set ", 6) != 0 || strncmp(from + 6, kind_path, len) != 0 || from[6 + len] != '=')
+            return NULL;
+        const char *val = from + 7 + len;
+        cJSON *j = cJSON_Parse(val);
+        snprintf(kind, n, "%s", cJSON_IsString(j) ? j->valuestring : val);
+        cJSON_Delete(j);
+        return from;
+    }
+    return NULL;
+}
+
 // obj may be NULL (a section absent from the file): every key then takes its default. On error, what the
 // keys bound so far allocated is freed again.
 static int bind_section_(char *out, const CfgSection *sec, const cJSON *obj, const char *prefix,
@@ -712,8 +771,20 @@ static int bind_section_(char *out, const CfgSection *sec, const cJSON *obj, con
         while (i < sec->n_keys && strcmp(sec->keys[i].name, c->string) != 0) i++;
         if (i < sec->n_keys) continue;
         char *path = join_path_(prefix, c->string), hint[640];
-        unknown_hint_(sec, prefix, c->string, hint, sizeof hint);
-        fail_(e, origins_get_(o, path), NULL, "unknown key '%s'%s", path, hint);
+        // "--set model.mixer.kind=kla" over a file's attention mixer keeps the file's "heads": the user
+        // changed the kind, so say that and how to replace the whole object rather than blame the file
+        char *kind_path = join_path_(prefix, "kind"), kind[CFG_STR_MAX];
+        const char *kind_from = set_kind_(o, kind_path, kind, sizeof kind), *key_from = origins_get_(o, path);
+        if (kind_from && key_from && strncmp(key_from, "--set ", 6) != 0)
+            fail_(e, kind_from, NULL, "'%s' (from %s) is not an option of %s \"%s\": a --set of '%s' alone "
+                  "keeps the other options of '%s', which were for another kind; replace the whole object "
+                  "instead, e.g. --set '%s={\"kind\":\"%s\"}'", path, key_from, kind_path, kind, kind_path,
+                  prefix, prefix, kind);
+        else {
+            unknown_hint_(sec, prefix, c->string, hint, sizeof hint);
+            fail_(e, key_from, NULL, "unknown key '%s'%s", path, hint);
+        }
+        free(kind_path);
         free(path);
         return -1;
     }

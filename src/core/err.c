@@ -71,6 +71,22 @@ void *xmalloc(size_t n) {
     return p;
 }
 
+void *xmalloc_for(size_t n, const char *fmt, ...) {
+    void *p = malloc(n ? n : 1);
+    if (!p) {
+        char what[512];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(what, sizeof what, fmt, ap);
+        va_end(ap);
+        fflush(stdout);
+        fprintf(stderr, "error: out of memory allocating %zu bytes (%.1f MiB) for %s\n", n, n / 1048576.0, what);
+        exit(1);
+    }
+    advise_huge_(p, n);
+    return p;
+}
+
 void *xcalloc(size_t n, size_t size) {
     void *p = calloc(n ? n : 1, size ? size : 1);
     if (!p) oom_(n * size);

@@ -23,6 +23,10 @@ void err_die(const char *prog, const Err *e) __attribute__((noreturn));
 
 // allocation that cannot fail silently: on failure prints the size and exits (llm.c's mallocCheck)
 void *xmalloc(size_t n);
+// xmalloc whose failure also says what the block was for and which settings size it (printf-style), e.g.
+// "the activations of 8 x 512 tokens (train.batch_size x train.seq_len)": a big block is sized by the
+// config, and the user needs to know which key to lower
+void *xmalloc_for(size_t n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void *xcalloc(size_t n, size_t size);
 void *xrealloc(void *p, size_t n);
 char *xstrdup(const char *s);

@@ -15,6 +15,7 @@ extern const MixerOps MIXER_RETNET;
 extern const MixerOps MIXER_GLA;
 extern const MixerOps MIXER_MAMBA2;
 extern const MixerOps MIXER_MLSTM;
+extern const MixerOps MIXER_DELTANET, MIXER_GATED_DELTANET;
 
 static const MixerOps *const MIXERS_[] = {
     &MIXER_ATTENTION,
@@ -25,6 +26,7 @@ static const MixerOps *const MIXERS_[] = {
     &MIXER_GLA,
     &MIXER_MAMBA2,
     &MIXER_MLSTM,
+    &MIXER_DELTANET, &MIXER_GATED_DELTANET,
 };
 static const int N_MIXERS_ = (int)(sizeof MIXERS_ / sizeof MIXERS_[0]);
 

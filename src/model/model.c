@@ -75,7 +75,9 @@ const CfgSection MODEL_SECTION = {"model", "The network.", MODEL_KEYS_, (int)(si
 // ----------------------------------------------------------------------------
 // per-layer overrides
 
-// does layer l (of L) match "11", "-1", "0,2,4", "3-5"? -1 on a malformed spec
+// does layer l (of L) match "11", "-1", "0,2,4", "3-5"? -1 on a malformed spec, -2 when it names a layer
+// outside 0..L-1, -3 when a range is reversed ("3-1": its first layer, counted from the end when negative,
+// comes after its last)
 static int layer_matches_(const char *spec, int l, int L) {
     const char *p = spec;
     int hit = 0;
@@ -92,7 +94,8 @@ static int layer_matches_(const char *spec, int l, int L) {
         }
         if (a < 0) a += L;
         if (b < 0) b += L;
-        if (a < 0 || b >= L || a > b) return -2;
+        if (a < 0 || a >= L || b < 0 || b >= L) return -2;
+        if (a > b) return -3;
         if (l >= a && l <= b) hit = 1;
         if (*end == ',') end++;
         else if (*end) return -1;
@@ -116,7 +119,14 @@ static cJSON *layer_mixer_json_(const ModelSection *c, int l, char *path, size_t
         }
         if (hit == -2) {
             cJSON_Delete(j);
-            err_set(e, "model.layers[%d].at: \"%s\" names a layer outside 0..%d", i, ov[i].at, c->n_layers - 1);
+            err_set(e, "model.layers[%d].at: \"%s\" names a layer outside 0..%d (negative ones count from the end)",
+                    i, ov[i].at, c->n_layers - 1);
+            return NULL;
+        }
+        if (hit == -3) {
+            cJSON_Delete(j);
+            err_set(e, "model.layers[%d].at: \"%s\" has a reversed range (its first layer comes after its last; a "
+                    "range goes from low to high, e.g. \"1-3\")", i, ov[i].at);
             return NULL;
         }
         if (!hit) continue;
@@ -259,7 +269,8 @@ int model_build(Model *m, const ModelSection *c, int vocab_size, const CfgOrigin
     if (!rc && m->head_bias) rc = (m->k_head_b = add_(pt, "head.bias", 1, (int[]){V}, init_zeros(), 0, e)) < 0;
     if (rc) { model_free(m); return -1; }
 
-    m->params = xmalloc(pt->numel * sizeof(float));
+    m->params = xmalloc_for(pt->numel * sizeof(float), "the %zu parameters (model.n_layers = %d, model.d_model = %d, "
+                            "vocabulary %d)", (size_t)pt->numel, m->L, m->C, m->V);
     m->grads = xcalloc(pt->numel, sizeof(float));
     param_init_all(pt, m->params, seed);
     for (int l = 0; l < m->L; l++) {
@@ -350,7 +361,10 @@ static void model_alloc_acts_(Model *m, int B, int T) {
     free(m->la);
     free(m->inputs);
     free(m->targets);
-    m->arena = xmalloc(total * sizeof(float));
+    m->arena = xmalloc_for(total * sizeof(float), "the activations of a batch of %d x %d tokens "
+                           "(train.batch_size x train.seq_len when training) through model.n_layers = %d layers "
+                           "of model.d_model = %d and a vocabulary of %d: lower train.batch_size or train.seq_len",
+                           B, T, m->L, m->C, m->V);
     m->arena_size = total;
     m->la = xcalloc((size_t)m->L, sizeof(LayerActs));
     m->inputs = xmalloc(BT * sizeof(int));

@@ -35,7 +35,9 @@
  *
  * The exponential is exp_neg_ below (range reduction + polynomial, ~2 ulp, 0 below -87), with an
  * AVX-512 twin doing the identical operations; its arguments are <= 0 up to rounding, except the decay
- * factor of masked entries in the forward, which the clamp at 88 keeps finite (it multiplies a 0).
+ * factor of masked entries in the forward, which the clamp at 88 keeps finite (it multiplies a 0). A NaN
+ * argument (a diverged model) gives NaN in every kernel set, without undefined behaviour, so it reaches the
+ * loss and the trainer's non-finite stop.
  */
 #include "nn/attention.h"
 
@@ -99,7 +101,8 @@ void alibi_slopes(float *slopes, int NH) {
 static inline float exp_neg_(float x) {
     float xc = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
     // round to nearest by the 1.5 * 2^23 trick (exact for |x log2e| < 2^22; no reassociation without fast-math)
-    float n = (xc * 1.44269504f + 12582912.0f) - 12582912.0f;
+    float t = xc * 1.44269504f + 12582912.0f;
+    float n = t - 12582912.0f;
     float r = fmaf(n, -0.693145752f, xc);
     r = fmaf(n, -1.42860677e-6f, r);
     float pr = 1.0f / 5040.0f;
@@ -110,7 +113,12 @@ static inline float exp_neg_(float x) {
     pr = fmaf(pr, r, 0.5f);
     pr = fmaf(pr, r, 1.0f);
     pr = fmaf(pr, r, 1.0f);
-    int32_t bits = ((int32_t)n + 127) << 23;  // n in [-126, 127]: a normal power of two
+    // 2^n from the bits of t (0x4B400000 + n): (bits + 127) << 23 in unsigned arithmetic drops the 0x4B4...
+    // part and leaves the biased exponent n + 127, n in [-126, 127], as fast_expf_ in nn/fastmath.h does. No
+    // float -> int conversion, so a NaN x (which passes the clamps) is no undefined behaviour: NaN out
+    uint32_t bits;
+    memcpy(&bits, &t, sizeof bits);
+    bits = (bits + 127u) << 23;
     float two_n;
     memcpy(&two_n, &bits, sizeof two_n);
     return x < -87.0f ? 0.0f : pr * two_n;
@@ -134,7 +142,9 @@ static float row_dot_portable_(const float *a, const float *b, int HS) {
 #ifdef ATTN_SIMD_
 static inline v16f exp_neg_v_(v16f x) {
     const v16f lo = v16_set1(-87.0f);
-    v16f xc = v16_min(v16_max(x, lo), v16_set1(88.0f));
+    // max/min return their second operand when one is NaN: x second, so a NaN lane stays NaN (NaN out, as
+    // exp_neg_ gives) instead of becoming the clamp value exp(-87)
+    v16f xc = v16_min(v16_set1(88.0f), v16_max(lo, x));
     const v16f big = v16_set1(12582912.0f);
     v16f n = v16_sub(v16_add(v16_mul(xc, v16_set1(1.44269504f)), big), big);
     v16f r = v16_fmadd(n, v16_set1(-0.693145752f), xc);
@@ -895,7 +905,7 @@ static void forward_tile_(float *out, float *lse, const float *q, const float *k
         int i = i0 + r;
         float *out_i = out + (size_t)i * HS;
         const float *acc = sc->acc + (size_t)r * HS;
-        if (sc->l[r] > 0.0f) {
+        if (sc->l[r] != 0.0f) {  // NaN (a NaN logit or value) stays NaN: out and lse NaN, not "no key"
             float inv = 1.0f / sc->l[r];
             for (int d = 0; d < HS; d++) out_i[d] = acc[d] * inv;
             lse[i] = sc->m[r] + logf(sc->l[r]);

@@ -21,6 +21,7 @@
 #include "nn/attention.h"
 #include "nn/blockdiag.h"
 #include "nn/conv.h"
+#include "nn/delta.h"
 #include "nn/embedding.h"
 #include "nn/groupnorm.h"
 #include "nn/heads.h"
@@ -237,6 +238,23 @@ VOID_(kalman_step,
       (float *y, float *yvar, float *state, size_t stride, const float *v, const float *prec, const float *k,
        const float *q, const float *abar, const float *pbar, int B, int M, int S),
       (y, yvar, state, stride, v, prec, k, q, abar, pbar, B, M, S))
+
+// delta.h
+RET_(size_t, delta_state_size, (const DeltaDims *d), (d))
+RET_(size_t, delta_ckpt_size, (const DeltaDims *d), (d))
+VOID_(delta_state_init, (float *state, const DeltaDims *d), (state, d))
+VOID_(delta_forward,
+      (float *o, float *ckpt, float *state, const float *q, const float *k, const float *v, const float *beta,
+       const float *g, const DeltaDims *d),
+      (o, ckpt, state, q, k, v, beta, g, d))
+VOID_(delta_backward,
+      (float *dq, float *dk, float *dv, float *dbeta, float *dg, const float *dout, const float *ckpt, const float *q,
+       const float *k, const float *v, const float *beta, const float *g, const DeltaDims *d),
+      (dq, dk, dv, dbeta, dg, dout, ckpt, q, k, v, beta, g, d))
+VOID_(delta_step,
+      (float *o, float *state, const float *q, const float *k, const float *v, const float *beta, const float *g,
+       const DeltaDims *d),
+      (o, state, q, k, v, beta, g, d))
 
 // linrec.h
 RET_(size_t, linrec_state_size, (const LinrecDims *d), (d))

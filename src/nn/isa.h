@@ -61,6 +61,13 @@
 #define conv1d_causal_forward ISA_FN(conv1d_causal_forward)
 #define conv1d_causal_backward ISA_FN(conv1d_causal_backward)
 #define conv1d_causal_step ISA_FN(conv1d_causal_step)
+// delta.c
+#define delta_state_size ISA_FN(delta_state_size)
+#define delta_ckpt_size ISA_FN(delta_ckpt_size)
+#define delta_state_init ISA_FN(delta_state_init)
+#define delta_forward ISA_FN(delta_forward)
+#define delta_backward ISA_FN(delta_backward)
+#define delta_step ISA_FN(delta_step)
 // embedding.c
 #define embedding_check_ids ISA_FN(embedding_check_ids)
 #define embedding_forward ISA_FN(embedding_forward)

@@ -4,9 +4,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 // ---------------------------------------------------------------------------------------------------
@@ -150,6 +152,8 @@ long ckptdir_parse_name(const char *name) {
 // ---------------------------------------------------------------------------------------------------
 // checkpoint directories
 
+static int remove_leftovers_(const char *run_dir, int restore, FILE *report, Err *e);
+
 int ckptdir_begin(CkptDir *c, const char *run_dir, long step, Err *e) {
     memset(c, 0, sizeof *c);
     if (step < 0) return err_set(e, "checkpoint step %ld is negative", step);
@@ -160,8 +164,10 @@ int ckptdir_begin(CkptDir *c, const char *run_dir, long step, Err *e) {
     snprintf(c->final, sizeof c->final, "%s/%s", run_dir, c->name);
     snprintf(c->tmp, sizeof c->tmp, "%s.tmp.%ld", c->final, (long)getpid());
     c->step = step;
-    // a leftover from an earlier process with our pid (pids get reused) would mix old files in
-    if (remove_tree(c->tmp, e)) return -1;
+    // a leftover from an earlier process with our pid (pids get reused) would mix old files in; those
+    // of dead processes go too (a run started over in a directory a kill left without a checkpoint; on
+    // --resume seqtrain already removed them, restoring a replaced step, before reading the directory)
+    if (remove_tree(c->tmp, e) || remove_leftovers_(run_dir, 0, stderr, e) < 0) return -1;
     if (mkdir(c->tmp, 0755) != 0) return err_set(e, "%s: cannot create checkpoint directory: %s", c->tmp, strerror(errno));
     c->active = 1;
     return 0;
@@ -243,17 +249,23 @@ void ckptdir_abort(CkptDir *c) {
     c->active = 0;
 }
 
-// the checkpoint `latest` names, when that file is well formed and the directory exists; else -1
-static long latest_file_step_(const char *run_dir, char *name, size_t n) {
+// the first line of run_dir/latest into buf ("" when there is none)
+static void latest_line_(const char *run_dir, char buf[80]) {
     char path[CKPT_PATH_MAX + 16];
     snprintf(path, sizeof path, "%s/latest", run_dir);
+    buf[0] = '\0';
     FILE *f = fopen(path, "rb");
-    if (!f) return -1;
-    char buf[80] = {0};
-    size_t got = fread(buf, 1, sizeof buf - 1, f);
+    if (!f) return;
+    size_t got = fread(buf, 1, 79, f);
     fclose(f);
     buf[got] = '\0';
     buf[strcspn(buf, "\r\n")] = '\0';
+}
+
+// the checkpoint `latest` names, when that file is well formed and the directory exists; else -1
+static long latest_file_step_(const char *run_dir, char *name, size_t n) {
+    char buf[80];
+    latest_line_(run_dir, buf);
     long step = ckptdir_parse_name(buf);
     if (step < 0) return -1;
     char dir[CKPT_PATH_MAX + 96];
@@ -348,4 +360,98 @@ int ckptdir_prune(const char *run_dir, int keep_last, Err *e) {
     if (rc) return rc;
     if (removed && fsync_dir(run_dir, e)) return -1;
     return removed;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// leftovers of processes that died mid-checkpoint
+
+// "ckpt-<digits>.tmp.<pid>" / "ckpt-<digits>.old.<pid>": *kind = 't' or 'o', base = "ckpt-<digits>";
+// returns the pid, or -1 when name has neither form
+static long leftover_pid_(const char *name, char *kind, char *base, size_t n) {
+    const char *dot = strchr(name, '.');
+    if (!dot || (strncmp(dot, ".tmp.", 5) != 0 && strncmp(dot, ".old.", 5) != 0)) return -1;
+    if ((size_t)(dot - name) >= n) return -1;
+    snprintf(base, n, "%.*s", (int)(dot - name), name);
+    if (ckptdir_parse_name(base) < 0) return -1;
+    const char *p = dot + 5;
+    if (!*p) return -1;
+    long pid = 0;
+    for (; *p; p++) {
+        if (*p < '0' || *p > '9') return -1;
+        if (pid > (INT_MAX - 9) / 10) return -1;  // larger than any pid_t: not one of ours
+        pid = pid * 10 + (*p - '0');
+    }
+    *kind = dot[1];
+    return pid;
+}
+
+// 1 when no process pid exists (kill says ESRCH); a live one, even another user's (EPERM), is 0
+static int pid_dead_(long pid) {
+    if (pid <= 0) return 0;
+    return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
+static int remove_leftovers_(const char *run_dir, int restore, FILE *report, Err *e) {
+    DIR *d = opendir(run_dir);
+    if (!d) {
+        if (errno == ENOENT) return 0;
+        return err_set(e, "%s: cannot open run directory: %s", run_dir, strerror(errno));
+    }
+    // collect first: removing entries while readdir walks the directory may skip or repeat names
+    char (*names)[256] = NULL;
+    int cnt = 0, cap = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        char kind, base[64];
+        long pid = leftover_pid_(de->d_name, &kind, base, sizeof base);
+        if (pid < 0 || pid == (long)getpid() || !pid_dead_(pid) || strlen(de->d_name) >= sizeof *names) continue;
+        if (cnt == cap) {
+            cap = cap ? cap * 2 : 8;
+            names = xrealloc(names, (size_t)cap * sizeof *names);
+        }
+        snprintf(names[cnt++], sizeof *names, "%s", de->d_name);
+    }
+    closedir(d);
+    char latest[80];
+    latest_line_(run_dir, latest);
+    int done = 0, rc = 0;
+    for (int i = 0; i < cnt && rc == 0; i++) {
+        char kind, base[64];
+        long pid = leftover_pid_(names[i], &kind, base, sizeof base);
+        char path[CKPT_PATH_MAX + 256], final[CKPT_PATH_MAX + 96];
+        if ((size_t)snprintf(path, sizeof path, "%s/%s", run_dir, names[i]) >= sizeof path) {
+            rc = err_set(e, "%s/%s: path too long", run_dir, names[i]);
+            break;
+        }
+        snprintf(final, sizeof final, "%s/%s", run_dir, base);
+        struct stat st;
+        // a process killed between ckptdir_commit's two renames left its step only as *.old.<pid>, which
+        // was complete (it had the final name) and is the one `latest` names: put it back rather than lose
+        // that step. A *.old.* that `latest` does not name may be a pruned one cut short: never restored
+        if (restore && kind == 'o' && strcmp(latest, base) == 0 && lstat(final, &st) != 0 && errno == ENOENT &&
+            lstat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+            if (rename(path, final) != 0) {
+                rc = err_set(e, "%s: cannot restore it as %s: %s", path, final, strerror(errno));
+                break;
+            }
+            if (report)
+                fprintf(report, "seqtrain: note: restored %s as %s (process %ld died while replacing it)\n",
+                        path, base, pid);
+            done++;
+            continue;
+        }
+        if (remove_tree(path, e)) { rc = err_prefix(e, "removing a dead process's leftover checkpoint: "); break; }
+        if (report)
+            fprintf(report, "seqtrain: note: removed %s (%s checkpoint left by process %ld, which is no "
+                    "longer running)\n", path, kind == 't' ? "an unfinished" : "a replaced", pid);
+        done++;
+    }
+    free(names);
+    if (rc) return rc;
+    if (done && fsync_dir(run_dir, e)) return -1;
+    return done;
+}
+
+int ckptdir_remove_leftovers(const char *run_dir, FILE *report, Err *e) {
+    return remove_leftovers_(run_dir, 1, report, e);
 }

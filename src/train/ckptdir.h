@@ -12,6 +12,7 @@
  *     ckpt-00001000/
  *     ckpt-00001500.tmp.4242/   being written by process 4242, or left behind by a crash: ignored
  *     ckpt-00001000.old.4242/   an older copy of the same step being replaced: ignored
+ *                               (both removed by ckptdir_remove_leftovers once process 4242 is gone)
  *     latest                    text file "ckpt-00001000\n": the checkpoint committed last
  *
  * A checkpoint is written into ckpt-<step>.tmp.<pid>/ and only renamed to ckpt-<step> after every file
@@ -61,7 +62,8 @@ typedef struct CkptDir {
     int active;                  // 1 between begin and commit/abort
 } CkptDir;
 
-// create run_dir (and parents) if missing, then the empty temp checkpoint directory for step (>= 0)
+// create run_dir (and parents) if missing, then the empty temp checkpoint directory for step (>= 0);
+// leftovers of dead processes in run_dir are removed first (as ckptdir_remove_leftovers, no restoring)
 int ckptdir_begin(CkptDir *c, const char *run_dir, long step, Err *e);
 // out = path of file `name` inside the checkpoint being written
 int ckptdir_path(const CkptDir *c, const char *name, char *out, size_t n, Err *e);
@@ -78,6 +80,12 @@ int ckptdir_latest(const char *run_dir, char *out, size_t n, Err *e);
 // delete all complete checkpoints but the keep_last (>= 1) highest steps; the one `latest` names is
 // always kept. Returns the number removed or -1.
 int ckptdir_prune(const char *run_dir, int keep_last, Err *e);
+// remove the ckpt-<step>.tmp.<pid> and ckpt-<step>.old.<pid> directories of processes that are no longer
+// running (kill(pid, 0) fails with ESRCH; never our own pid, never a live process's), each a full model +
+// optimizer state a kill left behind. A *.old.<pid> whose ckpt-<step> is missing and that `latest` names
+// (killed between ckptdir_commit's renames) is renamed back instead. One line per entry goes to report (NULL: silent).
+// Returns the number of entries removed or restored, or -1 (run_dir unreadable, a removal failed).
+int ckptdir_remove_leftovers(const char *run_dir, FILE *report, Err *e);
 // parse "ckpt-<digits>" exactly (no suffix); returns the step or -1
 long ckptdir_parse_name(const char *name);
 // remove a file or a directory tree (the checkpoint directories are flat, but stay general)

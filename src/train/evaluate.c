@@ -1,9 +1,12 @@
 #include "train/evaluate.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <cjson/cJSON.h>
 
 #include "data/eval_windows.h"
 #include "data/loader.h"
@@ -79,12 +82,44 @@ void eval_result_free(EvalResult *r) {
     memset(r, 0, sizeof *r);
 }
 
+const char *json_num(char *buf, size_t n, double v, int prec, int fixed) {
+    if (!isfinite(v)) return "null";
+    if (fixed) snprintf(buf, n, "%.*f", prec, v);
+    else snprintf(buf, n, "%.*g", prec, v);
+    return buf;
+}
+
+int params_first_nonfinite(const ParamTable *pt, const float *buf, size_t *at) {
+    for (int k = 0; k < pt->n; k++) {
+        const float *x = buf + pt->t[k].offset;
+        for (size_t i = 0; i < pt->t[k].numel; i++) {
+            if (!isfinite(x[i])) {
+                *at = i;
+                return k;
+            }
+        }
+    }
+    return -1;
+}
+
 static FILE *open_out_(const char *dir, const char *name, Err *e) {
     char path[2048];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     FILE *f = fopen(path, "w");
-    if (!f) err_set(e, "cannot write %s", path);
+    if (!f) err_set(e, "cannot write %s: %s", path, strerror(errno));
     return f;
+}
+
+// close a file written by eval_write, a write or flush error (full disk) named with the file; rc is the
+// caller's status so far (a failure already recorded keeps its message)
+static int close_out_(FILE *f, const char *dir, const char *name, int rc, Err *e) {
+    if (!f) return rc;
+    int bad = ferror(f);
+    errno = 0;
+    if (fclose(f) != 0) bad = 1;
+    if (bad && rc == 0)
+        return err_set(e, "cannot write %s/%s: %s", dir, name, errno ? strerror(errno) : "write error");
+    return bad ? -1 : rc;
 }
 
 int eval_write(const char *dir, const char *what, const EvalResult *r, int n, void *out_fp, Err *e) {
@@ -96,6 +131,7 @@ int eval_write(const char *dir, const char *what, const EvalResult *r, int n, vo
         if (csv) fclose(csv);
         return -1;
     }
+    int rc = 0;
     FILE *tables[2] = {md, out};
     for (int k = 0; k < 2; k++) {
         if (!tables[k]) continue;
@@ -105,29 +141,32 @@ int eval_write(const char *dir, const char *what, const EvalResult *r, int n, vo
                     (unsigned long long)r[i].tokens, r[i].loss, r[i].ppl);
     }
     fprintf(csv, "context,windows,tokens,loss,ppl\n");
-    fprintf(js, "{\"data\": \"%s\", \"results\": [", what);
+    cJSON *wj = cJSON_CreateString(what);  // escaped: a run path may hold quotes or backslashes
+    char *wtxt = cJSON_PrintUnformatted(wj);
+    fprintf(js, "{\"data\": %s, \"results\": [", wtxt ? wtxt : "null");
+    cJSON_free(wtxt);
+    cJSON_Delete(wj);
     for (int i = 0; i < n; i++) {
         fprintf(csv, "%ld,%llu,%llu,%.6f,%.4f\n", r[i].context, (unsigned long long)r[i].windows,
                 (unsigned long long)r[i].tokens, r[i].loss, r[i].ppl);
-        fprintf(js, "%s{\"context\": %ld, \"windows\": %llu, \"tokens\": %llu, \"loss\": %.6f, \"ppl\": %.4f}",
+        char lb[32], pb[32];
+        fprintf(js, "%s{\"context\": %ld, \"windows\": %llu, \"tokens\": %llu, \"loss\": %s, \"ppl\": %s}",
                 i ? ", " : "", r[i].context, (unsigned long long)r[i].windows, (unsigned long long)r[i].tokens,
-                r[i].loss, r[i].ppl);
+                json_num(lb, sizeof lb, r[i].loss, 6, 1), json_num(pb, sizeof pb, r[i].ppl, 4, 1));
         char name[64];
         snprintf(name, sizeof name, "positions_%ld.csv", r[i].context);
-        FILE *pf = open_out_(dir, name, e);
-        if (!pf) { fclose(md); fclose(csv); fclose(js); return -1; }
+        FILE *pf = rc == 0 ? open_out_(dir, name, e) : NULL;
+        if (!pf) { rc = -1; break; }
         fprintf(pf, "position,loss,count\n");
         for (long t = 0; t < r[i].context; t++)
             if (r[i].pos_count[t]) fprintf(pf, "%ld,%.6f,%llu\n", t, r[i].pos_loss[t], (unsigned long long)r[i].pos_count[t]);
-        fclose(pf);
+        rc = close_out_(pf, dir, name, rc, e);
     }
     fprintf(js, "]}\n");
-    int bad = ferror(md) || ferror(csv) || ferror(js);
-    fclose(md);
-    fclose(csv);
-    fclose(js);
-    if (bad) return err_set(e, "write error in %s", dir);
-    return 0;
+    rc = close_out_(md, dir, "ppl.md", rc, e);
+    rc = close_out_(csv, dir, "ppl.csv", rc, e);
+    rc = close_out_(js, dir, "ppl.json", rc, e);
+    return rc;
 }
 
 // positions of the batch whose target is not ignored and whose argmax logit equals it
@@ -188,9 +227,10 @@ int evaluate_task(Model *m, const RunConfig *c, void *out, double *loss, double 
     if (evaluate_task_open(&l, c, TASK_TEST, 0, e) != 0) return -1;
     int rc = evaluate_loss(m, &l, c->train.batch_size, 0, loss, n, acc, e);
     loader_close(&l);
+    char lb[32], ab[32];
     if (rc == 0)
         fprintf((FILE *)out, "{\"task\": \"%s\", \"split\": \"test\", \"examples\": %d, \"positions\": %llu, "
-                "\"loss\": %.9g, \"accuracy\": %.6f}\n", c->data.task.kind, c->data.task.test_examples,
-                (unsigned long long)*n, *loss, *acc);
+                "\"loss\": %s, \"accuracy\": %s}\n", c->data.task.kind, c->data.task.test_examples,
+                (unsigned long long)*n, json_num(lb, sizeof lb, *loss, 9, 0), json_num(ab, sizeof ab, *acc, 6, 1));
     return rc;
 }

@@ -21,6 +21,11 @@ typedef struct EvalResult {
     uint64_t *pos_count;   // (context,)
 } EvalResult;
 
+// a number for a JSON file: v printed with %.*g (fixed = 0) or %.*f (fixed = 1) at prec into buf, or "null"
+// when v is not finite (JSON has no inf or nan; docs/formats.md). Returns buf or the literal "null".
+const char *json_num(char *buf, size_t n, double v, int prec, int fixed);
+// the first non-finite entry of a parameter table's buffer (the tensor's index, *at its element), or -1
+int params_first_nonfinite(const ParamTable *pt, const float *buf, size_t *at);
 // score the windows of every shard for context L (stride 0 = non-overlapping); max_windows 0 = all
 int evaluate_context(Model *m, Shard *shards, int n_shards, long L, long stride, long max_windows,
                      EvalResult *r, Err *e);

@@ -177,7 +177,34 @@ static int write_config_(const Trainer *t, Err *e) {
 // ----------------------------------------------------------------------------
 // checkpoints
 
+// the end of the non-finite stops' messages: which checkpoint is the last good one
+static void last_ckpt_note_(const Trainer *t, char *buf, size_t n) {
+    char ckpt[1200];
+    if (ckptdir_latest(t->run_dir, ckpt, sizeof ckpt, NULL) == 1)
+        snprintf(buf, n, "the last good checkpoint is %s", ckpt);
+    else snprintf(buf, n, "no checkpoint was written yet");
+}
+
+// a checkpoint never holds a NaN or an infinity: an update that overflowed the parameters or the
+// optimizer's moments stops the run here, naming the tensor, and the last good checkpoint stays the latest
+static int check_finite_state_(const Trainer *t, Err *e) {
+    const float *bufs[] = {t->model.params, t->opt.m, t->opt.v};
+    const char *what[] = {"parameter", "optimizer first moment of", "optimizer second moment of"};
+    for (int b = 0; b < 3; b++) {
+        size_t at;
+        int k = params_first_nonfinite(&t->model.pt, bufs[b], &at);
+        if (k < 0) continue;
+        char note[1400];
+        last_ckpt_note_(t, note, sizeof note);
+        return err_set(e, "step %ld: %s '%s' holds a non-finite value (%g at element %zu) after the update: training "
+                       "diverged; no checkpoint written; %s", t->step, what[b], t->model.pt.t[k].name,
+                       (double)bufs[b][t->model.pt.t[k].offset + at], at, note);
+    }
+    return 0;
+}
+
 static int save_checkpoint_(Trainer *t, Err *e) {
+    if (check_finite_state_(t, e) != 0) return -1;
     CkptDir cd;
     if (ckptdir_begin(&cd, t->run_dir, t->step, e) != 0) return -1;
     char path[2048];
@@ -287,13 +314,22 @@ static int truncate_log_(const char *log_path, long step, Err *e) {
     FILE *o = fopen(tmp, "wb");
     if (!o) { fclose(f); return err_set(e, "cannot write %s: %s", tmp, strerror(errno)); }
     char line[4096];
-    while (fgets(line, sizeof line, f)) {
+    int bad = 0;
+    while (!bad && fgets(line, sizeof line, f)) {
         const char *p = strstr(line, "\"step\":");
         long s = p ? strtol(p + 7, NULL, 10) : 0;
-        if (s <= step) fputs(line, o);
+        if (s <= step && fputs(line, o) == EOF) bad = 1;
     }
     fclose(f);
-    if (fclose(o) != 0 || rename(tmp, log_path) != 0) return err_set(e, "cannot rewrite %s", log_path);
+    errno = 0;
+    if (ferror(o)) bad = 1;
+    if (fclose(o) != 0) bad = 1;
+    if (bad) {
+        int err = errno;
+        remove(tmp);
+        return err_set(e, "cannot rewrite %s: writing %s failed: %s", log_path, tmp, err ? strerror(err) : "write error");
+    }
+    if (rename(tmp, log_path) != 0) return err_set(e, "cannot rewrite %s: %s", log_path, strerror(errno));
     return 0;
 }
 
@@ -527,27 +563,40 @@ static int diag_write_(const Trainer *t, Err *e) {
                 return err_set(e, "cannot write %s: %s", path, strerror(errno));
             }
         }
-        char *txt = cJSON_PrintUnformatted(o);
+        char *txt = cJSON_PrintUnformatted(o);  // cJSON prints a non-finite number as null
         fprintf(f, "%s\n", txt);
         cJSON_free(txt);
         cJSON_Delete(o);
     }
-    if (f && fclose(f) != 0) return err_set(e, "cannot write %s/diag.jsonl", t->run_dir);
+    if (!f) return 0;
+    errno = 0;
+    int bad = ferror(f);
+    if (fclose(f) != 0) bad = 1;
+    if (bad) return err_set(e, "cannot write %s/diag.jsonl: %s", t->run_dir, errno ? strerror(errno) : "write error");
     return 0;
 }
 
-static void log_line_(FILE *log, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void log_line_(FILE *log, const char *fmt, ...) {
+// the run's log.jsonl, open for appending; every line is flushed and checked (a full disk is an error)
+typedef struct RunLog_ {
+    FILE *f;
+    char path[1200];
+} RunLog_;
+
+static int log_line_(RunLog_ *log, Err *e, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int log_line_(RunLog_ *log, Err *e, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(log, fmt, ap);
+    errno = 0;
+    int bad = vfprintf(log->f, fmt, ap) < 0;
     va_end(ap);
-    fputc('\n', log);
-    fflush(log);
+    if (fputc('\n', log->f) == EOF) bad = 1;
+    if (fflush(log->f) != 0 || ferror(log->f)) bad = 1;
+    if (bad) return err_set(e, "cannot write %s: %s", log->path, errno ? strerror(errno) : "write error");
+    return 0;
 }
 
 // acc: the task's test accuracy (NAN without a task)
-static int validate_(Trainer *t, FILE *log, double *acc_out, Err *e) {
+static int validate_(Trainer *t, RunLog_ *log, double *acc_out, Err *e) {
     *acc_out = NAN;
     if (!t->has_val) return 0;
     double loss, acc;
@@ -556,19 +605,28 @@ static int validate_(Trainer *t, FILE *log, double *acc_out, Err *e) {
     if (evaluate_loss(&t->model, &t->val, t->c.train.batch_size, t->c.train.eval_batches, &loss, &n, task ? &acc : NULL,
                       e) != 0)
         return -1;
+    char lb[32], ab[32], pb[32];
     if (task) {
         // a task: accuracy over the supervised positions of its test split is the metric
-        log_line_(log, "{\"step\": %ld, \"val_loss\": %.9g, \"val_acc\": %.6f, \"val_tokens\": %llu}", t->step,
-                  loss, acc, (unsigned long long)n);
+        if (log_line_(log, e, "{\"step\": %ld, \"val_loss\": %s, \"val_acc\": %s, \"val_tokens\": %llu}", t->step,
+                      json_num(lb, sizeof lb, loss, 9, 0), json_num(ab, sizeof ab, acc, 6, 1), (unsigned long long)n))
+            return -1;
         if (!t->o->quiet) printf("%sstep %ld: test loss %.4f, accuracy %.4f (%llu positions)\n",
                                  isatty(1) ? "\r\033[K" : "", t->step, loss, acc, (unsigned long long)n);
         *acc_out = acc;
-        return 0;
+    } else {
+        if (log_line_(log, e, "{\"step\": %ld, \"val_loss\": %s, \"val_ppl\": %s, \"val_tokens\": %llu}", t->step,
+                      json_num(lb, sizeof lb, loss, 9, 0), json_num(pb, sizeof pb, exp(loss), 6, 0),
+                      (unsigned long long)n))
+            return -1;
+        if (!t->o->quiet) printf("%sstep %ld: val loss %.4f, ppl %.2f (%llu tokens)\n", isatty(1) ? "\r\033[K" : "",
+                                 t->step, loss, exp(loss), (unsigned long long)n);
     }
-    log_line_(log, "{\"step\": %ld, \"val_loss\": %.9g, \"val_ppl\": %.6g, \"val_tokens\": %llu}", t->step, loss,
-              exp(loss), (unsigned long long)n);
-    if (!t->o->quiet) printf("%sstep %ld: val loss %.4f, ppl %.2f (%llu tokens)\n", isatty(1) ? "\r\033[K" : "",
-                             t->step, loss, exp(loss), (unsigned long long)n);
+    if (!isfinite(loss)) {
+        char note[1400];
+        last_ckpt_note_(t, note, sizeof note);
+        return err_set(e, "step %ld: the validation loss is not finite (%g): training diverged; %s", t->step, loss, note);
+    }
     return 0;
 }
 
@@ -583,7 +641,10 @@ static int final_eval_task_(Trainer *t, Err *e) {
     double loss, acc;
     uint64_t n;
     int rc = evaluate_task(&t->model, &t->c, f, &loss, &acc, &n, e);
-    if (fclose(f) != 0 && rc == 0) rc = err_set(e, "cannot write %s", path);
+    errno = 0;
+    int bad = ferror(f);
+    if (fclose(f) != 0) bad = 1;
+    if (bad && rc == 0) rc = err_set(e, "cannot write %s: %s", path, errno ? strerror(errno) : "write error");
     if (rc == 0)
         printf("\n%s test split: accuracy %.4f, loss %.4f over %llu supervised positions (%s)\n", t->c.data.task.kind,
                acc, loss, (unsigned long long)n, path);
@@ -635,8 +696,9 @@ static int loop_(Trainer *t, Err *e) {
     int *in = xmalloc((size_t)A * BT * sizeof(int)), *tg = xmalloc((size_t)A * BT * sizeof(int));
     char log_path[1200];
     snprintf(log_path, sizeof log_path, "%s/log.jsonl", t->run_dir);
-    FILE *log = fopen(log_path, "a");
-    if (!log) { free(in); free(tg); return err_set(e, "cannot append to %s: %s", log_path, strerror(errno)); }
+    RunLog_ lg = {fopen(log_path, "a"), ""}, *log = &lg;
+    snprintf(lg.path, sizeof lg.path, "%s", log_path);
+    if (!lg.f) { free(in); free(tg); return err_set(e, "cannot append to %s: %s", log_path, strerror(errno)); }
     int tty = isatty(1) && !t->o->quiet;
     double t_start = time_now_s(), elapsed0 = t->elapsed, last_print = 0;
     long steps_here = 0, first_step = t->step;
@@ -672,8 +734,11 @@ static int loop_(Trainer *t, Err *e) {
         double loss = n_sup ? loss_sum / (double)n_sup : 0;
         double gnorm = optim_clip_grads(&t->opt, t->model.grads);
         if (!isfinite(loss) || !isfinite(gnorm)) {
-            rc = err_set(e, "step %ld: the loss (%g) or gradient norm (%g) is not finite; lower optim.lr or check the "
-                         "data (the last checkpoint is intact)", t->step + 1, loss, gnorm);
+            char note[1400];
+            last_ckpt_note_(t, note, sizeof note);
+            rc = err_set(e, "step %ld: the %s is not finite (loss %g, gradient norm %g): training diverged; lower "
+                         "optim.lr or check the data; %s", t->step + 1, isfinite(loss) ? "gradient norm" : "loss",
+                         loss, gnorm, note);
             break;
         }
         float lr = schedule_lr(&t->sched, t->step);
@@ -686,10 +751,12 @@ static int loop_(Trainer *t, Err *e) {
         t->elapsed = elapsed0 + (now - t_start);
         double tps = (double)(A * BT) / (now - t0);
         double avg_tps = (double)(A * BT) * steps_here / (now - t_start);
-        if (t->step % c->train.log_every == 0 || t->step == t->total_steps)
-            log_line_(log, "{\"step\": %ld, \"loss\": %.17g, \"lr\": %.9g, \"beta1\": %.9g, \"grad_norm\": %.9g, "
-                      "\"tokens_per_s\": %.1f, \"tokens\": %.0f, \"elapsed_s\": %.3f}",
-                      t->step, loss, lr, beta1, gnorm, tps, t->tokens, t->elapsed);
+        char tb[32];
+        if ((t->step % c->train.log_every == 0 || t->step == t->total_steps) &&
+            (rc = log_line_(log, e, "{\"step\": %ld, \"loss\": %.17g, \"lr\": %.9g, \"beta1\": %.9g, \"grad_norm\": "
+                            "%.9g, \"tokens_per_s\": %s, \"tokens\": %.0f, \"elapsed_s\": %.3f}", t->step, loss, lr,
+                            beta1, gnorm, json_num(tb, sizeof tb, tps, 1, 1), t->tokens, t->elapsed)) != 0)
+            break;
         if ((t->step % c->train.log_every == 0 || t->step == t->total_steps) && (rc = diag_write_(t, e)) != 0) break;
         if (!t->o->quiet && (now - last_print > (tty ? 0.2 : 10.0) || t->step == t->total_steps || t->step == first_step + 1)) {
             last_print = now;
@@ -706,7 +773,8 @@ static int loop_(Trainer *t, Err *e) {
             if ((rc = validate_(t, log, &acc, e)) != 0) break;
         if (c->train.stop_at_acc > 0 && !last && acc >= c->train.stop_at_acc) {
             t->stopped_early = 1;
-            log_line_(log, "{\"step\": %ld, \"stopped_early\": true, \"val_acc\": %.6f}", t->step, acc);
+            if ((rc = log_line_(log, e, "{\"step\": %ld, \"stopped_early\": true, \"val_acc\": %.6f}", t->step, acc)))
+                break;
             if (!t->o->quiet)
                 printf("%sstep %ld: test accuracy %.4f >= train.stop_at_acc %g: training stops here\n",
                        tty ? "\r\033[K" : "", t->step, acc, c->train.stop_at_acc);
@@ -723,7 +791,7 @@ static int loop_(Trainer *t, Err *e) {
         }
     }
     if (tty) printf("\n");
-    fclose(log);
+    if (fclose(lg.f) != 0 && rc == 0) rc = err_set(e, "cannot write %s: %s", lg.path, strerror(errno));
     free(in);
     free(tg);
     if (rc != 0) return -1;

@@ -1,0 +1,445 @@
+/*
+ * The delta-rule mixers on the engine of nn/delta.h: two registry entries that share this file's layer, as
+ * flash-linear-attention defines them (reference/linear_mixers.md B.6 DeltaNet, B.7 Gated DeltaNet;
+ * docs/mixers.md has the equations, options and tensors):
+ *
+ *   q, k, v = silu(conv_K(x W_q^T)), silu(conv_K(x W_k^T)), silu(conv_K(x W_v^T))   (no conv: silu(x W^T))
+ *   q, k <- l2norm(q), l2norm(k) per head (eps 1e-6 inside the root)      beta = sigmoid(x W_b^T) (x2: (0,2))
+ *   gated_deltanet: g = -exp(A_log) softplus(x W_a^T + dt_bias) per head and token, a = exp(g)
+ *   S_t = a_t (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T,   o_t = S_t^T q_t / sqrt(Dk)
+ *   y = o_proj(RMSNorm_head(o) [* swish(x W_g^T)])
+ *
+ * One options struct and one set of functions; each entry's schema lists only the keys that mean something
+ * for it (the A / dt init ranges on deltanet are unknown keys), with that mixer's reference defaults.
+ */
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mixers/mixer.h"
+#include "mixers/mixer_kit.h"
+#include "nn/activation.h"
+#include "nn/conv.h"
+#include "nn/delta.h"
+#include "nn/groupnorm.h"
+#include "nn/matmul.h"
+#include "nn/norm.h"
+
+#define DELTA_L2_EPS 1e-6f  // FLA's l2norm: x / sqrt(|x|^2 + 1e-6)
+
+typedef struct DeltaOpts {
+    // from the config (a key absent from an entry's schema keeps the zeroed default)
+    int heads, conv, allow_neg_eigval, use_gate, chunk;
+    double expand_k, expand_v, norm_eps, init_std, a_lo, a_hi, dt_min, dt_max, dt_floor;
+    // derived by check
+    int gated, H, Dk, Dv, HK, HV, K;  // K: conv taps (0 = no conv)
+    int k_q, k_k, k_v, k_cq, k_ck, k_cv, k_b, k_a, k_A, k_dt, k_g, k_norm, k_o;
+} DeltaOpts;
+
+#define KEY_(...) MIXER_KEY(DeltaOpts, __VA_ARGS__)
+#define KEY_COMMON_(gate_def, gate_doc) \
+    KEY_("heads", CFG_INT, heads, "4", 1, 1024, NULL, "Number of heads H."), \
+    KEY_("expand_k", CFG_FLOAT, expand_k, "1", 0.01, 64, NULL, \
+         "Key width H Dk = expand_k d_model (Dk = that / H; FLA's head_dim = expand_k d_model / heads)."), \
+    KEY_("conv", CFG_INT, conv, "4", 0, 64, NULL, \
+         "Taps K of the causal depthwise short convolutions on q, k, v (silu after; no bias); 0 or 1 = no conv " \
+         "(q, k, v = silu(projection), as FLA without use_short_conv)."), \
+    KEY_("allow_neg_eigval", CFG_BOOL, allow_neg_eigval, "false", 0, 0, NULL, \
+         "beta = 2 sigmoid(b_proj x) in (0,2) (negative eigenvalues of I - beta k k^T); false: sigmoid, (0,1)."), \
+    KEY_("use_gate", CFG_BOOL, use_gate, gate_def, 0, 0, NULL, gate_doc), \
+    KEY_("chunk", CFG_INT, chunk, "32", 1, 1 << 16, NULL, \
+         "Tokens per chunk of the chunkwise (WY) recurrence (a speed/memory knob: results do not depend on it)."), \
+    KEY_("norm_eps", CFG_FLOAT, norm_eps, "1e-5", 0, 1, NULL, "Epsilon of the per-head output RMSNorm."), \
+    KEY_("init_std", CFG_FLOAT, init_std, "0.02", 0, 10, NULL, \
+         "Std of the normal init of every projection and conv weight (FLA's _init_weights, no depth scaling).")
+
+static const CfgKey DELTANET_KEYS_[] = {
+    KEY_COMMON_("false", "Multiply the normed output by swish(g_proj x) (FusedRMSNormGated); false = per-head RMSNorm."),
+    KEY_("expand_v", CFG_FLOAT, expand_v, "1", 0.01, 64, NULL, "Value width H Dv = expand_v d_model (Dv = that / H)."),
+};
+static const CfgKey GATED_DELTANET_KEYS_[] = {
+    KEY_COMMON_("true", "Multiply the normed output by swish(g_proj x) (FusedRMSNormGated); false = per-head RMSNorm."),
+    KEY_("expand_v", CFG_FLOAT, expand_v, "2", 0.01, 64, NULL, "Value width H Dv = expand_v d_model (Dv = that / H)."),
+    KEY_("A_init_lo", CFG_FLOAT, a_lo, "0", 0, 1e6, NULL,
+         "g = -exp(A_log) softplus(...): A = exp(A_log) starts drawn from U(A_init_lo, A_init_hi)."),
+    KEY_("A_init_hi", CFG_FLOAT, a_hi, "16", 1e-6, 1e6, NULL, "Upper end of the A init range."),
+    KEY_("dt_min", CFG_FLOAT, dt_min, "0.001", 1e-9, 1e3, NULL,
+         "dt_bias = softplus^-1(dt) with dt drawn log-uniform in [dt_min, dt_max)."),
+    KEY_("dt_max", CFG_FLOAT, dt_max, "0.1", 1e-9, 1e3, NULL, "Upper end of the dt init range."),
+    KEY_("dt_init_floor", CFG_FLOAT, dt_floor, "1e-4", 0, 1e3, NULL, "Initial dt values below this are raised to it."),
+};
+#define NKEYS_(a) ((int)(sizeof a / sizeof a[0]))
+static const CfgSection DELTANET_SCHEMA_ = {"deltanet", "Options of the deltanet mixer.", DELTANET_KEYS_,
+                                            NKEYS_(DELTANET_KEYS_)};
+static const CfgSection GATED_DELTANET_SCHEMA_ = {"gated_deltanet", "Options of the gated_deltanet mixer.",
+                                                  GATED_DELTANET_KEYS_, NKEYS_(GATED_DELTANET_KEYS_)};
+
+// ----------------------------------------------------------------------------
+// options and parameters
+
+static int delta_check_(MixerSpec *s, const char *path, Err *e, int gated) {
+    DeltaOpts *o = s->opts;
+    int C = s->C;
+    o->gated = gated;
+    o->H = o->heads;
+    o->HK = (int)lround(o->expand_k * C);
+    o->HV = (int)lround(o->expand_v * C);
+    if (o->HK < o->H || o->HK % o->H)
+        return err_set(e, "%s.heads: the key width %g x %d = %d (expand_k) is not a multiple of heads %d", path,
+                       o->expand_k, C, o->HK, o->H);
+    if (o->HV < o->H || o->HV % o->H)
+        return err_set(e, "%s.heads: the value width %g x %d = %d (expand_v) is not a multiple of heads %d", path,
+                       o->expand_v, C, o->HV, o->H);
+    o->Dk = o->HK / o->H;
+    o->Dv = o->HV / o->H;
+    o->K = o->conv > 1 ? o->conv : 0;
+    if (gated) {
+        if (o->a_lo >= o->a_hi) return err_set(e, "%s.A_init_lo: %g is not below A_init_hi %g", path, o->a_lo, o->a_hi);
+        if (o->dt_min > o->dt_max) return err_set(e, "%s.dt_min: %g is above dt_max %g", path, o->dt_min, o->dt_max);
+    }
+    int k = 0, cv = o->K > 0;
+    o->k_q = k++, o->k_k = k++, o->k_v = k++;
+    o->k_cq = cv ? k++ : -1, o->k_ck = cv ? k++ : -1, o->k_cv = cv ? k++ : -1;
+    o->k_b = k++;
+    o->k_a = gated ? k++ : -1, o->k_A = gated ? k++ : -1, o->k_dt = gated ? k++ : -1;
+    o->k_g = o->use_gate ? k++ : -1;
+    o->k_norm = k++;
+    o->k_o = k++;
+    return 0;
+}
+static int deltanet_check_(MixerSpec *s, const char *path, Err *e) { return delta_check_(s, path, e, 0); }
+static int gated_deltanet_check_(MixerSpec *s, const char *path, Err *e) { return delta_check_(s, path, e, 1); }
+
+static int delta_params_(const MixerSpec *s, ParamTable *pt, const char *prefix, int n_layers, Err *e) {
+    const DeltaOpts *o = s->opts;
+    (void)n_layers;  // FLA's _init_weights: every Linear and Conv1d N(0, 0.02), no depth scaling
+    int C = s->C, H = o->H;
+    float std = (float)o->init_std;
+    MIXER_ADD("q_proj", 2, ((int[]){o->HK, C}), init_normal(std), 1);
+    MIXER_ADD("k_proj", 2, ((int[]){o->HK, C}), init_normal(std), 1);
+    MIXER_ADD("v_proj", 2, ((int[]){o->HV, C}), init_normal(std), 1);
+    if (o->K) {
+        MIXER_ADD("q_conv1d", 2, ((int[]){o->HK, o->K}), init_normal(std), 1);
+        MIXER_ADD("k_conv1d", 2, ((int[]){o->HK, o->K}), init_normal(std), 1);
+        MIXER_ADD("v_conv1d", 2, ((int[]){o->HV, o->K}), init_normal(std), 1);
+    }
+    MIXER_ADD("b_proj", 2, ((int[]){H, C}), init_normal(std), 1);
+    if (o->gated) {
+        MIXER_ADD("a_proj", 2, ((int[]){H, C}), init_normal(std), 1);
+        // drawn as A and dt, turned into log A and softplus^-1(max(dt, floor)) by delta_init_
+        MIXER_ADD("A_log", 1, ((int[]){H}), init_uniform((float)o->a_lo, (float)o->a_hi), 0);
+        MIXER_ADD("dt_bias", 1, ((int[]){H}), ((ParamInit){INIT_LOGUNIFORM, (float)o->dt_min, (float)o->dt_max}), 0);
+    }
+    if (o->use_gate) MIXER_ADD("g_proj", 2, ((int[]){o->HV, C}), init_normal(std), 1);
+    MIXER_ADD("o_norm", 1, ((int[]){o->Dv}), init_ones(), 0);
+    MIXER_ADD("o_proj", 2, ((int[]){C, o->HV}), init_normal(std), 1);
+    return 0;
+}
+
+static void delta_init_(const Mixer *m) {
+    const DeltaOpts *o = m->spec->opts;
+    if (!o->gated) return;
+    float *alog = mixer_param(m, o->k_A), *dt = mixer_param(m, o->k_dt);
+    for (int h = 0; h < o->H; h++) {
+        alog[h] = (float)log(fmax((double)alog[h], (double)FLT_MIN));  // A = 0 exactly (probability ~0) stays finite
+        double d = dt[h] > o->dt_floor ? dt[h] : o->dt_floor;
+        dt[h] = (float)mixer_inv_softplus(d);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// saved activations
+
+typedef struct DeltaActs {
+    float *xq, *xk, *xv;  // (BT,HK) (BT,HK) (BT,HV) the projections (conv inputs; NULL without conv)
+    float *cq, *ck, *cv;  // the same widths: silu's inputs (conv outputs, or the projections without conv)
+    float *q, *k, *v;     // what the engine reads: l2norm(silu(cq)), l2norm(silu(ck)), silu(cv)
+    float *nq, *nk;       // (BT*H) the l2 norms
+    float *bpre, *beta;   // (BT*H) b_proj x and beta
+    float *apre, *g;      // (BT*H) gated: a_proj x and the log-decay
+    float *o;             // (BT,HV) the engine's output
+    float *z;             // (BT,HV) output gate pre-activation
+    float *rstd;          // (BT*H)
+    float *yn;            // (BT,HV) normed (and gated): o_proj's input
+    float *ckpt;
+} DeltaActs;
+
+static DeltaDims delta_dims_(const DeltaOpts *o, int B, int T) {
+    DeltaDims d = {B, T, o->H, o->Dk, o->Dv, o->chunk, (float)(1.0 / sqrt((double)o->Dk))};
+    return d;
+}
+
+static size_t delta_layout_(const MixerSpec *s, int B, int T, float *base, DeltaActs *a) {
+    const DeltaOpts *o = s->opts;
+    size_t BT = (size_t)B * T, n = 0, BH = BT * o->H;
+    int cv = o->K > 0;
+    DeltaActs t;
+    if (!a) a = &t;
+    DeltaDims d = delta_dims_(o, B, T);
+    a->xq = mixer_take(base, &n, BT * o->HK, cv);
+    a->xk = mixer_take(base, &n, BT * o->HK, cv);
+    a->xv = mixer_take(base, &n, BT * o->HV, cv);
+    a->cq = mixer_take(base, &n, BT * o->HK, 1);
+    a->ck = mixer_take(base, &n, BT * o->HK, 1);
+    a->cv = mixer_take(base, &n, BT * o->HV, 1);
+    a->q = mixer_take(base, &n, BT * o->HK, 1);
+    a->k = mixer_take(base, &n, BT * o->HK, 1);
+    a->v = mixer_take(base, &n, BT * o->HV, 1);
+    a->nq = mixer_take(base, &n, BH, 1);
+    a->nk = mixer_take(base, &n, BH, 1);
+    a->bpre = mixer_take(base, &n, BH, 1);
+    a->beta = mixer_take(base, &n, BH, 1);
+    a->apre = mixer_take(base, &n, BH, o->gated);
+    a->g = mixer_take(base, &n, BH, o->gated);
+    a->o = mixer_take(base, &n, BT * o->HV, 1);
+    a->z = mixer_take(base, &n, BT * o->HV, o->use_gate);
+    a->rstd = mixer_take(base, &n, BH, 1);
+    a->yn = mixer_take(base, &n, BT * o->HV, 1);
+    a->ckpt = mixer_take(base, &n, delta_ckpt_size(&d), 1);
+    return n;
+}
+
+static size_t delta_act_size_(const MixerSpec *s, int B, int T) { return delta_layout_(s, B, T, NULL, NULL); }
+
+static size_t delta_scratch_size_(const MixerSpec *s, int B, int T) {
+    const DeltaOpts *o = s->opts;
+    size_t BT = (size_t)B * T, w = (size_t)(o->HK > o->HV ? o->HK : o->HV);
+    // backward: dyn, dz, do, dv (HV); dq, dk (HK); ds, dc, dp (widest); dbeta, dg, da (H)
+    return BT * (4 * (size_t)o->HV + 2 * (size_t)o->HK + 3 * w + 3 * (size_t)o->H);
+}
+
+// ----------------------------------------------------------------------------
+// the pieces forward and step share
+
+static GroupNormOpts delta_norm_opts_(const DeltaOpts *o) {
+    GroupNormOpts g = {o->use_gate ? GROUPNORM_GATE_AFTER : GROUPNORM_GATE_NONE, 0, 1, (float)o->norm_eps};
+    return g;
+}
+
+// beta (R,) from its pre-activation
+static void delta_beta_(const DeltaOpts *o, float *beta, const float *bpre, size_t R) {
+    double s = o->allow_neg_eigval ? 2.0 : 1.0;
+#pragma omp parallel for if (R >= 4096)
+    for (size_t i = 0; i < R; i++) beta[i] = (float)(s * mixer_sigmoid(bpre[i]));
+}
+
+// the log-decay g (R,H) = -exp(A_log) softplus(apre + dt_bias)
+static void delta_decay_(const Mixer *m, float *g, const float *apre, size_t R) {
+    const DeltaOpts *o = m->spec->opts;
+    const float *alog = mixer_param(m, o->k_A), *dtb = mixer_param(m, o->k_dt);
+    int H = o->H;
+#pragma omp parallel for if (R * H >= 4096)
+    for (size_t i = 0; i < R * H; i++)
+        g[i] = (float)(-exp((double)alog[i % H]) * mixer_softplus((double)apre[i] + dtb[i % H]));
+}
+
+// ----------------------------------------------------------------------------
+// forward
+
+static void delta_forward_(Mixer *m, float *y, const float *x, int B, int T) {
+    const DeltaOpts *o = m->spec->opts;
+    int C = m->spec->C, BT = B * T, H = o->H;
+    size_t nK = (size_t)BT * o->HK, nV = (size_t)BT * o->HV;
+    DeltaActs a;
+    delta_layout_(m->spec, B, T, m->acts, &a);
+    if (o->K) {
+        matmul_forward(a.xq, x, mixer_param(m, o->k_q), NULL, BT, C, o->HK);
+        matmul_forward(a.xk, x, mixer_param(m, o->k_k), NULL, BT, C, o->HK);
+        matmul_forward(a.xv, x, mixer_param(m, o->k_v), NULL, BT, C, o->HV);
+        conv1d_causal_forward(a.cq, a.xq, mixer_param(m, o->k_cq), NULL, B, T, o->HK, o->K);
+        conv1d_causal_forward(a.ck, a.xk, mixer_param(m, o->k_ck), NULL, B, T, o->HK, o->K);
+        conv1d_causal_forward(a.cv, a.xv, mixer_param(m, o->k_cv), NULL, B, T, o->HV, o->K);
+    } else {
+        matmul_forward(a.cq, x, mixer_param(m, o->k_q), NULL, BT, C, o->HK);
+        matmul_forward(a.ck, x, mixer_param(m, o->k_k), NULL, BT, C, o->HK);
+        matmul_forward(a.cv, x, mixer_param(m, o->k_v), NULL, BT, C, o->HV);
+    }
+    silu_forward(a.q, a.cq, nK);
+    silu_forward(a.k, a.ck, nK);
+    silu_forward(a.v, a.cv, nV);
+    l2norm_forward(a.q, a.nq, a.q, BT * H, o->Dk, DELTA_L2_EPS, L2NORM_ADD);
+    l2norm_forward(a.k, a.nk, a.k, BT * H, o->Dk, DELTA_L2_EPS, L2NORM_ADD);
+    matmul_forward(a.bpre, x, mixer_param(m, o->k_b), NULL, BT, C, H);
+    delta_beta_(o, a.beta, a.bpre, (size_t)BT * H);
+    if (o->gated) {
+        matmul_forward(a.apre, x, mixer_param(m, o->k_a), NULL, BT, C, H);
+        delta_decay_(m, a.g, a.apre, (size_t)BT);
+    }
+    DeltaDims d = delta_dims_(o, B, T);
+    delta_forward(a.o, a.ckpt, NULL, a.q, a.k, a.v, a.beta, a.g, &d);
+    if (o->use_gate) matmul_forward(a.z, x, mixer_param(m, o->k_g), NULL, BT, C, o->HV);
+    GroupNormOpts gn = delta_norm_opts_(o);
+    groupnorm_forward(a.yn, NULL, a.rstd, a.o, a.z, mixer_param(m, o->k_norm), BT, H, o->Dv, &gn);
+    matmul_forward(y, a.yn, mixer_param(m, o->k_o), NULL, BT, o->HV, C);
+}
+
+// ----------------------------------------------------------------------------
+// backward
+
+// one of the q, k, v streams back to x: dout (BT,W) the gradient of silu's output (ds), dc and dp scratch of
+// (BT,W); accumulates dx and the projection's and conv's weight gradients
+static void delta_stream_backward_(Mixer *m, float *dx, const float *ds, float *dc, float *dp, const float *xp,
+                                   const float *c, int kp, int kc, const float *x, int B, int T, int W) {
+    const DeltaOpts *o = m->spec->opts;
+    int C = m->spec->C, BT = B * T;
+    size_t n = (size_t)BT * W;
+    memset(dc, 0, n * sizeof(float));
+    silu_backward(dc, c, ds, n);
+    const float *dproj = dc;
+    if (o->K) {
+        memset(dp, 0, n * sizeof(float));
+        conv1d_causal_backward(dp, mixer_grad(m, kc), NULL, dc, xp, mixer_param(m, kc), B, T, W, o->K);
+        dproj = dp;
+    }
+    matmul_backward(dx, mixer_grad(m, kp), NULL, dproj, x, mixer_param(m, kp), BT, C, W);
+}
+
+static void delta_backward_(Mixer *m, float *dx, const float *dy, const float *x, int B, int T) {
+    const DeltaOpts *o = m->spec->opts;
+    int C = m->spec->C, BT = B * T, H = o->H;
+    size_t nK = (size_t)BT * o->HK, nV = (size_t)BT * o->HV, nH = (size_t)BT * H;
+    size_t w = (size_t)BT * (o->HK > o->HV ? o->HK : o->HV);
+    DeltaActs a;
+    delta_layout_(m->spec, B, T, m->acts, &a);
+    float *dyn = m->scratch, *dz = dyn + nV, *dO = dz + nV, *dv = dO + nV, *dq = dv + nV, *dk = dq + nK;
+    float *ds = dk + nK, *dc = ds + w, *dp = dc + w, *dbeta = dp + w, *dg = dbeta + nH, *da = dg + nH;
+
+    // y = yn W_o^T
+    memset(dyn, 0, nV * sizeof(float));
+    matmul_backward(dyn, mixer_grad(m, o->k_o), NULL, dy, a.yn, mixer_param(m, o->k_o), BT, o->HV, C);
+    // yn = norm(o) [* swish(z)]
+    memset(dO, 0, nV * sizeof(float));
+    if (o->use_gate) memset(dz, 0, nV * sizeof(float));
+    GroupNormOpts gn = delta_norm_opts_(o);
+    groupnorm_backward(dO, o->use_gate ? dz : NULL, mixer_grad(m, o->k_norm), dyn, a.o, a.z, mixer_param(m, o->k_norm),
+                       NULL, a.rstd, BT, H, o->Dv, &gn);
+    if (o->use_gate) matmul_backward(dx, mixer_grad(m, o->k_g), NULL, dz, x, mixer_param(m, o->k_g), BT, C, o->HV);
+    // the recurrence
+    memset(dq, 0, nK * sizeof(float));
+    memset(dk, 0, nK * sizeof(float));
+    memset(dv, 0, nV * sizeof(float));
+    memset(dbeta, 0, nH * sizeof(float));
+    if (o->gated) memset(dg, 0, nH * sizeof(float));
+    DeltaDims d = delta_dims_(o, B, T);
+    delta_backward(dq, dk, dv, dbeta, o->gated ? dg : NULL, dO, a.ckpt, a.q, a.k, a.v, a.beta, a.g, &d);
+    // beta = s sigmoid(bpre): dbpre = dbeta beta (1 - beta / s)
+    double sc = o->allow_neg_eigval ? 2.0 : 1.0;
+    for (size_t i = 0; i < nH; i++) {
+        double sg = a.beta[i] / sc;
+        dbeta[i] = (float)(dbeta[i] * sc * sg * (1.0 - sg));
+    }
+    matmul_backward(dx, mixer_grad(m, o->k_b), NULL, dbeta, x, mixer_param(m, o->k_b), BT, C, H);
+    // g = -exp(A_log) softplus(apre + dt_bias): dA_log = dg g, dapre = dg (-exp(A_log)) sigmoid(apre + dt_bias)
+    if (o->gated) {
+        const float *alog = mixer_param(m, o->k_A), *dtb = mixer_param(m, o->k_dt);
+        float *dA = mixer_grad(m, o->k_A), *ddt = mixer_grad(m, o->k_dt);
+        for (size_t i = 0; i < nH; i++) {  // sequential: the per-head sums do not depend on the thread count
+            int h = (int)(i % H);
+            dA[h] += dg[i] * a.g[i];
+            da[i] = (float)(dg[i] * -exp((double)alog[h]) * mixer_sigmoid((double)a.apre[i] + dtb[h]));
+            ddt[h] += da[i];
+        }
+        matmul_backward(dx, mixer_grad(m, o->k_a), NULL, da, x, mixer_param(m, o->k_a), BT, C, H);
+    }
+    // q, k: l2norm then silu, conv, projection; v: silu, conv, projection
+    memset(ds, 0, nK * sizeof(float));
+    l2norm_backward(ds, dq, a.q, a.nq, BT * H, o->Dk, DELTA_L2_EPS, L2NORM_ADD);
+    delta_stream_backward_(m, dx, ds, dc, dp, a.xq, a.cq, o->k_q, o->k_cq, x, B, T, o->HK);
+    memset(ds, 0, nK * sizeof(float));
+    l2norm_backward(ds, dk, a.k, a.nk, BT * H, o->Dk, DELTA_L2_EPS, L2NORM_ADD);
+    delta_stream_backward_(m, dx, ds, dc, dp, a.xk, a.ck, o->k_k, o->k_ck, x, B, T, o->HK);
+    delta_stream_backward_(m, dx, dv, dc, dp, a.xv, a.cv, o->k_v, o->k_cv, x, B, T, o->HV);
+}
+
+// ----------------------------------------------------------------------------
+// recurrent decoding: per sequence [the engine's state (H, Dk*Dv) | conv states q (HK,K-1), k (HK,K-1), v (HV,K-1)]
+
+static size_t delta_engine_state_(const DeltaOpts *o) {
+    DeltaDims d = delta_dims_(o, 1, 1);
+    return (size_t)o->H * delta_state_size(&d);
+}
+
+static size_t delta_state_size_(const MixerSpec *s) {
+    const DeltaOpts *o = s->opts;
+    size_t conv = o->K ? (size_t)(2 * o->HK + o->HV) * (o->K - 1) : 0;
+    return delta_engine_state_(o) + conv;
+}
+
+static void delta_state_init_(const Mixer *m, float *state, int B) {
+    memset(state, 0, (size_t)B * delta_state_size_(m->spec) * sizeof(float));  // the empty prefix, zero padding
+}
+
+static void delta_step_(const Mixer *m, float *state, float *y, const float *x, int B) {
+    const DeltaOpts *o = m->spec->opts;
+    int C = m->spec->C, H = o->H;
+    size_t n = delta_state_size_(m->spec), es = delta_engine_state_(o);
+    size_t bk = (size_t)B * o->HK, bv = (size_t)B * o->HV, bh = (size_t)B * H;
+    float *buf = xmalloc((2 * bk + 4 * bv + 5 * bh) * sizeof(float));
+    float *q = buf, *k = q + bk, *v = k + bk, *z = v + bv, *oo = z + bv, *yn = oo + bv;
+    float *bpre = yn + bv, *beta = bpre + bh, *apre = beta + bh, *g = apre + bh, *rstd = g + bh;
+    matmul_forward(q, x, mixer_param(m, o->k_q), NULL, B, C, o->HK);
+    matmul_forward(k, x, mixer_param(m, o->k_k), NULL, B, C, o->HK);
+    matmul_forward(v, x, mixer_param(m, o->k_v), NULL, B, C, o->HV);
+    if (o->K) {
+        int K1 = o->K - 1;
+        for (int b = 0; b < B; b++) {
+            float *cs = state + b * n + es;
+            conv1d_causal_step(q + (size_t)b * o->HK, cs, q + (size_t)b * o->HK, mixer_param(m, o->k_cq), NULL, 1,
+                               o->HK, o->K);
+            cs += (size_t)o->HK * K1;
+            conv1d_causal_step(k + (size_t)b * o->HK, cs, k + (size_t)b * o->HK, mixer_param(m, o->k_ck), NULL, 1,
+                               o->HK, o->K);
+            cs += (size_t)o->HK * K1;
+            conv1d_causal_step(v + (size_t)b * o->HV, cs, v + (size_t)b * o->HV, mixer_param(m, o->k_cv), NULL, 1,
+                               o->HV, o->K);
+        }
+    }
+    silu_forward(q, q, bk);
+    silu_forward(k, k, bk);
+    silu_forward(v, v, bv);
+    l2norm_forward(q, rstd, q, B * H, o->Dk, DELTA_L2_EPS, L2NORM_ADD);
+    l2norm_forward(k, rstd, k, B * H, o->Dk, DELTA_L2_EPS, L2NORM_ADD);
+    matmul_forward(bpre, x, mixer_param(m, o->k_b), NULL, B, C, H);
+    delta_beta_(o, beta, bpre, bh);
+    if (o->gated) {
+        matmul_forward(apre, x, mixer_param(m, o->k_a), NULL, B, C, H);
+        delta_decay_(m, g, apre, (size_t)B);
+    }
+    DeltaDims d = delta_dims_(o, 1, 1);
+    for (int b = 0; b < B; b++)
+        delta_step(oo + (size_t)b * o->HV, state + b * n, q + (size_t)b * o->HK, k + (size_t)b * o->HK,
+                   v + (size_t)b * o->HV, beta + (size_t)b * H, o->gated ? g + (size_t)b * H : NULL, &d);
+    if (o->use_gate) matmul_forward(z, x, mixer_param(m, o->k_g), NULL, B, C, o->HV);
+    GroupNormOpts gn = delta_norm_opts_(o);
+    groupnorm_forward(yn, NULL, rstd, oo, o->use_gate ? z : NULL, mixer_param(m, o->k_norm), B, H, o->Dv, &gn);
+    matmul_forward(y, yn, mixer_param(m, o->k_o), NULL, B, o->HV, C);
+    free(buf);
+}
+
+// ----------------------------------------------------------------------------
+
+#define DELTA_OPS_(ident, nm, docline, schema_, checkfn) \
+    const MixerOps ident = { \
+        .name = nm, \
+        .doc = docline, \
+        .schema = &schema_, \
+        .opts_size = sizeof(DeltaOpts), \
+        .check = checkfn, \
+        .params = delta_params_, \
+        .init = delta_init_, \
+        .act_size = delta_act_size_, \
+        .scratch_size = delta_scratch_size_, \
+        .forward = delta_forward_, \
+        .backward = delta_backward_, \
+        .state_size = delta_state_size_, \
+        .state_init = delta_state_init_, \
+        .step = delta_step_, \
+    }
+
+DELTA_OPS_(MIXER_DELTANET, "deltanet", "DeltaNet: the delta rule with L2-normalised q, k, short convs, beta = sigmoid",
+           DELTANET_SCHEMA_, deltanet_check_);
+DELTA_OPS_(MIXER_GATED_DELTANET, "gated_deltanet",
+           "Gated DeltaNet: the delta rule with a Mamba2-style per-head decay, gated per-head RMSNorm",
+           GATED_DELTANET_SCHEMA_, gated_deltanet_check_);
