@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Installs the Debian packages seqtrain needs when they are missing. Called by the Makefile on first
-# build; safe to run again (it only installs what `dpkg -s` does not find).
+# Installs the Debian packages seqtrain needs when they are missing. Called by ./setup (which a fresh
+# Debian 12 needs first: it has no make) and by the Makefile on first build; safe to run again (it only
+# installs what `dpkg -s` does not find). Needs only bash, dpkg and apt-get, never make.
 set -euo pipefail
-# gnuplot-nox (gnuplot without X) draws the figures of scripts/plot_rfa.sh
-need=(gcc g++ make python3 libcjson-dev libzstd-dev zstd libsentencepiece-dev sentencepiece gnuplot-nox)
+# gnuplot-nox (gnuplot without X) draws the figures of scripts/plot_rfa.sh; python3-numpy is what the
+# --probe recipe of docs/training.md and the numpy side of scripts/safetensors_read.py use
+need=(gcc g++ make python3 python3-numpy libcjson-dev libzstd-dev zstd libsentencepiece-dev sentencepiece gnuplot-nox)
 missing=()
 for p in "${need[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -9,8 +9,9 @@
 #       deepest one present; default DIR: RUN_DIR/plots. Writes DIR/rfa_layer<L>_<quantity>.png.
 #   scripts/plot_rfa.sh ppl OUT.png [LABEL=]RESULT ...
 #       perplexity against context length (log2 axis), one line per run. RESULT is a ppl.json as
-#       `bin/seqeval --out DIR` writes it (DIR/ppl.json), a folder holding one, or a run folder, whose
-#       eval/ppl.json the trainer writes after its final evaluation. LABEL defaults to the run's name.
+#       `bin/seqeval --out DIR` writes it (DIR/ppl.json), a folder holding one, or a run folder: its
+#       eval/ppl.json (the trainer's final evaluation), else seqeval's default output RUN/eval-test/ppl.json,
+#       else the first RUN/eval-*/ppl.json by name. LABEL defaults to the run's name (+ the eval-* suffix).
 #
 # JSON is turned into whitespace-separated tables by /usr/bin/python3 (standard library only), then
 # gnuplot draws them; a PNG is written beside its final name and renamed, so it is never half-written.
@@ -190,9 +191,14 @@ else:
         if "=" in spec and not os.path.exists(spec):
             label, where = spec.split("=", 1)
         if os.path.isdir(where):
-            tries = [os.path.join(where, "ppl.json"), os.path.join(where, "eval", "ppl.json")]
+            # the folder itself (seqeval --out DIR), the trainer's eval/, then seqeval's default output
+            # folders RUN/eval-<data>[-sliding]: eval-test first, then the others by name
+            tries = [os.path.join(where, "ppl.json"), os.path.join(where, "eval", "ppl.json"),
+                     os.path.join(where, "eval-test", "ppl.json")]
+            tries += sorted(os.path.join(where, n, "ppl.json") for n in os.listdir(where)
+                            if n.startswith("eval-") and n != "eval-test")
             found = [t for t in tries if os.path.isfile(t)]
-            if not found: die("%s: no ppl.json here nor in eval/ (tried %s)" % (where, ", ".join(tries)))
+            if not found: die("%s: no ppl.json here nor in eval/ or eval-*/ (tried %s)" % (where, ", ".join(tries)))
             path = found[0]
         elif os.path.isfile(where):
             path = where

@@ -142,4 +142,13 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    try:
+        rc = main(sys.argv)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # the reader went away (`... | head`): stop quietly as cat does, with 128 + SIGPIPE. stdout is
+        # pointed at /dev/null first so that Python's own flush at exit raises nothing more.
+        import os
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        rc = 141
+    sys.exit(rc)

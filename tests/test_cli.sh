@@ -749,6 +749,26 @@ check "seqeval raw_u16 of 4 tokens: context 1 -> 3 windows, context 3 -> 1 windo
     eval 'out_has "| 1 | 3 | 3 |" && out_has "| 3 | 1 | 3 |"'
 
 # ============================================================================================
+# scripts/safetensors_read.py piped into a reader that stops early (`| head -1`, `| head -c 0`) ends
+# quietly: no BrokenPipeError traceback, no "Exception ignored" message
+# (a file of 4000 one-element tensors: ~200 KB of output, more than a pipe holds, so the writer does meet
+# the closed pipe)
+ST="$W/many.safetensors"
+/usr/bin/python3 - "$ST" <<'PY'
+import json, struct, sys
+n = 4000
+hdr = {"t%05d" % i: {"dtype": "F32", "shape": [1], "data_offsets": [4 * i, 4 * i + 4]} for i in range(n)}
+h = json.dumps(hdr).encode()
+h += b" " * (-len(h) % 8)
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<Q", len(h)) + h + struct.pack("<%df" % n, *range(n)))
+PY
+/usr/bin/python3 "$ROOT/scripts/safetensors_read.py" "$ST" 2>"$ERR" | head -1 >"$OUT"
+check "safetensors_read.py FILE | head -1: one line, nothing on stderr" \
+    eval '[ "$(wc -l <"$OUT")" = 1 ] && [ ! -s "$ERR" ]'
+/usr/bin/python3 "$ROOT/scripts/safetensors_read.py" "$ST" 2>"$ERR" | head -c 0
+check "safetensors_read.py FILE | head -c 0 (reader gone before the first write): nothing on stderr" \
+    eval '[ ! -s "$ERR" ]'
 
 echo "$PASS passed, $FAIL failed" >&2
 [ "$FAIL" -eq 0 ]

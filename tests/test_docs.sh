@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # docs/config.md must be what scripts/gen_config_docs.sh generates from the compiled schema, every key of
 # the resolved config must have a row in its section's table (a key cannot exist undocumented), and every
-# config in configs/ must validate.
+# config in configs/ must validate. A runs/quickstart/ckpt-<step> named in README.md or docs/ must be one
+# that `make run` leaves.
 set -u
 cd "$(dirname "$0")/.."
 BIN=${BIN:-bin}
@@ -46,5 +47,68 @@ for f in configs/*.json configs/*/*.json configs/*/*/*.json; do
     if "$BIN/seqtrain" --config "$f" --print-config >/dev/null 2>"$tmp"; then ok "$f validates"
     else not_ok "$f validates" "$(head -c 300 "$tmp")"; fi
 done
+# every runs/quickstart/ckpt-<step> the docs name is a checkpoint that `make run` leaves there: the steps
+# come from `seqtrain --check` on the prepared WikiText-2 shards (prepare_wikitext2.sh, as `make run` does;
+# a few seconds, and nothing when they are up to date), the kept ones from ckpt_every and keep_last
+if SEQTOK="$BIN/seqtok" bash scripts/prepare_wikitext2.sh >"$tmp" 2>&1 &&
+   "$BIN/seqtrain" --config configs/quickstart.json --check >"$tmp.check" 2>&1 &&
+   "$BIN/seqtrain" --config configs/quickstart.json --print-config >"$tmp.json" 2>>"$tmp"; then
+    while IFS=$'\t' read -r status what; do
+        if [ "$status" = ok ]; then ok "$what"; else not_ok "$what" "$status"; fi
+    done < <(python3 - "$tmp.check" "$tmp.json" README.md docs/*.md <<'PY'
+import json, re, sys
+check, cfg = open(sys.argv[1]).read(), json.load(open(sys.argv[2]))
+m = re.search(r"(\d+) steps x", check)
+if not m:
+    print("no 'N steps x' line in seqtrain --check\tquickstart checkpoints named in the docs"); sys.exit()
+steps, every, keep = int(m.group(1)), cfg["train"]["ckpt_every"], cfg["train"]["keep_last"]
+written = sorted(set(([s for s in range(every, steps + 1, every)] if every else []) + [steps]))
+kept = written[-keep:]
+for doc in sys.argv[3:]:
+    for n in sorted(set(re.findall(r"runs/quickstart/ckpt-(\d{8})", open(doc).read()))):
+        what = "%s names runs/quickstart/ckpt-%s, which make run leaves" % (doc, n)
+        print(("ok" if int(n) in kept else "the quickstart's %d steps leave %s" %
+               (steps, ", ".join("ckpt-%08d" % k for k in kept))) + "\t" + what)
+PY
+)
+else
+    not_ok "quickstart checkpoints named in the docs" "could not prepare the data or check the quickstart: $(tail -c 300 "$tmp" "$tmp.check" 2>&1)"
+fi
+rm -f "$tmp.check" "$tmp.json"
+
+# README's first command works on a minimal Debian 12, which has no make: it is ./setup, which installs
+# the missing packages (make among them) with dpkg and apt-get alone. Run here with stand-ins for dpkg (make
+# and python3-numpy "missing"), apt-get (records its arguments), id (root) and make (fails if called).
+first=$(awk '/^```/{n++; next} n==1{print; exit}' README.md)
+case "$first" in
+    ./setup*) ok "README's first command is ./setup" ;;
+    *) not_ok "README's first command is ./setup" "it is: $first" ;;
+esac
+stub=$(mktemp -d)
+cat > "$stub/dpkg" <<'SH'
+#!/bin/sh
+case "$2" in make|python3-numpy) exit 1 ;; esac
+exit 0
+SH
+printf '#!/bin/sh\necho "$*" >> "%s/apt.log"\n' "$stub" > "$stub/apt-get"
+printf '#!/bin/sh\necho "make $*" >> "%s/make.log"\nexit 1\n' "$stub" > "$stub/make"
+printf '#!/bin/sh\necho 0\n' > "$stub/id"
+chmod +x "$stub"/*
+: > "$tmp"
+if [ -x setup ] && PATH="$stub:$PATH" ./setup > "$tmp" 2>&1 && grep -q -- "install .*make python3-numpy" "$stub/apt.log" 2>/dev/null \
+   && [ ! -e "$stub/make.log" ]; then
+    ok "./setup installs the missing packages (make, python3-numpy) with apt-get, without make"
+else
+    not_ok "./setup installs the missing packages with apt-get, without make" \
+        "$(ls -l setup 2>&1 | head -c 100); $(tail -c 200 "$tmp"); apt-get: $(cat "$stub/apt.log" 2>&1); make: $(cat "$stub/make.log" 2>&1)"
+fi
+rm -rf "$stub"
+# README's package list is scripts/install_deps.sh's
+want=$(sed -n 's/^need=(\(.*\))$/\1/p' scripts/install_deps.sh)
+if [ -n "$want" ] && tr '\n' ' ' < README.md | grep -qF -- "(\`$want\`, see \`scripts/install_deps.sh\`"; then
+    ok "README lists the packages of scripts/install_deps.sh"
+else
+    not_ok "README lists the packages of scripts/install_deps.sh" "install_deps.sh: $want"
+fi
 echo "$pass passed, $fail failed" >&2
 [ "$fail" -eq 0 ]

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # scripts/plot_rfa.sh on fabricated inputs: a diag.jsonl of 2 RFA layers x 3 steps x 4 heads (with a
-# null value and a half-written last line, as a run still training leaves it) and two seqeval-format
-# ppl.json files, one given as a file and one found inside a run folder. Checks that every PNG is
-# written, starts with the PNG signature and has the size the script asks gnuplot for, and that bad
-# input fails with a message that says what is wrong.
+# null value and a half-written last line, as a run still training leaves it) and seqeval-format ppl.json
+# files, one given as a file, one inside a run folder's eval/ and two in seqeval's default output folders
+# (RUN/eval-test/, RUN/eval-valid-sliding/). Checks that every PNG is written, starts with the PNG
+# signature and has the size the script asks gnuplot for, and that bad input fails with a message that
+# says what is wrong.
 #
 # gnuplot is a dependency like the compilers: when it is missing this test installs it the way the
 # Makefile does (scripts/install_deps.sh) and fails, saying so, if that is not possible. It never skips.
@@ -65,6 +66,11 @@ ppl(os.path.join(w, "rfa-eval", "ppl.json"), "runs/m1: test perplexity by contex
     [(128, 44.3), (256, 43.1), (512, 42.8), (1024, 42.9)])
 ppl(os.path.join(w, "rope", "eval", "ppl.json"), "test perplexity by context (trained at 128)",
     [(128, 44.0), (256, 45.9), (512, 120.5), (1024, 610.0)])
+# run folders that hold only what `bin/seqeval --run RUN` writes by default: RUN/eval-<data>[-sliding]/
+ppl(os.path.join(w, "evalrun", "eval-test", "ppl.json"), "evalrun: test perplexity by context (trained at 128)",
+    [(128, 45.0), (256, 44.1), (512, 44.0)])
+ppl(os.path.join(w, "slidrun", "eval-valid-sliding", "ppl.json"), "slidrun: valid perplexity by context",
+    [(128, 46.0), (256, 45.1)])
 PY
 
 # --help
@@ -97,6 +103,11 @@ is_png "$W/ppl.png" 900 540; check $? "ppl: OUT.png is a 900x540 PNG" "$(ls -l "
 grep -q "wrote $W/ppl.png" "$W/out"; check $? "ppl reports the file" "$(cat "$W/out")"
 "$PLOT" ppl "$W/ppl2.png" "$W/rfa-eval" > /dev/null 2> "$W/err"; rc=$?
 is_png "$W/ppl2.png" 900 540; check $? "ppl accepts a seqeval --out folder" "exit $rc: $(head -c 300 "$W/err")"
+
+# ppl: a run folder evaluated by seqeval with its default --out (RUN/eval-test, RUN/eval-valid-sliding)
+"$PLOT" ppl "$W/ppl3.png" "$W/evalrun" "$W/slidrun" > /dev/null 2> "$W/err"; rc=$?
+is_png "$W/ppl3.png" 900 540
+check $? "ppl finds seqeval's default output folders RUN/eval-test/ and RUN/eval-*/" "exit $rc: $(head -c 300 "$W/err")"
 
 # bad input: a non-zero exit and a message that names the problem
 expect_fail() {  # expect_fail WHAT NEEDLE ARGS...

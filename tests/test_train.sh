@@ -151,6 +151,16 @@ import struct, sys
 b = open(sys.argv[1], "rb").read()
 assert b[:8] == b"\x89PNG\r\n\x1a\n" and b[12:16] == b"IHDR", b[:16]
 assert struct.unpack(">II", b[16:24]) == (48, 48)' "$W/maps/layer1_head0.png"
+check "--attention-map: the message gives the PNG size of a 48-token map (not downsampled)" \
+    grep -q "layer1_head0.png (48 x 48 PNG: the 48 x 48 weights, one pixel each)" "$W/out"
+# a context longer than the 1024-pixel limit: the PNG is downsampled, and the message must say so and give its size
+run "$BIN/seqeval" --run "$A" --data valid --context 1100 --attention-map "$W/mapsbig" --layer 0
+check "--attention-map at context 1100 says the PNG is 1024 x 1024, downsampled from 1100 x 1100 weights" \
+    eval '[ "$RC" = 0 ] && grep -q "layer0_head0.png (1024 x 1024 PNG: the 1100 x 1100 weights downsampled" "$W/out"'
+check "--attention-map at context 1100 writes a 1024 x 1024 PNG" python3 -c '
+import struct, sys
+b = open(sys.argv[1], "rb").read()
+assert struct.unpack(">II", b[16:24]) == (1024, 1024)' "$W/mapsbig/layer0_head0.png"
 run "$BIN/seqeval" --run "$A" --data valid --context 48 --attention-map "$W/maps0" --layer 0
 check "--attention-map --layer 0 writes layer0_head*.png" test -f "$W/maps0/layer0_head1.png"
 run "$BIN/seqeval" --run "$A" --data valid --context 48 --attention-map "$W/maps5" --layer 5

@@ -74,6 +74,9 @@ static int load_run_(Model *m, RunConfig *c, const char *run, const char *ckpt, 
 }
 
 // the attention maps of one layer at context L: the first L tokens of the data, one forward pass, then
+// the largest attention-map PNG side; longer contexts are downsampled to it (and the message says so)
+#define ATTN_MAP_MAX_PX 1024
+
 // each head's softmax weights as DIR/layer<l>_head<h>.png (docs/mixers.md; RFA: the unattenuated A^)
 static int attention_maps_(Model *m, Shard *sh, int L, int layer, const char *dir, Err *e) {
     if (layer < 0) layer += m->L;
@@ -99,8 +102,12 @@ static int attention_maps_(Model *m, Shard *sh, int L, int layer, const char *di
         model_layer_attn_map(m, layer, 0, h, P);
         char path[1400];
         snprintf(path, sizeof path, "%s/layer%d_head%d.png", dir, layer, h);
-        rc = png_write_heatmap(path, P, L, L, 1024, e);
-        if (rc == 0) printf("wrote %s (%d x %d weights)\n", path, L, L);
+        rc = png_write_heatmap(path, P, L, L, ATTN_MAP_MAX_PX, e);
+        if (rc == 0 && L > ATTN_MAP_MAX_PX)  // png_write_heatmap averages blocks down to ATTN_MAP_MAX_PX pixels
+            printf("wrote %s (%d x %d PNG: the %d x %d weights downsampled, each pixel the mean of a block)\n", path,
+                   ATTN_MAP_MAX_PX, ATTN_MAP_MAX_PX, L, L);
+        else if (rc == 0)
+            printf("wrote %s (%d x %d PNG: the %d x %d weights, one pixel each)\n", path, L, L, L, L);
     }
     free(P);
     free(tok);
@@ -182,7 +189,7 @@ int main(int argc, char **argv) {
         {"--max-windows", ARG_INT, &max_windows, "N", "score at most N windows per length (default 0 = all)", 0, 1e12},
         {"--out", ARG_STR, &out, "PATH", "output folder for the tables (default RUN_DIR/eval-<data>), or the probe's .safetensors", 0, 0},
         {"--probe", ARG_STR, &probe, "TOKENS.npy", "write logits, loss and every parameter's gradient for this batch to --out", 0, 0},
-        {"--attention-map", ARG_STR, &attn_dir, "DIR", "write each head's attention map of --layer at the first --context length as DIR/layer<l>_head<h>.png (from the first tokens of --data)", 0, 0},
+        {"--attention-map", ARG_STR, &attn_dir, "DIR", "write each head's attention map of --layer at the first --context length as DIR/layer<l>_head<h>.png (from the first tokens of --data; contexts over 1024 are downsampled to 1024 x 1024 pixels)", 0, 0},
         {"--layer", ARG_INT, &attn_layer, "L", "layer for --attention-map (default -1 = the last; negative counts from the end)", -4096, 4096},
         {"--task", ARG_FLAG, &task, NULL, "a run trained on a data.task: loss and accuracy on the task's test split (JSON line)", 0, 0},
         {"--plan", ARG_FLAG, &plan, NULL, "print only the windows and tokens each length would score (no model)", 0, 0},
