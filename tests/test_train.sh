@@ -339,5 +339,42 @@ run "$BIN/seqtrain" --config "$W/mqar.json" --quiet --set run.name=mqfull --set 
 check "acc.json on a full device: exit 1, naming acc.json" \
     eval '[ "$RC" = 1 ] && grep -q "cannot write $W/runs/mqfull/eval/acc.json" "$W/err"'
 
+# --- everything validated up front (issue 24): --check fails where the run would fail at start-up or at its end
+for bad in "abc,-5,,0:abc" "32,-5:-5" "32,,64:" "0:0" "32,64x:64x"; do
+    ctx=${bad%%:*} item=${bad#*:}
+    run "$BIN/seqtrain" --config "$W/tiny.json" --set "eval.contexts=\"$ctx\"" --check
+    check "--check: eval.contexts \"$ctx\" fails, naming eval.contexts and the entry \"$item\"" \
+        eval '[ "$RC" = 1 ] && grep -qF "eval.contexts: entry" "$W/err" && grep -qF "(\"$item\")" "$W/err"'
+done
+run "$BIN/seqtrain" --config "$W/tiny.json" --set eval.contexts='"32,64"' --check
+check "--check: eval.contexts \"32,64\" passes" test "$RC" = 0
+run "$BIN/seqtrain" --config "$W/tiny.json" --quiet --set run.name=badctx --set eval.contexts='"32,x"'
+check "a run with a bad eval.contexts fails before step 1 (no run directory)" \
+    eval '[ "$RC" = 1 ] && grep -q "eval.contexts" "$W/err" && [ ! -e "$W/runs/badctx" ]'
+run "$BIN/seqtrain" --config "$W/tiny.json" --set 'data.test=[]' --set eval.split=test --check
+check "--check: eval.split test with an empty data.test fails, naming both" \
+    eval '[ "$RC" = 1 ] && grep -q "eval.split" "$W/err" && grep -q "data.test is empty" "$W/err"'
+run "$BIN/seqtrain" --config "$W/tiny.json" --set schedule='{"kind": "wsd", "warmup_steps": 20, "decay_frac": 0.5}' --check
+check "--check: a wsd warmup overlapping its decay (20 + 12 of 24 steps) fails, naming the keys" \
+    eval '[ "$RC" = 1 ] && grep -q "warmup_steps" "$W/err" && grep -q "decay_frac" "$W/err" && grep -q "schedule" "$W/err"'
+run "$BIN/seqtrain" --config "$W/tiny.json" --set schedule='{"kind": "wsd", "warmup_steps": 4, "decay_frac": 0.5}' --check
+check "--check: a wsd warmup before its decay (4 + 12 of 24 steps) passes" test "$RC" = 0
+# grad_accum x batch_size x seq_len inside each key's range but over 2^31 - 1 tokens: refused up front
+# (it overflowed int in the step's token count: UBSan)
+run "$BIN/seqtrain" --config "$W/tiny.json" --set train.grad_accum=1048576 --set train.batch_size=64 --check
+check "--check: 1048576 x 64 x 32 tokens per step fails, naming the three keys" \
+    eval '[ "$RC" = 1 ] && grep -q "train.grad_accum x train.batch_size x train.seq_len" "$W/err"'
+
+# --- the final checkpoint comes before the final validation: a damaged data.val read only at the end
+# (train.eval_every 0) fails the run but keeps the trained model
+cp "$W/val.shard" "$W/bad-val.shard"
+printf '\377\377\377\377\377\377\377\377' | dd of="$W/bad-val.shard" bs=1 seek=$(($(stat -c %s "$W/val.shard") / 2)) \
+    conv=notrunc 2>/dev/null
+run "$BIN/seqtrain" --config "$W/tiny.json" --quiet --set run.name=badval --set "data.val=\"$W/bad-val.shard\"" \
+    --set train.eval_every=0 --set train.steps=6
+check "a damaged data.val at the end: exit 1 naming the shard, with ckpt-00000006 written and latest" \
+    eval '[ "$RC" = 1 ] && grep -q "bad-val.shard" "$W/err" && grep -qx ckpt-00000006 "$W/runs/badval/latest" &&
+          [ -f "$W/runs/badval/ckpt-00000006/model.safetensors" ]'
+
 echo "$PASS passed, $FAIL failed" >&2
 [ "$FAIL" -eq 0 ]

@@ -1,6 +1,9 @@
 #include "train/run_config.h"
 
+#include <errno.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define KEY_(S, name, type, field, def, lo, hi, choices, doc) \
@@ -79,7 +82,8 @@ static const CfgKey TRAIN_KEYS_[] = {
     KEY_(TrainSection, "seq_len", CFG_INT, seq_len, "512", 1, 1 << 24, NULL,
          "Training context length T; each sequence is a window of T+1 tokens (inputs and shifted targets)."),
     KEY_(TrainSection, "grad_accum", CFG_INT, grad_accum, "1", 1, 1 << 20, NULL,
-         "Micro-batches per optimizer step; the loss is averaged over all their supervised tokens."),
+         "Micro-batches per optimizer step; the loss is averaged over all their supervised tokens. The tokens "
+         "of a step, grad_accum × batch_size × seq_len, may be at most 2147483647 (2^31 − 1)."),
     KEY_(TrainSection, "steps", CFG_INT, steps, "0", 0, 2147483647, NULL,
          "Optimizer steps; 0 = derived from train.epochs."),
     KEY_(TrainSection, "epochs", CFG_FLOAT, epochs, "1", 0, 1e6, NULL,
@@ -151,8 +155,8 @@ static const CfgKey SCHED_KEYS_[] = {
 
 static const CfgKey EVAL_KEYS_[] = {
     KEY_(EvalSection, "contexts", CFG_STR, contexts, "\"\"", 0, 0, NULL,
-         "Context lengths of the perplexity table written at the end of training, e.g. \"512,1024,2048,4096\"; "
-         "empty = none."),
+         "Context lengths of the perplexity table written at the end of training, e.g. \"512,1024,2048,4096\": "
+         "at most 32, each 1 .. 16777216 (checked before training); empty = none."),
     KEY_(EvalSection, "split", CFG_ENUM, split, "\"test\"", 0, 0, "test|val", "Which split that table scores."),
     KEY_(EvalSection, "stride", CFG_INT, stride, "0", 0, 1 << 24, NULL,
          "0 = non-overlapping windows; S = sliding windows scoring S new tokens each."),
@@ -229,5 +233,54 @@ int run_config_task(const RunConfig *c, TaskSpec *t, Err *e) {
     t->dfa_alphabet_max = s->dfa_alphabet_max;
     t->n_strings = s->n_strings;
     if (task_resolve(t, e) != 0) return err_prefix(e, "data.");
+    return 0;
+}
+
+int run_config_eval_contexts(const RunConfig *c, long *ctx, Err *e) {
+    const char *s = c->eval.contexts;
+    if (!s[0]) return 0;
+    int n = 0;
+    for (const char *p = s;; n++) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        char item[64];
+        int ok = len > 0 && len < sizeof item;
+        long v = 0;
+        if (ok) {
+            memcpy(item, p, len);
+            item[len] = '\0';
+            char *end;
+            errno = 0;
+            v = strtol(item, &end, 10);
+            ok = end != item && *end == '\0' && errno == 0 && item[0] >= '0' && item[0] <= '9' && v >= 1 &&
+                 v <= (1L << 24);
+        }
+        if (!ok)
+            return err_set(e, "eval.contexts: entry %d (\"%.*s\") of \"%s\" is not a context length (a positive "
+                           "integer up to 16777216); write a comma-separated list such as \"512,1024\"", n + 1,
+                           (int)(len < 64 ? len : 64), p, s);
+        if (n == RUN_CONFIG_MAX_CONTEXTS)
+            return err_set(e, "eval.contexts: \"%s\" has more than %d lengths", s, RUN_CONFIG_MAX_CONTEXTS);
+        if (ctx) ctx[n] = v;
+        if (!comma) return n + 1;
+        p = comma + 1;
+    }
+}
+
+int run_config_check(const RunConfig *c, Err *e) {
+    const TrainSection *tr = &c->train;
+    int64_t per_step = (int64_t)tr->grad_accum * tr->batch_size * tr->seq_len;
+    if (per_step > RUN_CONFIG_MAX_STEP_TOKENS)
+        return err_set(e, "train.grad_accum x train.batch_size x train.seq_len = %d x %d x %d = %lld tokens per step; "
+                       "at most %lld", tr->grad_accum, tr->batch_size, tr->seq_len, (long long)per_step,
+                       RUN_CONFIG_MAX_STEP_TOKENS);
+    int n = run_config_eval_contexts(c, NULL, e);
+    if (n < 0) return -1;
+    if (n > 0 && !run_config_has_task(c)) {
+        int val = !strcmp(c->eval.split, "val");
+        if ((val ? c->data.val.n : c->data.test.n) == 0)
+            return err_set(e, "eval.split: \"%s\" but data.%s is empty; set data.%s, or eval.contexts to \"\"",
+                           c->eval.split, c->eval.split, c->eval.split);
+    }
     return 0;
 }

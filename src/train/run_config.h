@@ -103,5 +103,14 @@ void run_config_free(RunConfig *c);
 // data.task as a resolved TaskSpec (seq_len = train.seq_len); an error names the bad key
 int run_config_task(const RunConfig *c, TaskSpec *t, Err *e);
 static inline int run_config_has_task(const RunConfig *c) { return strcmp(c->data.task.kind, "none") != 0; }
+// the most tokens one optimizer step may hold: train.grad_accum x train.batch_size x train.seq_len
+#define RUN_CONFIG_MAX_STEP_TOKENS 2147483647LL
+#define RUN_CONFIG_MAX_CONTEXTS 32
+// eval.contexts as lengths (at most RUN_CONFIG_MAX_CONTEXTS, each 1 .. 2^24); returns how many (0 when empty)
+// or -1 with an error naming eval.contexts and the bad entry
+int run_config_eval_contexts(const RunConfig *c, long *ctx, Err *e);
+// the checks across keys that need no data: eval.contexts, eval.split against its data, the tokens per
+// step; run by --check and before training (the schedule's checks need the step count: the trainer's)
+int run_config_check(const RunConfig *c, Err *e);
 
 #endif

@@ -125,15 +125,16 @@ static int optim_setup_(Optim *opt, OptimGroup **groups, const OptimSection *os,
     return 0;
 }
 
-static int schedule_setup_(Trainer *t, Err *e) {
-    const ScheduleSection *s = &t->c.schedule;
+// the schedule section over total_steps steps -> *sc; run by --check too, so that a schedule the run would
+// refuse at start-up (a wsd warmup overlapping its decay) fails --check
+static int schedule_setup_(Schedule *sc, const RunConfig *c, long total_steps, Err *e) {
+    const ScheduleSection *s = &c->schedule;
     ScheduleKind kind;
     if (schedule_kind_parse(s->kind, &kind, e) != 0) return err_prefix(e, "schedule.kind: ");
-    Schedule *sc = &t->sched;
-    schedule_default(sc, kind, t->c.optim.lr, t->total_steps);
+    schedule_default(sc, kind, c->optim.lr, total_steps);
     if (kind == SCHED_ONECYCLE && (s->warmup_steps || !isnan(s->warmup_frac)))
         return err_set(e, "schedule.warmup_steps/warmup_frac: onecycle warms up over schedule.pct_start; remove them");
-    sc->warmup_steps = isnan(s->warmup_frac) ? s->warmup_steps : lround(s->warmup_frac * t->total_steps);
+    sc->warmup_steps = isnan(s->warmup_frac) ? s->warmup_steps : lround(s->warmup_frac * total_steps);
     sc->min_lr_frac = s->min_lr_frac;
     sc->pct_start = s->pct_start;
     sc->div_factor = s->div_factor;
@@ -146,7 +147,8 @@ static int schedule_setup_(Trainer *t, Err *e) {
     sc->decay_frac = s->decay_frac;
     sc->final_lr_frac = s->final_lr_frac;
     sc->decay_shape = !strcmp(s->decay_shape, "1-sqrt") ? WSD_SQRT : WSD_LINEAR;
-    if (schedule_check(sc, e) != 0) return err_prefix(e, "schedule: ");
+    if (schedule_check(sc, e) != 0)
+        return err_prefix(e, "schedule (schedule.kind %s over %ld steps): ", s->kind, total_steps);
     return 0;
 }
 
@@ -381,11 +383,12 @@ static void print_substitutions_(const RunConfig *c, const Loader *train, int mo
                "never see a target but are counted in the parameters; model.vocab_size 0 sizes the model to the "
                "data\n", model_vocab, train->vocab_size, c->data.tokenizer[0] ? c->data.tokenizer : "its tokenizer",
                (uint32_t)model_vocab - train->vocab_size);
-    double budget = (double)total_steps * c->train.grad_accum * c->train.batch_size * c->train.seq_len;
+    int64_t per_step = (int64_t)c->train.grad_accum * c->train.batch_size * c->train.seq_len;
+    double budget = (double)total_steps * (double)per_step;
     double epochs = train->n_tokens ? budget / (double)train->n_tokens : 0;
     if (epochs > 1.5)
-        printf("note: %ld steps x %d tokens = %.3g tokens, %.1f epochs of the %llu training tokens (%s)\n", total_steps,
-               c->train.grad_accum * c->train.batch_size * c->train.seq_len, budget, epochs,
+        printf("note: %ld steps x %lld tokens = %.3g tokens, %.1f epochs of the %llu training tokens (%s)\n",
+               total_steps, (long long)per_step, budget, epochs,
                (unsigned long long)train->n_tokens, train->n_shards ? train->shards[0].path : "");
 }
 
@@ -394,7 +397,8 @@ int trainer_check(const RunConfig *c, int info, Err *e) {
     memset(l, 0, sizeof l);
     const CfgStrList *files[3] = {&c->data.train, &c->data.val, &c->data.test};
     const char *what[3] = {"data.train", "data.val", "data.test"};
-    int opened = 0, rc = data_source_check_(c, e);
+    int opened = 0, rc = run_config_check(c, e);
+    if (rc == 0) rc = data_source_check_(c, e);
     if (rc == 0 && run_config_has_task(c)) {
         // the task's two splits in l[0] (train) and l[1] (test)
         rc = evaluate_task_open(&l[0], c, TASK_TRAIN, c->data.shuffle, e);
@@ -444,11 +448,14 @@ int trainer_check(const RunConfig *c, int info, Err *e) {
         if (rc == 0) {
             printf("model       %zu parameters, %d layers, d_model %d, vocab %d\n", model_num_params(&m), m.L, m.C, m.V);
             if (info) print_layers_(&m, c->train.seq_len);
-            print_substitutions_(c, &l[0], m.V, total_steps_(c, &l[0]));
+            long total = total_steps_(c, &l[0]);
+            print_substitutions_(c, &l[0], m.V, total);
+            Schedule sc;
+            if (total < 1) rc = err_set(e, "train: 0 steps (set train.steps, or train.epochs > 0)");
+            else rc = schedule_setup_(&sc, c, total, e);
             Optim opt;
             OptimGroup *groups = NULL;
-            rc = optim_setup_(&opt, &groups, &c->optim, &m.pt, e);
-            if (rc == 0) optim_free(&opt);
+            if (rc == 0 && (rc = optim_setup_(&opt, &groups, &c->optim, &m.pt, e)) == 0) optim_free(&opt);
             free(groups);
             model_free(&m);
         }
@@ -491,7 +498,7 @@ static int setup_(Trainer *t, const TrainerOpts *o, Err *e) {
             return err_set(e, "%s already holds a run (%s); continue it with --resume %s, or start another with "
                            "--set run.name=NEW", t->run_dir, latest, t->run_dir);
     }
-    if (data_source_check_(c, e) != 0) return err_prefix(e, "%s: ", config_path);
+    if (run_config_check(c, e) != 0 || data_source_check_(c, e) != 0) return err_prefix(e, "%s: ", config_path);
     if (run_config_has_task(c)) {
         if (evaluate_task_open(&t->train, c, TASK_TRAIN, c->data.shuffle, e) != 0) return -1;
         if (evaluate_task_open(&t->val, c, TASK_TEST, 0, e) != 0) return -1;
@@ -511,7 +518,9 @@ static int setup_(Trainer *t, const TrainerOpts *o, Err *e) {
         return -1;
     t->total_steps = total_steps_(c, &t->train);
     if (t->total_steps < 1) return err_set(e, "train: 0 steps (set train.steps, or train.epochs > 0)");
-    if (optim_setup_(&t->opt, &t->groups, &c->optim, &t->model.pt, e) != 0 || schedule_setup_(t, e) != 0) return -1;
+    if (optim_setup_(&t->opt, &t->groups, &c->optim, &t->model.pt, e) != 0 ||
+        schedule_setup_(&t->sched, c, t->total_steps, e) != 0)
+        return -1;
     if (mkdir_p_(t->run_dir, e) != 0) return -1;
     char log_path[1200];
     snprintf(log_path, sizeof log_path, "%s/log.jsonl", t->run_dir);
@@ -655,16 +664,9 @@ static int final_eval_(Trainer *t, Err *e) {
     if (run_config_has_task(&t->c)) return final_eval_task_(t, e);
     const EvalSection *ev = &t->c.eval;
     if (!ev->contexts[0]) return 0;
-    long ctx[32];
-    int n = 0;
-    for (const char *p = ev->contexts; *p;) {
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p || v < 1 || n == 32) return err_set(e, "eval.contexts: \"%s\" is not a list of lengths", ev->contexts);
-        ctx[n++] = v;
-        p = *end == ',' ? end + 1 : end;
-        if (*end && *end != ',') return err_set(e, "eval.contexts: \"%s\" is not a list of lengths", ev->contexts);
-    }
+    long ctx[RUN_CONFIG_MAX_CONTEXTS];
+    int n = run_config_eval_contexts(&t->c, ctx, e);
+    if (n < 0) return -1;
     const CfgStrList *files = !strcmp(ev->split, "val") ? &t->c.data.val : &t->c.data.test;
     if (files->n == 0) return err_set(e, "eval.split: data.%s is empty", ev->split);
     Loader l;
@@ -769,6 +771,9 @@ static int loop_(Trainer *t, Err *e) {
         }
         int last = t->step == t->total_steps;
         double acc = NAN;
+        // the final checkpoint comes before the final validation: an error reading the validation data (or a
+        // non-finite validation loss) at the end loses no training
+        if (last && (rc = save_checkpoint_(t, e)) != 0) break;
         if ((c->train.eval_every && t->step % c->train.eval_every == 0) || last)
             if ((rc = validate_(t, log, &acc, e)) != 0) break;
         if (c->train.stop_at_acc > 0 && !last && acc >= c->train.stop_at_acc) {
@@ -780,7 +785,7 @@ static int loop_(Trainer *t, Err *e) {
                        tty ? "\r\033[K" : "", t->step, acc, c->train.stop_at_acc);
         }
         int stop = stop_signal_ || (t->o->stop_after && steps_here >= t->o->stop_after);
-        if ((c->train.ckpt_every && t->step % c->train.ckpt_every == 0) || last || stop || t->stopped_early) {
+        if (!last && ((c->train.ckpt_every && t->step % c->train.ckpt_every == 0) || stop || t->stopped_early)) {
             if ((rc = save_checkpoint_(t, e)) != 0) break;
         }
         if (stop && !last && !t->stopped_early) {

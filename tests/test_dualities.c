@@ -1,0 +1,266 @@
+/*
+ * The dualities of paper 004 (docs/dualities.md) between the linear-recurrence mixers and the position
+ * schemes of softmax attention, checked numerically on random inputs (B = 2, T = 27, H = 3, Dk = 8, Dv = 6,
+ * engine chunk 8, so T is a multiple of no chunk):
+ *
+ * (a) the engine == the masked parallel form, built in double here from an explicit matrix M:
+ *     linrec_forward with decay none / head / token: o = ((scale Q K^T) (.) M) V with M_ij = prod_{j<l<=i} a_l
+ *     (1, gamma_h^(i-j), exp(G_i - G_j)); decay per channel (GLA) with M per key channel inside the dot product;
+ *     delta_forward without and with a decay: o_i = sum_{j<=i} (q_i^T (H_i ... H_{j+1}) k_j) e^{G_i-G_j} beta_j v_j,
+ *     H_l = I - beta_l k_l k_l^T, the products formed as explicit Dk x Dk matrices.
+ *     Tolerance: every element within 1e-5 of the largest |output| of the reference.
+ * (b) log M is what the dual softmax scheme adds to its logits. attention_forward + attention_probs (the
+ *     kernel's own softmax weights) with: no options (NoPE), slopes m_h = -log gamma_h (ALiBi, the engine's
+ *     head log-decays), fgate F = cumsum of the engine's token log-decays (FoX). Compared with
+ *     softmax_j(scale q_i.k_j + log M_ij) in double, log M from the same decay numbers as (a): each weight to
+ *     1e-5 absolute, hidden entries (j > i, M = 0, log M = -inf) NaN. Then the bias itself, recovered from the
+ *     kernel's weights as log P_ij - log P_ii - scale q_i.(k_j - k_i), against log M_ij to 1e-4 + 1e-5 |log M|.
+ * PaTH (DeltaNet's twin) is not implemented: only the DeltaNet side (its transition product) is checked.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gradcheck.h"
+#include "nn/attention.h"
+#include "nn/delta.h"
+#include "nn/linrec.h"
+#include "test.h"
+
+enum { B_ = 2, T_ = 27, H_ = 3, DK = 8, DV = 6, CHUNK = 8 };
+#define IDX(b, t, h) ((((size_t)(b) * T_ + (t)) * H_ + (h)))
+
+// log M_ij = sum_{j<l<=i} g_l for the scalar forms (per head: g_l = g[h]); -INFINITY for j > i
+static double logM_(int decay, const float *g, int b, int h, int i, int j) {
+    if (j > i) return -INFINITY;
+    double s = 0;
+    for (int l = j + 1; l <= i; l++)
+        s += decay == LINREC_NONE ? 0.0 : decay == LINREC_HEAD ? (double)g[h] : (double)g[IDX(b, l, h)];
+    return s;
+}
+
+// the largest |x| over n doubles
+static double maxabs_(const double *x, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) m = fmax(m, fabs(x[i]));
+    return m;
+}
+
+// max |got - want| over n, and whether every element is within tol
+static int within_(const float *got, const double *want, size_t n, double tol, double *worst) {
+    *worst = 0;
+    for (size_t i = 0; i < n; i++) *worst = fmax(*worst, fabs((double)got[i] - want[i]));
+    return *worst <= tol;
+}
+
+// (a) for the diagonal family: engine output vs ((scale Q K^T) (.) M) V in double
+static void check_linrec_(const char *name, int decay, const float *q, const float *k, const float *v, const float *g) {
+    LinrecDims d = {B_, T_, H_, DK, DV, decay, 0, CHUNK, 1.0f / sqrtf((float)DK)};
+    size_t no = (size_t)B_ * T_ * H_ * DV;
+    float *o = malloc(no * sizeof(float));
+    double *ref = calloc(no, sizeof(double));
+    linrec_forward(o, NULL, NULL, NULL, q, k, v, g, NULL, &d);
+    for (int b = 0; b < B_; b++)
+        for (int h = 0; h < H_; h++)
+            for (int i = 0; i < T_; i++)
+                for (int j = 0; j <= i; j++) {
+                    const float *qi = q + IDX(b, i, h) * DK, *kj = k + IDX(b, j, h) * DK;
+                    double a = 0;  // scale q_i.k_j M_ij (per channel: M inside the dot product)
+                    if (decay == LINREC_CHANNEL) {
+                        for (int c = 0; c < DK; c++) {
+                            double lm = 0;
+                            for (int l = j + 1; l <= i; l++) lm += g[IDX(b, l, h) * DK + c];
+                            a += (double)qi[c] * kj[c] * exp(lm);
+                        }
+                    } else {
+                        for (int c = 0; c < DK; c++) a += (double)qi[c] * kj[c];
+                        a *= exp(logM_(decay, g, b, h, i, j));
+                    }
+                    a *= d.scale;
+                    for (int e = 0; e < DV; e++) ref[IDX(b, i, h) * DV + e] += a * v[IDX(b, j, h) * DV + e];
+                }
+    double worst, tol = 1e-5 * maxabs_(ref, no);
+    int ok = within_(o, ref, no, tol, &worst);
+    CHECK(ok, "%s: linrec_forward == ((scale Q K^T) (.) M) V built in double (max err %.3g, tol %.3g = 1e-5 max|o|)",
+          name, worst, tol);
+    free(o);
+    free(ref);
+}
+
+// (a) DeltaNet / Gated DeltaNet: delta_forward vs the explicit transition products
+static void check_delta_(const char *name, const float *q, const float *k, const float *v, const float *beta,
+                         const float *g) {
+    DeltaDims d = {B_, T_, H_, DK, DV, CHUNK, 1.0f / sqrtf((float)DK)};
+    size_t no = (size_t)B_ * T_ * H_ * DV;
+    float *o = malloc(no * sizeof(float));
+    double *ref = calloc(no, sizeof(double));
+    delta_forward(o, NULL, NULL, q, k, v, beta, g, &d);
+    double P[DK * DK], Hm[DK * DK], tmp[DK * DK];
+    for (int b = 0; b < B_; b++)
+        for (int h = 0; h < H_; h++)
+            for (int i = 0; i < T_; i++) {
+                // P = H_i ... H_{j+1}, starting from the empty product (j = i) and extended on the right
+                for (int r = 0; r < DK * DK; r++) P[r] = (r % (DK + 1)) == 0;
+                double G = 0;  // sum_{j<l<=i} g_l
+                for (int j = i; j >= 0; j--) {
+                    const float *qi = q + IDX(b, i, h) * DK, *kj = k + IDX(b, j, h) * DK;
+                    double s = 0;  // q_i^T P k_j
+                    for (int r = 0; r < DK; r++)
+                        for (int c = 0; c < DK; c++) s += (double)qi[r] * P[r * DK + c] * kj[c];
+                    double a = d.scale * s * exp(G) * beta[IDX(b, j, h)];
+                    for (int e = 0; e < DV; e++) ref[IDX(b, i, h) * DV + e] += a * v[IDX(b, j, h) * DV + e];
+                    // P <- P H_j, H_j = I - beta_j k_j k_j^T; G += g_j
+                    for (int r = 0; r < DK; r++)
+                        for (int c = 0; c < DK; c++)
+                            Hm[r * DK + c] = (r == c) - (double)beta[IDX(b, j, h)] * kj[r] * kj[c];
+                    for (int r = 0; r < DK; r++)
+                        for (int c = 0; c < DK; c++) {
+                            double acc = 0;
+                            for (int m = 0; m < DK; m++) acc += P[r * DK + m] * Hm[m * DK + c];
+                            tmp[r * DK + c] = acc;
+                        }
+                    memcpy(P, tmp, sizeof P);
+                    if (g) G += g[IDX(b, j, h)];
+                }
+            }
+    double worst, tol = 1e-5 * maxabs_(ref, no);
+    int ok = within_(o, ref, no, tol, &worst);
+    CHECK(ok, "%s: delta_forward == sum_j (q_i^T H_i..H_{j+1} k_j) e^{G_i-G_j} beta_j v_j from explicit products "
+          "(max err %.3g, tol %.3g = 1e-5 max|o|)", name, worst, tol);
+    free(o);
+    free(ref);
+}
+
+// (b) the softmax twin: the kernel's weights vs softmax(scale QK^T + log M) in double, and the bias recovered
+// from the kernel's weights vs log M. q, k are in the engine layout (B,T,H,Dk); the attention layout is
+// (B,H,T,HS) with HS = Dk.
+static void check_twin_(const char *name, int decay, const float *q, const float *k, const float *g,
+                        const AttnOpts *opts) {
+    size_t n = (size_t)B_ * H_ * T_ * DK;
+    float *qa = malloc(n * sizeof(float)), *ka = malloc(n * sizeof(float)), *va = malloc(n * sizeof(float));
+    float *out = malloc(n * sizeof(float)), *lse = malloc((size_t)B_ * H_ * T_ * sizeof(float));
+    float *P = malloc((size_t)T_ * T_ * sizeof(float));
+    for (int b = 0; b < B_; b++)
+        for (int h = 0; h < H_; h++)
+            for (int t = 0; t < T_; t++)
+                for (int c = 0; c < DK; c++) {
+                    size_t a = (((size_t)b * H_ + h) * T_ + t) * DK + c;
+                    qa[a] = q[IDX(b, t, h) * DK + c];
+                    ka[a] = k[IDX(b, t, h) * DK + c];
+                    va[a] = 0.5f * k[IDX(b, t, h) * DK + c];  // values do not enter the weights
+                }
+    attention_forward(out, lse, qa, ka, va, opts, B_, H_, T_, DK);
+    double werr = 0, berr = 0;
+    int wok = 1, bok = 1, hidden_ok = 1;
+    double logit[T_], ref[T_];
+    for (int b = 0; b < B_; b++)
+        for (int h = 0; h < H_; h++) {
+            size_t off = ((size_t)b * H_ + h) * T_;
+            attention_probs(P, qa + off * DK, ka + off * DK, lse + off, opts, b, h, H_, T_, DK);
+            for (int i = 0; i < T_; i++) {
+                const float *qi = qa + (off + i) * DK;
+                double mx = -INFINITY, z = 0;
+                for (int j = 0; j <= i; j++) {
+                    const float *kj = ka + (off + j) * DK;
+                    double s = 0;
+                    for (int c = 0; c < DK; c++) s += (double)qi[c] * kj[c];
+                    logit[j] = opts->scale * s;  // the dot-product part; ref adds log M
+                    ref[j] = logit[j] + logM_(decay, g, b, h, i, j);
+                    mx = fmax(mx, ref[j]);
+                }
+                for (int j = 0; j <= i; j++) z += exp(ref[j] - mx);
+                for (int j = 0; j < T_; j++) {
+                    float p = P[(size_t)i * T_ + j];
+                    if (j > i) {
+                        if (!isnan(p)) hidden_ok = 0;
+                        continue;
+                    }
+                    double want = exp(ref[j] - mx) / z, e = fabs(p - want);
+                    werr = fmax(werr, e);
+                    if (e > 1e-5) wok = 0;
+                    // the bias the kernel added, relative to the diagonal (whose bias is 0 in every scheme)
+                    double bias = log((double)p) - log((double)P[(size_t)i * T_ + i]) - (logit[j] - logit[i]);
+                    double lm = logM_(decay, g, b, h, i, j), be = fabs(bias - lm);
+                    berr = fmax(berr, be);
+                    if (be > 1e-4 + 1e-5 * fabs(lm)) bok = 0;
+                }
+            }
+        }
+    CHECK(wok, "%s: attention_probs == softmax(scale QK^T + log M) in double, M from the engine's decays "
+          "(max err %.3g, tol 1e-5)", name, werr);
+    CHECK(bok, "%s: the kernel's logit bias (from its weights) == log M (max err %.3g, tol 1e-4 + 1e-5|log M|)",
+          name, berr);
+    CHECK(hidden_ok, "%s: j > i is hidden (M_ij = 0, log M = -inf): attention_probs gives NaN there", name);
+    free(qa);
+    free(ka);
+    free(va);
+    free(out);
+    free(lse);
+    free(P);
+}
+
+int main(void) {
+    GcRng r = {20260416};
+    size_t BTH = (size_t)B_ * T_ * H_;
+    float *q = gc_randn(&r, BTH * DK, 1.0f), *k = gc_randn(&r, BTH * DK, 1.0f), *v = gc_randn(&r, BTH * DV, 1.0f);
+    // RetNet's decays gamma_h = 1 - 2^(-5-h) (log), and stronger ones so the bias spans several units
+    float gh[H_] = {logf(1.0f - 1.0f / 32.0f), logf(0.8f), logf(0.5f)};
+    float *gt = malloc(BTH * sizeof(float)), *gc = malloc(BTH * DK * sizeof(float));
+    float *beta = malloc(BTH * sizeof(float)), *beta2 = malloc(BTH * sizeof(float));
+    // per-token log forget gates logsigmoid(x), x ~ N(2, 1.5^2) (as FoX / Mamba2 produce: <= 0)
+    for (size_t i = 0; i < BTH; i++) {
+        float x = 2.0f + 1.5f * gc_normal(&r);
+        gt[i] = -log1pf(expf(-x));
+    }
+    for (size_t i = 0; i < BTH * DK; i++) gc[i] = -0.3f * gc_uniform(&r);
+    for (size_t i = 0; i < BTH; i++) beta[i] = gc_uniform(&r);
+    for (size_t i = 0; i < BTH; i++) beta2[i] = 2.0f * gc_uniform(&r);
+
+    // (a) the diagonal family
+    check_linrec_("linear attention (decay none)", LINREC_NONE, q, k, v, NULL);
+    check_linrec_("retnet (decay head)", LINREC_HEAD, q, k, v, gh);
+    check_linrec_("mamba2 (decay token)", LINREC_TOKEN, q, k, v, gt);
+    check_linrec_("gla (decay channel)", LINREC_CHANNEL, q, k, v, gc);
+
+    // (b) their softmax twins, with the same decay numbers
+    AttnOpts nope = attn_opts_default(DK);
+    check_twin_("NoPE <-> linear attention", LINREC_NONE, q, k, NULL, &nope);
+    float slopes[H_];
+    for (int h = 0; h < H_; h++) slopes[h] = -gh[h];  // m_h = -log gamma_h
+    AttnOpts alibi = attn_opts_default(DK);
+    alibi.slopes = slopes;
+    check_twin_("ALiBi (m_h = -log gamma_h) <-> retnet", LINREC_HEAD, q, k, gh, &alibi);
+    float *F = malloc(BTH * sizeof(float));  // (B,H,T): F_t = sum_{s<=t} g_s, in double then rounded
+    for (int b = 0; b < B_; b++)
+        for (int h = 0; h < H_; h++) {
+            double s = 0;
+            for (int t = 0; t < T_; t++) {
+                s += gt[IDX(b, t, h)];
+                F[((size_t)b * H_ + h) * T_ + t] = (float)s;
+            }
+        }
+    AttnOpts fox = attn_opts_default(DK);
+    fox.fgate = F;
+    check_twin_("FoX (F = cumsum of the log gates) <-> mamba2/gla scalar gate", LINREC_TOKEN, q, k, gt, &fox);
+
+    // (a) DeltaNet (PaTH's twin: its transition product), unit q and k as the mixers feed it
+    for (size_t rI = 0; rI < BTH; rI++) {
+        double sq = 0, sk = 0;
+        for (int c = 0; c < DK; c++) sq += (double)q[rI * DK + c] * q[rI * DK + c], sk += (double)k[rI * DK + c] * k[rI * DK + c];
+        for (int c = 0; c < DK; c++) q[rI * DK + c] /= (float)sqrt(sq), k[rI * DK + c] /= (float)sqrt(sk);
+    }
+    check_delta_("deltanet, beta in (0,1)", q, k, v, beta, NULL);
+    check_delta_("deltanet, beta in (0,2) (negative eigenvalues)", q, k, v, beta2, NULL);
+    check_delta_("gated deltanet (PaTH-FoX's twin), beta in (0,1), token log-decays", q, k, v, beta, gt);
+
+    free(q);
+    free(k);
+    free(v);
+    free(gt);
+    free(gc);
+    free(beta);
+    free(beta2);
+    free(F);
+    return test_summary();
+}
