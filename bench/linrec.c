@@ -16,6 +16,12 @@
  * at least as much (the same state products plus the in-chunk scores), so "GFLOP/s" counts this naive work for
  * both: the chunked column is how fast it gets the same result, not its own flop rate.
  *
+ * The delta rule (nn/delta.h; rows "delta" and "gated delta") is timed the same way against its naive scan:
+ * S_t = a_t (S_{t-1} - beta_t k_t (k_t^T S_{t-1})) + beta_t k_t v_t^T, every S_t kept, and the reverse sweep
+ * through the same steps (about 30 Dk Dv flops per token and head; the GFLOP/s columns still count the 16 of the
+ * diagonal scan, so they compare rows of one kind only). The last column is the largest difference of the
+ * two outputs relative to the largest output, so a broken scan cannot pass for a fast one.
+ *
  *   make benches && OMP_NUM_THREADS=2 build/release/bench/linrec [--T 512,2048,8192] [--tokens 32768 | --B 4] [--H 4]
  *       [--D 64] [--chunk 64] [--reps 3] [--naive-max-T 8192]
  */
@@ -26,6 +32,7 @@
 
 #include "bench.h"
 #include "core/timer.h"
+#include "nn/delta.h"
 #include "nn/linrec.h"
 
 #define MAX_T 16
@@ -96,6 +103,80 @@ static void naive_fwd_bwd_(float *o, float *dq, float *dk, float *dv, float *dg,
             }
         }
         free(S); free(dS); free(a);
+    }
+}
+
+// the naive delta-rule scan (g NULL: no decay): forward keeping every state, then the reverse sweep
+static void naive_delta_fwd_bwd_(float *o, float *dq, float *dk, float *dv, float *dbeta, float *dg, const float *q,
+                                 const float *k, const float *v, const float *beta, const float *g, const float *dout,
+                                 const DeltaDims *d) {
+    int T = d->T, H = d->H, K = d->Dk, V = d->Dv;
+    size_t KV = (size_t)K * V;
+#pragma omp parallel
+    {
+        float *S = malloc((size_t)(T + 1) * KV * sizeof(float)), *dS = malloc(KV * sizeof(float));
+        float *u = malloc((size_t)V * sizeof(float)), *w = malloc((size_t)V * sizeof(float));
+#pragma omp for schedule(dynamic, 1)
+        for (int bh = 0; bh < d->B * H; bh++) {
+            int b = bh / H, h = bh % H;
+            memset(S, 0, KV * sizeof(float));
+            for (int t = 0; t < T; t++) {
+                size_t r = ((size_t)b * T + t) * H + h;
+                const float *Sp = S + (size_t)t * KV, *kr = k + r * K, *vr = v + r * V;
+                float *Sn = S + (size_t)(t + 1) * KV, *orow = o + r * V, a = g ? expf(g[r]) : 1.0f, bt = beta[r];
+                memset(u, 0, (size_t)V * sizeof(float));  // u = S_{t-1}^T k
+                for (int i = 0; i < K; i++)
+                    for (int j = 0; j < V; j++) u[j] += kr[i] * Sp[i * V + j];
+                memset(orow, 0, (size_t)V * sizeof(float));
+                for (int i = 0; i < K; i++) {
+                    float qi = d->scale * q[r * K + i];
+                    for (int j = 0; j < V; j++) {
+                        Sn[i * V + j] = a * (Sp[i * V + j] - bt * kr[i] * u[j]) + bt * kr[i] * vr[j];
+                        orow[j] += qi * Sn[i * V + j];
+                    }
+                }
+            }
+            memset(dS, 0, KV * sizeof(float));
+            for (int t = T - 1; t >= 0; t--) {
+                size_t r = ((size_t)b * T + t) * H + h;
+                const float *St = S + (size_t)(t + 1) * KV, *Sp = S + (size_t)t * KV, *dor = dout + r * V;
+                const float *kr = k + r * K, *vr = v + r * V;
+                float a = g ? expf(g[r]) : 1.0f, bt = beta[r], dbt = 0.0f, da = 0.0f;
+                memset(u, 0, (size_t)V * sizeof(float));
+                memset(w, 0, (size_t)V * sizeof(float));
+                for (int i = 0; i < K; i++)
+                    for (int j = 0; j < V; j++) u[j] += kr[i] * Sp[i * V + j];
+                for (int i = 0; i < K; i++) {  // o = S_t^T q; the write beta k v^T; then dS' = a dS (in place)
+                    float qi = d->scale * q[r * K + i], acc_q = 0.0f, acc_k = 0.0f;
+                    for (int j = 0; j < V; j++) {
+                        dS[i * V + j] += qi * dor[j];
+                        acc_q += St[i * V + j] * dor[j];
+                        acc_k += dS[i * V + j] * vr[j];
+                        dv[r * V + j] += bt * dS[i * V + j] * kr[i];
+                        da += dS[i * V + j] * (Sp[i * V + j] - bt * kr[i] * u[j]);
+                        dS[i * V + j] *= a;
+                        w[j] += kr[i] * dS[i * V + j];  // w = dS'^T k
+                    }
+                    dq[r * K + i] += d->scale * acc_q;
+                    dk[r * K + i] += bt * acc_k;
+                    dbt += kr[i] * acc_k;
+                }
+                // S' = S_{t-1} - beta k u^T: dbeta -= k^T dS' u, dk -= beta (dS' u + S_{t-1} w), dS_{t-1} = dS' - beta k w^T
+                for (int i = 0; i < K; i++) {
+                    float du = 0.0f, sw = 0.0f;
+                    for (int j = 0; j < V; j++) {
+                        du += dS[i * V + j] * u[j];
+                        sw += Sp[i * V + j] * w[j];
+                        dS[i * V + j] -= bt * kr[i] * w[j];
+                    }
+                    dbt -= kr[i] * du;
+                    dk[r * K + i] -= bt * (du + sw);
+                }
+                dbeta[r] += dbt;
+                if (g) dg[r] += a * da;
+            }
+        }
+        free(S); free(dS); free(u); free(w);
     }
 }
 
@@ -179,6 +260,69 @@ int main(int argc, char **argv) {
             }
             double p = (nT * sxy - sx * sy) / (nT * sxx - sx * sx);
             printf("| %s | time per sequence ~ T^p | p = %.3f | | | | | |\n", names[decay], p);
+        }
+    }
+    // the delta rule: no decay (DeltaNet) and per-token decays (Gated DeltaNet), unit k as the mixers feed it
+    const char *dnames[2] = {"delta", "gated delta"};
+    printf("\n| rule | B x T | chunked fwd+bwd (ms) | naive fwd+bwd (ms) | speed-up | chunked tokens/s | chunked GFLOP/s | naive "
+           "GFLOP/s | max|o - o_naive| / max|o| |\n");
+    printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (int gated = 0; gated < 2; gated++) {
+        double tch[MAX_T];
+        for (int ti = 0; ti < nT; ti++) {
+            int T = Ts[ti], Bt = B ? B : (tokens / T > 0 ? tokens / T : 1);
+            DeltaDims d = {Bt, T, H, D, D, chunk, 1.0f / sqrtf((float)D)};
+            size_t BTH = (size_t)Bt * T * H, nK = BTH * D;
+            float *q = filled_(nK, 1, -1, 1), *k = filled_(nK, 2, -1, 1), *v = filled_(nK, 3, -1, 1);
+            for (size_t r = 0; r < BTH; r++) {
+                double s = 0;
+                for (int c = 0; c < D; c++) s += (double)k[r * D + c] * k[r * D + c];
+                for (int c = 0; c < D; c++) k[r * D + c] /= (float)sqrt(s);
+            }
+            float *beta = filled_(BTH, 6, 0.05f, 0.95f), *g = filled_(BTH, 4, -0.5f, -0.01f);
+            float *dout = filled_(nK, 5, -1, 1), *o = malloc(nK * sizeof(float)), *on = malloc(nK * sizeof(float));
+            float *dq = calloc(nK, sizeof(float)), *dk = calloc(nK, sizeof(float)), *dv = calloc(nK, sizeof(float));
+            float *db = calloc(BTH, sizeof(float)), *dg = calloc(BTH, sizeof(float));
+            float *ck = malloc(delta_ckpt_size(&d) * sizeof(float));
+            const float *gp = gated ? g : NULL;
+            double t1[MAX_REPS], t2[MAX_REPS];
+            int n1 = 0, n2 = 0;
+            double tot = 0.0;
+            for (int warm = 1; n1 < MAX_REPS && (n1 < reps || tot < MIN_TIME_S); warm = 0) {
+                double t0 = time_now_s();
+                delta_forward(o, ck, NULL, q, k, v, beta, gp, &d);
+                delta_backward(dq, dk, dv, db, gated ? dg : NULL, dout, ck, q, k, v, beta, gp, &d);
+                if (!warm) tot += (t1[n1++] = time_now_s() - t0);
+            }
+            tch[ti] = bench_median(t1, n1);
+            double tn = NAN, diff = NAN;
+            if (T <= naive_max) {
+                for (tot = 0.0; n2 < MAX_REPS && (n2 < reps || tot < MIN_TIME_S);) {
+                    double t0 = time_now_s();
+                    naive_delta_fwd_bwd_(on, dq, dk, dv, db, dg, q, k, v, beta, gp, dout, &d);
+                    tot += (t2[n2++] = time_now_s() - t0);
+                }
+                tn = bench_median(t2, n2);
+                double mx = 0, md = 0;
+                for (size_t i = 0; i < nK; i++) mx = fmax(mx, fabs(o[i])), md = fmax(md, fabs(o[i] - on[i]));
+                diff = md / mx;
+            }
+            double work = 16.0 * D * D * Bt * H * T * 1e-9;
+            printf("| %s | %d x %d | %.1f | %.1f | %.2fx | %.0f | %.1f | %.1f | %.1e |\n", dnames[gated], Bt, T, 1e3 * tch[ti],
+                   1e3 * tn, tn / tch[ti], (double)Bt * T / tch[ti], work / tch[ti], work / tn, diff);
+            fflush(stdout);
+            free(q); free(k); free(v); free(beta); free(g); free(dout); free(o); free(on); free(dq); free(dk); free(dv);
+            free(db); free(dg); free(ck);
+        }
+        if (nT > 1) {
+            double sx = 0, sy = 0, sxx = 0, sxy = 0;
+            for (int ti = 0; ti < nT; ti++) {
+                int Bt = B ? B : (tokens / Ts[ti] > 0 ? tokens / Ts[ti] : 1);
+                double x = log((double)Ts[ti]), y = log(tch[ti] / Bt);
+                sx += x, sy += y, sxx += x * x, sxy += x * y;
+            }
+            double p = (nT * sxy - sx * sy) / (nT * sxx - sx * sx);
+            printf("| %s | time per sequence ~ T^p | p = %.3f | | | | | | |\n", dnames[gated], p);
         }
     }
     return 0;

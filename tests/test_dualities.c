@@ -15,6 +15,11 @@
  *     softmax_j(scale q_i.k_j + log M_ij) in double, log M from the same decay numbers as (a): each weight to
  *     1e-5 absolute, hidden entries (j > i, M = 0, log M = -inf) NaN. Then the bias itself, recovered from the
  *     kernel's weights as log P_ij - log P_ii - scale q_i.(k_j - k_i), against log M_ij to 1e-4 + 1e-5 |log M|.
+ * (c) the complex forget gate <-> RoPE: linrec_forward on q, k rotated by rotary_forward (half pairs, base 10,
+ *     so the angles wrap within T) with token / per-pair decays == the complex-valued recurrence run in double,
+ *     s_t = a_t e^{-i w_n} s_{t-1} + k~_t v_t^T per pair n (k~ = k_n + i k_{n+Dk/2}), o_t = scale Re(q~_t^H s_t);
+ *     and the attention kernel's weights on the rotated q, k == softmax_j(scale Re(q~_i^H e^{-i w (i-j)} k~_j)),
+ *     the complex gate's (undecayed) M multiplied into the logits, to 1e-5.
  * PaTH (DeltaNet's twin) is not implemented: only the DeltaNet side (its transition product) is checked.
  */
 #include <math.h>
@@ -26,6 +31,7 @@
 #include "nn/attention.h"
 #include "nn/delta.h"
 #include "nn/linrec.h"
+#include "nn/rotary.h"
 #include "test.h"
 
 enum { B_ = 2, T_ = 27, H_ = 3, DK = 8, DV = 6, CHUNK = 8 };
@@ -200,6 +206,111 @@ static void check_twin_(const char *name, int decay, const float *q, const float
     free(P);
 }
 
+// (c) the complex forget gate. Pair n of a head is the complex number x_n + i x_{n+Dk/2} (rotary's half layout);
+// RoPE multiplies it by e^{i t w_n}, so Re(conj(q~_i e^{i i w}) k~_j e^{i j w}) = Re(conj(q~_i) e^{-i w (i-j)} k~_j).
+enum { HALF = DK / 2 };
+#define ROPE_BASE 10.0
+static double omega_(int n) { return pow(ROPE_BASE, -2.0 * n / DK); }
+
+// g: LINREC_TOKEN (B,T,H) or LINREC_CHANNEL (B,T,H,Dk) with channels n and n + Dk/2 equal (one decay per pair)
+static void check_complex_(const char *name, int decay, const float *q, const float *k, const float *v, const float *g) {
+    LinrecDims d = {B_, T_, H_, DK, DV, decay, 0, CHUNK, 1.0f / sqrtf((float)DK)};
+    size_t nk = (size_t)B_ * T_ * H_ * DK, no = (size_t)B_ * T_ * H_ * DV;
+    float *qr = malloc(nk * sizeof(float)), *kr = malloc(nk * sizeof(float)), *o = malloc(no * sizeof(float));
+    double *ref = calloc(no, sizeof(double));
+    RotaryCfg rc = {ROTARY_HALF, (float)ROPE_BASE, NULL};
+    rotary_forward(qr, q, &rc, 0, B_, T_, H_, DK);
+    rotary_forward(kr, k, &rc, 0, B_, T_, H_, DK);
+    linrec_forward(o, NULL, NULL, NULL, qr, kr, v, g, NULL, &d);
+    double sre[HALF][DV], sim[HALF][DV];  // the complex state, one row per pair
+    for (int b = 0; b < B_; b++)
+        for (int h = 0; h < H_; h++) {
+            memset(sre, 0, sizeof sre);
+            memset(sim, 0, sizeof sim);
+            for (int t = 0; t < T_; t++) {
+                const float *kt = k + IDX(b, t, h) * DK, *qt = q + IDX(b, t, h) * DK, *vt = v + IDX(b, t, h) * DV;
+                for (int n = 0; n < HALF; n++) {
+                    double la = decay == LINREC_TOKEN ? g[IDX(b, t, h)] : g[IDX(b, t, h) * DK + n];
+                    double ar = exp(la) * cos(-omega_(n)), ai = exp(la) * sin(-omega_(n));
+                    for (int e = 0; e < DV; e++) {  // s <- a e^{-iw} s + k~ v
+                        double r0 = sre[n][e], i0 = sim[n][e];
+                        sre[n][e] = ar * r0 - ai * i0 + (double)kt[n] * vt[e];
+                        sim[n][e] = ar * i0 + ai * r0 + (double)kt[n + HALF] * vt[e];
+                    }
+                }
+                for (int e = 0; e < DV; e++) {  // Re(conj(q~) s) = q_re s_re + q_im s_im
+                    double acc = 0;
+                    for (int n = 0; n < HALF; n++) acc += (double)qt[n] * sre[n][e] + (double)qt[n + HALF] * sim[n][e];
+                    ref[IDX(b, t, h) * DV + e] = d.scale * acc;
+                }
+            }
+        }
+    double worst, tol = 1e-5 * maxabs_(ref, no);
+    int ok = within_(o, ref, no, tol, &worst);
+    CHECK(ok, "%s: linrec_forward on RoPE-rotated q, k == the complex recurrence s_t = a_t e^{-iw} s_{t-1} + k~_t v_t "
+          "in double (max err %.3g, tol %.3g = 1e-5 max|o|)", name, worst, tol);
+    free(qr);
+    free(kr);
+    free(o);
+    free(ref);
+}
+
+// (c) the softmax twin: RoPE attention's weights == softmax of the logits with the complex gate's rotation
+// e^{-iw(i-j)} multiplied in
+static void check_rope_twin_(const float *q, const float *k) {
+    size_t nk = (size_t)B_ * T_ * H_ * DK;
+    float *qr = malloc(nk * sizeof(float)), *kr = malloc(nk * sizeof(float)), *qa = malloc(nk * sizeof(float));
+    float *ka = malloc(nk * sizeof(float)), *va = malloc(nk * sizeof(float)), *out = malloc(nk * sizeof(float));
+    float *lse = malloc((size_t)B_ * H_ * T_ * sizeof(float)), *P = malloc((size_t)T_ * T_ * sizeof(float));
+    RotaryCfg rc = {ROTARY_HALF, (float)ROPE_BASE, NULL};
+    rotary_forward(qr, q, &rc, 0, B_, T_, H_, DK);
+    rotary_forward(kr, k, &rc, 0, B_, T_, H_, DK);
+    for (int b = 0; b < B_; b++)
+        for (int h = 0; h < H_; h++)
+            for (int t = 0; t < T_; t++)
+                for (int c = 0; c < DK; c++) {
+                    size_t a = (((size_t)b * H_ + h) * T_ + t) * DK + c;
+                    qa[a] = qr[IDX(b, t, h) * DK + c];
+                    ka[a] = kr[IDX(b, t, h) * DK + c];
+                    va[a] = 0.0f;
+                }
+    AttnOpts opts = attn_opts_default(DK);
+    attention_forward(out, lse, qa, ka, va, &opts, B_, H_, T_, DK);
+    double werr = 0, logit[T_];
+    for (int b = 0; b < B_; b++)
+        for (int h = 0; h < H_; h++) {
+            size_t off = ((size_t)b * H_ + h) * T_;
+            attention_probs(P, qa + off * DK, ka + off * DK, lse + off, &opts, b, h, H_, T_, DK);
+            for (int i = 0; i < T_; i++) {
+                const float *qi = q + IDX(b, i, h) * DK;
+                double mx = -INFINITY, z = 0;
+                for (int j = 0; j <= i; j++) {
+                    const float *kj = k + IDX(b, j, h) * DK;
+                    double s = 0;  // Re(conj(q~_i) e^{-iw(i-j)} k~_j), the unrotated q, k
+                    for (int n = 0; n < HALF; n++) {
+                        double c = cos(-omega_(n) * (i - j)), sn = sin(-omega_(n) * (i - j));
+                        double kre = c * kj[n] - sn * kj[n + HALF], kim = sn * kj[n] + c * kj[n + HALF];
+                        s += (double)qi[n] * kre + (double)qi[n + HALF] * kim;
+                    }
+                    logit[j] = opts.scale * s;
+                    mx = fmax(mx, logit[j]);
+                }
+                for (int j = 0; j <= i; j++) z += exp(logit[j] - mx);
+                for (int j = 0; j <= i; j++) werr = fmax(werr, fabs(P[(size_t)i * T_ + j] - exp(logit[j] - mx) / z));
+            }
+        }
+    CHECK(werr <= 1e-5, "RoPE <-> complex forget gate: attention_probs on rotated q, k == softmax(scale "
+          "Re(q~_i^H e^{-iw(i-j)} k~_j)) in double (max err %.3g, tol 1e-5)", werr);
+    free(qr);
+    free(kr);
+    free(qa);
+    free(ka);
+    free(va);
+    free(out);
+    free(lse);
+    free(P);
+}
+
 int main(void) {
     GcRng r = {20260416};
     size_t BTH = (size_t)B_ * T_ * H_;
@@ -243,6 +354,15 @@ int main(void) {
     AttnOpts fox = attn_opts_default(DK);
     fox.fgate = F;
     check_twin_("FoX (F = cumsum of the log gates) <-> mamba2/gla scalar gate", LINREC_TOKEN, q, k, gt, &fox);
+
+    // (c) the complex forget gate, with per-token decays and with per-pair decays (gla's `rotate`)
+    float *gp = malloc(BTH * DK * sizeof(float));
+    for (size_t r0 = 0; r0 < BTH; r0++)
+        for (int c = 0; c < DK; c++) gp[r0 * DK + c] = gc[r0 * DK + c % HALF];
+    check_complex_("complex gate a_t e^{-iw}, per-token a (mamba2-like)", LINREC_TOKEN, q, k, v, gt);
+    check_complex_("complex gate a_t e^{-iw}, per-pair a (gla rotate)", LINREC_CHANNEL, q, k, v, gp);
+    check_rope_twin_(q, k);
+    free(gp);
 
     // (a) DeltaNet (PaTH's twin: its transition product), unit q and k as the mixers feed it
     for (size_t rI = 0; rI < BTH; rI++) {

@@ -1,7 +1,7 @@
 /*
  * The linear-attention family (mixers/linear.c: linear_attn, retnet, gla):
  *   - gradient checks of dx and every tensor for each mixer and option (every feature map, the normaliser,
- *     with and without the output gate);
+ *     with and without the output gate, the complex forget gate `rotate`);
  *   - the chunk size changes nothing (chunk 1, 3 and more than T), up to float rounding;
  *   - recurrent decoding (step) reproduces the full forward token by token to 1e-5 of the output scale;
  *   - bad options stop with the key path.
@@ -24,6 +24,13 @@ static const char *const CASES_[][2] = {
     {"retnet no gate", "{\"kind\": \"retnet\", \"heads\": 2, \"output_gate\": false, \"expand_v\": 1}"},
     {"gla", "{\"kind\": \"gla\", \"heads\": 2, \"gate_rank\": 3, \"gate_normalizer\": 2}"},
     {"gla no gate", "{\"kind\": \"gla\", \"heads\": 2, \"gate_rank\": 4, \"output_gate\": false, \"expand_k\": 1}"},
+    // the complex forget gate: RoPE in front of the engine (fast base so the angles turn within T), after a map
+    {"linear_attn identity rotate", "{\"kind\": \"linear_attn\", \"heads\": 2, \"feature_map\": \"identity\", "
+                                    "\"rotate\": true, \"rope_base\": 20}"},
+    {"linear_attn elu rotate normalize", "{\"kind\": \"linear_attn\", \"heads\": 2, \"feature_map\": \"elu\", "
+                                              "\"normalize\": true, \"rotate\": true, \"rope_base\": 20}"},
+    {"gla rotate", "{\"kind\": \"gla\", \"heads\": 2, \"gate_rank\": 3, \"gate_normalizer\": 2, \"expand_k\": 1, "
+                   "\"rotate\": true, \"rope_base\": 20}"},
 };
 #define N_CASES_ ((int)(sizeof CASES_ / sizeof CASES_[0]))
 
@@ -55,6 +62,8 @@ static void test_bad_options(void) {
     layer_check_error("{\"kind\": \"linear_attn\", \"feature_map\": \"dpfp\"}", 16,
                       "allowed: identity, elu, relu, hadamard");
     layer_check_error("{\"kind\": \"retnet\", \"heads\": 16, \"expand_k\": 1}", 16, "even key head size");
+    layer_check_error("{\"kind\": \"gla\", \"heads\": 8, \"expand_k\": 1, \"rotate\": true}", 24, "even key head size");
+    layer_check_error("{\"kind\": \"retnet\", \"rotate\": true}", 16, "rotate");
 }
 
 int main(void) {

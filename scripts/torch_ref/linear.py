@@ -13,7 +13,9 @@ Definition (docs/mixers.md), names relative to blocks.L.mixer.:
   linear_attn: q, k <- phi(q), phi(k) (identity | elu + 1 | relu | hadamard (q fmap_q.w1^T + b1) * (q w2^T + b2));
                normalize: o / (q . sum_{s<=t} k_s / sqrt(Dk) + 1e-10)
   retnet: q, k rotated (RoPE, half-split pairs, base rope_base), a = gamma_h = 1 - 2^(-5-h)
+  rotate (linear_attn, gla; always on in retnet): the complex forget gate, q, k rotated as retnet's after phi
   gla: log a_t = logsigmoid((x gk_proj1^T) gk_proj2^T + gk_bias) / gate_normalizer, per key channel
+       (with rotate one per rotated pair, channels c and c + Dk/2 sharing it)
   y = (RMSNorm_Dv(o) * o_norm [* silu(x g_proj^T)]) o_proj^T
 
 self_test() (`torch_reference.py --self-test linear_attn`) checks the parallel forms against the plain
@@ -30,9 +32,11 @@ from .common import DTYPE, SelfChecks, rms_norm, rope, tiny_model
 
 _COMMON = {"heads": 4, "expand_k": 1.0, "expand_v": 1.0, "chunk": 64, "norm_eps": 1e-6, "init_std": 0.02}
 DEFAULTS_BY_KIND = {
-    "linear_attn": dict(_COMMON, feature_map="hadamard", normalize=False, norm_eps=1e-5),
+    "linear_attn": dict(_COMMON, feature_map="hadamard", normalize=False, norm_eps=1e-5, rotate=False,
+                        rope_base=10000.0),
     "retnet": dict(_COMMON, heads=8, expand_v=2.0, output_gate=True, rope_base=10000.0),
-    "gla": dict(_COMMON, expand_k=0.5, output_gate=True, gate_rank=16, gate_normalizer=16.0, chunk=16),
+    "gla": dict(_COMMON, expand_k=0.5, output_gate=True, gate_rank=16, gate_normalizer=16.0, chunk=16, rotate=False,
+                rope_base=10000.0),
 }
 
 
@@ -51,6 +55,7 @@ class LinSpec:
         self.output_gate = bool(opts.get("output_gate", False))
         self.gate_rank = int(opts.get("gate_rank", 0))
         self.eps = float(opts["norm_eps"])
+        self.rotate = kind == "retnet" or bool(opts.get("rotate", False))   # the complex forget gate
 
 
 def _param_shapes(spec, C):
@@ -67,8 +72,9 @@ def _param_shapes(spec, C):
         s["g_proj"] = (spec.HV, C)
     if spec.kind == "gla":
         s["gk_proj1"] = (spec.gate_rank, C)
-        s["gk_proj2"] = (spec.HK, spec.gate_rank)
-        s["gk_bias"] = (spec.HK,)
+        gw = spec.HK // 2 if spec.rotate else spec.HK        # rotate: one gate per rotated pair
+        s["gk_proj2"] = (gw, spec.gate_rank)
+        s["gk_bias"] = (gw,)
     s["o_norm"] = (spec.Dv,)
     s["o_proj"] = (C, spec.HV)
     return s
@@ -92,7 +98,10 @@ def log_decays(x, P, prefix, spec, T):
     if spec.kind == "gla":
         B = x.shape[0]
         pre = (x @ P[prefix + "gk_proj1"].T) @ P[prefix + "gk_proj2"].T + P[prefix + "gk_bias"]
-        return (F.logsigmoid(pre) / float(spec.opts["gate_normalizer"])).view(B, T, spec.H, spec.Dk)
+        g = F.logsigmoid(pre) / float(spec.opts["gate_normalizer"])
+        if spec.rotate:   # the pair (c, c + Dk/2) shares its gate: the complex decay a e^{iw}
+            g = g.view(B, T, spec.H, spec.Dk // 2).repeat(1, 1, 1, 2)
+        return g.view(B, T, spec.H, spec.Dk)
     return None
 
 
@@ -134,7 +143,7 @@ def _forward(x, P, prefix, spec):
     q = _feature_map((x @ P[prefix + "q_proj"].T).view(B, T, H, Dk), P, prefix, "q", spec)
     k = _feature_map((x @ P[prefix + "k_proj"].T).view(B, T, H, Dk), P, prefix, "k", spec)
     v = (x @ P[prefix + "v_proj"].T).view(B, T, H, Dv)
-    if spec.kind == "retnet":
+    if spec.rotate:
         base = float(spec.opts["rope_base"])
         freqs = np.tile(base ** (-np.arange(0, Dk, 2) / Dk), (H, 1))
         q, k = rope(q, freqs, "half"), rope(k, freqs, "half")
@@ -176,6 +185,8 @@ LINEAR_ATTN = _namespace("linear_attn", {
     "linear_attn_hadamard": tiny_model({"kind": "linear_attn", "heads": 2, "init_std": 0.3}),
     "linear_attn_elu_normalize": tiny_model({"kind": "linear_attn", "heads": 2, "feature_map": "elu",
                                              "normalize": True, "init_std": 0.3}, norm="rmsnorm"),
+    "linear_attn_rotate": tiny_model({"kind": "linear_attn", "heads": 2, "feature_map": "relu", "rotate": True,
+                                      "rope_base": 50.0, "init_std": 0.3}),
 }, "linear attention (FLA LinearAttention)")
 RETNET = _namespace("retnet", {
     "retnet": tiny_model({"kind": "retnet", "heads": 2, "init_std": 0.3}),
@@ -183,4 +194,6 @@ RETNET = _namespace("retnet", {
 GLA = _namespace("gla", {
     "gla": tiny_model({"kind": "gla", "heads": 2, "gate_rank": 4, "gate_normalizer": 4, "init_std": 0.3},
                       norm="rmsnorm"),
+    "gla_rotate": tiny_model({"kind": "gla", "heads": 2, "gate_rank": 4, "gate_normalizer": 4, "rotate": True,
+                              "rope_base": 100.0, "init_std": 0.3}),
 }, "gated linear attention")

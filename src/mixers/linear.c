@@ -10,6 +10,12 @@
  *   gla          per-channel decay log a = logsigmoid(W_g2 (W_g1 x) + b) / normalizer; RMSNorm * swish(gate)
  *   S_t = diag(a_t) S_{t-1} + k_t v_t^T,  o_t = S_t^T q_t / sqrt(Dk),   y = o_proj(norm(o) [* swish(gate)])
  *
+ * The complex forget gate (paper 004, "Complex forget gate <-> RoPE"; option `rotate`, always on in retnet):
+ * the decay of key-channel pair i becomes a_t e^{i w_i}, a rotation by a position-independent angle times
+ * the real decay. Its state is S_t = sum_j (prod a) R((t-j) w) k_j v_j^T, and since R((t-j) w) = R(t w)^T
+ * R(j w), the recurrence is the real one on q_t, k_t rotated by their own position t: RoPE applied to q and k
+ * before the engine (docs/dualities.md checks it against the complex recurrence).
+ *
  * One options struct and one set of functions; each entry's schema lists only the keys that mean something
  * for it (a feature map on retnet is an unknown key), with that mixer's reference defaults.
  */
@@ -33,11 +39,12 @@ enum { FMAP_IDENTITY, FMAP_ELU, FMAP_RELU, FMAP_HADAMARD };
 
 typedef struct LinOpts {
     // from the config (a key absent from an entry's schema keeps the zeroed default)
-    int heads, gate_rank, output_gate, normalize, chunk;
+    int heads, gate_rank, output_gate, normalize, chunk, rotate;
     double expand_k, expand_v, gate_normalizer, norm_eps, rope_base, init_std;
     char feature_map[CFG_STR_MAX];
     // derived by check
     int variant, fmap, H, Dk, Dv, HK, HV, Dva;  // Dva: Dv + 1 with the normaliser's column of ones
+    int GW;  // gla: gate width, HK, or HK/2 with rotate (one decay per rotated pair: a complex gate a e^{iw})
     int k_q, k_k, k_v, k_f1w, k_f1b, k_f2w, k_f2b, k_f3w, k_f3b, k_f4w, k_f4b, k_g, k_gk1, k_gk2, k_gkb, k_norm, k_o;
 } LinOpts;
 
@@ -54,6 +61,13 @@ typedef struct LinOpts {
 #define KEY_STD_ \
     KEY_("init_std", CFG_FLOAT, init_std, "0.02", 0, 10, NULL, \
          "Std of every Linear's normal init (FLA's _init_weights; biases 0, no depth scaling).")
+#define KEY_ROPE_BASE_ \
+    KEY_("rope_base", CFG_FLOAT, rope_base, "10000", 1, 1e12, NULL, \
+         "RoPE base of the rotation (half-split pairs): pair i turns by base^(-2i/Dk) per token.")
+#define KEY_ROTATE_ \
+    KEY_("rotate", CFG_BOOL, rotate, "false", 0, 0, NULL, \
+         "Complex forget gate: key-channel pairs rotate by a fixed angle per token on top of the decay, i.e. RoPE " \
+         "on q and k (after the feature map); the linear dual of RoPE attention.")
 #define KEY_GATE_ \
     KEY_("output_gate", CFG_BOOL, output_gate, "true", 0, 0, NULL, \
          "Multiply the normed output by swish(x W_g^T) (FusedRMSNormGated); false = RMSNorm only.")
@@ -65,19 +79,18 @@ static const CfgKey LINEAR_ATTN_KEYS_[] = {
          "Linears, untied between q and k (FLA's default 'elementwise_product')."),
     KEY_("normalize", CFG_BOOL, normalize, "false", 0, 0, NULL,
          "Divide o_t by q_t . sum_{s<=t} k_s + 1e-10 (FLA's do_feature_map_norm)."),
-    KEY_CHUNK_("64"), KEY_EPS_("1e-5"), KEY_STD_,
+    KEY_ROTATE_, KEY_ROPE_BASE_, KEY_CHUNK_("64"), KEY_EPS_("1e-5"), KEY_STD_,
 };
 static const CfgKey RETNET_KEYS_[] = {
     KEY_HEADS_("8"), KEY_EXPAND_K_("1"), KEY_EXPAND_V_("2"), KEY_GATE_,
-    KEY_("rope_base", CFG_FLOAT, rope_base, "10000", 1, 1e12, NULL, "RoPE base on q and k (half-split pairs)."),
-    KEY_CHUNK_("64"), KEY_EPS_("1e-6"), KEY_STD_,
+    KEY_ROPE_BASE_, KEY_CHUNK_("64"), KEY_EPS_("1e-6"), KEY_STD_,
 };
 static const CfgKey GLA_KEYS_[] = {
     KEY_HEADS_("4"), KEY_EXPAND_K_("0.5"), KEY_EXPAND_V_("1"), KEY_GATE_,
     KEY_("gate_rank", CFG_INT, gate_rank, "16", 1, 4096, NULL, "Rank of the decay gate: x -> rank -> H Dk."),
     KEY_("gate_normalizer", CFG_FLOAT, gate_normalizer, "16", 1e-3, 1e6, NULL,
          "log a = logsigmoid(gate) / gate_normalizer (a = 0.958 at init with 16)."),
-    KEY_CHUNK_("16"), KEY_EPS_("1e-6"), KEY_STD_,
+    KEY_ROTATE_, KEY_ROPE_BASE_, KEY_CHUNK_("16"), KEY_EPS_("1e-6"), KEY_STD_,
 };
 #define NKEYS_(a) ((int)(sizeof a / sizeof a[0]))
 static const CfgSection LINEAR_ATTN_SCHEMA_ = {"linear_attn", "Options of the linear_attn mixer.", LINEAR_ATTN_KEYS_,
@@ -103,8 +116,9 @@ static int lin_check_(MixerSpec *s, const char *path, Err *e, int variant) {
                        C, o->HV, o->H);
     o->Dk = o->HK / o->H;
     o->Dv = o->HV / o->H;
-    if (variant == LIN_RETNET && o->Dk % 2)
-        return err_set(e, "%s.expand_k: RoPE needs an even key head size (Dk = %d)", path, o->Dk);
+    if (variant == LIN_RETNET) o->rotate = 1;  // RetNet's retention is the complex forget gate
+    if (o->rotate && o->Dk % 2)
+        return err_set(e, "%s.expand_k: the rotation (RoPE) needs an even key head size (Dk = %d)", path, o->Dk);
     o->fmap = FMAP_IDENTITY;
     if (variant == LIN_LINEAR_ATTN) {
         const char *f = o->feature_map;
@@ -113,6 +127,7 @@ static int lin_check_(MixerSpec *s, const char *path, Err *e, int variant) {
     }
     if (variant == LIN_LINEAR_ATTN) o->output_gate = 0;
     o->Dva = o->Dv + (o->normalize ? 1 : 0);
+    o->GW = o->rotate ? o->HK / 2 : o->HK;
     int k = 0;
     o->k_q = k++, o->k_k = k++, o->k_v = k++;
     int had = o->fmap == FMAP_HADAMARD;
@@ -151,8 +166,8 @@ static int lin_params_(const MixerSpec *s, ParamTable *pt, const char *prefix, i
     if (o->output_gate) MIXER_ADD("g_proj", 2, ((int[]){o->HV, C}), init_normal(std), 1);
     if (o->variant == LIN_GLA) {
         MIXER_ADD("gk_proj1", 2, ((int[]){o->gate_rank, C}), init_normal(std), 1);
-        MIXER_ADD("gk_proj2", 2, ((int[]){o->HK, o->gate_rank}), init_normal(std), 1);
-        MIXER_ADD("gk_bias", 1, ((int[]){o->HK}), init_zeros(), 0);
+        MIXER_ADD("gk_proj2", 2, ((int[]){o->GW, o->gate_rank}), init_normal(std), 1);
+        MIXER_ADD("gk_bias", 1, ((int[]){o->GW}), init_zeros(), 0);
     }
     MIXER_ADD("o_norm", 1, ((int[]){o->Dv}), init_ones(), 0);
     MIXER_ADD("o_proj", 2, ((int[]){C, o->HV}), init_normal(std), 1);
@@ -166,7 +181,7 @@ typedef struct LinActs {
     float *xq, *xk, *xv;    // (BT,HK) (BT,HK) (BT,HV) the projections
     float *fa, *fb;         // (BT,HK) x4 hadamard: W1 x + b1, W2 x + b2 of q (fa) and of k (fb), two slabs each
     float *q, *k, *v;       // (BT,HK) (BT,HK) (BT,H,Dva) what the recurrence reads
-    float *gr, *gpre, *g;   // (BT,rank) (BT,HK) (BT,HK) gla: low-rank gate, its pre-activation, the log-decay
+    float *gr, *gpre, *g;   // (BT,rank) (BT,GW) (BT,HK) gla: low-rank gate, its pre-activation, the log-decay
     float *o;               // (BT,H,Dva) the recurrence's output
     float *on;              // (BT,HV) after the normaliser (normalize) or NULL (= o)
     float *z;               // (BT,HV) output gate pre-activation
@@ -185,7 +200,7 @@ static size_t lin_layout_(const MixerSpec *s, int B, int T, float *base, LinActs
     const LinOpts *o = s->opts;
     size_t BT = (size_t)B * T, n = 0;
     int had = o->fmap == FMAP_HADAMARD, fm = o->fmap != FMAP_IDENTITY, gla = o->variant == LIN_GLA;
-    int rope = o->variant == LIN_RETNET;
+    int rope = o->rotate;
     LinActs t;
     if (!a) a = &t;
     LinrecDims d = lin_dims_(o, B, T);
@@ -198,7 +213,7 @@ static size_t lin_layout_(const MixerSpec *s, int B, int T, float *base, LinActs
     a->k = mixer_take(base, &n, BT * o->HK, fm || rope);
     a->v = mixer_take(base, &n, BT * o->H * o->Dva, o->normalize);
     a->gr = mixer_take(base, &n, BT * o->gate_rank, gla);
-    a->gpre = mixer_take(base, &n, BT * o->HK, gla);
+    a->gpre = mixer_take(base, &n, BT * o->GW, gla);
     a->g = mixer_take(base, &n, BT * o->HK, gla);
     a->o = mixer_take(base, &n, BT * o->H * o->Dva, 1);
     a->on = mixer_take(base, &n, BT * o->HV, o->normalize);
@@ -276,14 +291,22 @@ static void lin_normalize_(const LinOpts *o, float *on, const float *oa, int N) 
     }
 }
 
-// the gla log-decay g (N,HK) from x (N,C); keeps gr (N,rank) and gpre (N,HK)
+// the gate pre-activation index of key channel c of row r (r = token * H + head): with rotate both channels
+// of a rotated pair (c, c + Dk/2) read the pair's one gate, so its decay is a complex a e^{iw}
+static inline size_t lin_gate_at_(const LinOpts *o, size_t r, int c) {
+    return o->rotate ? r * (o->Dk / 2) + c % (o->Dk / 2) : r * o->Dk + c;
+}
+
+// the gla log-decay g (N,HK) from x (N,C); keeps gr (N,rank) and gpre (N,GW)
 static void lin_decay_(const Mixer *m, float *g, float *gr, float *gpre, const float *x, int N) {
     const LinOpts *o = m->spec->opts;
     matmul_forward(gr, x, mixer_param(m, o->k_gk1), NULL, N, m->spec->C, o->gate_rank);
-    matmul_forward(gpre, gr, mixer_param(m, o->k_gk2), mixer_param(m, o->k_gkb), N, o->gate_rank, o->HK);
+    matmul_forward(gpre, gr, mixer_param(m, o->k_gk2), mixer_param(m, o->k_gkb), N, o->gate_rank, o->GW);
     float inv = (float)(1.0 / o->gate_normalizer);
 #pragma omp parallel for
-    for (size_t i = 0; i < (size_t)N * o->HK; i++) g[i] = (float)mixer_logsigmoid(gpre[i]) * inv;
+    for (long r = 0; r < (long)N * o->H; r++)
+        for (int c = 0; c < o->Dk; c++)
+            g[(size_t)r * o->Dk + c] = (float)mixer_logsigmoid(gpre[lin_gate_at_(o, (size_t)r, c)]) * inv;
 }
 
 // the fixed RetNet decays log(1 - 2^(-5-h)) (H,)
@@ -313,10 +336,13 @@ static void lin_forward_(Mixer *m, float *y, const float *x, int B, int T) {
     }
     float gh[1024];
     const float *g = NULL;
-    if (o->variant == LIN_RETNET) {
+    if (o->rotate) {  // after the feature map, in place when there is one
         RotaryCfg rc = lin_rope_(o);
-        rotary_forward(a.q, a.xq, &rc, 0, B, T, o->H, o->Dk);
-        rotary_forward(a.k, a.xk, &rc, 0, B, T, o->H, o->Dk);
+        int fm = o->fmap != FMAP_IDENTITY;
+        rotary_forward(a.q, fm ? a.q : a.xq, &rc, 0, B, T, o->H, o->Dk);
+        rotary_forward(a.k, fm ? a.k : a.xk, &rc, 0, B, T, o->H, o->Dk);
+    }
+    if (o->variant == LIN_RETNET) {
         lin_retnet_decay_(o, gh);
         g = gh;
     } else if (o->variant == LIN_GLA) {
@@ -412,12 +438,24 @@ static void lin_backward_(Mixer *m, float *dx, const float *dy, const float *x, 
     // gla: g = logsigmoid(gpre) / normalizer, gpre = (x W1^T) W2^T + b
     if (o->variant == LIN_GLA) {
         float inv = (float)(1.0 / o->gate_normalizer);
+        if (o->rotate) {  // the two channels of a pair share one gate: sum their gradients, in place (dg[.., :Dk/2])
 #pragma omp parallel for
-        for (size_t i = 0; i < nK; i++) dg[i] *= inv * (float)mixer_sigmoid(-a.gpre[i]);
+            for (long r = 0; r < (long)BT * o->H; r++) {
+                float *dr = dg + (size_t)r * o->Dk;
+                for (int c = 0; c < o->Dk / 2; c++) dr[c] += dr[c + o->Dk / 2];
+            }
+        }
+        float *dgp = dyn;  // (BT,GW); dyn is free since the norm's backward
+#pragma omp parallel for
+        for (long r = 0; r < (long)BT * o->H; r++)
+            for (int c = 0; c < o->GW / o->H; c++) {
+                size_t i = (size_t)r * (o->GW / o->H) + c;
+                dgp[i] = dg[(size_t)r * o->Dk + c] * inv * (float)mixer_sigmoid(-a.gpre[i]);
+            }
         float *dgr = tmp;
         memset(dgr, 0, (size_t)BT * o->gate_rank * sizeof(float));
-        matmul_backward(dgr, mixer_grad(m, o->k_gk2), mixer_grad(m, o->k_gkb), dg, a.gr, mixer_param(m, o->k_gk2), BT,
-                        o->gate_rank, o->HK);
+        matmul_backward(dgr, mixer_grad(m, o->k_gk2), mixer_grad(m, o->k_gkb), dgp, a.gr, mixer_param(m, o->k_gk2), BT,
+                        o->gate_rank, o->GW);
         matmul_backward(dx, mixer_grad(m, o->k_gk1), NULL, dgr, x, mixer_param(m, o->k_gk1), BT, C, o->gate_rank);
     }
     // v: drop the ones column
@@ -430,16 +468,25 @@ static void lin_backward_(Mixer *m, float *dx, const float *dy, const float *x, 
     }
     // q, k through RoPE or the feature map
     const float *dq0 = dq, *dk0 = dk;
-    if (o->variant == LIN_RETNET || o->fmap != FMAP_IDENTITY) {
+    if (o->rotate || o->fmap != FMAP_IDENTITY) {
         memset(dxq, 0, nK * sizeof(float));
         memset(dxk, 0, nK * sizeof(float));
-        if (o->variant == LIN_RETNET) {
-            RotaryCfg rc = lin_rope_(o);
+        RotaryCfg rc = lin_rope_(o);
+        if (o->fmap == FMAP_IDENTITY) {
             rotary_backward(dxq, dq, &rc, 0, B, T, o->H, o->Dk);
             rotary_backward(dxk, dk, &rc, 0, B, T, o->H, o->Dk);
         } else {
-            lin_fmap_backward_(m, 0, dxq, dq, a.xq, a.fa, tmp, BT);
-            lin_fmap_backward_(m, 1, dxk, dk, a.xk, a.fb, tmp, BT);
+            // undo the rotation (into dyn, free since the norm's backward) before the feature map's backward
+            float *dr[2] = {dq, dk}, *dxs[2] = {dxq, dxk};
+            for (int w2 = 0; w2 < 2; w2++) {
+                const float *dphi = dr[w2];
+                if (o->rotate) {
+                    memset(dyn, 0, nK * sizeof(float));
+                    rotary_backward(dyn, dr[w2], &rc, 0, B, T, o->H, o->Dk);
+                    dphi = dyn;
+                }
+                lin_fmap_backward_(m, w2, dxs[w2], dphi, w2 ? a.xk : a.xq, w2 ? a.fb : a.fa, tmp, BT);
+            }
         }
         dq0 = dxq, dk0 = dxk;
     }
@@ -449,12 +496,12 @@ static void lin_backward_(Mixer *m, float *dx, const float *dy, const float *x, 
 }
 
 // ----------------------------------------------------------------------------
-// recurrent decoding: per sequence [the recurrence's state (H, Dk*Dva) | retnet: the position (1)]
+// recurrent decoding: per sequence [the recurrence's state (H, Dk*Dva) | rotate: the position (1)]
 
 static size_t lin_state_size_(const MixerSpec *s) {
     const LinOpts *o = s->opts;
     LinrecDims d = lin_dims_(o, 1, 1);
-    return (size_t)o->H * linrec_state_size(&d) + (o->variant == LIN_RETNET);
+    return (size_t)o->H * linrec_state_size(&d) + (o->rotate != 0);
 }
 
 static void lin_state_init_(const Mixer *m, float *state, int B) {
@@ -463,7 +510,7 @@ static void lin_state_init_(const Mixer *m, float *state, int B) {
     size_t n = lin_state_size_(m->spec);
     for (int b = 0; b < B; b++) {
         linrec_state_init(state + b * n, &d);
-        if (o->variant == LIN_RETNET) state[b * n + n - 1] = 0.0f;  // the next token's position (RoPE); exact to 2^24
+        if (o->rotate) state[b * n + n - 1] = 0.0f;  // the next token's position (RoPE); exact to 2^24
     }
 }
 
@@ -487,14 +534,17 @@ static void lin_step_(const Mixer *m, float *state, float *y, const float *x, in
         lin_fmap_(m, 1, k, fa + 2 * bk, xk, B);
         qs = q, ks = k;
     }
-    if (o->variant == LIN_RETNET) {
+    if (o->rotate) {
         RotaryCfg rc = lin_rope_(o);
-        for (int b = 0; b < B; b++) {  // each sequence at its own position
+        for (int b = 0; b < B; b++) {  // each sequence at its own position; after the feature map, in place
             int pos = (int)state[b * n + rs];
-            rotary_forward(q + (size_t)b * o->HK, xq + (size_t)b * o->HK, &rc, pos, 1, 1, o->H, o->Dk);
-            rotary_forward(k + (size_t)b * o->HK, xk + (size_t)b * o->HK, &rc, pos, 1, 1, o->H, o->Dk);
+            size_t r = (size_t)b * o->HK;
+            rotary_forward(q + r, qs + r, &rc, pos, 1, 1, o->H, o->Dk);
+            rotary_forward(k + r, ks + r, &rc, pos, 1, 1, o->H, o->Dk);
         }
         qs = q, ks = k;
+    }
+    if (o->variant == LIN_RETNET) {
         lin_retnet_decay_(o, gh);
         gp = gh;
     } else if (o->variant == LIN_GLA) {
@@ -511,7 +561,7 @@ static void lin_step_(const Mixer *m, float *state, float *y, const float *x, in
         const float *gb = o->variant == LIN_GLA ? gp + (size_t)b * o->HK : gp;
         linrec_step(oa + (size_t)b * o->H * o->Dva, NULL, state + b * n, qs + (size_t)b * o->HK, ks + (size_t)b * o->HK,
                     vs + (size_t)b * o->H * o->Dva, gb, NULL, &d);
-        if (o->variant == LIN_RETNET) state[b * n + rs] += 1.0f;
+        if (o->rotate) state[b * n + rs] += 1.0f;
     }
     const float *on = oa;
     if (o->normalize) {
