@@ -35,6 +35,7 @@ ROWS=(
     'mlstm|{"kind":"mlstm","heads":4}'
     'deltanet|{"kind":"deltanet","heads":4}'
     'gated_deltanet|{"kind":"gated_deltanet","heads":4}'
+    'gsa|{"kind":"gsa","heads":4}'
 )
 all=""; for r in "${ROWS[@]}"; do all+="${r%%|*} "; done
 MIXERS=${MIXERS:-$all}

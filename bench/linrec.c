@@ -1,7 +1,7 @@
 /*
  * Linear-recurrence engine benchmark (not a test): forward + backward time of the chunkwise-parallel engine
  * (nn/linrec.h) next to a naive sequential scan of the same recurrence, in one run on the same threads, for
- * each decay form, at T = 512, 2048, 8192 (H = 4, Dk = Dv = 64 by default) with B T = 32768 tokens a call
+ * each decay form (value channel: GSA's first pass), at T = 512, 2048, 8192 (H = 4, Dk = Dv = 64 by default) with B T = 32768 tokens a call
  * (B = 64, 16, 4), so that every length moves the same amount of data and only the dependence on T differs;
  * the ratio at each T and the exponent p of the time per sequence ~ T^p fitted over the measured lengths
  * (1 for a linear-time scan; --B fixes B instead of B T).
@@ -52,12 +52,12 @@ static float *filled_(size_t n, unsigned seed, float lo, float hi) {
 // the naive scan: forward keeping every state, backward by the reverse sweep; per (b,h) a (T+1, K, V) buffer
 static void naive_fwd_bwd_(float *o, float *dq, float *dk, float *dv, float *dg, const float *q, const float *k,
                            const float *v, const float *g, const float *dout, const LinrecDims *d) {
-    int T = d->T, H = d->H, K = d->Dk, V = d->Dv, chan = d->decay == LINREC_CHANNEL;
+    int T = d->T, H = d->H, K = d->Dk, V = d->Dv, chan = d->decay == LINREC_CHANNEL, vch = d->decay == LINREC_VCHANNEL;
     size_t KV = (size_t)K * V;
 #pragma omp parallel
     {
         float *S = malloc((size_t)(T + 1) * KV * sizeof(float)), *dS = malloc(KV * sizeof(float));
-        float *a = malloc((size_t)K * sizeof(float));
+        float *a = malloc((size_t)K * sizeof(float)), *av = malloc((size_t)V * sizeof(float));  // av: per value channel
 #pragma omp for schedule(dynamic, 1)
         for (int bh = 0; bh < d->B * H; bh++) {
             int b = bh / H, h = bh % H;
@@ -65,14 +65,16 @@ static void naive_fwd_bwd_(float *o, float *dq, float *dk, float *dv, float *dg,
             for (int t = 0; t < T; t++) {
                 size_t r = ((size_t)b * T + t) * H + h;
                 for (int i = 0; i < K; i++)
-                    a[i] = d->decay == LINREC_NONE ? 1.0f : expf(chan ? g[r * K + i] : d->decay == LINREC_HEAD ? g[h] : g[r]);
+                    a[i] = d->decay == LINREC_NONE || vch ? 1.0f
+                                                          : expf(chan ? g[r * K + i] : d->decay == LINREC_HEAD ? g[h] : g[r]);
+                for (int j = 0; j < V; j++) av[j] = vch ? expf(g[r * V + j]) : 1.0f;
                 const float *Sp = S + (size_t)t * KV;
                 float *Sn = S + (size_t)(t + 1) * KV, *orow = o + r * V;
                 memset(orow, 0, (size_t)V * sizeof(float));
                 for (int i = 0; i < K; i++) {
                     float ki = k[r * K + i], qi = d->scale * q[r * K + i];
                     for (int j = 0; j < V; j++) {
-                        Sn[i * V + j] = a[i] * Sp[i * V + j] + ki * v[r * V + j];
+                        Sn[i * V + j] = a[i] * av[j] * Sp[i * V + j] + ki * v[r * V + j];
                         orow[j] += qi * Sn[i * V + j];
                     }
                 }
@@ -82,7 +84,9 @@ static void naive_fwd_bwd_(float *o, float *dq, float *dk, float *dv, float *dg,
                 size_t r = ((size_t)b * T + t) * H + h;
                 const float *St = S + (size_t)(t + 1) * KV, *Sp = S + (size_t)t * KV, *dor = dout + r * V;
                 for (int i = 0; i < K; i++)
-                    a[i] = d->decay == LINREC_NONE ? 1.0f : expf(chan ? g[r * K + i] : d->decay == LINREC_HEAD ? g[h] : g[r]);
+                    a[i] = d->decay == LINREC_NONE || vch ? 1.0f
+                                                          : expf(chan ? g[r * K + i] : d->decay == LINREC_HEAD ? g[h] : g[r]);
+                for (int j = 0; j < V; j++) av[j] = vch ? expf(g[r * V + j]) : 1.0f;
                 float dgs = 0.0f;
                 for (int i = 0; i < K; i++) {
                     float qi = d->scale * q[r * K + i], acc_q = 0.0f, acc_k = 0.0f, acc_g = 0.0f;
@@ -92,7 +96,8 @@ static void naive_fwd_bwd_(float *o, float *dq, float *dk, float *dv, float *dg,
                         acc_k += dS[i * V + j] * v[r * V + j];
                         dv[r * V + j] += dS[i * V + j] * k[r * K + i];
                         acc_g += dS[i * V + j] * Sp[i * V + j];
-                        dS[i * V + j] *= a[i];
+                        if (vch) dg[r * V + j] += dS[i * V + j] * Sp[i * V + j] * av[j];
+                        dS[i * V + j] *= a[i] * av[j];
                     }
                     dq[r * K + i] += d->scale * acc_q;
                     dk[r * K + i] += acc_k;
@@ -102,7 +107,7 @@ static void naive_fwd_bwd_(float *o, float *dq, float *dk, float *dv, float *dg,
                 if (d->decay == LINREC_TOKEN) dg[r] += dgs;
             }
         }
-        free(S); free(dS); free(a);
+        free(S); free(dS); free(a); free(av);
     }
 }
 
@@ -214,14 +219,14 @@ int main(int argc, char **argv) {
            chunk, bench_threads(), reps, MIN_TIME_S);
     printf("| decay | B x T | chunked fwd+bwd (ms) | naive fwd+bwd (ms) | speed-up | chunked tokens/s | chunked GFLOP/s | naive GFLOP/s |\n");
     printf("|---|---:|---:|---:|---:|---:|---:|---:|\n");
-    const char *names[4] = {"none", "head", "token", "channel"};
-    for (int decay = 0; decay < 4; decay++) {
+    const char *names[5] = {"none", "head", "token", "channel", "value channel"};
+    for (int decay = 0; decay < 5; decay++) {
         double tch[MAX_T];
         for (int ti = 0; ti < nT; ti++) {
             int T = Ts[ti], Bt = B ? B : (tokens / T > 0 ? tokens / T : 1);
             LinrecDims d = {Bt, T, H, D, D, decay, 0, chunk, 1.0f / sqrtf((float)D)};
             size_t BTH = (size_t)Bt * T * H, nK = BTH * D;
-            size_t ng = decay == LINREC_HEAD ? (size_t)H : decay == LINREC_TOKEN ? BTH : decay == LINREC_CHANNEL ? nK : 1;
+            size_t ng = decay == LINREC_HEAD ? (size_t)H : decay == LINREC_TOKEN ? BTH : decay >= LINREC_CHANNEL ? nK : 1;
             float *q = filled_(nK, 1, -1, 1), *k = filled_(nK, 2, -1, 1), *v = filled_(nK, 3, -1, 1);
             float *g = filled_(ng, 4, -0.5f, -0.01f), *dout = filled_(nK, 5, -1, 1), *o = malloc(nK * sizeof(float));
             float *dq = calloc(nK, sizeof(float)), *dk = calloc(nK, sizeof(float)), *dv = calloc(nK, sizeof(float));

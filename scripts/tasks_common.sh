@@ -118,6 +118,7 @@ mixer_rows() {
         'mlstm|mLSTM (xLSTM)|{"kind":"mlstm"}|model.block=fused'
         'deltanet|DeltaNet|{"kind":"deltanet"}|'
         'gated_deltanet|Gated DeltaNet|{"kind":"gated_deltanet"}|'
+        'gsa|GSA (gated slot attention)|{"kind":"gsa"}|'
     )
     local m all=""
     for m in "${MIXER[@]}"; do all+="${m%%|*} "; done

@@ -1,6 +1,7 @@
 /*
  * The linear-recurrence engine (nn/linrec.h) against a naive sequential scan in double, token by token:
- *   - chunked forward == sequential for every decay form (none, per head, per token, per channel), with and
+ *   - chunked forward == sequential for every decay form (none, per head, per token, per key channel, per value
+ *     channel), with and
  *     without exponential input gates (mLSTM's stabilised form), for chunk sizes 1, 3, 8, 16 and T (T = 37 is
  *     a multiple of none of them), to 1e-5 of the largest output;
  *   - gradient checks of q, k, v, the log-decays and the log input gates (and the stabiliser output m);
@@ -23,7 +24,11 @@
 #define GC_RTOL 1e-2
 #define GC_ATOL 2e-3
 
-static const char *DECAY_NAME_[] = {"none", "head", "token", "channel"};
+static const char *DECAY_NAME_[] = {"none", "head", "token", "channel", "vchannel"};
+#define N_DECAY_ 5
+
+// input gates go with the scalar decays only
+static int skip_(int gated, int decay) { return gated && (decay == LINREC_CHANNEL || decay == LINREC_VCHANNEL); }
 
 typedef struct Case {
     LinrecDims d;
@@ -38,6 +43,7 @@ static size_t g_size_(const LinrecDims *d) {
     case LINREC_HEAD: return (size_t)d->H;
     case LINREC_TOKEN: return BTH;
     case LINREC_CHANNEL: return BTH * d->Dk;
+    case LINREC_VCHANNEL: return BTH * d->Dv;
     default: return 0;
     }
 }
@@ -91,10 +97,12 @@ static void naive_(const Case *c, double *o, double *m) {
                 } else {
                     f = exp(gs);
                 }
-                for (int i = 0; i < K; i++) {
-                    double a = d->decay == LINREC_CHANNEL ? exp(c->g[r * K + i]) : f;
-                    for (int j = 0; j < V; j++) S[i * V + j] = a * S[i * V + j] + in * c->k[r * K + i] * c->v[r * V + j];
-                }
+                for (int i = 0; i < K; i++)
+                    for (int j = 0; j < V; j++) {
+                        double a = d->decay == LINREC_CHANNEL ? exp(c->g[r * K + i])
+                                   : d->decay == LINREC_VCHANNEL ? exp(c->g[r * V + j]) : f;
+                        S[i * V + j] = a * S[i * V + j] + in * c->k[r * K + i] * c->v[r * V + j];
+                    }
                 for (int j = 0; j < V; j++) {
                     double s = 0.0;
                     for (int i = 0; i < K; i++) s += d->scale * c->q[r * K + i] * S[i * V + j];
@@ -115,8 +123,8 @@ static LinrecDims dims_(int B, int T, int H, int Dk, int Dv, int decay, int gate
 static void test_chunked_vs_sequential(void) {
     int chunks[] = {1, 3, 8, 16, 37};
     for (int gated = 0; gated < 2; gated++)
-        for (int decay = 0; decay < 4; decay++) {
-            if (gated && decay == LINREC_CHANNEL) continue;
+        for (int decay = 0; decay < N_DECAY_; decay++) {
+            if (skip_(gated, decay)) continue;
             Case c;
             case_make_(&c, dims_(2, 37, 3, 8, 6, decay, gated, 1), 100 + decay + 10 * gated, -1.5f, -0.01f, 0.0f, 2.0f);
             size_t BTH = (size_t)2 * 37 * 3, nO = BTH * 6;
@@ -177,8 +185,8 @@ static void grads_free_(Grads *g) { free(g->dq); free(g->dk); free(g->dv); free(
 
 static void test_gradcheck(void) {
     for (int gated = 0; gated < 2; gated++)
-        for (int decay = 0; decay < 4; decay++) {
-            if (gated && decay == LINREC_CHANNEL) continue;
+        for (int decay = 0; decay < N_DECAY_; decay++) {
+            if (skip_(gated, decay)) continue;
             Case c;
             case_make_(&c, dims_(2, 13, 2, 4, 3, decay, gated, 4), 200 + decay + 10 * gated, -1.0f, -0.05f, 0.0f, 1.0f);
             const LinrecDims *d = &c.d;
@@ -211,8 +219,8 @@ static void test_gradcheck(void) {
 // the same gradients whatever the chunk size
 static void test_grads_chunk_independent(void) {
     for (int gated = 0; gated < 2; gated++)
-        for (int decay = 0; decay < 4; decay++) {
-            if (gated && decay == LINREC_CHANNEL) continue;
+        for (int decay = 0; decay < N_DECAY_; decay++) {
+            if (skip_(gated, decay)) continue;
             Case c;
             case_make_(&c, dims_(2, 29, 2, 8, 5, decay, gated, 29), 400 + decay + 10 * gated, -0.8f, -0.02f, 0.0f, 1.5f);
             const LinrecDims *d = &c.d;
@@ -248,8 +256,8 @@ static void test_grads_chunk_independent(void) {
 
 static void test_step_and_state(void) {
     for (int gated = 0; gated < 2; gated++)
-        for (int decay = 0; decay < 4; decay++) {
-            if (gated && decay == LINREC_CHANNEL) continue;
+        for (int decay = 0; decay < N_DECAY_; decay++) {
+            if (skip_(gated, decay)) continue;
             int B = 2, T = 21, H = 2, K = 5, V = 4;
             Case c;
             case_make_(&c, dims_(B, T, H, K, V, decay, gated, 8), 500 + decay + 10 * gated, -1.0f, -0.05f, 0.0f, 2.0f);
@@ -260,7 +268,8 @@ static void test_step_and_state(void) {
             float *state = malloc((size_t)B * H * ss * sizeof(float));
             linrec_state_init(state, d);
             float *qt = malloc((size_t)B * H * K * sizeof(float)), *kt = malloc((size_t)B * H * K * sizeof(float));
-            float *vt = malloc((size_t)B * H * V * sizeof(float)), *gt = malloc((size_t)B * H * K * sizeof(float));
+            float *vt = malloc((size_t)B * H * V * sizeof(float));
+            float *gt = malloc((size_t)B * H * (K + V) * sizeof(float));  // per key or per value channel
             float *lt = malloc((size_t)B * H * sizeof(float)), *ot = malloc((size_t)B * H * V * sizeof(float));
             float *mt = malloc((size_t)B * H * sizeof(float));
             double eo = 0, em = 0, so = 0;
@@ -273,6 +282,7 @@ static void test_step_and_state(void) {
                         memcpy(vt + s * V, c.v + r * V, V * sizeof(float));
                         if (decay == LINREC_TOKEN) gt[s] = c.g[r];
                         if (decay == LINREC_CHANNEL) memcpy(gt + s * K, c.g + r * K, K * sizeof(float));
+                        if (decay == LINREC_VCHANNEL) memcpy(gt + s * V, c.g + r * V, V * sizeof(float));
                         if (gated) lt[s] = c.li[r];
                     }
                 const float *gp = decay == LINREC_HEAD ? c.g : decay == LINREC_NONE ? NULL : gt;
@@ -304,7 +314,8 @@ static void test_step_and_state(void) {
             const float *g1 = decay == LINREC_HEAD || decay == LINREC_NONE ? c.g : c.g;
             linrec_forward(o_two, gated ? m_two : NULL, NULL, state, c.q, c.k, c.v, g1, c.li, &d1);
             d1.T = T - T1;
-            size_t gstep = decay == LINREC_TOKEN ? (size_t)T1 * H : decay == LINREC_CHANNEL ? (size_t)T1 * H * K : 0;
+            size_t gstep = decay == LINREC_TOKEN ? (size_t)T1 * H : decay == LINREC_CHANNEL ? (size_t)T1 * H * K
+                           : decay == LINREC_VCHANNEL ? (size_t)T1 * H * V : 0;
             linrec_forward(o_two + (size_t)T1 * H * V, gated ? m_two + (size_t)T1 * H : NULL, NULL, state,
                            c.q + (size_t)T1 * H * K, c.k + (size_t)T1 * H * K, c.v + (size_t)T1 * H * V,
                            c.g ? c.g + gstep : NULL, gated ? c.li + (size_t)T1 * H : NULL, &d1);
@@ -327,8 +338,8 @@ static void test_step_and_state(void) {
 // T = 8192, decays down to exp(-30) per token and input gates up to e^60: no inf, no NaN, same as the scan
 static void test_long_strong_decays(void) {
     for (int gated = 0; gated < 2; gated++)
-        for (int decay = 1; decay < 4; decay++) {
-            if (gated && decay == LINREC_CHANNEL) continue;
+        for (int decay = 1; decay < N_DECAY_; decay++) {
+            if (skip_(gated, decay)) continue;
             Case c;
             case_make_(&c, dims_(1, 8192, 2, 8, 8, decay, gated, 64), 600 + decay + 10 * gated, -30.0f, -0.001f, 40.0f,
                        10.0f);

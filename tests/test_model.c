@@ -203,6 +203,14 @@ static void test_decode(void) {
     check_decode_("deltanet + gated_deltanet", "{\"vocab_size\": 0, \"d_model\": 16, \"n_layers\": 2, \"mixer\": "
                   "{\"kind\": \"deltanet\", \"heads\": 2, \"chunk\": 5, \"init_std\": 0.2}, \"layers\": [{\"at\": \"1\", "
                   "\"mixer\": {\"kind\": \"gated_deltanet\", \"heads\": 2, \"allow_neg_eigval\": true, \"chunk\": 3}}]}");
+    check_decode_("gsa + gsa relu no norm", "{\"vocab_size\": 0, \"d_model\": 16, \"n_layers\": 2, \"mixer\": "
+                  "{\"kind\": \"gsa\", \"heads\": 2, \"num_slots\": 6, \"chunk\": 5, \"init_std\": 0.2}, \"layers\": [{\"at\": "
+                  "\"1\", \"mixer\": {\"kind\": \"gsa\", \"heads\": 4, \"num_slots\": 3, \"feature_map\": \"relu\", "
+                  "\"norm\": false, \"chunk\": 3}}]}");
+    check_decode_("gla rotate + linear_attn rotate", "{\"vocab_size\": 0, \"d_model\": 16, \"n_layers\": 2, \"mixer\": "
+                  "{\"kind\": \"gla\", \"heads\": 2, \"expand_k\": 1, \"rotate\": true, \"rope_base\": 20, \"chunk\": 5}, "
+                  "\"layers\": [{\"at\": \"1\", \"mixer\": {\"kind\": \"linear_attn\", \"heads\": 2, \"feature_map\": \"elu\", "
+                  "\"rotate\": true, \"chunk\": 3}}]}");
     check_decode_("mamba2 (fused) + gla", "{\"vocab_size\": 0, \"d_model\": 16, \"n_layers\": 2, \"mixer\": {\"kind\": "
                   "\"mamba2\", \"head_dim\": 8, \"d_state\": 4, \"n_groups\": 2, \"chunk\": 4}, \"layers\": [{\"at\": \"1\", "
                   "\"mixer\": {\"kind\": \"gla\", \"heads\": 2}}]}");
@@ -450,6 +458,11 @@ int main(void) {
         {"gated_deltanet neg eigval, no conv", "\"norm\": \"rmsnorm\", \"mixer\": {\"kind\": \"gated_deltanet\", "
          "\"heads\": 2, \"conv\": 0, \"allow_neg_eigval\": true, \"chunk\": 3, \"init_std\": 0.3, "
          "\"A_init_lo\": 0.5, \"A_init_hi\": 4}", 1, 3e-3},
+        // gsa (mixers/gsa.c): init_std 0.3 so that the slot scores spread and the softmax carries q's, k's gradients
+        {"gsa", "\"mixer\": {\"kind\": \"gsa\", \"heads\": 2, \"num_slots\": 6, \"chunk\": 5, \"init_std\": 0.3}", 0, 3e-3},
+        // the complex forget gate (mixers/linear.c rotate): RoPE in front of gla's engine, one decay per rotated pair
+        {"gla rotate", "\"mixer\": {\"kind\": \"gla\", \"heads\": 2, \"expand_k\": 1, \"gate_rank\": 4, \"rotate\": true, "
+         "\"rope_base\": 20, \"chunk\": 5}", 0, 3e-3},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char json[2048];

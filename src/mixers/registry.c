@@ -16,6 +16,7 @@ extern const MixerOps MIXER_GLA;
 extern const MixerOps MIXER_MAMBA2;
 extern const MixerOps MIXER_MLSTM;
 extern const MixerOps MIXER_DELTANET, MIXER_GATED_DELTANET;
+extern const MixerOps MIXER_GSA;
 
 static const MixerOps *const MIXERS_[] = {
     &MIXER_ATTENTION,
@@ -27,6 +28,7 @@ static const MixerOps *const MIXERS_[] = {
     &MIXER_MAMBA2,
     &MIXER_MLSTM,
     &MIXER_DELTANET, &MIXER_GATED_DELTANET,
+    &MIXER_GSA,
 };
 static const int N_MIXERS_ = (int)(sizeof MIXERS_ / sizeof MIXERS_[0]);
 

@@ -1,6 +1,7 @@
 #include "nn/linrec.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -185,11 +186,30 @@ static void chunk_scores_(Work *w, const LinrecDims *d, int L) {
         }
 }
 
+// the value-side decay's chunked passes (the last sections)
+static void vdecay_forward_(float *o, float *ckpt, float *state, const float *q, const float *k, const float *v,
+                            const float *g, const LinrecDims *d);
+static void vdecay_backward_(float *dq, float *dk, float *dv, float *dg, const float *dout, const float *ckpt,
+                             const float *q, const float *k, const float *v, const float *g, const LinrecDims *d);
+
+// LINREC_VCHANNEL has no input gates: a caller that asks for both is a programming error
+static void vdecay_check_(const LinrecDims *d) {
+    if (d->decay == LINREC_VCHANNEL && d->gated_in) {
+        fprintf(stderr, "linrec: the value-side decay (LINREC_VCHANNEL) does not take input gates (gated_in)\n");
+        abort();
+    }
+}
+
 // ----------------------------------------------------------------------------
 // forward
 
 void linrec_forward(float *o, float *m, float *ckpt, float *state, const float *q, const float *k, const float *v,
                     const float *g, const float *li, const LinrecDims *d) {
+    if (d->decay == LINREC_VCHANNEL) {
+        vdecay_check_(d);
+        vdecay_forward_(o, ckpt, state, q, k, v, g, d);
+        return;
+    }
     int H = d->H, K = d->Dk, V = d->Dv, nch = nchunks_(d);
     size_t ss = linrec_state_size(d), KV = (size_t)K * V;
 #pragma omp parallel
@@ -241,6 +261,11 @@ void linrec_forward(float *o, float *m, float *ckpt, float *state, const float *
 void linrec_backward(float *dq, float *dk, float *dv, float *dg, float *dli, const float *dout, const float *dm,
                      const float *ckpt, const float *q, const float *k, const float *v, const float *g,
                      const float *li, const LinrecDims *d) {
+    if (d->decay == LINREC_VCHANNEL) {
+        vdecay_check_(d);
+        vdecay_backward_(dq, dk, dv, dg, dout, ckpt, q, k, v, g, d);
+        return;
+    }
     int H = d->H, K = d->Dk, V = d->Dv, nch = nchunks_(d), chan = d->decay == LINREC_CHANNEL;
     size_t ss = linrec_state_size(d), KV = (size_t)K * V;
     // the per-head decay's gradient: one partial per (b,h), summed over b in order afterwards
@@ -427,11 +452,26 @@ void linrec_step(float *o, float *m, float *state, const float *q, const float *
             in = fast_expf_(li[bh] - mn);
             S[KV] = mn;
             if (m) m[bh] = mn;
-        } else if (d->decay != LINREC_CHANNEL) {
+        } else if (d->decay != LINREC_CHANNEL && d->decay != LINREC_VCHANNEL) {
             f = fast_expf_(gs);
         }
         float *orow = o + (size_t)bh * V;
         memset(orow, 0, V * sizeof(float));
+        if (d->decay == LINREC_VCHANNEL) {  // the state's columns decay: S = S diag(exp(g)) + k v^T
+            const float *gr = g + (size_t)bh * V;
+            float *a = orow;  // exp(g) in o's row until the first column is read; then o accumulates
+            for (int j = 0; j < V; j++) a[j] = fast_expf_(gr[j]);
+            for (int c = 0; c < K; c++) {
+                float kc = kr[c], *sr = S + (size_t)c * V;
+                for (int j = 0; j < V; j++) sr[j] = a[j] * sr[j] + kc * vr[j];
+            }
+            memset(orow, 0, V * sizeof(float));
+            for (int c = 0; c < K; c++) {
+                float qc = d->scale * qr[c], *sr = S + (size_t)c * V;
+                for (int j = 0; j < V; j++) orow[j] += qc * sr[j];
+            }
+            continue;
+        }
         for (int c = 0; c < K; c++) {
             float a = d->decay == LINREC_CHANNEL ? fast_expf_(g[(size_t)bh * K + c]) : f, kc = in * kr[c];
             float qc = d->scale * qr[c], *sr = S + (size_t)c * V;
@@ -440,5 +480,234 @@ void linrec_step(float *o, float *m, float *state, const float *q, const float *
                 orow[j] += qc * sr[j];
             }
         }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// the decay on the value side (LINREC_VCHANNEL): S_t = S_{t-1} diag(a_t) + k_t v_t^T, a_t = exp(g_t) per value
+// channel. With G_i the in-chunk cumulative log-decay (per value channel c) and A_ij = q'_i . k_j:
+//
+//   o_ic  = sum_{j<=i} A_ij v_jc exp(G_ic - G_jc)  +  fq_ic (q'_i S~)_c      fq_i = exp(G_i)
+//   S~'   = S~ diag(carry) + sum_j k_j (fv_j (.) v_j)^T                       fv_j = exp(G_L - G_j), carry = exp(G_L)
+//
+// The scores A carry no decay (a plain product); the decay sits on each output channel, so the intra-chunk
+// sum is the direct O(L^2 Dv) weighted sum. Every exponent is <= 0, as in the key-side forms.
+//
+// Backward, with dS~' the gradient of the state the chunk hands on and dr_i = fq_i (.) do_i:
+//   dA_ij = sum_c do_ic v_jc exp(G_ic - G_jc),   dv_jc = sum_i A_ij do_ic exp(G_ic - G_jc) + fv_jc (k_j^T dS~')_c
+//   dq'_i = sum_j dA_ij k_j + S~ dr_i,           dk_j = sum_i dA_ij q'_i + dS~' (fv_j (.) v_j)
+//   dS~   = dS~' diag(carry) + sum_i q'_i dr_i^T
+// and the log-weights by their exponents: every term of o_i has +G_i, every term holding v_j has -G_j, so
+// dG_i = do_i (.) o_i - v_i (.) dv_i, plus at the chunk's last token carry (.) colsum(S~ (.) dS~') +
+// sum_j (fv_j (.) v_j) (.) (k_j^T dS~'). dg is the reverse cumulative sum of dG over the chunk.
+
+typedef struct VWork {
+    float *q, *k, *kT, *v, *a, *o, *r, *fq, *vt, *carry, *s, *sT;  // forward
+    float *dout, *dr, *da, *dv, *dvt, *dq, *dk, *ds, *dsT, *dsn, *dgc;
+    double *gc;
+} VWork;
+
+static VWork vwork_alloc_(const LinrecDims *d, int backward) {
+    VWork w;
+    memset(&w, 0, sizeof w);
+    int L = d->chunk < d->T ? d->chunk : d->T, K = d->Dk, V = d->Dv;
+    size_t LK = (size_t)L * K, LV = (size_t)L * V, LL = (size_t)L * L, KV = (size_t)K * V;
+    size_t n = 3 * LK + 5 * LV + LL + V + 2 * KV;
+    if (backward) n += 6 * LV + LL + 2 * LK + 3 * KV;
+    float *p = xcalloc(n, sizeof(float));
+    w.gc = xcalloc(LV, sizeof(double));
+#define TAKE_(f, cnt) (w.f = p, p += (cnt))
+    TAKE_(q, LK), TAKE_(k, LK), TAKE_(kT, LK), TAKE_(v, LV), TAKE_(o, LV), TAKE_(r, LV), TAKE_(fq, LV), TAKE_(vt, LV);
+    TAKE_(a, LL), TAKE_(carry, V), TAKE_(s, KV), TAKE_(sT, KV);
+    if (backward) {
+        TAKE_(dout, LV), TAKE_(dr, LV), TAKE_(dv, LV), TAKE_(dvt, LV), TAKE_(dgc, LV), TAKE_(da, LL);
+        TAKE_(dq, LK), TAKE_(dk, LK), TAKE_(ds, KV), TAKE_(dsT, KV), TAKE_(dsn, KV);
+    }
+#undef TAKE_
+    return w;
+}
+
+static void vwork_free_(VWork *w) { free(w->q); free(w->gc); }
+
+// load tokens t0 .. t0+L-1 of (b,h): q' = scale q, k, v; the cumulative decays gc (L,V); fq, carry, vt = fv (.) v;
+// the scores a = q' k^T (lower triangle)
+static void vchunk_load_(VWork *w, const LinrecDims *d, int b, int h, int t0, int L, const float *q, const float *k,
+                         const float *v, const float *g) {
+    int K = d->Dk, V = d->Dv;
+    for (int i = 0; i < L; i++) {
+        size_t r = row_(d, b, t0 + i, h);
+        const float *qr = q + r * K, *gr = g + r * V;
+        float *wq = w->q + (size_t)i * K;
+        for (int c = 0; c < K; c++) wq[c] = d->scale * qr[c];
+        memcpy(w->k + (size_t)i * K, k + r * K, (size_t)K * sizeof(float));
+        memcpy(w->v + (size_t)i * V, v + r * V, (size_t)V * sizeof(float));
+        double *gi = w->gc + (size_t)i * V, *gp = i ? gi - V : NULL;
+        for (int c = 0; c < V; c++) gi[c] = (gp ? gp[c] : 0.0) + gr[c];
+    }
+    const double *gL = w->gc + (size_t)(L - 1) * V;
+    for (int c = 0; c < V; c++) w->carry[c] = fast_expf_((float)gL[c]);
+    for (int i = 0; i < L; i++) {
+        const double *gi = w->gc + (size_t)i * V;
+        float *fq = w->fq + (size_t)i * V, *vt = w->vt + (size_t)i * V;
+        const float *vi = w->v + (size_t)i * V;
+        for (int c = 0; c < V; c++) {
+            fq[c] = fast_expf_((float)gi[c]);
+            vt[c] = fast_expf_((float)(gL[c] - gi[c])) * vi[c];
+        }
+    }
+    transpose_(w->kT, w->k, L, K);
+    memset(w->a, 0, (size_t)L * L * sizeof(float));
+    mm_(w->a, w->q, w->kT, L, K, L, 0, MM_TRI_C);
+}
+
+// o (L,V) of the loaded chunk from the state s it starts from: the decay-weighted intra-chunk sum plus fq (.) (q' S~);
+// r = q' S~ is kept (the backward's dG needs the whole o)
+static void vchunk_out_(VWork *w, const LinrecDims *d, int L) {
+    int K = d->Dk, V = d->Dv;
+    memset(w->r, 0, (size_t)L * V * sizeof(float));
+    mm_(w->r, w->q, w->s, L, K, V, 0, 0);
+    for (int i = 0; i < L; i++) {
+        float *oi = w->o + (size_t)i * V;
+        const float *ri = w->r + (size_t)i * V, *fq = w->fq + (size_t)i * V;
+        const double *gi = w->gc + (size_t)i * V;
+        for (int c = 0; c < V; c++) oi[c] = fq[c] * ri[c];
+        for (int j = 0; j <= i; j++) {
+            float aij = w->a[(size_t)i * L + j];
+            const float *vj = w->v + (size_t)j * V;
+            const double *gj = w->gc + (size_t)j * V;
+#pragma omp simd
+            for (int c = 0; c < V; c++) oi[c] += aij * vj[c] * fast_expf_((float)(gi[c] - gj[c]));
+        }
+    }
+}
+
+static void vdecay_forward_(float *o, float *ckpt, float *state, const float *q, const float *k, const float *v,
+                            const float *g, const LinrecDims *d) {
+    int H = d->H, K = d->Dk, V = d->Dv, nch = nchunks_(d);
+    size_t KV = (size_t)K * V;
+#pragma omp parallel
+    {
+        VWork w = vwork_alloc_(d, 0);
+#pragma omp for schedule(dynamic, 1)
+        for (int bh = 0; bh < d->B * H; bh++) {
+            int b = bh / H, h = bh % H;
+            if (state) memcpy(w.s, state + bh * KV, KV * sizeof(float));
+            else memset(w.s, 0, KV * sizeof(float));
+            for (int ci = 0; ci < nch; ci++) {
+                int t0 = ci * d->chunk, L = d->T - t0 < d->chunk ? d->T - t0 : d->chunk;
+                if (ckpt) memcpy(ckpt + ((size_t)bh * nch + ci) * KV, w.s, KV * sizeof(float));
+                vchunk_load_(&w, d, b, h, t0, L, q, k, v, g);
+                vchunk_out_(&w, d, L);
+                for (int i = 0; i < L; i++)
+                    memcpy(o + row_(d, b, t0 + i, h) * V, w.o + (size_t)i * V, V * sizeof(float));
+                // S~' = S~ diag(carry) + k^T vt
+                for (int c = 0; c < K; c++) {
+                    float *sr = w.s + (size_t)c * V;
+                    for (int j = 0; j < V; j++) sr[j] *= w.carry[j];
+                }
+                mm_(w.s, w.k, w.vt, K, L, V, 1, 0);
+            }
+            if (state) memcpy(state + bh * KV, w.s, KV * sizeof(float));
+        }
+        vwork_free_(&w);
+    }
+}
+
+static void vdecay_backward_(float *dq, float *dk, float *dv, float *dg, const float *dout, const float *ckpt,
+                             const float *q, const float *k, const float *v, const float *g, const LinrecDims *d) {
+    int H = d->H, K = d->Dk, V = d->Dv, nch = nchunks_(d);
+    size_t KV = (size_t)K * V;
+#pragma omp parallel
+    {
+        VWork w = vwork_alloc_(d, 1);
+#pragma omp for schedule(dynamic, 1)
+        for (int bh = 0; bh < d->B * H; bh++) {
+            int b = bh / H, h = bh % H;
+            memset(w.ds, 0, KV * sizeof(float));
+            for (int ci = nch - 1; ci >= 0; ci--) {
+                int t0 = ci * d->chunk, L = d->T - t0 < d->chunk ? d->T - t0 : d->chunk;
+                size_t LK = (size_t)L * K, LV = (size_t)L * V;
+                memcpy(w.s, ckpt + ((size_t)bh * nch + ci) * KV, KV * sizeof(float));
+                vchunk_load_(&w, d, b, h, t0, L, q, k, v, g);
+                vchunk_out_(&w, d, L);
+                for (int i = 0; i < L; i++)
+                    memcpy(w.dout + (size_t)i * V, dout + row_(d, b, t0 + i, h) * V, V * sizeof(float));
+                // intra-chunk: dA and dv, one exp per (i, j, c)
+                memset(w.da, 0, (size_t)L * L * sizeof(float));
+                memset(w.dv, 0, LV * sizeof(float));
+                for (int i = 0; i < L; i++) {
+                    const float *doi = w.dout + (size_t)i * V;
+                    const double *gi = w.gc + (size_t)i * V;
+                    for (int j = 0; j <= i; j++) {
+                        const float *vj = w.v + (size_t)j * V;
+                        const double *gj = w.gc + (size_t)j * V;
+                        float *dvj = w.dv + (size_t)j * V, aij = w.a[(size_t)i * L + j], da = 0.0f;
+#pragma omp simd reduction(+ : da)
+                        for (int c = 0; c < V; c++) {
+                            float e = fast_expf_((float)(gi[c] - gj[c]));
+                            da += doi[c] * vj[c] * e;
+                            dvj[c] += aij * doi[c] * e;
+                        }
+                        w.da[(size_t)i * L + j] = da;
+                    }
+                }
+                // dr = fq (.) dO; dq' = dA k + dr S~^T; dk = dA^T q' + vt dS~'^T
+                for (size_t i = 0; i < LV; i++) w.dr[i] = w.fq[i] * w.dout[i];
+                memset(w.dq, 0, LK * sizeof(float));
+                memset(w.dk, 0, LK * sizeof(float));
+                mm_(w.dq, w.da, w.k, L, L, K, 0, MM_TRI_A);
+                transpose_(w.sT, w.s, K, V);
+                mm_(w.dq, w.dr, w.sT, L, V, K, 0, 0);
+                mm_(w.dk, w.da, w.q, L, L, K, 1, 0);
+                transpose_(w.dsT, w.ds, K, V);
+                mm_(w.dk, w.vt, w.dsT, L, V, K, 0, 0);
+                // the state path into v: dvt = k dS~', dv += fv (.) dvt (fv = vt / v is not kept: recompute it)
+                memset(w.dvt, 0, LV * sizeof(float));
+                mm_(w.dvt, w.k, w.ds, L, K, V, 0, 0);
+                const double *gL = w.gc + (size_t)(L - 1) * V;
+                for (int i = 0; i < L; i++) {
+                    const double *gi = w.gc + (size_t)i * V;
+                    float *dvi = w.dv + (size_t)i * V, *dgi = w.dgc + (size_t)i * V;
+                    const float *dvti = w.dvt + (size_t)i * V, *vi = w.v + (size_t)i * V, *oi = w.o + (size_t)i * V;
+                    const float *doi = w.dout + (size_t)i * V;
+                    for (int c = 0; c < V; c++) {
+                        dvi[c] += fast_expf_((float)(gL[c] - gi[c])) * dvti[c];
+                        dgi[c] = doi[c] * oi[c] - vi[c] * dvi[c];
+                    }
+                }
+                // G_L's own terms: carry (.) colsum(S~ (.) dS~') and sum_j vt_j (.) dvt_j
+                float *dgL = w.dgc + (size_t)(L - 1) * V;
+                for (int c = 0; c < K; c++) {
+                    const float *sr = w.s + (size_t)c * V, *dsr = w.ds + (size_t)c * V;
+                    for (int j = 0; j < V; j++) dgL[j] += w.carry[j] * sr[j] * dsr[j];
+                }
+                for (size_t i = 0; i < LV; i++) dgL[i % V] += w.vt[i] * w.dvt[i];
+                // write dq (d/dq = scale d/dq'), dk, dv, and dg = the reverse cumulative sum of dG
+                for (int i = L - 2; i >= 0; i--)
+                    for (int c = 0; c < V; c++) w.dgc[(size_t)i * V + c] += w.dgc[(size_t)(i + 1) * V + c];
+                for (int i = 0; i < L; i++) {
+                    size_t r = row_(d, b, t0 + i, h);
+                    float *gq = dq + r * K, *gk = dk + r * K, *gv = dv + r * V;
+                    const float *lq = w.dq + (size_t)i * K, *lk = w.dk + (size_t)i * K, *lv = w.dv + (size_t)i * V;
+                    for (int c = 0; c < K; c++) { gq[c] += d->scale * lq[c]; gk[c] += lk[c]; }
+                    for (int c = 0; c < V; c++) gv[c] += lv[c];
+                    if (dg) {
+                        float *gr = dg + r * V;
+                        for (int c = 0; c < V; c++) gr[c] += w.dgc[(size_t)i * V + c];
+                    }
+                }
+                // dS~ = dS~' diag(carry) + q'^T dr
+                for (int c = 0; c < K; c++) {
+                    const float *src = w.ds + (size_t)c * V;
+                    float *dst = w.dsn + (size_t)c * V;
+                    for (int j = 0; j < V; j++) dst[j] = src[j] * w.carry[j];
+                }
+                mm_(w.dsn, w.q, w.dr, K, L, V, 1, 0);
+                float *t = w.ds;
+                w.ds = w.dsn;
+                w.dsn = t;
+            }
+        }
+        vwork_free_(&w);
     }
 }

@@ -5,9 +5,11 @@
  *
  *   S_t = diag(a_t) S_{t-1} + w_t k_t v_t^T,        o_t = S_t^T (scale q_t)
  *
- * The decay a_t = exp(g_t) is given as a log-decay g in one of four forms (LinrecDecay): absent (a = 1),
- * fixed per head (H,), one scalar per head and token (B,T,H), or one value per key channel and token
- * (B,T,H,Dk). The input weight w_t is 1, or with `gated_in` exp(li_t) for per-token log input gates li
+ * The decay a_t = exp(g_t) is given as a log-decay g in one of five forms (LinrecDecay): absent (a = 1),
+ * fixed per head (H,), one scalar per head and token (B,T,H), one value per key channel and token
+ * (B,T,H,Dk), or one value per VALUE channel and token (B,T,H,Dv): LINREC_VCHANNEL decays the state's
+ * columns, S_t = S_{t-1} diag(a_t) + k_t v_t^T (GSA's first pass, keys -> slots, where the slots are the
+ * value side; nn/linrec.c's last sections). The input weight w_t is 1, or with `gated_in` exp(li_t) for per-token log input gates li
  * (B,T,H) (mLSTM's exponential input gate); then the state is kept stabilised as xLSTM does,
  * S~_t = exp(-m_t) S_t with m_t = max(g_t + m_{t-1}, li_t) (m before the first token = -inf, i.e. the
  * parallel form's row maximum), o_t is the stabilised S~_t^T (scale q_t), and m (B,T,H) is an output.
@@ -30,7 +32,7 @@
 
 #include <stddef.h>
 
-typedef enum { LINREC_NONE, LINREC_HEAD, LINREC_TOKEN, LINREC_CHANNEL } LinrecDecay;
+typedef enum { LINREC_NONE, LINREC_HEAD, LINREC_TOKEN, LINREC_CHANNEL, LINREC_VCHANNEL } LinrecDecay;
 
 // the stabiliser of an empty state (gated_in): finite, so exp(g + m_empty - m) is exactly 0 without inf - inf
 #define LINREC_M_EMPTY (-1e30f)
@@ -53,7 +55,7 @@ void linrec_state_init(float *state, const LinrecDims *d);
 // o (B,T,H,Dv); m (B,T,H) when gated_in, else NULL; ckpt (linrec_ckpt_size) or NULL when no backward
 // follows; state (B,H,state_size) or NULL (= empty): on entry the state before token 0 (a prefix already
 // read), on exit the state after token T-1. q, k (B,T,H,Dk); v (B,T,H,Dv); g per d->decay (NULL for NONE:
-// (H,) | (B,T,H) | (B,T,H,Dk)); li (B,T,H) when gated_in, else NULL.
+// (H,) | (B,T,H) | (B,T,H,Dk) | (B,T,H,Dv)); li (B,T,H) when gated_in, else NULL.
 void linrec_forward(float *o, float *m, float *ckpt, float *state, const float *q, const float *k, const float *v,
                     const float *g, const float *li, const LinrecDims *d);
 
@@ -66,7 +68,7 @@ void linrec_backward(float *dq, float *dk, float *dv, float *dg, float *dli, con
                      const float *li, const LinrecDims *d);
 
 // one token of recurrent decoding (d->T is ignored): o (B,H,Dv); m (B,H) or NULL; state (B,H,state_size);
-// q, k (B,H,Dk); v (B,H,Dv); g (H,) | (B,H) | (B,H,Dk) per d->decay; li (B,H) or NULL
+// q, k (B,H,Dk); v (B,H,Dv); g (H,) | (B,H) | (B,H,Dk) | (B,H,Dv) per d->decay; li (B,H) or NULL
 void linrec_step(float *o, float *m, float *state, const float *q, const float *k, const float *v, const float *g,
                  const float *li, const LinrecDims *d);
 
