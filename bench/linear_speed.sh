@@ -36,6 +36,8 @@ ROWS=(
     'deltanet|{"kind":"deltanet","heads":4}'
     'gated_deltanet|{"kind":"gated_deltanet","heads":4}'
     'gsa|{"kind":"gsa","heads":4}'
+    'attn_path|{"kind":"attention","heads":8,"head_dim":64,"pos":"path"}'
+    'attn_path_fox|{"kind":"attention","heads":8,"head_dim":64,"pos":"path_fox"}'
 )
 all=""; for r in "${ROWS[@]}"; do all+="${r%%|*} "; done
 MIXERS=${MIXERS:-$all}

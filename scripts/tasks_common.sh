@@ -109,6 +109,8 @@ mixer_rows() {
         'attn_rope|Attention (RoPE)|{"kind":"attention","pos":"rope"}|'
         'attn_nope|Attention (no position)|{"kind":"attention","pos":"none"}|'
         'attn_alibi|Attention (ALiBi)|{"kind":"attention","pos":"alibi"}|'
+        'attn_path|Attention (PaTH)|{"kind":"attention","pos":"path"}|'
+        'attn_path_fox|Attention (PaTH-FoX)|{"kind":"attention","pos":"path_fox"}|'
         "rfa|RFA|{\"kind\":\"rfa\",\"heads\":$1,\"zero_decay_heads\":1}|optim.groups=[{\"match\":\"blocks.*.mixer.sde_*\",\"lr\":5e-4,\"beta1\":0.0,\"eps\":1e-7,\"clip\":1e-4}]"
         'kla|KLA|{"kind":"kla","d_state":16}|model.block=fused'
         'linear_attn|Linear attention (elu+1, normalised)|{"kind":"linear_attn","feature_map":"elu","normalize":true}|'

@@ -20,7 +20,10 @@
  *     s_t = a_t e^{-i w_n} s_{t-1} + k~_t v_t^T per pair n (k~ = k_n + i k_{n+Dk/2}), o_t = scale Re(q~_t^H s_t);
  *     and the attention kernel's weights on the rotated q, k == softmax_j(scale Re(q~_i^H e^{-i w (i-j)} k~_j)),
  *     the complex gate's (undecayed) M multiplied into the logits, to 1e-5.
- * PaTH (DeltaNet's twin) is not implemented: only the DeltaNet side (its transition product) is checked.
+ * (d) DeltaNet <-> PaTH, Gated DeltaNet <-> PaTH-FoX: the transition scores q_i^T (H_i..H_{j+1}) k_j are formed
+ *     once, from explicit Dk x Dk products of I - beta k k^T; (a) checks delta_forward against sum_j scores *
+ *     e^{G_i-G_j} beta_j v_j, and (d) checks path_attn_forward (w = the same unit keys, the same beta, fgate =
+ *     cumsum of the same log-decays) against softmax_j(scale * scores + G_i - G_j) V, to 1e-5 of max|o|.
  */
 #include <math.h>
 #include <stdio.h>
@@ -31,6 +34,7 @@
 #include "nn/attention.h"
 #include "nn/delta.h"
 #include "nn/linrec.h"
+#include "nn/path_attn.h"
 #include "nn/rotary.h"
 #include "test.h"
 
@@ -94,40 +98,56 @@ static void check_linrec_(const char *name, int decay, const float *q, const flo
     free(ref);
 }
 
+// the transition scores of query i: tr[j] = q_i^T (H_i ... H_{j+1}) k_j for j <= i, H_l = I - beta_l u_l u_l^T
+// (u = k for DeltaNet, u = w for PaTH), the product multiplied out as explicit Dk x Dk matrices in double. Both
+// sides of the DeltaNet <-> PaTH pair are checked against these same numbers.
+static void transition_scores_(double *tr, const float *q, const float *k, const float *u, const float *beta, int b,
+                               int h, int i) {
+    double P[DK * DK], Hm[DK * DK], tmp[DK * DK];
+    for (int r = 0; r < DK * DK; r++) P[r] = (r % (DK + 1)) == 0;  // the empty product (j = i)
+    const float *qi = q + IDX(b, i, h) * DK;
+    for (int j = i; j >= 0; j--) {
+        const float *kj = k + IDX(b, j, h) * DK, *uj = u + IDX(b, j, h) * DK;
+        double s = 0;
+        for (int r = 0; r < DK; r++)
+            for (int c = 0; c < DK; c++) s += (double)qi[r] * P[r * DK + c] * kj[c];
+        tr[j] = s;
+        // P <- P H_j (extended on the right)
+        for (int r = 0; r < DK; r++)
+            for (int c = 0; c < DK; c++) Hm[r * DK + c] = (r == c) - (double)beta[IDX(b, j, h)] * uj[r] * uj[c];
+        for (int r = 0; r < DK; r++)
+            for (int c = 0; c < DK; c++) {
+                double acc = 0;
+                for (int m = 0; m < DK; m++) acc += P[r * DK + m] * Hm[m * DK + c];
+                tmp[r * DK + c] = acc;
+            }
+        memcpy(P, tmp, sizeof P);
+    }
+}
+
+// G_i - G_j for the token log-decays g (B,T,H), 0 without g
+static double gate_bias_(const float *g, int b, int h, int i, int j) {
+    double G = 0;
+    if (g)
+        for (int l = j + 1; l <= i; l++) G += g[IDX(b, l, h)];
+    return G;
+}
+
 // (a) DeltaNet / Gated DeltaNet: delta_forward vs the explicit transition products
 static void check_delta_(const char *name, const float *q, const float *k, const float *v, const float *beta,
                          const float *g) {
     DeltaDims d = {B_, T_, H_, DK, DV, CHUNK, 1.0f / sqrtf((float)DK)};
     size_t no = (size_t)B_ * T_ * H_ * DV;
     float *o = malloc(no * sizeof(float));
-    double *ref = calloc(no, sizeof(double));
+    double *ref = calloc(no, sizeof(double)), tr[T_];
     delta_forward(o, NULL, NULL, q, k, v, beta, g, &d);
-    double P[DK * DK], Hm[DK * DK], tmp[DK * DK];
     for (int b = 0; b < B_; b++)
         for (int h = 0; h < H_; h++)
             for (int i = 0; i < T_; i++) {
-                // P = H_i ... H_{j+1}, starting from the empty product (j = i) and extended on the right
-                for (int r = 0; r < DK * DK; r++) P[r] = (r % (DK + 1)) == 0;
-                double G = 0;  // sum_{j<l<=i} g_l
-                for (int j = i; j >= 0; j--) {
-                    const float *qi = q + IDX(b, i, h) * DK, *kj = k + IDX(b, j, h) * DK;
-                    double s = 0;  // q_i^T P k_j
-                    for (int r = 0; r < DK; r++)
-                        for (int c = 0; c < DK; c++) s += (double)qi[r] * P[r * DK + c] * kj[c];
-                    double a = d.scale * s * exp(G) * beta[IDX(b, j, h)];
+                transition_scores_(tr, q, k, k, beta, b, h, i);
+                for (int j = 0; j <= i; j++) {
+                    double a = d.scale * tr[j] * exp(gate_bias_(g, b, h, i, j)) * beta[IDX(b, j, h)];
                     for (int e = 0; e < DV; e++) ref[IDX(b, i, h) * DV + e] += a * v[IDX(b, j, h) * DV + e];
-                    // P <- P H_j, H_j = I - beta_j k_j k_j^T; G += g_j
-                    for (int r = 0; r < DK; r++)
-                        for (int c = 0; c < DK; c++)
-                            Hm[r * DK + c] = (r == c) - (double)beta[IDX(b, j, h)] * kj[r] * kj[c];
-                    for (int r = 0; r < DK; r++)
-                        for (int c = 0; c < DK; c++) {
-                            double acc = 0;
-                            for (int m = 0; m < DK; m++) acc += P[r * DK + m] * Hm[m * DK + c];
-                            tmp[r * DK + c] = acc;
-                        }
-                    memcpy(P, tmp, sizeof P);
-                    if (g) G += g[IDX(b, j, h)];
                 }
             }
     double worst, tol = 1e-5 * maxabs_(ref, no);
@@ -135,6 +155,65 @@ static void check_delta_(const char *name, const float *q, const float *k, const
     CHECK(ok, "%s: delta_forward == sum_j (q_i^T H_i..H_{j+1} k_j) e^{G_i-G_j} beta_j v_j from explicit products "
           "(max err %.3g, tol %.3g = 1e-5 max|o|)", name, worst, tol);
     free(o);
+    free(ref);
+}
+
+// (d) the softmax twin of the delta rule: the PaTH kernel with w = DeltaNet's keys and the same beta (and FoX's
+// F = cumsum g for PaTH-FoX) == softmax_j(scale q_i^T (H_i..H_{j+1}) k_j + G_i - G_j) V, the transition scores
+// being the very numbers check_delta_'s reference uses
+static void check_path_(const char *name, const float *q, const float *k, const float *v, const float *beta,
+                        const float *g) {
+    size_t n = (size_t)B_ * H_ * T_ * DK, nv = (size_t)B_ * H_ * T_ * DV, nb = (size_t)B_ * H_ * T_;
+    float *qa = malloc(n * sizeof(float)), *ka = malloc(n * sizeof(float)), *va = malloc(n * sizeof(float));
+    float *ba = malloc(nb * sizeof(float)), *F = malloc(nb * sizeof(float)), *lse = malloc(nb * sizeof(float));
+    float *out = malloc(n * sizeof(float));
+    double *ref = calloc(nv, sizeof(double)), tr[T_], sc[T_];
+    for (int b = 0; b < B_; b++)
+        for (int h = 0; h < H_; h++) {
+            double G = 0;
+            for (int t = 0; t < T_; t++) {
+                size_t a = ((size_t)b * H_ + h) * T_ + t;
+                for (int c = 0; c < DK; c++) {
+                    qa[a * DK + c] = q[IDX(b, t, h) * DK + c];
+                    ka[a * DK + c] = k[IDX(b, t, h) * DK + c];
+                    va[a * DK + c] = c < DV ? v[IDX(b, t, h) * DV + c] : 0.0f;  // HS = Dk >= Dv: pad with zeros
+                }
+                ba[a] = beta[IDX(b, t, h)];
+                if (g) G += g[IDX(b, t, h)];
+                F[a] = (float)G;
+            }
+        }
+    PathOpts po = {1.0f / sqrtf((float)DK), CHUNK, g ? F : NULL};
+    path_attn_forward(out, lse, qa, ka, va, ka, ba, &po, B_, H_, T_, DK);
+    for (int b = 0; b < B_; b++)
+        for (int h = 0; h < H_; h++)
+            for (int i = 0; i < T_; i++) {
+                transition_scores_(tr, q, k, k, beta, b, h, i);
+                double mx = -INFINITY, z = 0;
+                for (int j = 0; j <= i; j++) {
+                    sc[j] = po.scale * tr[j] + gate_bias_(g, b, h, i, j);
+                    mx = fmax(mx, sc[j]);
+                }
+                for (int j = 0; j <= i; j++) z += exp(sc[j] - mx);
+                for (int j = 0; j <= i; j++)
+                    for (int e = 0; e < DV; e++)
+                        ref[IDX(b, i, h) * DV + e] += exp(sc[j] - mx) / z * v[IDX(b, j, h) * DV + e];
+            }
+    double worst = 0, tol = 1e-5 * maxabs_(ref, nv);
+    for (int b = 0; b < B_; b++)
+        for (int h = 0; h < H_; h++)
+            for (int t = 0; t < T_; t++)
+                for (int e = 0; e < DV; e++)
+                    worst = fmax(worst, fabs(out[(((size_t)b * H_ + h) * T_ + t) * DK + e] - ref[IDX(b, t, h) * DV + e]));
+    CHECK(worst <= tol, "%s: path_attn_forward (w = k, same beta) == softmax(scale q_i^T H_i..H_{j+1} k_j + G_i - G_j) V "
+          "with DeltaNet's transition products (max err %.3g, tol %.3g = 1e-5 max|o|)", name, worst, tol);
+    free(qa);
+    free(ka);
+    free(va);
+    free(ba);
+    free(F);
+    free(lse);
+    free(out);
     free(ref);
 }
 
@@ -373,6 +452,10 @@ int main(void) {
     check_delta_("deltanet, beta in (0,1)", q, k, v, beta, NULL);
     check_delta_("deltanet, beta in (0,2) (negative eigenvalues)", q, k, v, beta2, NULL);
     check_delta_("gated deltanet (PaTH-FoX's twin), beta in (0,1), token log-decays", q, k, v, beta, gt);
+
+    // (d) PaTH and PaTH-FoX: the same transition products (and FoX's F from the same log-decays) in the logits
+    check_path_("PaTH <-> deltanet, beta in (0,2)", q, k, v, beta2, NULL);
+    check_path_("PaTH-FoX <-> gated deltanet, beta in (0,1), token log-decays", q, k, v, beta, gt);
 
     free(q);
     free(k);

@@ -397,6 +397,10 @@ int main(void) {
          "\"decay_mode\": \"logits\", \"damping\": 0.5, \"zero_decay_heads\": 0}", 0, 0},
         {"sc_rope interleaved, no mlp", "\"mlp\": {\"kind\": \"none\"}, \"mixer\": {\"kind\": \"attention\", "
          "\"heads\": 4, \"pos\": \"sc_rope\", \"rope_layout\": \"interleaved\", \"damping\": 0.05}", 0, 0},
+        {"path (PaTH, rank 4, chunk 3)", "\"mixer\": {\"kind\": \"attention\", \"heads\": 2, \"pos\": \"path\", "
+         "\"path_rank\": 4, \"path_chunk\": 3, \"init_std\": 0.3}", 0, 0},
+        {"path_fox full-rank w, qk_norm", "\"mixer\": {\"kind\": \"attention\", \"heads\": 2, \"pos\": \"path_fox\", "
+         "\"path_rank\": 0, \"qk_norm\": true, \"init_std\": 0.3}", 1, 0},
         {"hybrid: layer 1 alibi", "\"mixer\": {\"kind\": \"attention\", \"heads\": 2}, \"layers\": [{\"at\": \"-1\", "
          "\"mixer\": {\"pos\": \"alibi\"}}]", 0, 0},
         // rfa: every ablation flag in some case, mu = 0 heads (zero_decay_heads) in most

@@ -23,6 +23,12 @@ position schemes:
   decays (decayed_rope, sc_rope): mu_h = damping * max(band_h) of that same master spectrum, and
   mu_h = 0 for the first zero_decay_heads heads; decayed_rope keeps the usual per-head spectrum
   base^(-2i/D) for the rotation itself.
+  path          PaTH (reference/linear_mixers.md B.10): w_t = l2norm_head(silu(conv3(x path_w1^T path_w2^T)))
+                (rank path_rank, 32 when unset; 0: x path_w^T), beta_t = 2 sigmoid(x path_bw^T + path_bb) per
+                head, H_s = I - beta_s w_s w_s^T and s_ij = q_i^T (H_i ... H_{j+1}) k_j / sqrt(D): here
+                every (T, T) score is formed naively in float64, each key carried forward one H at a time
+                (nothing of the C kernel's chunking)
+  path_fox      path plus fox's bias F_i - F_j (same tensors as fox)
 
 No self-test of its own: the attention cases are checked against the C model (tests/test_torch_ref.c),
 and docs/reference_check.md lists the reference-side perturbations that those cases catch.
@@ -41,8 +47,11 @@ KIND = "attention"
 DEFAULTS = {
     "heads": 8, "head_dim": 0, "bias": False, "qk_norm": False, "window": 0, "pos": "rope",
     "rope_base": 10000.0, "rope_layout": "half", "decay_mode": "post_softmax", "damping": 0.05,
-    "zero_decay_heads": 2, "fgate_bias_init": 3.0, "init_std": 0.02,
+    "zero_decay_heads": 2, "fgate_bias_init": 3.0, "init_std": 0.02, "path_rank": -1, "path_chunk": 0,
 }
+
+PATH_CONV_K = 3      # PaTH's short conv on w
+PATH_L2_EPS = 1e-6   # FLA's l2norm: w / sqrt(|w|^2 + 1e-6)
 
 
 def alibi_slopes(n_heads):
@@ -83,6 +92,10 @@ class AttentionSpec:
         self.pos = opts["pos"]
         self.window = int(opts["window"])
         self.rotary = self.pos in ("rope", "decayed_rope", "sc_rope")
+        self.path = self.pos in ("path", "path_fox")
+        self.fgate = self.pos in ("fox", "path_fox")
+        rank = int(opts["path_rank"])
+        self.R = 32 if rank < 0 else rank
         half = self.D // 2
         base = float(opts["rope_base"])
         self.freqs = None    # (H, D/2) angular frequency of each rotated pair
@@ -122,10 +135,50 @@ def param_shapes(spec, C):
     if spec.opts["qk_norm"]:
         shapes["q_norm"] = (spec.D,)
         shapes["k_norm"] = (spec.D,)
-    if spec.pos == "fox":
+    if spec.fgate:
         shapes["fgate_w"] = (spec.H, C)
         shapes["fgate_b"] = (spec.H,)
+    if spec.path:
+        if spec.R > 0:
+            shapes["path_w1"] = (spec.R, C)
+            shapes["path_w2"] = (spec.HD, spec.R)
+        else:
+            shapes["path_w"] = (spec.HD, C)
+        shapes["path_conv"] = (spec.HD, PATH_CONV_K)
+        shapes["path_bw"] = (spec.H, C)
+        shapes["path_bb"] = (spec.H,)
     return shapes
+
+
+def path_scores(q, k, w, beta):
+    """PaTH's raw logits q_i^T (H_i ... H_{j+1}) k_j for j <= i (0 above the diagonal), H_s = I - beta_s w_s w_s^T.
+    q, k, w (B, T, H, D), beta (B, T, H); returns (B, H, T, T). Each key is carried forward through
+    H_{j+1}, H_{j+2}, ... one Householder at a time (O(T^2 D), differentiable)."""
+    B, T, H, D = q.shape
+    rows = []
+    for j in range(T):
+        u = k[:, j]                                                          # (B, H, D)
+        col = [torch.zeros(B, H, dtype=q.dtype)] * j
+        for i in range(j, T):
+            if i > j:
+                wi = w[:, i]
+                u = u - beta[:, i].unsqueeze(-1) * (wi * u).sum(-1, keepdim=True) * wi
+            col.append((q[:, i] * u).sum(-1))
+        rows.append(torch.stack(col, dim=-1))                                # (B, H, T) over i
+    return torch.stack(rows, dim=-1)                                         # (B, H, T_i, T_j)
+
+
+def path_w_beta(x, P, prefix, spec):
+    """PaTH's w (B, T, H, D) and beta (B, T, H) from the mixer input x (B, T, C)."""
+    B, T, _ = x.shape
+    u = x @ P[prefix + "path_w1"].T @ P[prefix + "path_w2"].T if spec.R > 0 else x @ P[prefix + "path_w"].T
+    cw = P[prefix + "path_conv"]                                             # (HD, K) depthwise causal
+    K = cw.shape[1]
+    pad = torch.cat([torch.zeros(B, K - 1, spec.HD, dtype=u.dtype), u], dim=1)
+    w = F.silu(sum(cw[:, j] * pad[:, j:j + T] for j in range(K))).reshape(B, T, spec.H, spec.D)
+    w = w / torch.sqrt((w * w).sum(-1, keepdim=True) + PATH_L2_EPS)
+    beta = 2 * torch.sigmoid(x @ P[prefix + "path_bw"].T + P[prefix + "path_bb"])
+    return w, beta
 
 
 def forward(x, P, prefix, spec):
@@ -142,7 +195,11 @@ def forward(x, P, prefix, spec):
     if spec.rotary:
         q = rope(q, spec.freqs, spec.opts["rope_layout"])
         k = rope(k, spec.freqs, spec.opts["rope_layout"])
-    scores = torch.einsum("bihd,bjhd->bhij", q, k) / math.sqrt(D)          # (B, H, T, T)
+    if spec.path:
+        w, beta = path_w_beta(x, P, prefix, spec)
+        scores = path_scores(q, k, w, beta) / math.sqrt(D)                   # (B, H, T, T)
+    else:
+        scores = torch.einsum("bihd,bjhd->bhij", q, k) / math.sqrt(D)      # (B, H, T, T)
     i = torch.arange(T).view(T, 1)
     j = torch.arange(T).view(1, T)
     dist = (i - j).to(DTYPE)                                                 # i - j
@@ -151,7 +208,7 @@ def forward(x, P, prefix, spec):
         visible = visible & (i - j < spec.window)
     if spec.slopes is not None:
         scores = scores - torch.as_tensor(spec.slopes, dtype=DTYPE).view(1, H, 1, 1) * dist
-    if spec.pos == "fox":
+    if spec.fgate:
         gate = x @ P[prefix + "fgate_w"].T + P[prefix + "fgate_b"]          # (B, T, H)
         cum = torch.cumsum(F.logsigmoid(gate), dim=1).transpose(1, 2)        # (B, H, T): F_t
         scores = scores + cum.unsqueeze(-1) - cum.unsqueeze(-2)              # F_i - F_j
@@ -196,6 +253,9 @@ CASES = {
                         "window": 9}),
     "relu_nobias_layernorm_nobias": _model(mixer={"pos": "rope"}, norm_bias=False,
                                            mlp={"kind": "relu", "ratio": 1, "bias": False}),
+    "path": _model(heads=2, mixer={"pos": "path", "path_rank": 4, "path_chunk": 5}),
+    "path_fox_rank0_qknorm": _model(heads=2, mixer={"pos": "path_fox", "path_rank": 0, "qk_norm": True,
+                                                    "fgate_bias_init": 1.0, "path_chunk": 7}),
     "hybrid_alibi_layer1_nomlp": _model(
         heads=4, mixer={"pos": "rope"}, mlp={"kind": "none"},
         layers=[{"at": "1", "mixer": {"pos": "alibi", "heads": 2}}]),

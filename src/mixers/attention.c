@@ -13,6 +13,10 @@
  *                 across heads (head 0 slowest), decay mu_h = b · max(omega_h); decay as in decayed_rope
  * In decayed_rope and sc_rope the first zero_decay_heads heads have mu = 0 (the RFA paper's 2 of 8
  * "infinite-horizon" heads); decayed_rope uses the same mu_h spread with the full spectrum in every head.
+ *   path          PaTH (reference B.10): logits q_i^T H_i ... H_{j+1} k_j with H_s = I - beta_s w_s w_s^T,
+ *                 w = l2norm_head(silu(conv3(W_w2 W_w1 x))) (low rank path_rank; 0 = one full projection),
+ *                 beta = 2 sigmoid(W_b x + b_b) per head; kernel nn/path_attn.c (O(T d) memory, no T x T)
+ *   path_fox      PaTH plus fox's forget-gate bias F_i - F_j (same parameters and code as fox)
  *
  * Shapes: x (B,T,C) -> q,k,v (B,T,H,D) by three row-slices of one (3HD, C) projection, so the papers'
  * d -> 2d -> d attention is heads·head_dim = 2C; optional per-head RMS QK-norm; then rope; then the
@@ -25,27 +29,37 @@
 
 #include "mixers/mixer.h"
 #include "mixers/mixer_kit.h"
+#include "nn/activation.h"
 #include "nn/attention.h"
+#include "nn/conv.h"
 #include "nn/heads.h"
 #include "nn/matmul.h"
 #include "nn/norm.h"
+#include "nn/path_attn.h"
 #include "nn/rotary.h"
 
 #define ATT_MAX_HEADS 64
 #define ATT_MAX_HALF 256  // head_dim / 2
 
-enum { POS_NONE, POS_ROPE, POS_ALIBI, POS_FOX, POS_DECAYED_ROPE, POS_SC_ROPE };
-static const char *const POS_NAMES_[] = {"none", "rope", "alibi", "fox", "decayed_rope", "sc_rope"};
+enum { POS_NONE, POS_ROPE, POS_ALIBI, POS_FOX, POS_DECAYED_ROPE, POS_SC_ROPE, POS_PATH, POS_PATH_FOX, POS_COUNT_ };
+static const char *const POS_NAMES_[] = {"none",         "rope",    "alibi", "fox",
+                                         "decayed_rope", "sc_rope", "path",  "path_fox"};
+
+#define PATH_CONV_K 3           // taps of the causal short conv on w (FLA's conv_size)
+#define PATH_L2_EPS 1e-6f       // FLA's l2norm: w / sqrt(|w|^2 + 1e-6)
+#define PATH_RANK_DEFAULT 32    // FLA's low-rank w projection
+#define PATH_CHUNK_DEFAULT 64
 
 typedef struct AttentionOpts {
     // from the config
     int heads, head_dim, bias, qk_norm, window;
     char pos[CFG_STR_MAX], rope_layout[CFG_STR_MAX], decay_mode[CFG_STR_MAX];
     double rope_base, damping, fgate_bias_init, init_std;
-    int zero_decay_heads;
+    int zero_decay_heads, path_rank, path_chunk;
     // derived by check
-    int H, D, HD, pos_kind, layout, decay_logits;
+    int H, D, HD, pos_kind, layout, decay_logits, path, fgate, R;  // R = the resolved path rank
     int k_wqkv, k_bqkv, k_wo, k_bo, k_qn, k_kn, k_fw, k_fb;  // tensor indices (-1 = absent)
+    int k_pw1, k_pw2, k_pconv, k_pbw, k_pbb;                 // path: w projection(s), w conv, beta projection
     float slopes[ATT_MAX_HEADS];                  // alibi slopes or decays on logits
     float decays[ATT_MAX_HEADS];                  // mu_h
     float freqs[ATT_MAX_HEADS * ATT_MAX_HALF];    // (H, D/2) sc_rope spectrum
@@ -62,7 +76,7 @@ static const CfgKey ATT_KEYS_[] = {
          "RMS-normalise q and k per head (learned scale of D, shared by the heads) before the position scheme."),
     KEY_("window", CFG_INT, window, "0", 0, 1 << 24, NULL,
          "Sliding window: a query sees the last `window` positions (itself included); 0 = all."),
-    KEY_("pos", CFG_ENUM, pos, "\"rope\"", 0, 0, "none|rope|alibi|fox|decayed_rope|sc_rope",
+    KEY_("pos", CFG_ENUM, pos, "\"rope\"", 0, 0, "none|rope|alibi|fox|decayed_rope|sc_rope|path|path_fox",
          "Position scheme (docs/mixers.md)."),
     KEY_("rope_base", CFG_FLOAT, rope_base, "10000", 1, 1e12, NULL, "RoPE base: omega_i = base^(-2i/D)."),
     KEY_("rope_layout", CFG_ENUM, rope_layout, "\"half\"", 0, 0, "half|interleaved",
@@ -74,7 +88,12 @@ static const CfgKey ATT_KEYS_[] = {
     KEY_("zero_decay_heads", CFG_INT, zero_decay_heads, "2", 0, ATT_MAX_HEADS, NULL,
          "decayed_rope/sc_rope: the first this-many heads get mu = 0 (RFA paper: 2 of 8)."),
     KEY_("fgate_bias_init", CFG_FLOAT, fgate_bias_init, "3", -100, 100, NULL,
-         "fox: initial forget-gate bias (sigmoid(3) = 0.95 keeps ~20 tokens of memory at the start)."),
+         "fox, path_fox: initial forget-gate bias (sigmoid(3) = 0.95 keeps ~20 tokens of memory at the start)."),
+    KEY_("path_rank", CFG_INT, path_rank, "-1", -1, 4096, NULL,
+         "path, path_fox: rank of the w projection Linear(C, r) -> Linear(r, H·D); 0 = one full Linear(C, H·D); "
+         "-1 = unset (32; any other value needs pos path or path_fox)."),
+    KEY_("path_chunk", CFG_INT, path_chunk, "0", 0, 1 << 16, NULL,
+         "path, path_fox: positions per chunk of the PaTH kernel (changes only float rounding); 0 = unset (64)."),
     KEY_("init_std", CFG_FLOAT, init_std, "0.02", 0, 10, NULL,
          "Std of the projections' normal init; the output projection uses init_std/sqrt(2·n_layers)."),
 };
@@ -91,8 +110,20 @@ static int att_check_(MixerSpec *s, const char *path, Err *e) {
     o->H = o->heads;
     if (mixer_heads_resolve(path, C, o->H, o->head_dim, 2 * ATT_MAX_HALF, &o->D, e) != 0) return -1;
     o->HD = o->H * o->D;
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < POS_COUNT_; i++)
         if (!strcmp(o->pos, POS_NAMES_[i])) o->pos_kind = i;
+    o->path = o->pos_kind == POS_PATH || o->pos_kind == POS_PATH_FOX;
+    o->fgate = o->pos_kind == POS_FOX || o->pos_kind == POS_PATH_FOX;
+    if (!o->path && o->path_rank >= 0)
+        return err_set(e, "%s.path_rank: %d is only for pos path|path_fox (pos is \"%s\"); allowed for %s: -1 (unset)",
+                       path, o->path_rank, o->pos, o->pos);
+    if (!o->path && o->path_chunk > 0)
+        return err_set(e, "%s.path_chunk: %d is only for pos path|path_fox (pos is \"%s\"); allowed for %s: 0 (unset)",
+                       path, o->path_chunk, o->pos, o->pos);
+    if (o->path && o->window)
+        return err_set(e, "%s.window: %d with pos %s; PaTH attends to every earlier position, allowed: 0", path,
+                       o->window, o->pos);
+    o->R = o->path_rank < 0 ? PATH_RANK_DEFAULT : o->path_rank;
     int rotary = o->pos_kind == POS_ROPE || o->pos_kind == POS_DECAYED_ROPE || o->pos_kind == POS_SC_ROPE;
     if (rotary && o->D % 2) return err_set(e, "%s.head_dim: %d must be even for %s", path, o->D, o->pos);
     o->layout = !strcmp(o->rope_layout, "half") ? ROTARY_HALF : ROTARY_INTERLEAVED;
@@ -107,8 +138,13 @@ static int att_check_(MixerSpec *s, const char *path, Err *e) {
     o->k_bo = o->bias ? k++ : -1;
     o->k_qn = o->qk_norm ? k++ : -1;
     o->k_kn = o->qk_norm ? k++ : -1;
-    o->k_fw = o->pos_kind == POS_FOX ? k++ : -1;
-    o->k_fb = o->pos_kind == POS_FOX ? k++ : -1;
+    o->k_fw = o->fgate ? k++ : -1;
+    o->k_fb = o->fgate ? k++ : -1;
+    o->k_pw1 = o->path && o->R > 0 ? k++ : -1;
+    o->k_pw2 = o->path ? k++ : -1;
+    o->k_pconv = o->path ? k++ : -1;
+    o->k_pbw = o->path ? k++ : -1;
+    o->k_pbb = o->path ? k++ : -1;
     // fixed (not learned) per-head constants of the position scheme
     int half = o->D / 2;
     if (o->pos_kind == POS_ALIBI) alibi_slopes(o->slopes, o->H);
@@ -135,9 +171,22 @@ static int att_params_(const MixerSpec *s, ParamTable *pt, const char *prefix, i
         MIXER_ADD("q_norm", 1, ((int[]){o->D}), init_ones(), 0);
         MIXER_ADD("k_norm", 1, ((int[]){o->D}), init_ones(), 0);
     }
-    if (o->pos_kind == POS_FOX) {
+    if (o->fgate) {
         MIXER_ADD("fgate_w", 2, ((int[]){o->H, C}), init_normal(std), 1);
         MIXER_ADD("fgate_b", 1, ((int[]){o->H}), init_const((float)o->fgate_bias_init), 0);
+    }
+    if (o->path) {
+        // FLA's PathAttention: w_proj = Linear(C, r) -> Linear(r, H·D) without biases (or one Linear(C, H·D)),
+        // a depthwise causal conv of 3 taps without bias, bt_proj = Linear(C, H) with bias
+        if (o->R > 0) {
+            MIXER_ADD("path_w1", 2, ((int[]){o->R, C}), init_normal(std), 1);
+            MIXER_ADD("path_w2", 2, ((int[]){HD, o->R}), init_normal(std), 1);
+        } else {
+            MIXER_ADD("path_w", 2, ((int[]){HD, C}), init_normal(std), 1);
+        }
+        MIXER_ADD("path_conv", 2, ((int[]){HD, PATH_CONV_K}), init_normal(std), 1);
+        MIXER_ADD("path_bw", 2, ((int[]){o->H, C}), init_normal(std), 1);
+        MIXER_ADD("path_bb", 1, ((int[]){o->H}), init_zeros(), 0);
     }
     return 0;
 }
@@ -160,13 +209,21 @@ typedef struct AttActs {
     float *fg_cum;          // (B,H,T) F = cumsum logsigmoid (fox)
     float *rope_cos, *rope_sin;  // (T, H or 1, D/2) the forward's rotary table, reused by the backward
                                  //   (building it costs T·D/2 double cos and sin)
+    float *pw_low;          // (B,T,R) x W_w1^T (path, R > 0)
+    float *pw_lin;          // (B,T,HD) the conv's input
+    float *pw_conv;         // (B,T,HD) the conv's output (silu's input)
+    float *pw_unit;         // (B,T,HD) l2norm(silu(conv)) per head
+    float *pw_nrm;          // (B*T*H,) the norms
+    float *wh;              // (B,H,T,D) w as the kernel saw it
+    float *pb_pre;          // (B,T,H) beta pre-activations
+    float *betah;           // (B,H,T) beta = 2 sigmoid(pre)
 } AttActs;
 
 // a's pointers into base (NULL: only count); returns the floats used
 static size_t att_layout_(const AttentionOpts *o, int B, int T, float *base, AttActs *a) {
     size_t BT = (size_t)B * T, n = 0;
     size_t big = BT * o->HD, heads = BT * o->H;
-    int fox = o->pos_kind == POS_FOX;
+    int fox = o->fgate, pa = o->path;
     a->q_lin = mixer_take(base, &n, big, o->qk_norm);
     a->k_lin = mixer_take(base, &n, big, o->qk_norm);
     a->q_rstd = mixer_take(base, &n, heads, o->qk_norm);
@@ -182,6 +239,14 @@ static size_t att_layout_(const AttentionOpts *o, int B, int T, float *base, Att
     size_t rope_n = (size_t)T * (o->pos_kind == POS_SC_ROPE ? o->H : 1) * (o->D / 2);  // as rotary_table_init
     a->rope_cos = mixer_take(base, &n, rope_n, att_rotates_(o));
     a->rope_sin = mixer_take(base, &n, rope_n, att_rotates_(o));
+    a->pw_low = mixer_take(base, &n, BT * o->R, pa && o->R > 0);
+    a->pw_lin = mixer_take(base, &n, big, pa);
+    a->pw_conv = mixer_take(base, &n, big, pa);
+    a->pw_unit = mixer_take(base, &n, big, pa);
+    a->pw_nrm = mixer_take(base, &n, heads, pa);
+    a->wh = mixer_take(base, &n, big, pa);
+    a->pb_pre = mixer_take(base, &n, heads, pa);
+    a->betah = mixer_take(base, &n, heads, pa);
     return n;
 }
 
@@ -193,7 +258,15 @@ static size_t att_act_size_(const MixerSpec *s, int B, int T) {
 static size_t att_scratch_size_(const MixerSpec *s, int B, int T) {
     const AttentionOpts *o = s->opts;
     size_t BT = (size_t)B * T;
-    return 7 * BT * o->HD + 2 * BT * o->H;
+    // path: dwh (B,H,T,D) and two (BT,HD) work buffers, dbeta (B,H,T), dpre (B,T,H), (BT,R)
+    size_t path = o->path ? 3 * BT * o->HD + 2 * BT * o->H + BT * o->R : 0;
+    return 7 * BT * o->HD + 2 * BT * o->H + path;
+}
+
+static PathOpts att_path_opts_(const AttentionOpts *o, const AttActs *a) {
+    PathOpts p = {1.0f / sqrtf((float)o->D), o->path_chunk > 0 ? o->path_chunk : PATH_CHUNK_DEFAULT, NULL};
+    if (o->fgate) p.fgate = a->fg_cum;
+    return p;
 }
 
 static RotaryCfg att_rotary_(const AttentionOpts *o) {
@@ -207,12 +280,67 @@ static AttnOpts att_kernel_opts_(const AttentionOpts *o, const AttActs *a) {
     k.scale = 1.0f / sqrtf((float)o->D);
     k.window = o->window;
     if (o->pos_kind == POS_ALIBI) k.slopes = o->slopes;
-    if (o->pos_kind == POS_FOX) k.fgate = a->fg_cum;
+    if (o->fgate) k.fgate = a->fg_cum;
     if (o->pos_kind == POS_DECAYED_ROPE || o->pos_kind == POS_SC_ROPE) {
         if (o->decay_logits) k.slopes = o->slopes;
         else k.decay = o->decays;
     }
     return k;
+}
+
+// ----------------------------------------------------------------------------
+// PaTH's w and beta (B.10): w = l2norm_head(silu(conv3(x W_w1^T W_w2^T))), beta = 2 sigmoid(x W_b^T + b_b)
+
+static void path_forward_(Mixer *m, AttActs *a, const float *x, int B, int T) {
+    const AttentionOpts *o = m->spec->opts;
+    int C = m->spec->C, H = o->H, D = o->D, HD = o->HD, BT = B * T;
+    if (o->R > 0) {
+        matmul_forward(a->pw_low, x, mixer_param(m, o->k_pw1), NULL, BT, C, o->R);
+        matmul_forward(a->pw_lin, a->pw_low, mixer_param(m, o->k_pw2), NULL, BT, o->R, HD);
+    } else {
+        matmul_forward(a->pw_lin, x, mixer_param(m, o->k_pw2), NULL, BT, C, HD);
+    }
+    conv1d_causal_forward(a->pw_conv, a->pw_lin, mixer_param(m, o->k_pconv), NULL, B, T, HD, PATH_CONV_K);
+    silu_forward(a->pw_unit, a->pw_conv, (size_t)BT * HD);
+    l2norm_forward(a->pw_unit, a->pw_nrm, a->pw_unit, BT * H, D, PATH_L2_EPS, L2NORM_ADD);
+    heads_split(a->wh, a->pw_unit, B, T, H, D);
+    matmul_forward(a->pb_pre, x, mixer_param(m, o->k_pbw), mixer_param(m, o->k_pbb), BT, C, H);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < H; h++)
+                a->betah[((size_t)b * H + h) * T + t] = (float)(2.0 * mixer_sigmoid(a->pb_pre[((size_t)b * T + t) * H + h]));
+}
+
+// dwh (B,H,T,D) and dbeta (B,H,T) from the kernel back to x and the path tensors; accumulates dx.
+// s0, s1 (BT,HD), sr (BT,R) and dpre (BT,H) scratch
+static void path_backward_(Mixer *m, float *dx, const float *dwh, const float *dbeta, float *s0, float *s1, float *sr,
+                           float *dpre, const AttActs *a, const float *x, int B, int T) {
+    const AttentionOpts *o = m->spec->opts;
+    int C = m->spec->C, H = o->H, D = o->D, HD = o->HD, BT = B * T;
+    size_t big = (size_t)BT * HD;
+    // beta = 2 sigmoid(pre): dpre = dbeta * 2 sig (1 - sig)
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < H; h++) {
+                double sg = mixer_sigmoid(a->pb_pre[((size_t)b * T + t) * H + h]);
+                dpre[((size_t)b * T + t) * H + h] = (float)(dbeta[((size_t)b * H + h) * T + t] * 2.0 * sg * (1.0 - sg));
+            }
+    matmul_backward(dx, mixer_grad(m, o->k_pbw), mixer_grad(m, o->k_pbb), dpre, x, mixer_param(m, o->k_pbw), BT, C, H);
+    heads_merge(s0, dwh, B, T, H, D);  // d(unit w) (BT,HD)
+    memset(s1, 0, big * sizeof(float));
+    l2norm_backward(s1, s0, a->pw_unit, a->pw_nrm, BT * H, D, PATH_L2_EPS, L2NORM_ADD);  // d silu out
+    memset(s0, 0, big * sizeof(float));
+    silu_backward(s0, a->pw_conv, s1, big);  // d conv out
+    memset(s1, 0, big * sizeof(float));
+    conv1d_causal_backward(s1, mixer_grad(m, o->k_pconv), NULL, s0, a->pw_lin, mixer_param(m, o->k_pconv), B, T, HD,
+                           PATH_CONV_K);  // d conv in
+    if (o->R > 0) {
+        memset(sr, 0, (size_t)BT * o->R * sizeof(float));
+        matmul_backward(sr, mixer_grad(m, o->k_pw2), NULL, s1, a->pw_low, mixer_param(m, o->k_pw2), BT, o->R, HD);
+        matmul_backward(dx, mixer_grad(m, o->k_pw1), NULL, sr, x, mixer_param(m, o->k_pw1), BT, C, o->R);
+    } else {
+        matmul_backward(dx, mixer_grad(m, o->k_pw2), NULL, s1, x, mixer_param(m, o->k_pw2), BT, C, HD);
+    }
 }
 
 // ----------------------------------------------------------------------------
@@ -255,7 +383,7 @@ static void att_forward_(Mixer *m, float *y, const float *x, int B, int T) {
         }
     }
     if (att_rotates_(o)) rotary_table_free(&tab);
-    if (o->pos_kind == POS_FOX) {
+    if (o->fgate) {
         // a = x W_f^T + b_f (B,T,H); F[b,h,t] = sum_{s<=t} logsigmoid(a[b,s,h])
         matmul_forward(a.fg_pre, x, mixer_param(m, o->k_fw), mixer_param(m, o->k_fb), BT, C, H);
 #pragma omp parallel for collapse(2)
@@ -268,8 +396,14 @@ static void att_forward_(Mixer *m, float *y, const float *x, int B, int T) {
                 }
             }
     }
-    AttnOpts ko = att_kernel_opts_(o, &a);
-    attention_forward(a.oh, a.lse, a.qh, a.kh, a.vh, &ko, B, H, T, D);
+    if (o->path) {
+        path_forward_(m, &a, x, B, T);
+        PathOpts po = att_path_opts_(o, &a);
+        path_attn_forward(a.oh, a.lse, a.qh, a.kh, a.vh, a.wh, a.betah, &po, B, H, T, D);
+    } else {
+        AttnOpts ko = att_kernel_opts_(o, &a);
+        attention_forward(a.oh, a.lse, a.qh, a.kh, a.vh, &ko, B, H, T, D);
+    }
     heads_merge(a.o_lin, a.oh, B, T, H, D);
     matmul_forward(y, a.o_lin, mixer_param(m, o->k_wo), o->bias ? mixer_param(m, o->k_bo) : NULL, BT, HD, C);
 }
@@ -294,11 +428,23 @@ static void att_backward_(Mixer *m, float *dx, const float *dy, const float *x, 
     matmul_backward(NULL, mixer_grad(m, o->k_wo), o->bias ? mixer_grad(m, o->k_bo) : NULL, dy, a.o_lin,
                     mixer_param(m, o->k_wo), BT, HD, C);
     heads_split(s1, s0, B, T, H, D);  // dO in (B,H,T,D)
-    if (o->pos_kind == POS_FOX) memset(dF, 0, (size_t)BT * H * sizeof(float));
-    AttnOpts ko = att_kernel_opts_(o, &a);
-    // writes dqh, dkh, dvh (no zeroing pass needed); dF accumulates
-    attention_backward_write(dqh, dkh, dvh, o->pos_kind == POS_FOX ? dF : NULL, NULL, s1, a.oh, a.lse, a.qh, a.kh, a.vh,
-                       &ko, B, H, T, D);
+    if (o->fgate) memset(dF, 0, (size_t)BT * H * sizeof(float));
+    if (o->path) {
+        // the kernel accumulates: zero dq, dk, dv, dw, dbeta first
+        float *dwh = dfg + (size_t)BT * H, *dbeta = dwh + big;
+        memset(dqh, 0, 3 * big * sizeof(float));
+        memset(dwh, 0, (big + (size_t)BT * H) * sizeof(float));
+        PathOpts po = att_path_opts_(o, &a);
+        path_attn_backward(dqh, dkh, dvh, dwh, dbeta, o->fgate ? dF : NULL, s1, a.oh, a.lse, a.qh, a.kh, a.vh, a.wh,
+                           a.betah, &po, B, H, T, D);
+        float *ps0 = dbeta + (size_t)BT * H, *ps1 = ps0 + big, *sr = ps1 + big, *dpre = sr + (size_t)BT * o->R;
+        path_backward_(m, dx, dwh, dbeta, ps0, ps1, sr, dpre, &a, x, B, T);
+    } else {
+        AttnOpts ko = att_kernel_opts_(o, &a);
+        // writes dqh, dkh, dvh (no zeroing pass needed); dF accumulates
+        attention_backward_write(dqh, dkh, dvh, o->fgate ? dF : NULL, NULL, s1, a.oh, a.lse, a.qh, a.kh, a.vh, &ko, B,
+                                 H, T, D);
+    }
 
     float *dwqkv = mixer_grad(m, o->k_wqkv);
     float *dbqkv = o->bias ? mixer_grad(m, o->k_bqkv) : NULL;
@@ -327,7 +473,7 @@ static void att_backward_(Mixer *m, float *dx, const float *dy, const float *x, 
         matmul_backward(dx, dwqkv + (size_t)part * HD * C, dbqkv ? dbqkv + (size_t)part * HD : NULL, cur, x,
                         wqkv + (size_t)part * HD * C, BT, C, HD);
     }
-    if (o->pos_kind == POS_FOX) {
+    if (o->fgate) {
         // in the forward pass this was: F[t] = sum_{s<=t} logsigmoid(a[s]); so
         // da[s] = sigmoid(-a[s]) * sum_{t>=s} dF[t]  (d logsigmoid(z)/dz = sigmoid(-z))
 #pragma omp parallel for collapse(2)
@@ -359,14 +505,36 @@ static void att_attn_map_(const Mixer *m, int b, int h, float *P) {
     int T = m->T, D = o->D;
     AttActs a;
     att_layout_(o, m->B, T, m->acts, &a);
-    AttnOpts ko = att_kernel_opts_(o, &a);
     size_t off = ((size_t)b * o->H + h) * T * D;
+    if (o->path) {
+        // O(T^2 D): carry each key forward through H_{j+1}, H_{j+2}, ... and read the weights off the saved lse
+        const float *q = a.qh + off, *k = a.kh + off, *w = a.wh + off, *bt = a.betah + ((size_t)b * o->H + h) * T;
+        const float *lse = a.lse + ((size_t)b * o->H + h) * T;
+        const float *F = o->fgate ? a.fg_cum + ((size_t)b * o->H + h) * T : NULL;
+        float *u = malloc((size_t)D * sizeof(float)), scale = 1.0f / sqrtf((float)D);
+        for (int j = 0; j < T; j++) {
+            memcpy(u, k + (size_t)j * D, (size_t)D * sizeof(float));
+            for (int i = 0; i < j; i++) P[(size_t)i * T + j] = NAN;
+            for (int i = j; i < T; i++) {
+                float wu = 0, s = 0;
+                if (i > j) {
+                    for (int r = 0; r < D; r++) wu += w[(size_t)i * D + r] * u[r];
+                    for (int r = 0; r < D; r++) u[r] -= bt[i] * wu * w[(size_t)i * D + r];
+                }
+                for (int r = 0; r < D; r++) s += q[(size_t)i * D + r] * u[r];
+                P[(size_t)i * T + j] = expf(scale * s + (F ? F[i] - F[j] : 0.0f) - lse[i]);
+            }
+        }
+        free(u);
+        return;
+    }
+    AttnOpts ko = att_kernel_opts_(o, &a);
     attention_probs(P, a.qh + off, a.kh + off, a.lse + ((size_t)b * o->H + h) * T, &ko, b, h, o->H, T, D);
 }
 
 const MixerOps MIXER_ATTENTION = {
     .name = "attention",
-    .doc = "multi-head causal softmax attention; positions none|rope|alibi|fox|decayed_rope|sc_rope",
+    .doc = "multi-head causal softmax attention; positions none|rope|alibi|fox|decayed_rope|sc_rope|path|path_fox",
     .schema = &ATT_SCHEMA_,
     .opts_size = sizeof(AttentionOpts),
     .check = att_check_,

@@ -29,6 +29,7 @@
 #include "nn/linrec.h"
 #include "nn/matmul.h"
 #include "nn/norm.h"
+#include "nn/path_attn.h"
 #include "nn/rotary.h"
 #include "nn/xent.h"
 
@@ -306,6 +307,21 @@ VOID_(rmsnorm_backward,
       (float *dinp, float *dweight, const float *dout, const float *inp, const float *weight, const float *rstd,
        int N, int C),
       (dinp, dweight, dout, inp, weight, rstd, N, C))
+
+// path_attn.h
+VOID_(path_attn_forward,
+      (float *out, float *lse, const float *q, const float *k, const float *v, const float *w, const float *beta,
+       const PathOpts *o, int B, int NH, int T, int HS),
+      (out, lse, q, k, v, w, beta, o, B, NH, T, HS))
+VOID_(path_attn_backward,
+      (float *dq, float *dk, float *dv, float *dw, float *dbeta, float *dfgate, const float *dout, const float *out,
+       const float *lse, const float *q, const float *k, const float *v, const float *w, const float *beta,
+       const PathOpts *o, int B, int NH, int T, int HS),
+      (dq, dk, dv, dw, dbeta, dfgate, dout, out, lse, q, k, v, w, beta, o, B, NH, T, HS))
+VOID_(path_attn_step,
+      (float *out, const float *q, const float *k, const float *v, const float *w, const float *beta, const float *g,
+       float *kcache, float *vcache, float *gcache, const PathOpts *o, int t, int B, int NH, int HS, int maxT),
+      (out, q, k, v, w, beta, g, kcache, vcache, gcache, o, t, B, NH, HS, maxT))
 
 // rotary.h
 VOID_(rotary_sc_bank, (float *freqs, float *decay, int NH, int half, double base, double damping, int n_zero),

@@ -104,6 +104,10 @@
 #define l2norm_backward ISA_FN(l2norm_backward)
 #define rmsnorm_forward ISA_FN(rmsnorm_forward)
 #define rmsnorm_backward ISA_FN(rmsnorm_backward)
+// path_attn.c
+#define path_attn_forward ISA_FN(path_attn_forward)
+#define path_attn_backward ISA_FN(path_attn_backward)
+#define path_attn_step ISA_FN(path_attn_step)
 // rotary.c
 #define rotary_cfg_default ISA_FN(rotary_cfg_default)
 #define rotary_sc_bank ISA_FN(rotary_sc_bank)
