@@ -97,7 +97,7 @@ BENCHES  := $(patsubst bench/%.c,%,$(wildcard bench/*.c))
 BENCH_BIN := $(BENCHES:%=build/$(VARIANT)/bench/%)
 DEPS_STAMP := build/.deps-installed
 
-.PHONY: all tools tests test run deps data clean benches
+.PHONY: all tools tests test run deps data clean benches fuzz fuzz-build
 .SECONDARY:  # keep objects between builds (they are intermediate files of pattern rules)
 all: tools
 tools: $(TOOL_BIN)
@@ -164,5 +164,34 @@ data: tools
 
 clean:
 	rm -rf bin build
+
+# libFuzzer harnesses (fuzz/fuzz_<target>.c, docs/fuzzing.md). clang builds them with ASan + UBSan, and the
+# library sources they call into build/fuzz/obj/ (gcc's sanitizer objects do not mix with libFuzzer's), as
+# one archive so that each harness links only what it uses; nn/ once, generic, without OpenMP.
+# `make fuzz SECONDS=N` runs each harness N seconds on its seed corpus fuzz/corpus/<target>/ (new inputs go
+# to build/fuzz/corpus/<target>/, crashes to build/fuzz/crash-<target>-*). clang is installed when missing.
+FUZZ_CC      ?= clang
+SECONDS      ?= 60
+FUZZ_FLAGS   := $(CSTD) -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined \
+                -Wno-unknown-pragmas -Isrc -MMD -MP
+FUZZ_LIB_C   := $(filter-out src/cli/seq%.c,$(wildcard src/*/*.c))
+FUZZ_OBJ     := $(FUZZ_LIB_C:src/%.c=build/fuzz/obj/%.o)
+FUZZ_BIN     := $(patsubst fuzz/fuzz_%.c,build/fuzz/fuzz_%,$(wildcard fuzz/fuzz_*.c))
+# nn/ (but its dispatch.c) as the generic kernel set, the only one dispatch.c knows without SEQ_X86_SETS
+$(filter-out build/fuzz/obj/nn/dispatch.o,$(filter build/fuzz/obj/nn/%,$(FUZZ_OBJ))): FUZZ_ISA := -DSEQ_ISA=0 -include src/nn/isa.h
+
+build/fuzz/.clang:
+	@command -v $(FUZZ_CC) >/dev/null 2>&1 || bash scripts/install_deps.sh clang libclang-rt-dev
+	@mkdir -p $(dir $@) && touch $@
+build/fuzz/obj/%.o: src/%.c | build/fuzz/.clang $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_FLAGS) $(FUZZ_ISA) -fsanitize=fuzzer-no-link -c $< -o $@
+build/fuzz/libseq.a: $(FUZZ_OBJ)
+	@rm -f $@ && ar rcs $@ $^
+build/fuzz/fuzz_%: fuzz/fuzz_%.c fuzz/fuzz_common.h build/fuzz/libseq.a
+	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer $< build/fuzz/libseq.a -o $@ -lcjson -lzstd -lm
+fuzz-build: $(FUZZ_BIN)
+fuzz: fuzz-build
+	@bash fuzz/run.sh $(SECONDS)
 
 -include $(shell find build -name '*.d' 2>/dev/null)

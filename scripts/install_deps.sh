@@ -6,6 +6,8 @@ set -euo pipefail
 # gnuplot-nox (gnuplot without X) draws the figures of scripts/plot_rfa.sh; python3-numpy is what the
 # --probe recipe of docs/training.md and the numpy side of scripts/safetensors_read.py use
 need=(gcc g++ make python3 python3-numpy libcjson-dev libzstd-dev zstd libsentencepiece-dev sentencepiece gnuplot-nox)
+# packages named as arguments are installed instead (`make fuzz` asks for clang and libFuzzer's runtime)
+if [ $# -gt 0 ]; then need=("$@"); fi
 missing=()
 for p in "${need[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

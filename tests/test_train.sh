@@ -109,7 +109,8 @@ run "$BIN/seqtrain" --config "$W/tiny.json" --quiet --set run.name=a
 check "a new run into a directory with checkpoints is refused, naming --resume" \
     eval '[ "$RC" = 1 ] && grep -q -- "--resume" "$W/err"'
 run "$BIN/seqtrain" --resume "$A" --set train.steps=5
-check "--resume with --set is refused" eval '[ "$RC" = 1 ] && grep -q "not allowed" "$W/err"'
+check "--resume --set train.steps=5 of a run at step 24 is refused (state.json's step is beyond it)" \
+    eval '[ "$RC" = 1 ] && grep -q "beyond the 5 steps" "$W/err"'
 run "$BIN/seqtrain" --resume "$W/nothing"
 check "--resume of a missing run fails with one line" eval '[ "$RC" = 1 ] && [ "$(wc -l < "$W/err")" = 1 ]'
 

@@ -2,7 +2,8 @@
  * seqtrain: train a model from a run configuration, or continue one.
  *
  *   seqtrain --config FILE.json [--set key=value ...]    a new run in run.dir/run.name
- *   seqtrain --resume RUN_DIR                             continue from its newest checkpoint
+ *   seqtrain --resume RUN_DIR [--set key=value ...]       continue from its newest checkpoint (a --set is a
+ *                                                         deliberate change, printed and logged)
  *   seqtrain --config FILE.json --print-config           the resolved configuration
  *   seqtrain --config FILE.json --check                  validate the config and data, print the data summary
  *   seqtrain --config FILE.json --info                   --check, plus per-layer parameters and decoding state
@@ -24,11 +25,12 @@ static const char *PROG = "seqtrain";
 
 static void usage_(FILE *f, const ArgSpec *specs, int n) {
     fprintf(f, "usage: seqtrain --config FILE.json [--set key=value ...] [options]\n"
-               "       seqtrain --resume RUN_DIR\n\n"
+               "       seqtrain --resume RUN_DIR [--set key=value ...]\n\n"
                "Trains the model a run configuration describes (every key: docs/config.md), logging to\n"
                "RUN_DIR/log.jsonl and checkpointing atomically into RUN_DIR/ckpt-<step>/. Ctrl-C (or SIGTERM)\n"
                "writes a checkpoint and exits with status 130 (143 after SIGTERM); --resume continues\n"
-               "bit-identically.\n\noptions:\n");
+               "bit-identically; it refuses a config.json edited since the checkpoint unless each change is\n"
+               "also given with --set (then printed and logged in log.jsonl).\n\noptions:\n");
     args_usage(f, specs, n);
 }
 

@@ -4,6 +4,7 @@
  * Written for clarity rather than speed: it hashes tokenizer files (a few MB) once per run.
  */
 #include "core/sha256.h"
+#include "core/files.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -117,7 +118,10 @@ void sha256_final(Sha256 *c, uint8_t out[32]) {
 }
 
 int sha256_file(const char *path, uint8_t out[32], Err *e) {
-    FILE *f = fopen(path, "rb");
+    int not_regular;
+    unsigned mode = 0;
+    FILE *f = fopen_regular(path, &not_regular, &mode);  // a FIFO named as a tokenizer model never blocks
+    if (!f && not_regular) return err_set(e, "%s: is %s, not a regular file", path, file_kind(mode));
     if (!f) return err_set(e, "cannot open %s: %s", path, strerror(errno));
     Sha256 c;
     sha256_init(&c);

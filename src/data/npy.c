@@ -1,14 +1,21 @@
 #include "data/npy.h"
+#include "core/files.h"
 
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 int npy_read_ints(const char *path, long **out, long *rows, long *cols, int *ndim, Err *e) {
-    FILE *f = fopen(path, "rb");
+    int not_regular;
+    unsigned mode = 0;
+    FILE *f = fopen_regular(path, &not_regular, &mode);
+    if (!f && not_regular) return err_set(e, "%s: is %s, not a regular file", path, file_kind(mode));
     if (!f) return err_set(e, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    uint64_t size = fstat(fileno(f), &st) == 0 ? (uint64_t)st.st_size : 0;
     unsigned char pre[12];
     if (fread(pre, 1, 10, f) != 10 || memcmp(pre, "\x93NUMPY", 6) != 0) {
         fclose(f);
@@ -18,6 +25,12 @@ int npy_read_ints(const char *path, long **out, long *rows, long *cols, int *ndi
     if (pre[6] >= 2) {  // versions 2 and 3 have a 4-byte header length
         if (fread(pre + 10, 1, 2, f) != 2) { fclose(f); return err_set(e, "%s: truncated header", path); }
         hlen |= (size_t)pre[10] << 16 | (size_t)pre[11] << 24;
+    }
+    size_t pre_len = pre[6] >= 2 ? 12 : 10;
+    if (hlen > size - pre_len) {  // before allocating: the header must be in the file
+        fclose(f);
+        return err_set(e, "%s: truncated header (%zu bytes announced, the file has %llu)", path, hlen,
+                       (unsigned long long)size);
     }
     char *h = xcalloc(hlen + 1, 1);
     if (fread(h, 1, hlen, f) != hlen) {
@@ -46,7 +59,13 @@ int npy_read_ints(const char *path, long **out, long *rows, long *cols, int *ndi
         fclose(f);
         return err_set(e, "%s: need a C-order int32/int64/uint16/uint32 array of 1 or 2 dimensions", path);
     }
-    size_t n = (size_t)r * (size_t)c, w = (size_t)(width < 0 ? -width : width);
+    uint64_t w = (uint64_t)(width < 0 ? -width : width), avail = (size - pre_len - hlen) / w;
+    if ((uint64_t)r > avail || (uint64_t)c > avail / (uint64_t)r) {  // r, c > 0 here
+        fclose(f);
+        return err_set(e, "%s: shape %ld x %ld needs more values than the file's %llu", path, r, c,
+                       (unsigned long long)avail);
+    }
+    size_t n = (size_t)r * (size_t)c;
     unsigned char *raw = xmalloc(n * w);
     size_t got = fread(raw, w, n, f);
     fclose(f);

@@ -9,6 +9,7 @@
  * Multi-byte fields are little-endian on disk and always go through the get/put helpers below.
  */
 #include "data/shard.h"
+#include "core/files.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -313,7 +314,13 @@ int shard_open(Shard *s, const char *path, ShardFormat fmt, uint32_t vocab_size,
         err_set(e, "%s: unknown shard format %d", path, (int)fmt);
         goto fail;
     }
-    s->fd = open(path, O_RDONLY | O_CLOEXEC);
+    unsigned mode = 0;
+    s->fd = open_regular(path, &mode);  // a FIFO or device is refused before it can block a read
+    if (s->fd == OPEN_NOT_REGULAR) {
+        s->fd = -1;
+        err_set(e, "%s: is %s, not a regular file; a shard must be a file", path, file_kind(mode));
+        goto fail;
+    }
     if (s->fd < 0) {
         err_set(e, "cannot open %s: %s", path, strerror(errno));
         goto fail;
@@ -321,10 +328,6 @@ int shard_open(Shard *s, const char *path, ShardFormat fmt, uint32_t vocab_size,
     struct stat st;
     if (fstat(s->fd, &st) != 0) {
         err_set(e, "cannot stat %s: %s", path, strerror(errno));
-        goto fail;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        err_set(e, "%s: not a regular file", path);
         goto fail;
     }
     s->file_size = (uint64_t)st.st_size;

@@ -17,9 +17,53 @@ extern "C" {  // the C headers it needs have C linkage (they carry no extern "C"
 
 struct Tokenizer {
     sentencepiece::SentencePieceProcessor sp;
+    // the same model without the dummy prefix (the "\u2581" SentencePiece puts before a text's first word),
+    // for the pieces of a long line that do not start a word; nodummy_ok = 0 when it did not load
+    sentencepiece::SentencePieceProcessor nodummy;
+    int nodummy_ok;
+    int space_nodummy;  // a piece cut before a space: 1 = encode it with nodummy, 0 = with sp (probed at load)
     uint8_t sha[32];
     int vocab;
 };
+
+// Long lines are encoded in pieces of at most this many bytes: SentencePiece's time and memory grow faster
+// than linearly in one string's length (a 4 MB line took 23 s and 400 MB, 50 MB did not end in a minute).
+#define TOKENIZER_PIECE_MAX 65536
+
+static int encode_(const sentencepiece::SentencePieceProcessor &sp, const char *text, size_t len,
+                   std::vector<int> *out, Err *e) {
+    std::vector<int> part;
+    auto st = sp.Encode(absl::string_view(text, len), &part);
+    if (!st.ok()) return err_set(e, "tokenizer: encode failed: %s", st.ToString().c_str());
+    out->insert(out->end(), part.begin(), part.end());
+    return 0;
+}
+
+// the processor without the dummy prefix: the serialized model with a NormalizerSpec (ModelProto field 3)
+// holding add_dummy_prefix = false (its field 3) appended, which protobuf merges over the model's own
+static void load_nodummy_(Tokenizer *t) {
+    std::string proto = t->sp.serialized_model_proto();
+    proto.append("\x1a\x02\x18\x00", 4);
+    t->nodummy_ok = t->nodummy.LoadFromSerializedProto(proto).ok();
+    t->space_nodummy = 0;
+    if (!t->nodummy_ok) return;
+    // which processor continues a line cut before a space, so that the pieces' ids equal the whole line's:
+    // sp when the model drops leading spaces (remove_extra_whitespaces, the default), else nodummy
+    static const char *probes[] = {"hello world, it is a test", "a b", "x  y z"};
+    int sp_ok = 1, nd_ok = 1;
+    for (const char *p : probes) {
+        const char *cut = strchr(p, ' ');
+        std::vector<int> whole, a, b;
+        Err e;
+        if (encode_(t->sp, p, strlen(p), &whole, &e) || encode_(t->sp, p, (size_t)(cut - p), &a, &e)) return;
+        std::vector<int> with_sp = a, with_nd = a;
+        if (encode_(t->sp, cut, strlen(cut), &with_sp, &e) || encode_(t->nodummy, cut, strlen(cut), &with_nd, &e))
+            return;
+        sp_ok &= with_sp == whole;
+        nd_ok &= with_nd == whole;
+    }
+    t->space_nodummy = !sp_ok && nd_ok;
+}
 
 extern "C" Tokenizer *tokenizer_load(const char *model_path, Err *e) {
     uint8_t sha[32];
@@ -36,6 +80,7 @@ extern "C" Tokenizer *tokenizer_load(const char *model_path, Err *e) {
     }
     memcpy(t->sha, sha, 32);
     t->vocab = t->sp.GetPieceSize();
+    load_nodummy_(t);
     return t;
 }
 
@@ -47,8 +92,30 @@ extern "C" const uint8_t *tokenizer_sha256(const Tokenizer *t) { return t->sha; 
 extern "C" int tokenizer_encode(const Tokenizer *t, const char *text, size_t len, uint32_t **ids, size_t *n,
                                 size_t *cap, Err *e) {
     std::vector<int> out;
-    auto st = t->sp.Encode(absl::string_view(text, len), &out);
-    if (!st.ok()) return err_set(e, "tokenizer: encode failed: %s", st.ToString().c_str());
+    // a long line in pieces of at most TOKENIZER_PIECE_MAX bytes, each cut before a run of spaces in the
+    // window's second half, so that each piece starts a word and the ids are those of the whole line (BPE
+    // and unigram never join pieces across a space); with no space there, at a UTF-8 character boundary,
+    // where the ids may differ from an uncut encoding but still decode to the same text (the piece is encoded
+    // without the dummy prefix)
+    size_t at = 0;
+    int cont = 0;  // 0: the piece starts the line; 1: after a cut before a space; 2: after any other cut
+    while (len - at > TOKENIZER_PIECE_MAX) {
+        size_t lo = at + TOKENIZER_PIECE_MAX / 2, cut = 0;
+        for (size_t j = at + TOKENIZER_PIECE_MAX; j > lo && !cut; j--)
+            if (text[j] == ' ' && text[j - 1] != ' ') cut = j;
+        int next = 1;
+        if (!cut) {
+            next = 2;
+            cut = at + TOKENIZER_PIECE_MAX;
+            while (cut > lo && ((unsigned char)text[cut] & 0xC0) == 0x80) cut--;
+        }
+        const auto &sp = (cont == 2 || (cont == 1 && t->space_nodummy)) && t->nodummy_ok ? t->nodummy : t->sp;
+        if (encode_(sp, text + at, cut - at, &out, e)) return -1;
+        at = cut;
+        cont = next;
+    }
+    const auto &sp = (cont == 2 || (cont == 1 && t->space_nodummy)) && t->nodummy_ok ? t->nodummy : t->sp;
+    if (encode_(sp, text + at, len - at, &out, e)) return -1;
     if (*n + out.size() > *cap) {
         size_t c = (*n + out.size()) * 2 + 16;
         *ids = (uint32_t *)xrealloc(*ids, c * sizeof(uint32_t));

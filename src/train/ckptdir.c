@@ -1,4 +1,5 @@
 #include "train/ckptdir.h"
+#include "core/files.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -254,7 +255,8 @@ static void latest_line_(const char *run_dir, char buf[80]) {
     char path[CKPT_PATH_MAX + 16];
     snprintf(path, sizeof path, "%s/latest", run_dir);
     buf[0] = '\0';
-    FILE *f = fopen(path, "rb");
+    int not_regular;
+    FILE *f = fopen_regular(path, &not_regular, NULL);  // never blocks on a FIFO named latest
     if (!f) return;
     size_t got = fread(buf, 1, 79, f);
     fclose(f);

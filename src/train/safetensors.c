@@ -1,4 +1,5 @@
 #include "train/safetensors.h"
+#include "core/files.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -334,12 +335,13 @@ int safetensors_open(SafeTensorsFile *f, const char *path, Err *e) {
     memset(f, 0, sizeof *f);
     f->fd = -1;
     snprintf(f->path, sizeof f->path, "%s", path);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    unsigned mode = 0;
+    int fd = open_regular(path, &mode);  // a FIFO or device is refused before it can block a read
+    if (fd == OPEN_NOT_REGULAR) return err_set(e, "%s: is %s, not a regular file", path, file_kind(mode));
     if (fd < 0) return err_set(e, "%s: cannot open: %s", path, strerror(errno));
     f->fd = fd;
     struct stat st;
     if (fstat(fd, &st) != 0) { err_set(e, "%s: cannot stat: %s", path, strerror(errno)); goto fail; }
-    if (!S_ISREG(st.st_mode)) { err_set(e, "%s: not a regular file", path); goto fail; }
     f->file_size = (uint64_t)st.st_size;
     uint8_t len8[8];
     if (f->file_size < 8 || pread_full_(fd, len8, 8, 0)) {

@@ -18,6 +18,7 @@
 #include "core/cpu.h"
 #include "core/timer.h"
 #include "data/tokenizer.h"
+#include "train/ckpt_state.h"
 #include "train/ckptdir.h"
 #include "train/evaluate.h"
 #include "train/safetensors.h"
@@ -249,13 +250,62 @@ static int save_checkpoint_(Trainer *t, Err *e) {
     return 0;
 }
 
-static double json_num_(const cJSON *o, const char *k, int *ok) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    if (!cJSON_IsNumber(v)) { *ok = 0; return 0; }
-    return v->valuedouble;
+// the "step" metadata of a checkpoint's safetensors file ("" when it has none)
+static int file_step_(const char *path, char *out, size_t n, Err *e) {
+    SafeTensorsFile f;
+    if (safetensors_open(&f, path, e) != 0) return -1;
+    const char *v = safetensors_meta(&f, "step");
+    snprintf(out, n, "%s", v ? v : "");
+    safetensors_close(&f);
+    return 0;
 }
 
-static int load_checkpoint_(Trainer *t, const char *ckpt, Err *e) {
+// Everything state.json says must agree with the rest before a byte of the run directory changes: the
+// checkpoint directory's name, the step the model and optimizer files record, the number of steps the
+// config gives, and where the data cursor stands after that many steps. `changed`: the config was changed
+// on purpose (--set), so the step count and cursor may move.
+static int check_state_(const Trainer *t, const char *ckpt, const char *state_path, const CkptState *st, int changed,
+                        Err *e) {
+    const char *base = strrchr(ckpt, '/');
+    long dir_step = ckptdir_parse_name(base ? base + 1 : ckpt);
+    if (dir_step != st->step)
+        return err_set(e, "%s: field 'step' is %ld but the checkpoint directory is %s (step %ld); the file was "
+                       "edited or moved", state_path, st->step, base ? base + 1 : ckpt, dir_step);
+    static const char *files[] = {"model.safetensors", "optim.safetensors"};
+    for (int i = 0; i < 2; i++) {
+        char path[1300], meta[64], want[32];
+        snprintf(path, sizeof path, "%s/%s", ckpt, files[i]);
+        if (file_step_(path, meta, sizeof meta, e) != 0) return -1;
+        snprintf(want, sizeof want, "%ld", st->step);
+        if (meta[0] && strcmp(meta, want) != 0)
+            return err_set(e, "%s: field 'step' is %ld but %s records step %s; the files are of different "
+                           "checkpoints", state_path, st->step, path, meta);
+    }
+    if (st->total_steps != t->total_steps && !changed)
+        return err_set(e, "%s: field 'total_steps': the run was planned for %ld steps but its config now gives %ld; "
+                       "the data or config changed since the checkpoint", state_path, st->total_steps, t->total_steps);
+    if (st->step > t->total_steps)
+        return err_set(e, "%s: field 'step' is %ld, beyond the %ld steps the config gives", state_path, st->step,
+                       t->total_steps);
+    if (!changed) {
+        // the cursor after step * grad_accum * batch_size windows (it moves to the next epoch lazily)
+        unsigned __int128 used = (unsigned __int128)st->step * (unsigned)t->c.train.grad_accum *
+                                 (unsigned)t->c.train.batch_size, N = t->train.n_windows;
+        unsigned __int128 ep = used == 0 || N == 0 ? 0 : (used - 1) / N, pos = used - ep * N;
+        if (N && (ep != st->epoch || pos != st->window))
+            return err_set(e, "%s: fields 'epoch' %llu and 'window' %llu are not where %ld steps of %d x %d windows "
+                           "leave the data (epoch %llu, window %llu of %llu); the file was edited or the data changed",
+                           state_path, (unsigned long long)st->epoch, (unsigned long long)st->window, st->step,
+                           t->c.train.grad_accum, t->c.train.batch_size, (unsigned long long)ep,
+                           (unsigned long long)pos, (unsigned long long)N);
+    }
+    if (st->seed != t->c.run.seed && !changed)
+        return err_set(e, "%s: field 'seed' is %ld but the config's run.seed is %ld", state_path, st->seed,
+                       (long)t->c.run.seed);
+    return 0;
+}
+
+static int load_checkpoint_(Trainer *t, const char *ckpt, const CkptState *st, Err *e) {
     char path[2048];
     snprintf(path, sizeof path, "%s/model.safetensors", ckpt);
     if (safetensors_read_table(path, &t->model.pt, t->model.params, e) != 0) return -1;
@@ -264,46 +314,126 @@ static int load_checkpoint_(Trainer *t, const char *ckpt, Err *e) {
     float *bufs[] = {t->opt.m, t->opt.v};
     if (safetensors_read_tables(path, &t->model.pt, pre, bufs, 2, e) != 0) return -1;
     snprintf(path, sizeof path, "%s/state.json", ckpt);
-    FILE *f = fopen(path, "rb");
-    if (!f) return err_set(e, "%s: cannot open: %s", path, strerror(errno));
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = xmalloc(size > 0 ? (size_t)size + 1 : 1);
-    size_t n = size > 0 ? fread(buf, 1, (size_t)size, f) : 0;
-    fclose(f);
-    buf[n] = '\0';
-    cJSON *st = cJSON_Parse(buf);
-    free(buf);
-    int ok = st != NULL;
-    long step = (long)json_num_(st, "step", &ok), total = (long)json_num_(st, "total_steps", &ok);
-    LoaderCursor cur = {(uint64_t)json_num_(st, "epoch", &ok), (uint64_t)json_num_(st, "window", &ok)};
-    long ot = (long)json_num_(st, "optim_t", &ok);
-    double tokens = json_num_(st, "tokens", &ok), elapsed = json_num_(st, "elapsed_s", &ok);
-    int threads = (int)json_num_(st, "threads", &ok);
-    // the kernel set (absent in checkpoints written before kernel sets existed: nothing to compare)
-    const cJSON *kj = cJSON_GetObjectItemCaseSensitive(st, "kernels");
-    char kernels[32] = "";
-    if (cJSON_IsString(kj)) snprintf(kernels, sizeof kernels, "%s", kj->valuestring);
-    t->stopped_early = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(st, "stopped_early"));  // absent: false
-    cJSON_Delete(st);
-    if (!ok) return err_set(e, "%s: not a seqtrain state file (missing or bad fields)", path);
-    if (total != t->total_steps)
-        return err_set(e, "%s: the run was planned for %ld steps but its config now gives %ld; the data or config "
-                       "changed since the checkpoint", path, total, t->total_steps);
+    LoaderCursor cur = {st->epoch, st->window};
     if (loader_seek(&t->train, cur, e) != 0) return err_prefix(e, "%s: ", path);
-    if (threads != t->threads)
+    if (st->threads != t->threads)
         fprintf(stderr, "seqtrain: note: the run used %d thread%s and resumes with %d; results stay correct but are "
-                "not bit-identical to an uninterrupted run (set OMP_NUM_THREADS=%d for that)\n", threads,
-                threads == 1 ? "" : "s", t->threads, threads);
+                "not bit-identical to an uninterrupted run (set OMP_NUM_THREADS=%d for that)\n", st->threads,
+                st->threads == 1 ? "" : "s", t->threads, st->threads);
     const char *now = kernel_set_name(kernel_set());
-    if (kernels[0] && strcmp(kernels, now) != 0)
+    if (st->kernels[0] && strcmp(st->kernels, now) != 0)
         fprintf(stderr, "seqtrain: note: the run used the %s kernels and resumes with %s; results stay correct but "
-                "are not bit-identical to an uninterrupted run (set SEQ_KERNELS=%s for that)\n", kernels, now, kernels);
-    t->step = step;
-    t->opt.t = ot;
-    t->tokens = tokens;
-    t->elapsed = elapsed;
+                "are not bit-identical to an uninterrupted run (set SEQ_KERNELS=%s for that)\n", st->kernels, now,
+                st->kernels);
+    t->stopped_early = st->stopped_early;
+    t->step = st->step;
+    t->opt.t = st->optim_t;
+    t->tokens = st->tokens;
+    t->elapsed = st->elapsed_s;
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// the config at resume: config.json (plus --set) against the config stored in the checkpoint
+
+// every leaf where `was` (the checkpoint's) and `now` differ, as "path": {"checkpoint": ..., "now": ...} in
+// out. Keys on one side only are a schema of another version (a newer key binds its default): skipped.
+static void config_diff_(const cJSON *was, const cJSON *now, const char *path, cJSON *out) {
+    if (cJSON_IsObject(was) && cJSON_IsObject(now)) {
+        for (const cJSON *c = now->child; c; c = c->next) {
+            const cJSON *w = cJSON_GetObjectItemCaseSensitive(was, c->string);
+            if (!w) continue;
+            char *sub = xmalloc(strlen(path) + strlen(c->string) + 2);
+            sprintf(sub, "%s%s%s", path, path[0] ? "." : "", c->string);
+            config_diff_(w, c, sub, out);
+            free(sub);
+        }
+        return;
+    }
+    if (cJSON_IsArray(was) && cJSON_IsArray(now) && cJSON_GetArraySize(was) == cJSON_GetArraySize(now)) {
+        int i = 0;
+        for (const cJSON *w = was->child, *c = now->child; w && c; w = w->next, c = c->next, i++) {
+            char *sub = xmalloc(strlen(path) + 24);
+            sprintf(sub, "%s[%d]", path, i);
+            config_diff_(w, c, sub, out);
+            free(sub);
+        }
+        return;
+    }
+    int same = cJSON_IsNumber(was) && cJSON_IsNumber(now) ? was->valuedouble == now->valuedouble
+                                                          : cJSON_Compare(was, now, 1);
+    if (same) return;
+    cJSON *d = cJSON_CreateObject();
+    cJSON_AddItemToObject(d, "checkpoint", cJSON_Duplicate(was, 1));
+    cJSON_AddItemToObject(d, "now", cJSON_Duplicate(now, 1));
+    cJSON_AddItemToObject(out, path, d);
+}
+
+// does one of the --set keys name path or a key above it?
+static int set_covers_(const TrainerOpts *o, const char *path) {
+    for (int i = 0; i < o->n_sets; i++) {
+        const char *eq = strchr(o->sets[i], '=');
+        size_t n = eq ? (size_t)(eq - o->sets[i]) : strlen(o->sets[i]);
+        if (strncmp(path, o->sets[i], n) == 0 && (path[n] == 0 || path[n] == '.' || path[n] == '['))
+            return 1;
+    }
+    return 0;
+}
+
+// "optim.lr (0.002 in the checkpoint, 0.5 now)" for messages, values cut short
+static void describe_change_(const cJSON *d, char *buf, size_t n) {
+    char *w = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(d, "checkpoint"));
+    char *c = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(d, "now"));
+    snprintf(buf, n, "%s (%.40s in the checkpoint, %.40s now)", d->string, w, c);
+    free(w);
+    free(c);
+}
+
+// Compare; refuse changes no --set names; print and return (in *changes, NULL when none) those it names.
+static int config_changes_(const Trainer *t, const TrainerOpts *o, const char *state_path, const CkptState *st,
+                           cJSON **changes, Err *e) {
+    *changes = NULL;
+    if (!st->config) {
+        fprintf(stderr, "seqtrain: note: %s stores no config (an older checkpoint): config.json is not compared "
+                "with it\n", state_path);
+        return 0;
+    }
+    cJSON *now = config_dump(&t->c, &RUN_CONFIG_SCHEMA), *diff = cJSON_CreateObject();
+    config_diff_(st->config, now, "", diff);
+    cJSON_Delete(now);
+    char list[700] = "", fix[400] = "";
+    int n_bad = 0;
+    for (const cJSON *d = diff->child; d; d = d->next) {
+        if (set_covers_(o, d->string)) continue;
+        if (n_bad++ < 4) {
+            char one[200];
+            describe_change_(d, one, sizeof one);
+            size_t l = strlen(list);
+            snprintf(list + l, sizeof list - l, "%s%s", l ? ", " : "", one);
+            char *v = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(d, "now"));
+            l = strlen(fix);
+            snprintf(fix + l, sizeof fix - l, " --set '%s=%.60s'", d->string, v);
+            free(v);
+        }
+    }
+    if (n_bad) {
+        cJSON_Delete(diff);
+        char more[48] = "";
+        if (n_bad > 4) snprintf(more, sizeof more, " and %d more", n_bad - 4);
+        return err_set(e, "%s/config.json differs from the config stored in %s: %s%s; restore config.json, or make "
+                       "the change explicit: seqtrain --resume %s%s", t->run_dir, state_path, list, more, t->run_dir,
+                       fix);
+    }
+    if (!diff->child) {
+        cJSON_Delete(diff);
+        return 0;
+    }
+    for (const cJSON *d = diff->child; d; d = d->next) {
+        char one[200];
+        describe_change_(d, one, sizeof one);
+        printf("seqtrain: resuming with a changed config (--set): %s\n", one);
+    }
+    *changes = diff;
     return 0;
 }
 
@@ -332,6 +462,20 @@ static int truncate_log_(const char *log_path, long step, Err *e) {
         return err_set(e, "cannot rewrite %s: writing %s failed: %s", log_path, tmp, err ? strerror(err) : "write error");
     }
     if (rename(tmp, log_path) != 0) return err_set(e, "cannot rewrite %s: %s", log_path, strerror(errno));
+    return 0;
+}
+
+// a resume with --set changes: config.json now holds the new config, and log.jsonl a line
+// {"step": S, "resumed_with_changes": {"optim.lr": {"checkpoint": 0.002, "now": 0.5}, ...}}
+static int record_changes_(const Trainer *t, const char *log_path, const cJSON *changes, Err *e) {
+    if (write_config_(t, e) != 0) return -1;
+    char *s = cJSON_PrintUnformatted(changes);
+    FILE *f = fopen(log_path, "a");
+    int bad = !f || fprintf(f, "{\"step\": %ld, \"resumed_with_changes\": %s}\n", t->step, s) < 0;
+    int err = errno;
+    if (f && fclose(f) != 0 && !bad) bad = 1, err = errno;
+    free(s);
+    if (bad) return err_set(e, "cannot write %s: %s", log_path, strerror(err));
     return 0;
 }
 
@@ -471,7 +615,6 @@ int trainer_check(const RunConfig *c, int info, Err *e) {
 static int setup_(Trainer *t, const TrainerOpts *o, Err *e) {
     char config_path[1200];
     if (o->resume_dir) {
-        if (o->n_sets) return err_set(e, "--resume continues a run exactly as configured; --set is not allowed with it");
         snprintf(config_path, sizeof config_path, "%s/config.json", o->resume_dir);
     } else {
         snprintf(config_path, sizeof config_path, "%s", o->config_path);
@@ -525,15 +668,26 @@ static int setup_(Trainer *t, const TrainerOpts *o, Err *e) {
     char log_path[1200];
     snprintf(log_path, sizeof log_path, "%s/log.jsonl", t->run_dir);
     if (o->resume_dir) {
-        char ckpt[1200];
+        char ckpt[1200], state_path[1300];
         int has = ckptdir_latest(t->run_dir, ckpt, sizeof ckpt, e);
         if (has < 0) return -1;
         if (has == 0) return err_set(e, "%s: no complete checkpoint to resume from", t->run_dir);
-        if (load_checkpoint_(t, ckpt, e) != 0) return -1;
-        if (truncate_log_(log_path, t->step, e) != 0) return -1;
+        // everything is read and checked before the log (or anything else in the run directory) changes
+        snprintf(state_path, sizeof state_path, "%s/state.json", ckpt);
+        CkptState st;
+        cJSON *changes = NULL;
+        if (ckpt_state_read(&st, state_path, e) != 0) return -1;
+        int rc = config_changes_(t, o, state_path, &st, &changes, e);
+        if (rc == 0) rc = check_state_(t, ckpt, state_path, &st, changes != NULL, e);
+        if (rc == 0) rc = load_checkpoint_(t, ckpt, &st, e);
+        ckpt_state_free(&st);
+        if (rc == 0) rc = truncate_log_(log_path, t->step, e);
         char diag_path[1200];
         snprintf(diag_path, sizeof diag_path, "%s/diag.jsonl", t->run_dir);
-        if (truncate_log_(diag_path, t->step, e) != 0) return -1;
+        if (rc == 0) rc = truncate_log_(diag_path, t->step, e);
+        if (rc == 0 && changes) rc = record_changes_(t, log_path, changes, e);
+        cJSON_Delete(changes);
+        if (rc != 0) return -1;
         if (t->stopped_early)
             printf("%s stopped early at step %ld of %ld (train.stop_at_acc reached); nothing left to train\n",
                    t->run_dir, t->step, t->total_steps);
