@@ -121,6 +121,10 @@ mixer_rows() {
         'deltanet|DeltaNet|{"kind":"deltanet"}|'
         'gated_deltanet|Gated DeltaNet|{"kind":"gated_deltanet"}|'
         'gsa|GSA (gated slot attention)|{"kind":"gsa"}|'
+        'gla_selrope|GLA + Selective RoPE|{"kind":"gla","selective_rope":{"enabled":true}}|'
+        'gated_deltanet_selrope|Gated DeltaNet + Selective RoPE|{"kind":"gated_deltanet","selective_rope":{"enabled":true}}|'
+        'attn_fox|Attention (FoX)|{"kind":"attention","pos":"fox"}|'
+        'attn_fox_selrope|Attention (FoX) + Selective RoPE|{"kind":"attention","pos":"fox","selective_rope":{"enabled":true}}|'
     )
     local m all=""
     for m in "${MIXER[@]}"; do all+="${m%%|*} "; done

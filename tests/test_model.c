@@ -211,6 +211,12 @@ static void test_decode(void) {
                   "{\"kind\": \"gla\", \"heads\": 2, \"expand_k\": 1, \"rotate\": true, \"rope_base\": 20, \"chunk\": 5}, "
                   "\"layers\": [{\"at\": \"1\", \"mixer\": {\"kind\": \"linear_attn\", \"heads\": 2, \"feature_map\": \"elu\", "
                   "\"rotate\": true, \"chunk\": 3}}]}");
+    check_decode_("gla selrope + gated_deltanet selrope", "{\"vocab_size\": 0, \"d_model\": 16, \"n_layers\": 2, "
+                  "\"mixer\": {\"kind\": \"gla\", \"heads\": 2, \"expand_k\": 1, \"chunk\": 5, \"selective_rope\": "
+                  "{\"enabled\": true, \"phi_proj_rank\": 4, \"use_bias\": true, \"temp_theta\": 100}}, \"layers\": "
+                  "[{\"at\": \"1\", \"mixer\": {\"kind\": \"gated_deltanet\", \"heads\": 2, \"chunk\": 3, "
+                  "\"selective_rope\": {\"enabled\": true, \"full_rank\": true, \"skip_conv\": true, "
+                  "\"use_gate\": true, \"temp_theta\": 100}}}]}");
     check_decode_("mamba2 (fused) + gla", "{\"vocab_size\": 0, \"d_model\": 16, \"n_layers\": 2, \"mixer\": {\"kind\": "
                   "\"mamba2\", \"head_dim\": 8, \"d_state\": 4, \"n_groups\": 2, \"chunk\": 4}, \"layers\": [{\"at\": \"1\", "
                   "\"mixer\": {\"kind\": \"gla\", \"heads\": 2}}]}");
@@ -467,6 +473,21 @@ int main(void) {
         // the complex forget gate (mixers/linear.c rotate): RoPE in front of gla's engine, one decay per rotated pair
         {"gla rotate", "\"mixer\": {\"kind\": \"gla\", \"heads\": 2, \"expand_k\": 1, \"gate_rank\": 4, \"rotate\": true, "
          "\"rope_base\": 20, \"chunk\": 5}", 0, 3e-3},
+        // Selective RoPE (mixers/selrope.c) on gla, gated_deltanet and fox / NoPE attention
+        {"gla selrope", "\"mixer\": {\"kind\": \"gla\", \"heads\": 2, \"expand_k\": 1, \"gate_rank\": 4, \"chunk\": 5, "
+         "\"init_std\": 0.3, \"selective_rope\": {\"enabled\": true, \"phi_proj_rank\": 4, \"use_bias\": true, "
+         "\"temp_theta\": 100}}", 0, 3e-3},
+        {"gla selrope full rank", "\"mixer\": {\"kind\": \"gla\", \"heads\": 2, \"expand_k\": 1, \"gate_rank\": 4, "
+         "\"init_std\": 0.3, \"selective_rope\": {\"enabled\": true, \"full_rank\": true, \"skip_conv\": true, "
+         "\"use_gate\": true, \"temp_theta\": 100}}", 1, 3e-3},
+        {"gated_deltanet selrope skip gate", "\"mixer\": {\"kind\": \"gated_deltanet\", \"heads\": 2, \"chunk\": 3, "
+         "\"init_std\": 0.3, \"A_init_lo\": 0.5, \"A_init_hi\": 4, \"selective_rope\": {\"enabled\": true, "
+         "\"phi_proj_rank\": 4, \"skip_conv\": true, \"use_gate\": true, \"temp_theta\": 100}}", 1, 3e-3},
+        {"fox selrope", "\"mixer\": {\"kind\": \"attention\", \"heads\": 2, \"pos\": \"fox\", \"selective_rope\": "
+         "{\"enabled\": true, \"phi_proj_rank\": 4, \"conv_act\": \"silu\", \"temp_theta\": 100}}", 0, 0},
+        {"nope qk_norm selrope rfa", "\"mixer\": {\"kind\": \"attention\", \"heads\": 2, \"pos\": \"none\", "
+         "\"qk_norm\": true, \"selective_rope\": {\"enabled\": true, \"use_gate\": true, \"temp_type\": \"rfa\", "
+         "\"temp_theta\": 3}}", 1, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char json[2048];

@@ -39,6 +39,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from . import selrope
 from .common import DTYPE, RMSNORM_EPS, rms_norm, rope, tiny_model
 
 KIND = "attention"
@@ -48,6 +49,7 @@ DEFAULTS = {
     "heads": 8, "head_dim": 0, "bias": False, "qk_norm": False, "window": 0, "pos": "rope",
     "rope_base": 10000.0, "rope_layout": "half", "decay_mode": "post_softmax", "damping": 0.05,
     "zero_decay_heads": 2, "fgate_bias_init": 3.0, "init_std": 0.02, "path_rank": -1, "path_chunk": 0,
+    "selective_rope": {},
 }
 
 PATH_CONV_K = 3      # PaTH's short conv on w
@@ -95,6 +97,7 @@ class AttentionSpec:
         self.path = self.pos in ("path", "path_fox")
         self.fgate = self.pos in ("fox", "path_fox")
         rank = int(opts["path_rank"])
+        self.sr = selrope.SelRopeSpec(opts.get("selective_rope"), d_model, self.H, self.D)   # with pos none | fox
         self.R = 32 if rank < 0 else rank
         half = self.D // 2
         base = float(opts["rope_base"])
@@ -147,6 +150,7 @@ def param_shapes(spec, C):
         shapes["path_conv"] = (spec.HD, PATH_CONV_K)
         shapes["path_bw"] = (spec.H, C)
         shapes["path_bb"] = (spec.H,)
+    shapes.update(selrope.param_shapes(spec.sr))
     return shapes
 
 
@@ -195,6 +199,7 @@ def forward(x, P, prefix, spec):
     if spec.rotary:
         q = rope(q, spec.freqs, spec.opts["rope_layout"])
         k = rope(k, spec.freqs, spec.opts["rope_layout"])
+    q, k = selrope.apply(q, k, x, P, prefix, spec.sr)     # where RoPE would be: after qk_norm
     if spec.path:
         w, beta = path_w_beta(x, P, prefix, spec)
         scores = path_scores(q, k, w, beta) / math.sqrt(D)                   # (B, H, T, T)
@@ -256,6 +261,13 @@ CASES = {
     "path": _model(heads=2, mixer={"pos": "path", "path_rank": 4, "path_chunk": 5}),
     "path_fox_rank0_qknorm": _model(heads=2, mixer={"pos": "path_fox", "path_rank": 0, "qk_norm": True,
                                                     "fgate_bias_init": 1.0, "path_chunk": 7}),
+    "fox_selrope": _model(heads=2, mixer={"pos": "fox", "fgate_bias_init": 1.0,
+                                          "selective_rope": {"enabled": True, "phi_proj_rank": 4, "use_bias": True,
+                                                             "temp_theta": 100.0}}),
+    "nope_selrope_qknorm_full_rank": _model(heads=2, mixer={"pos": "none", "qk_norm": True,
+                                                            "selective_rope": {"enabled": True, "full_rank": True,
+                                                                               "use_gate": True,
+                                                                               "conv_act": "silu"}}),
     "hybrid_alibi_layer1_nomlp": _model(
         heads=4, mixer={"pos": "rope"}, mlp={"kind": "none"},
         layers=[{"at": "1", "mixer": {"pos": "alibi", "heads": 2}}]),

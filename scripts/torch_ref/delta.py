@@ -28,6 +28,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from . import selrope
 from .common import DTYPE, SelfChecks, rms_norm, softplus, t64, tiny_model
 
 L2_EPS = 1e-6
@@ -36,7 +37,7 @@ _COMMON = {"heads": 4, "expand_k": 1.0, "conv": 4, "allow_neg_eigval": False, "c
 DEFAULTS_BY_KIND = {
     "deltanet": dict(_COMMON, use_gate=False, expand_v=1.0),
     "gated_deltanet": dict(_COMMON, use_gate=True, expand_v=2.0, A_init_lo=0.0, A_init_hi=16.0, dt_min=0.001,
-                           dt_max=0.1, dt_init_floor=1e-4),
+                           dt_max=0.1, dt_init_floor=1e-4, selective_rope={}),
 }
 
 
@@ -57,6 +58,7 @@ class DeltaSpec:
         self.neg = bool(opts["allow_neg_eigval"])
         self.use_gate = bool(opts["use_gate"])
         self.eps = float(opts["norm_eps"])
+        self.sr = selrope.SelRopeSpec(opts.get("selective_rope"), d_model, self.H, self.Dk)   # gated_deltanet only
 
 
 def _param_shapes(spec, C):
@@ -70,6 +72,7 @@ def _param_shapes(spec, C):
         s["g_proj"] = (spec.HV, C)
     s["o_norm"] = (spec.Dv,)
     s["o_proj"] = (C, spec.HV)
+    s.update(selrope.param_shapes(spec.sr))
     return s
 
 
@@ -141,8 +144,9 @@ def _forward(x, P, prefix, spec):
         u = x @ P[prefix + name + "_proj"].T
         return short_conv(u, P[prefix + name + "_conv1d"]) if spec.K else F.silu(u)
 
-    q = l2norm(stream("q").view(B, T, H, Dk))
-    k = l2norm(stream("k").view(B, T, H, Dk))
+    # selective_rope: after the convs and silu, before the L2 norms
+    q, k = selrope.apply(stream("q").view(B, T, H, Dk), stream("k").view(B, T, H, Dk), x, P, prefix, spec.sr)
+    q, k = l2norm(q), l2norm(k)
     v = stream("v").view(B, T, H, Dv)
     beta = torch.sigmoid(x @ P[prefix + "b_proj"].T) * (2.0 if spec.neg else 1.0)
     g = None
@@ -190,4 +194,14 @@ GATED_DELTANET = _namespace("gated_deltanet", {
     "gated_deltanet_neg": tiny_model({"kind": "gated_deltanet", "heads": 2, "init_std": 0.3, "chunk": 7,
                                       "allow_neg_eigval": True, "conv": 3, "A_init_lo": 0.5, "A_init_hi": 4},
                                      norm="rmsnorm"),
+    "gated_deltanet_selrope": tiny_model({"kind": "gated_deltanet", "heads": 2, "init_std": 0.3, "chunk": 7,
+                                          "A_init_lo": 0.5, "A_init_hi": 4,
+                                          "selective_rope": {"enabled": True, "phi_proj_rank": 4, "use_bias": True,
+                                                             "use_gate": True, "skip_conv": True,
+                                                             "temp_theta": 100.0}}),
+    "gated_deltanet_selrope_full_rank": tiny_model({"kind": "gated_deltanet", "heads": 2, "init_std": 0.3,
+                                                    "conv": 0, "selective_rope": {"enabled": True, "full_rank": True,
+                                                                                  "conv_act": "silu",
+                                                                                  "temp_type": "rfa",
+                                                                                  "temp_theta": 3.0}}),
 }, "Gated DeltaNet (FLA GatedDeltaNet)")

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from . import selrope
 from .common import DTYPE, SelfChecks, rms_norm, rope, tiny_model
 
 _COMMON = {"heads": 4, "expand_k": 1.0, "expand_v": 1.0, "chunk": 64, "norm_eps": 1e-6, "init_std": 0.02}
@@ -36,7 +37,7 @@ DEFAULTS_BY_KIND = {
                         rope_base=10000.0),
     "retnet": dict(_COMMON, heads=8, expand_v=2.0, output_gate=True, rope_base=10000.0),
     "gla": dict(_COMMON, expand_k=0.5, output_gate=True, gate_rank=16, gate_normalizer=16.0, chunk=16, rotate=False,
-                rope_base=10000.0),
+                rope_base=10000.0, selective_rope={}),
 }
 
 
@@ -56,6 +57,7 @@ class LinSpec:
         self.gate_rank = int(opts.get("gate_rank", 0))
         self.eps = float(opts["norm_eps"])
         self.rotate = kind == "retnet" or bool(opts.get("rotate", False))   # the complex forget gate
+        self.sr = selrope.SelRopeSpec(opts.get("selective_rope"), d_model, self.H, self.Dk)   # gla only
 
 
 def _param_shapes(spec, C):
@@ -77,6 +79,7 @@ def _param_shapes(spec, C):
         s["gk_bias"] = (gw,)
     s["o_norm"] = (spec.Dv,)
     s["o_proj"] = (C, spec.HV)
+    s.update(selrope.param_shapes(spec.sr))
     return s
 
 
@@ -147,6 +150,7 @@ def _forward(x, P, prefix, spec):
         base = float(spec.opts["rope_base"])
         freqs = np.tile(base ** (-np.arange(0, Dk, 2) / Dk), (H, 1))
         q, k = rope(q, freqs, "half"), rope(k, freqs, "half")
+    q, k = selrope.apply(q, k, x, P, prefix, spec.sr)     # gla: right after the projections
     o, den = parallel(q / math.sqrt(Dk), k, v, log_decays(x, P, prefix, spec, T), spec.kind)
     if spec.normalize:
         o = o / (den.unsqueeze(-1) + 1e-10)
@@ -196,4 +200,12 @@ GLA = _namespace("gla", {
                       norm="rmsnorm"),
     "gla_rotate": tiny_model({"kind": "gla", "heads": 2, "gate_rank": 4, "gate_normalizer": 4, "rotate": True,
                               "rope_base": 100.0, "init_std": 0.3}),
+    "gla_selrope": tiny_model({"kind": "gla", "heads": 2, "gate_rank": 4, "gate_normalizer": 4, "init_std": 0.3,
+                               "selective_rope": {"enabled": True, "phi_proj_rank": 4, "use_bias": True,
+                                                  "temp_theta": 100.0}}),
+    "gla_selrope_full_rank": tiny_model({"kind": "gla", "heads": 2, "gate_rank": 4, "gate_normalizer": 4,
+                                         "init_std": 0.3, "expand_k": 1,
+                                         "selective_rope": {"enabled": True, "full_rank": True, "conv_act": "silu",
+                                                            "skip_conv": True, "use_gate": True,
+                                                            "temp_type": "rfa", "temp_theta": 3.0}}),
 }, "gated linear attention")

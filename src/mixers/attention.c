@@ -29,6 +29,7 @@
 
 #include "mixers/mixer.h"
 #include "mixers/mixer_kit.h"
+#include "mixers/selrope.h"
 #include "nn/activation.h"
 #include "nn/attention.h"
 #include "nn/conv.h"
@@ -56,6 +57,7 @@ typedef struct AttentionOpts {
     char pos[CFG_STR_MAX], rope_layout[CFG_STR_MAX], decay_mode[CFG_STR_MAX];
     double rope_base, damping, fgate_bias_init, init_std;
     int zero_decay_heads, path_rank, path_chunk;
+    SelRopeOpts sr;  // selective_rope (mixers/selrope.h), with pos none or fox
     // derived by check
     int H, D, HD, pos_kind, layout, decay_logits, path, fgate, R;  // R = the resolved path rank
     int k_wqkv, k_bqkv, k_wo, k_bo, k_qn, k_kn, k_fw, k_fb;  // tensor indices (-1 = absent)
@@ -96,6 +98,7 @@ static const CfgKey ATT_KEYS_[] = {
          "path, path_fox: positions per chunk of the PaTH kernel (changes only float rounding); 0 = unset (64)."),
     KEY_("init_std", CFG_FLOAT, init_std, "0.02", 0, 10, NULL,
          "Std of the projections' normal init; the output projection uses init_std/sqrt(2·n_layers)."),
+    SELROPE_KEY(AttentionOpts, sr),
 };
 
 static const CfgSection ATT_SCHEMA_ = {"attention", "Options of the attention mixer.", ATT_KEYS_,
@@ -145,6 +148,9 @@ static int att_check_(MixerSpec *s, const char *path, Err *e) {
     o->k_pconv = o->path ? k++ : -1;
     o->k_pbw = o->path ? k++ : -1;
     o->k_pbb = o->path ? k++ : -1;
+    if (o->sr.enabled && o->pos_kind != POS_NONE && o->pos_kind != POS_FOX)
+        return err_set(e, "%s.pos: \"%s\" with selective_rope; allowed with selective_rope: none, fox", path, o->pos);
+    if (selrope_check(&o->sr, path, C, o->H, o->D, &k, e)) return -1;
     // fixed (not learned) per-head constants of the position scheme
     int half = o->D / 2;
     if (o->pos_kind == POS_ALIBI) alibi_slopes(o->slopes, o->H);
@@ -188,7 +194,7 @@ static int att_params_(const MixerSpec *s, ParamTable *pt, const char *prefix, i
         MIXER_ADD("path_bw", 2, ((int[]){o->H, C}), init_normal(std), 1);
         MIXER_ADD("path_bb", 1, ((int[]){o->H}), init_zeros(), 0);
     }
-    return 0;
+    return selrope_params(&o->sr, pt, prefix, e);
 }
 
 // ----------------------------------------------------------------------------
@@ -217,6 +223,7 @@ typedef struct AttActs {
     float *wh;              // (B,H,T,D) w as the kernel saw it
     float *pb_pre;          // (B,T,H) beta pre-activations
     float *betah;           // (B,H,T) beta = 2 sigmoid(pre)
+    float *sr;              // selective_rope's activations (selrope_act_size)
 } AttActs;
 
 // a's pointers into base (NULL: only count); returns the floats used
@@ -247,6 +254,7 @@ static size_t att_layout_(const AttentionOpts *o, int B, int T, float *base, Att
     a->wh = mixer_take(base, &n, big, pa);
     a->pb_pre = mixer_take(base, &n, heads, pa);
     a->betah = mixer_take(base, &n, heads, pa);
+    a->sr = mixer_take(base, &n, selrope_act_size(&o->sr, B, T), o->sr.enabled);
     return n;
 }
 
@@ -364,6 +372,8 @@ static void att_forward_(Mixer *m, float *y, const float *x, int B, int T) {
         memcpy(a.rope_cos, tab.cos, n * sizeof(float));
         memcpy(a.rope_sin, tab.sin, n * sizeof(float));
     }
+    // selective_rope: the angles once for q and k, the rotation where RoPE would be (after qk_norm)
+    if (o->sr.enabled) selrope_forward(m, &o->sr, a.sr, x, B, T);
     float *dst[3] = {a.qh, a.kh, a.vh};
     for (int part = 0; part < 3; part++) {
         // part 0 = q, 1 = k, 2 = v: rows [part*HD, (part+1)*HD) of wqkv
@@ -378,6 +388,9 @@ static void att_forward_(Mixer *m, float *y, const float *x, int B, int T) {
         if (part < 2 && att_rotates_(o)) {
             // rotate and permute to (B,H,T,D) in one pass
             rotary_forward_heads_table(dst[part], cur, &tab, B);
+        } else if (part < 2 && o->sr.enabled) {
+            selrope_apply(&o->sr, a.sr, rot, cur, B, T);  // in place when cur is rot (qk_norm)
+            heads_split(dst[part], rot, B, T, H, D);
         } else {
             heads_split(dst[part], cur, B, T, H, D);
         }
@@ -452,6 +465,7 @@ static void att_backward_(Mixer *m, float *dx, const float *dy, const float *x, 
     // the forward's cos/sin table, kept in the activations (same cfg, positions 0..T-1, H, D)
     RotaryTable tab = {o->layout, T, H, D, 0, o->pos_kind == POS_SC_ROPE ? D / 2 : 0, a.rope_cos, a.rope_sin};
     const float *dsrc[3] = {dqh, dkh, dvh};
+    float *dth = o->sr.enabled ? xcalloc((size_t)BT * H * (D / 2), sizeof(float)) : NULL;
     for (int part = 0; part < 3; part++) {
         // undo the head permutation, then the rotation (both in one pass when there is one), then the
         // norm, then the projection
@@ -461,6 +475,10 @@ static void att_backward_(Mixer *m, float *dx, const float *dy, const float *x, 
             cur = drot;
         } else {
             heads_merge(s0, dsrc[part], B, T, H, D);
+            if (part < 2 && dth) {  // the rotated rows back from what the kernel saw (drot is free: no RoPE)
+                heads_merge(drot, part == 0 ? a.qh : a.kh, B, T, H, D);
+                selrope_apply_backward(&o->sr, a.sr, s0, dth, s0, drot, B, T);
+            }
         }
         if (part < 2 && o->qk_norm) {
             memset(dlin, 0, big * sizeof(float));
@@ -472,6 +490,10 @@ static void att_backward_(Mixer *m, float *dx, const float *dy, const float *x, 
         }
         matmul_backward(dx, dwqkv + (size_t)part * HD * C, dbqkv ? dbqkv + (size_t)part * HD : NULL, cur, x,
                         wqkv + (size_t)part * HD * C, BT, C, HD);
+    }
+    if (dth) {
+        selrope_backward(m, &o->sr, a.sr, dth, dx, x, B, T);
+        free(dth);
     }
     if (o->fgate) {
         // in the forward pass this was: F[t] = sum_{s<=t} logsigmoid(a[s]); so

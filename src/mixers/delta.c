@@ -20,6 +20,7 @@
 
 #include "mixers/mixer.h"
 #include "mixers/mixer_kit.h"
+#include "mixers/selrope.h"
 #include "nn/activation.h"
 #include "nn/conv.h"
 #include "nn/delta.h"
@@ -33,6 +34,7 @@ typedef struct DeltaOpts {
     // from the config (a key absent from an entry's schema keeps the zeroed default)
     int heads, conv, allow_neg_eigval, use_gate, chunk;
     double expand_k, expand_v, norm_eps, init_std, a_lo, a_hi, dt_min, dt_max, dt_floor;
+    SelRopeOpts sr;  // gated_deltanet: selective_rope (mixers/selrope.h)
     // derived by check
     int gated, H, Dk, Dv, HK, HV, K;  // K: conv taps (0 = no conv)
     int k_q, k_k, k_v, k_cq, k_ck, k_cv, k_b, k_a, k_A, k_dt, k_g, k_norm, k_o;
@@ -69,6 +71,7 @@ static const CfgKey GATED_DELTANET_KEYS_[] = {
          "dt_bias = softplus^-1(dt) with dt drawn log-uniform in [dt_min, dt_max)."),
     KEY_("dt_max", CFG_FLOAT, dt_max, "0.1", 1e-9, 1e3, NULL, "Upper end of the dt init range."),
     KEY_("dt_init_floor", CFG_FLOAT, dt_floor, "1e-4", 0, 1e3, NULL, "Initial dt values below this are raised to it."),
+    SELROPE_KEY(DeltaOpts, sr),
 };
 #define NKEYS_(a) ((int)(sizeof a / sizeof a[0]))
 static const CfgSection DELTANET_SCHEMA_ = {"deltanet", "Options of the deltanet mixer.", DELTANET_KEYS_,
@@ -107,7 +110,7 @@ static int delta_check_(MixerSpec *s, const char *path, Err *e, int gated) {
     o->k_g = o->use_gate ? k++ : -1;
     o->k_norm = k++;
     o->k_o = k++;
-    return 0;
+    return selrope_check(&o->sr, path, C, o->H, o->Dk, &k, e);
 }
 static int deltanet_check_(MixerSpec *s, const char *path, Err *e) { return delta_check_(s, path, e, 0); }
 static int gated_deltanet_check_(MixerSpec *s, const char *path, Err *e) { return delta_check_(s, path, e, 1); }
@@ -135,7 +138,7 @@ static int delta_params_(const MixerSpec *s, ParamTable *pt, const char *prefix,
     if (o->use_gate) MIXER_ADD("g_proj", 2, ((int[]){o->HV, C}), init_normal(std), 1);
     MIXER_ADD("o_norm", 1, ((int[]){o->Dv}), init_ones(), 0);
     MIXER_ADD("o_proj", 2, ((int[]){C, o->HV}), init_normal(std), 1);
-    return 0;
+    return selrope_params(&o->sr, pt, prefix, e);
 }
 
 static void delta_init_(const Mixer *m) {
@@ -164,6 +167,8 @@ typedef struct DeltaActs {
     float *rstd;          // (BT*H)
     float *yn;            // (BT,HV) normed (and gated): o_proj's input
     float *ckpt;
+    float *rq, *rk;       // (BT,HK) selective_rope: silu(cq), silu(ck) rotated (the l2norms' inputs)
+    float *sr;            // selective_rope's activations (selrope_act_size)
 } DeltaActs;
 
 static DeltaDims delta_dims_(const DeltaOpts *o, int B, int T) {
@@ -198,6 +203,9 @@ static size_t delta_layout_(const MixerSpec *s, int B, int T, float *base, Delta
     a->rstd = mixer_take(base, &n, BH, 1);
     a->yn = mixer_take(base, &n, BT * o->HV, 1);
     a->ckpt = mixer_take(base, &n, delta_ckpt_size(&d), 1);
+    a->rq = mixer_take(base, &n, BT * o->HK, o->sr.enabled);
+    a->rk = mixer_take(base, &n, BT * o->HK, o->sr.enabled);
+    a->sr = mixer_take(base, &n, selrope_act_size(&o->sr, B, T), o->sr.enabled);
     return n;
 }
 
@@ -259,8 +267,15 @@ static void delta_forward_(Mixer *m, float *y, const float *x, int B, int T) {
     silu_forward(a.q, a.cq, nK);
     silu_forward(a.k, a.ck, nK);
     silu_forward(a.v, a.cv, nV);
-    l2norm_forward(a.q, a.nq, a.q, BT * H, o->Dk, DELTA_L2_EPS, L2NORM_ADD);
-    l2norm_forward(a.k, a.nk, a.k, BT * H, o->Dk, DELTA_L2_EPS, L2NORM_ADD);
+    const float *lq = a.q, *lk = a.k;
+    if (o->sr.enabled) {  // after the convs and silu, before the L2 norms (reference C.3)
+        selrope_forward(m, &o->sr, a.sr, x, B, T);
+        selrope_apply(&o->sr, a.sr, a.rq, a.q, B, T);
+        selrope_apply(&o->sr, a.sr, a.rk, a.k, B, T);
+        lq = a.rq, lk = a.rk;
+    }
+    l2norm_forward(a.q, a.nq, lq, BT * H, o->Dk, DELTA_L2_EPS, L2NORM_ADD);
+    l2norm_forward(a.k, a.nk, lk, BT * H, o->Dk, DELTA_L2_EPS, L2NORM_ADD);
     matmul_forward(a.bpre, x, mixer_param(m, o->k_b), NULL, BT, C, H);
     delta_beta_(o, a.beta, a.bpre, (size_t)BT * H);
     if (o->gated) {
@@ -343,18 +358,26 @@ static void delta_backward_(Mixer *m, float *dx, const float *dy, const float *x
         }
         matmul_backward(dx, mixer_grad(m, o->k_a), NULL, da, x, mixer_param(m, o->k_a), BT, C, H);
     }
-    // q, k: l2norm then silu, conv, projection; v: silu, conv, projection
+    // q, k: l2norm [then selective_rope] then silu, conv, projection; v: silu, conv, projection
+    float *dth = o->sr.enabled ? xcalloc((size_t)BT * H * (o->Dk / 2), sizeof(float)) : NULL;
     memset(ds, 0, nK * sizeof(float));
     l2norm_backward(ds, dq, a.q, a.nq, BT * H, o->Dk, DELTA_L2_EPS, L2NORM_ADD);
+    if (dth) selrope_apply_backward(&o->sr, a.sr, ds, dth, ds, a.rq, B, T);
     delta_stream_backward_(m, dx, ds, dc, dp, a.xq, a.cq, o->k_q, o->k_cq, x, B, T, o->HK);
     memset(ds, 0, nK * sizeof(float));
     l2norm_backward(ds, dk, a.k, a.nk, BT * H, o->Dk, DELTA_L2_EPS, L2NORM_ADD);
+    if (dth) selrope_apply_backward(&o->sr, a.sr, ds, dth, ds, a.rk, B, T);
     delta_stream_backward_(m, dx, ds, dc, dp, a.xk, a.ck, o->k_k, o->k_ck, x, B, T, o->HK);
+    if (dth) {
+        selrope_backward(m, &o->sr, a.sr, dth, dx, x, B, T);
+        free(dth);
+    }
     delta_stream_backward_(m, dx, dv, dc, dp, a.xv, a.cv, o->k_v, o->k_cv, x, B, T, o->HV);
 }
 
 // ----------------------------------------------------------------------------
-// recurrent decoding: per sequence [the engine's state (H, Dk*Dv) | conv states q (HK,K-1), k (HK,K-1), v (HV,K-1)]
+// recurrent decoding: per sequence [the engine's state (H, Dk*Dv) | conv states q (HK,K-1), k (HK,K-1), v (HV,K-1) |
+// selective_rope: its state (selrope_state_size)]
 
 static size_t delta_engine_state_(const DeltaOpts *o) {
     DeltaDims d = delta_dims_(o, 1, 1);
@@ -364,7 +387,7 @@ static size_t delta_engine_state_(const DeltaOpts *o) {
 static size_t delta_state_size_(const MixerSpec *s) {
     const DeltaOpts *o = s->opts;
     size_t conv = o->K ? (size_t)(2 * o->HK + o->HV) * (o->K - 1) : 0;
-    return delta_engine_state_(o) + conv;
+    return delta_engine_state_(o) + conv + selrope_state_size(&o->sr);
 }
 
 static void delta_state_init_(const Mixer *m, float *state, int B) {
@@ -399,6 +422,7 @@ static void delta_step_(const Mixer *m, float *state, float *y, const float *x, 
     silu_forward(q, q, bk);
     silu_forward(k, k, bk);
     silu_forward(v, v, bv);
+    if (o->sr.enabled) selrope_step(m, &o->sr, state + n - selrope_state_size(&o->sr), n, q, k, x, B);
     l2norm_forward(q, rstd, q, B * H, o->Dk, DELTA_L2_EPS, L2NORM_ADD);
     l2norm_forward(k, rstd, k, B * H, o->Dk, DELTA_L2_EPS, L2NORM_ADD);
     matmul_forward(bpre, x, mixer_param(m, o->k_b), NULL, B, C, H);

@@ -26,6 +26,7 @@
 
 #include "mixers/mixer.h"
 #include "mixers/mixer_kit.h"
+#include "mixers/selrope.h"
 #include "nn/activation.h"
 #include "nn/groupnorm.h"
 #include "nn/linrec.h"
@@ -42,6 +43,7 @@ typedef struct LinOpts {
     int heads, gate_rank, output_gate, normalize, chunk, rotate;
     double expand_k, expand_v, gate_normalizer, norm_eps, rope_base, init_std;
     char feature_map[CFG_STR_MAX];
+    SelRopeOpts sr;  // gla: selective_rope (mixers/selrope.h)
     // derived by check
     int variant, fmap, H, Dk, Dv, HK, HV, Dva;  // Dva: Dv + 1 with the normaliser's column of ones
     int GW;  // gla: gate width, HK, or HK/2 with rotate (one decay per rotated pair: a complex gate a e^{iw})
@@ -90,7 +92,7 @@ static const CfgKey GLA_KEYS_[] = {
     KEY_("gate_rank", CFG_INT, gate_rank, "16", 1, 4096, NULL, "Rank of the decay gate: x -> rank -> H Dk."),
     KEY_("gate_normalizer", CFG_FLOAT, gate_normalizer, "16", 1e-3, 1e6, NULL,
          "log a = logsigmoid(gate) / gate_normalizer (a = 0.958 at init with 16)."),
-    KEY_ROTATE_, KEY_ROPE_BASE_, KEY_CHUNK_("16"), KEY_EPS_("1e-6"), KEY_STD_,
+    KEY_ROTATE_, KEY_ROPE_BASE_, KEY_CHUNK_("16"), KEY_EPS_("1e-6"), KEY_STD_, SELROPE_KEY(LinOpts, sr),
 };
 #define NKEYS_(a) ((int)(sizeof a / sizeof a[0]))
 static const CfgSection LINEAR_ATTN_SCHEMA_ = {"linear_attn", "Options of the linear_attn mixer.", LINEAR_ATTN_KEYS_,
@@ -138,6 +140,10 @@ static int lin_check_(MixerSpec *s, const char *path, Err *e, int variant) {
     o->k_gk1 = gla ? k++ : -1, o->k_gk2 = gla ? k++ : -1, o->k_gkb = gla ? k++ : -1;
     o->k_norm = k++;
     o->k_o = k++;
+    if (o->sr.enabled && o->rotate)
+        return err_set(e, "%s.selective_rope.enabled: selective RoPE and the complex forget gate (rotate true) both "
+                       "rotate q and k; use one of them", path);
+    if (selrope_check(&o->sr, path, C, o->H, o->Dk, &k, e)) return -1;
     return 0;
 }
 static int linear_attn_check_(MixerSpec *s, const char *path, Err *e) { return lin_check_(s, path, e, LIN_LINEAR_ATTN); }
@@ -171,7 +177,7 @@ static int lin_params_(const MixerSpec *s, ParamTable *pt, const char *prefix, i
     }
     MIXER_ADD("o_norm", 1, ((int[]){o->Dv}), init_ones(), 0);
     MIXER_ADD("o_proj", 2, ((int[]){C, o->HV}), init_normal(std), 1);
-    return 0;
+    return selrope_params(&o->sr, pt, prefix, e);
 }
 
 // ----------------------------------------------------------------------------
@@ -188,6 +194,7 @@ typedef struct LinActs {
     float *rstd;            // (BT*H,)
     float *yn;              // (BT,HV) normed (and gated): o_proj's input
     float *ckpt;
+    float *sr;              // selective_rope's activations (selrope_act_size)
 } LinActs;
 
 static LinrecDims lin_dims_(const LinOpts *o, int B, int T) {
@@ -200,7 +207,7 @@ static size_t lin_layout_(const MixerSpec *s, int B, int T, float *base, LinActs
     const LinOpts *o = s->opts;
     size_t BT = (size_t)B * T, n = 0;
     int had = o->fmap == FMAP_HADAMARD, fm = o->fmap != FMAP_IDENTITY, gla = o->variant == LIN_GLA;
-    int rope = o->rotate;
+    int rope = o->rotate || o->sr.enabled;
     LinActs t;
     if (!a) a = &t;
     LinrecDims d = lin_dims_(o, B, T);
@@ -221,6 +228,7 @@ static size_t lin_layout_(const MixerSpec *s, int B, int T, float *base, LinActs
     a->rstd = mixer_take(base, &n, BT * o->H, 1);
     a->yn = mixer_take(base, &n, BT * o->HV, 1);
     a->ckpt = mixer_take(base, &n, linrec_ckpt_size(&d), 1);
+    a->sr = mixer_take(base, &n, selrope_act_size(&o->sr, B, T), o->sr.enabled);
     if (!a->q) a->q = a->xq, a->k = a->xk;
     if (!a->v) a->v = a->xv;
     if (!a->on) a->on = a->o;
@@ -341,6 +349,11 @@ static void lin_forward_(Mixer *m, float *y, const float *x, int B, int T) {
         int fm = o->fmap != FMAP_IDENTITY;
         rotary_forward(a.q, fm ? a.q : a.xq, &rc, 0, B, T, o->H, o->Dk);
         rotary_forward(a.k, fm ? a.k : a.xk, &rc, 0, B, T, o->H, o->Dk);
+    }
+    if (o->sr.enabled) {  // gla (identity feature map): right after the projections
+        selrope_forward(m, &o->sr, a.sr, x, B, T);
+        selrope_apply(&o->sr, a.sr, a.q, a.xq, B, T);
+        selrope_apply(&o->sr, a.sr, a.k, a.xk, B, T);
     }
     if (o->variant == LIN_RETNET) {
         lin_retnet_decay_(o, gh);
@@ -468,7 +481,14 @@ static void lin_backward_(Mixer *m, float *dx, const float *dy, const float *x, 
     }
     // q, k through RoPE or the feature map
     const float *dq0 = dq, *dk0 = dk;
-    if (o->rotate || o->fmap != FMAP_IDENTITY) {
+    if (o->sr.enabled) {
+        float *dth = xcalloc((size_t)BT * o->H * (o->Dk / 2), sizeof(float));
+        selrope_apply_backward(&o->sr, a.sr, dxq, dth, dq, a.q, B, T);
+        selrope_apply_backward(&o->sr, a.sr, dxk, dth, dk, a.k, B, T);
+        selrope_backward(m, &o->sr, a.sr, dth, dx, x, B, T);
+        free(dth);
+        dq0 = dxq, dk0 = dxk;
+    } else if (o->rotate || o->fmap != FMAP_IDENTITY) {
         memset(dxq, 0, nK * sizeof(float));
         memset(dxk, 0, nK * sizeof(float));
         RotaryCfg rc = lin_rope_(o);
@@ -496,12 +516,19 @@ static void lin_backward_(Mixer *m, float *dx, const float *dy, const float *x, 
 }
 
 // ----------------------------------------------------------------------------
-// recurrent decoding: per sequence [the recurrence's state (H, Dk*Dva) | rotate: the position (1)]
+// recurrent decoding: per sequence [the recurrence's state (H, Dk*Dva) | rotate: the position (1) |
+// selective_rope: its state (selrope_state_size)]
 
 static size_t lin_state_size_(const MixerSpec *s) {
     const LinOpts *o = s->opts;
     LinrecDims d = lin_dims_(o, 1, 1);
-    return (size_t)o->H * linrec_state_size(&d) + (o->rotate != 0);
+    return (size_t)o->H * linrec_state_size(&d) + (o->rotate != 0) + selrope_state_size(&o->sr);
+}
+
+// where the position (rotate) and selective_rope's state start in a sequence's state
+static size_t lin_pos_at_(const LinOpts *o) {
+    LinrecDims d = lin_dims_(o, 1, 1);
+    return (size_t)o->H * linrec_state_size(&d);
 }
 
 static void lin_state_init_(const Mixer *m, float *state, int B) {
@@ -510,14 +537,16 @@ static void lin_state_init_(const Mixer *m, float *state, int B) {
     size_t n = lin_state_size_(m->spec);
     for (int b = 0; b < B; b++) {
         linrec_state_init(state + b * n, &d);
-        if (o->rotate) state[b * n + n - 1] = 0.0f;  // the next token's position (RoPE); exact to 2^24
+        if (o->rotate) state[b * n + lin_pos_at_(o)] = 0.0f;  // the next token's position (RoPE); exact to 2^24
+        if (o->sr.enabled)
+            memset(state + b * n + lin_pos_at_(o) + (o->rotate != 0), 0, selrope_state_size(&o->sr) * sizeof(float));
     }
 }
 
 static void lin_step_(const Mixer *m, float *state, float *y, const float *x, int B) {
     const LinOpts *o = m->spec->opts;
     int C = m->spec->C;
-    size_t n = lin_state_size_(m->spec), rs = n - 1;
+    size_t n = lin_state_size_(m->spec), rs = lin_pos_at_(o);
     size_t bk = (size_t)B * o->HK, bv = (size_t)B * o->HV, ba = (size_t)B * o->H * o->Dva;
     float *buf = xmalloc((6 * bk + 3 * bv + 2 * ba + (size_t)B * o->gate_rank + (size_t)B * o->H + 4 * bk) *
                          sizeof(float));
@@ -543,6 +572,10 @@ static void lin_step_(const Mixer *m, float *state, float *y, const float *x, in
             rotary_forward(k + r, ks + r, &rc, pos, 1, 1, o->H, o->Dk);
         }
         qs = q, ks = k;
+    }
+    if (o->sr.enabled) {  // identity feature map: q, k are the projections; rotated in place
+        selrope_step(m, &o->sr, state + rs + (o->rotate != 0), n, xq, xk, x, B);
+        qs = xq, ks = xk;
     }
     if (o->variant == LIN_RETNET) {
         lin_retnet_decay_(o, gh);

@@ -31,6 +31,7 @@
 #include "nn/norm.h"
 #include "nn/path_attn.h"
 #include "nn/rotary.h"
+#include "nn/selrope.h"
 #include "nn/xent.h"
 
 // ----------------------------------------------------------------------------
@@ -339,6 +340,20 @@ VOID_(rotary_backward_table, (float *dinp, const float *dout, const RotaryTable 
 VOID_(rotary_forward_heads_table, (float *out, const float *inp, const RotaryTable *tab, int B), (out, inp, tab, B))
 VOID_(rotary_backward_heads_table, (float *dinp, const float *dout, const RotaryTable *tab, int B),
       (dinp, dout, tab, B))
+
+// selrope.h
+VOID_(selrope_angles,
+      (float *theta, float *last, const float *phi, const float *temp, const float *offset, int B, int T, int H, int R),
+      (theta, last, phi, temp, offset, B, T, H, R))
+VOID_(selrope_angles_backward, (float *dphi, const float *dtheta, const float *temp, int B, int T, int H, int R),
+      (dphi, dtheta, temp, B, T, H, R))
+VOID_(selrope_cossin, (float *cs, float *sn, const float *theta, size_t n), (cs, sn, theta, n))
+VOID_(selrope_rotate, (float *out, const float *inp, const float *cs, const float *sn, int N, int H, int R),
+      (out, inp, cs, sn, N, H, R))
+VOID_(selrope_rotate_backward,
+      (float *dinp, float *dtheta, const float *dout, const float *out, const float *cs, const float *sn, int N, int H,
+       int R),
+      (dinp, dtheta, dout, out, cs, sn, N, H, R))
 
 // xent.h
 RET_(int, crossentropy_check_targets, (const int *targets, int N, int V), (targets, N, V))

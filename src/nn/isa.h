@@ -108,6 +108,12 @@
 #define path_attn_forward ISA_FN(path_attn_forward)
 #define path_attn_backward ISA_FN(path_attn_backward)
 #define path_attn_step ISA_FN(path_attn_step)
+// selrope.c
+#define selrope_angles ISA_FN(selrope_angles)
+#define selrope_angles_backward ISA_FN(selrope_angles_backward)
+#define selrope_cossin ISA_FN(selrope_cossin)
+#define selrope_rotate ISA_FN(selrope_rotate)
+#define selrope_rotate_backward ISA_FN(selrope_rotate_backward)
 // rotary.c
 #define rotary_cfg_default ISA_FN(rotary_cfg_default)
 #define rotary_sc_bank ISA_FN(rotary_sc_bank)

@@ -1,0 +1,372 @@
+// The selective_rope option block shared by gla, gated_deltanet and attention; mixers/selrope.h has the maths.
+#include "mixers/selrope.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mixers/mixer_kit.h"
+#include "nn/activation.h"
+#include "nn/conv.h"
+#include "nn/matmul.h"
+#include "nn/norm.h"
+#include "nn/selrope.h"
+
+#define SR_L2_EPS 1e-6f
+
+#define KEY_(...) MIXER_KEY(SelRopeOpts, __VA_ARGS__)
+static const CfgKey SELROPE_KEYS_[] = {
+    KEY_("enabled", CFG_BOOL, enabled, "false", 0, 0, NULL, "Rotate q and k by the selective (input-dependent) angles."),
+    KEY_("phi_proj_rank", CFG_INT, rank, "16", 1, 4096, NULL,
+         "Rank r of the angle projection W2 (W1 xn): C -> r -> H·Dk/2 (the MAD config uses 32)."),
+    KEY_("full_rank", CFG_BOOL, full_rank, "false", 0, 0, NULL,
+         "Per-head full-rank projection with weight norm, scale_h · normalize(W_h) over C/H inputs, instead of "
+         "the low-rank one (phi_proj_rank unused)."),
+    KEY_("conv", CFG_BOOL, conv, "true", 0, 0, NULL, "Causal depthwise short convolution (4 taps, no bias) over phi."),
+    KEY_("conv_act", CFG_ENUM, conv_act, "\"none\"", 0, 0, "none|silu", "Activation after the conv over phi."),
+    KEY_("skip_conv", CFG_BOOL, skip_conv, "false", 0, 0, NULL, "phi_t <- phi_t - phi_{t-1} (after the conv)."),
+    KEY_("use_bias", CFG_BOOL, use_bias, "false", 0, 0, NULL, "phi += exp(phi_bias) (per head and pair; 1 at init)."),
+    KEY_("use_gate", CFG_BOOL, use_gate, "false", 0, 0, NULL,
+         "phi *= sigmoid(gate_w xn + gate_b), one gate per head (the authors' phase_gate_proj)."),
+    KEY_("temp_type", CFG_ENUM, temp_type, "\"rope\"", 0, 0, "rope|rfa",
+         "Fixed temperature spectrum: rope temp_max / theta^(2r/Dk), or rfa sqrt((1-cos p)/(1+cos p)) over "
+         "p = linspace(0, theta·pi, Dk/2), scaled to max temp_max."),
+    KEY_("temp_theta", CFG_FLOAT, temp_theta, "500000", 1, 1e12, NULL, "theta of the temperature spectrum."),
+    KEY_("temp_max", CFG_FLOAT, temp_max, "1", 1e-9, 1e9, NULL, "Largest temperature (not trained)."),
+};
+const CfgSection SELROPE_SECTION = {"selective_rope", "Selective RoPE on q and k (docs/mixers.md).", SELROPE_KEYS_,
+                                    (int)(sizeof SELROPE_KEYS_ / sizeof SELROPE_KEYS_[0])};
+
+// ----------------------------------------------------------------------------
+// options and parameters
+
+static void selrope_temperature_(SelRopeOpts *s, int Dk) {
+    int R = s->R;
+    if (!strcmp(s->temp_type, "rfa")) {
+        double mx = 0.0;
+        for (int r = 0; r < R; r++) {
+            double p = R > 1 ? s->temp_theta * M_PI * r / (R - 1) : 0.0, c = cos(p);
+            double t = sqrt(fmax(1.0 - c, 0.0) / fmax(1.0 + c, 1e-30));
+            s->temp[r] = (float)t;
+            if (t > mx) mx = t;
+        }
+        for (int r = 0; r < R; r++) s->temp[r] = mx > 0 ? (float)(s->temp_max * s->temp[r] / mx) : 0.0f;
+    } else {
+        for (int r = 0; r < R; r++) s->temp[r] = (float)(s->temp_max / pow(s->temp_theta, 2.0 * r / Dk));
+    }
+}
+
+int selrope_check(SelRopeOpts *s, const char *path, int C, int H, int Dk, int *k, Err *e) {
+    s->k_w1 = s->k_w2 = s->k_scale = s->k_conv = s->k_bias = s->k_gw = s->k_gb = -1;
+    if (!s->enabled) return 0;
+    if (C % H)
+        return err_set(e, "%s.selective_rope: the width %d is not a multiple of the %d heads (phi reads x per head)",
+                       path, C, H);
+    if (Dk % 2 || Dk / 2 > SELROPE_MAX_R)
+        return err_set(e, "%s.selective_rope: the key head size %d must be even and at most %d", path, Dk,
+                       2 * SELROPE_MAX_R);
+    s->C = C, s->H = H, s->Dh = C / H, s->R = Dk / 2, s->HR = H * s->R;
+    s->silu = !strcmp(s->conv_act, "silu");
+    if (s->silu && !s->conv)
+        return err_set(e, "%s.selective_rope.conv_act: \"silu\" acts after the conv over phi; allowed with conv false: "
+                       "none", path);
+    selrope_temperature_(s, Dk);
+    if (s->full_rank) s->k_w2 = (*k)++, s->k_scale = (*k)++;
+    else s->k_w1 = (*k)++, s->k_w2 = (*k)++;
+    if (s->conv) s->k_conv = (*k)++;
+    if (s->use_bias) s->k_bias = (*k)++;
+    if (s->use_gate) s->k_gw = (*k)++, s->k_gb = (*k)++;
+    return 0;
+}
+
+int selrope_params(const SelRopeOpts *s, ParamTable *pt, const char *base, Err *e) {
+    if (!s->enabled) return 0;
+    char prefix[256];
+    snprintf(prefix, sizeof prefix, "%s.selective_rope", base);
+    // nn.Linear-like scales (1/sqrt(fan_in)), so that phi is O(1) at init and the angles turn
+    if (s->full_rank) {
+        MIXER_ADD("phi_w", 2, ((int[]){s->HR, s->Dh}), init_normal(1.0f), 1);
+        MIXER_ADD("phi_scale", 1, ((int[]){s->H}), init_ones(), 0);
+    } else {
+        MIXER_ADD("phi_w1", 2, ((int[]){s->rank, s->C}), init_normal((float)(1.0 / sqrt(s->C / (double)s->H))), 1);
+        MIXER_ADD("phi_w2", 2, ((int[]){s->HR, s->rank}), init_normal((float)(1.0 / sqrt((double)s->rank))), 1);
+    }
+    if (s->conv) MIXER_ADD("phi_conv", 2, ((int[]){s->HR, SELROPE_CONV_K}), init_normal(0.5f), 1);
+    if (s->use_bias) MIXER_ADD("phi_bias", 1, ((int[]){s->HR}), init_zeros(), 0);
+    if (s->use_gate) {
+        MIXER_ADD("gate_w", 2, ((int[]){s->H, s->C}), init_normal(0.02f), 1);
+        MIXER_ADD("gate_b", 1, ((int[]){s->H}), init_zeros(), 0);
+    }
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// activations
+
+typedef struct SrActs {
+    float *xn, *xnrm;  // (BT,C) (BT*H) the per-head unit input and its norms
+    float *u;          // (BT,rank) low rank: W1 xn
+    float *p;          // (BT,HR) the projection
+    float *c;          // (BT,HR) conv: its output (act's input)
+    float *f;          // (BT,HR) use_gate: phi before the gate
+    float *g;          // (BT,H) use_gate: the gate's pre-activation
+    float *cs, *sn;    // (BT,HR) cos and sin of the angles
+} SrActs;
+
+static size_t sr_layout_(const SelRopeOpts *s, int B, int T, float *base, SrActs *a) {
+    size_t BT = (size_t)B * T, n = 0;
+    SrActs t;
+    if (!a) a = &t;
+    int on = s->enabled;
+    a->xn = mixer_take(base, &n, BT * s->C, on);
+    a->xnrm = mixer_take(base, &n, BT * s->H, on);
+    a->u = mixer_take(base, &n, BT * s->rank, on && !s->full_rank);
+    a->p = mixer_take(base, &n, BT * s->HR, on);
+    a->c = mixer_take(base, &n, BT * s->HR, on && s->conv);
+    a->f = mixer_take(base, &n, BT * s->HR, on && s->use_gate);
+    a->g = mixer_take(base, &n, BT * s->H, on && s->use_gate);
+    a->cs = mixer_take(base, &n, BT * s->HR, on);
+    a->sn = mixer_take(base, &n, BT * s->HR, on);
+    return n;
+}
+
+size_t selrope_act_size(const SelRopeOpts *s, int B, int T) { return sr_layout_(s, B, T, NULL, NULL); }
+
+void selrope_apply(const SelRopeOpts *s, float *acts, float *out, const float *inp, int B, int T) {
+    SrActs a;
+    sr_layout_(s, B, T, acts, &a);
+    selrope_rotate(out, inp, a.cs, a.sn, B * T, s->H, s->R);
+}
+
+void selrope_apply_backward(const SelRopeOpts *s, float *acts, float *dinp, float *dtheta, const float *dout,
+                            const float *out, int B, int T) {
+    SrActs a;
+    sr_layout_(s, B, T, acts, &a);
+    selrope_rotate_backward(dinp, dtheta, dout, out, a.cs, a.sn, B * T, s->H, s->R);
+}
+
+// ----------------------------------------------------------------------------
+// the pieces forward and step share
+
+// full rank: the effective weight (HR, Dh) scale_h W_hr / |W_hr|, and the row norms (HR)
+static void sr_full_weight_(const Mixer *m, const SelRopeOpts *s, float *w, float *nrm) {
+    const float *W = mixer_param(m, s->k_w2), *sc = mixer_param(m, s->k_scale);
+    for (int i = 0; i < s->HR; i++) {
+        double ss = 0;
+        for (int j = 0; j < s->Dh; j++) ss += (double)W[(size_t)i * s->Dh + j] * W[(size_t)i * s->Dh + j];
+        double n = sqrt(ss) + 1e-12;
+        nrm[i] = (float)n;
+        for (int j = 0; j < s->Dh; j++) w[(size_t)i * s->Dh + j] = (float)(sc[i / s->R] * W[(size_t)i * s->Dh + j] / n);
+    }
+}
+
+// xn (N,C) and its norms, the projection p (N,HR) (u (N,rank) low rank) of x (N,C)
+static void sr_project_(const Mixer *m, const SelRopeOpts *s, float *xn, float *xnrm, float *u, float *p,
+                        const float *x, int N) {
+    l2norm_forward(xn, xnrm, x, N * s->H, s->Dh, SR_L2_EPS, L2NORM_ADD);
+    if (!s->full_rank) {
+        matmul_forward(u, xn, mixer_param(m, s->k_w1), NULL, N, s->C, s->rank);
+        matmul_forward(p, u, mixer_param(m, s->k_w2), NULL, N, s->rank, s->HR);
+        return;
+    }
+    float *w = xmalloc(((size_t)s->HR * s->Dh + s->HR) * sizeof(float));
+    sr_full_weight_(m, s, w, w + (size_t)s->HR * s->Dh);
+#pragma omp parallel for
+    for (long r = 0; r < (long)N * s->H; r++) {
+        int h = (int)(r % s->H);
+        const float *xr = xn + (size_t)r * s->Dh;
+        for (int i = 0; i < s->R; i++) {
+            const float *wr = w + ((size_t)h * s->R + i) * s->Dh;
+            float acc = 0;
+            for (int j = 0; j < s->Dh; j++) acc += wr[j] * xr[j];
+            p[(size_t)r * s->R + i] = acc;
+        }
+    }
+    free(w);
+}
+
+// after act (and the skip, done by the caller): phi = (f + exp(bias)) [* sigmoid(g)], f saved first when gated
+static void sr_bias_gate_(const Mixer *m, const SelRopeOpts *s, float *phi, float *f, float *g, const float *xn, int N) {
+    size_t n = (size_t)N * s->HR;
+    if (s->use_bias) {
+        const float *bias = mixer_param(m, s->k_bias);
+        for (size_t i = 0; i < n; i++) phi[i] += expf(bias[i % s->HR]);
+    }
+    if (s->use_gate) {
+        memcpy(f, phi, n * sizeof(float));
+        matmul_forward(g, xn, mixer_param(m, s->k_gw), mixer_param(m, s->k_gb), N, s->C, s->H);
+        for (size_t i = 0; i < n; i++) phi[i] *= (float)mixer_sigmoid(g[(i / s->HR) * s->H + (i % s->HR) / s->R]);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// forward, backward
+
+void selrope_forward(const Mixer *m, const SelRopeOpts *s, float *acts, const float *x, int B, int T) {
+    SrActs a;
+    sr_layout_(s, B, T, acts, &a);
+    int BT = B * T;
+    size_t n = (size_t)BT * s->HR;
+    sr_project_(m, s, a.xn, a.xnrm, a.u, a.p, x, BT);
+    float *phi = a.cs;  // phi, then the angles (summed in place), then their cos (in place)
+    if (s->conv) {
+        conv1d_causal_forward(a.c, a.p, mixer_param(m, s->k_conv), NULL, B, T, s->HR, SELROPE_CONV_K);
+        if (s->silu) silu_forward(phi, a.c, n);
+        else memcpy(phi, a.c, n * sizeof(float));
+    } else {
+        memcpy(phi, a.p, n * sizeof(float));
+    }
+    if (s->skip_conv)
+        for (int b = 0; b < B; b++)
+            for (int t = T - 1; t > 0; t--) {
+                float *cur = phi + ((size_t)b * T + t) * s->HR;
+                for (int i = 0; i < s->HR; i++) cur[i] -= cur[i - s->HR];
+            }
+    sr_bias_gate_(m, s, phi, a.f, a.g, a.xn, BT);
+    selrope_angles(phi, NULL, phi, s->temp, NULL, B, T, s->H, s->R);
+    selrope_cossin(a.cs, a.sn, phi, n);
+}
+
+void selrope_backward(Mixer *m, const SelRopeOpts *s, float *acts, float *dtheta, float *dx, const float *x, int B,
+                      int T) {
+    SrActs a;
+    sr_layout_(s, B, T, acts, &a);
+    int BT = B * T, HR = s->HR;
+    size_t n = (size_t)BT * HR;
+    float *dphi = dtheta;
+    selrope_angles_backward(dphi, dtheta, s->temp, B, T, s->H, s->R);
+    float *dxn = xcalloc((size_t)BT * s->C, sizeof(float));
+    float *w1 = xmalloc((2 * n + (size_t)BT * (s->rank + s->H)) * sizeof(float));
+    float *w2 = w1 + n, *du = w2 + n, *dg = du + (size_t)BT * s->rank;
+    if (s->use_gate) {
+        // phi = f sigmoid(g): df = dphi sig, dg = sum_r dphi f sig (1 - sig)
+        for (size_t r = 0; r < (size_t)BT * s->H; r++) {
+            double sg = mixer_sigmoid(a.g[r]), acc = 0;
+            float *d = dphi + r * s->R;
+            const float *f = a.f + r * s->R;
+            for (int i = 0; i < s->R; i++) {
+                acc += (double)d[i] * f[i];
+                d[i] = (float)(d[i] * sg);
+            }
+            dg[r] = (float)(acc * sg * (1.0 - sg));
+        }
+        matmul_backward(dxn, mixer_grad(m, s->k_gw), mixer_grad(m, s->k_gb), dg, a.xn, mixer_param(m, s->k_gw), BT,
+                        s->C, s->H);
+    }
+    if (s->use_bias) {
+        const float *bias = mixer_param(m, s->k_bias);
+        float *db = mixer_grad(m, s->k_bias);
+        for (int i = 0; i < HR; i++) {  // sequential: independent of the thread count
+            double acc = 0;
+            for (int r = 0; r < BT; r++) acc += dphi[(size_t)r * HR + i];
+            db[i] += (float)(acc * exp((double)bias[i]));
+        }
+    }
+    if (s->skip_conv)  // f_t = a_t - a_{t-1}: da_t = df_t - df_{t+1}
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T - 1; t++) {
+                float *cur = dphi + ((size_t)b * T + t) * HR;
+                for (int i = 0; i < HR; i++) cur[i] -= cur[i + HR];
+            }
+    const float *dp = dphi;
+    if (s->conv) {
+        const float *dc = dphi;
+        if (s->silu) {
+            memset(w1, 0, n * sizeof(float));
+            silu_backward(w1, a.c, dphi, n);
+            dc = w1;
+        }
+        memset(w2, 0, n * sizeof(float));
+        conv1d_causal_backward(w2, mixer_grad(m, s->k_conv), NULL, dc, a.p, mixer_param(m, s->k_conv), B, T, HR,
+                               SELROPE_CONV_K);
+        dp = w2;
+    }
+    if (!s->full_rank) {
+        memset(du, 0, (size_t)BT * s->rank * sizeof(float));
+        matmul_backward(du, mixer_grad(m, s->k_w2), NULL, dp, a.u, mixer_param(m, s->k_w2), BT, s->rank, HR);
+        matmul_backward(dxn, mixer_grad(m, s->k_w1), NULL, du, a.xn, mixer_param(m, s->k_w1), BT, s->C, s->rank);
+    } else {
+        int Dh = s->Dh, R = s->R;
+        float *w = xmalloc(((size_t)HR * Dh * 2 + HR) * sizeof(float)), *dw = w + (size_t)HR * Dh, *nrm = dw + (size_t)HR * Dh;
+        sr_full_weight_(m, s, w, nrm);
+        // dxn_h += sum_i dp_hi w_hi; dw_hi = sum_rows dp_hi xn_h (per (h,i): a fixed order)
+#pragma omp parallel for
+        for (long r = 0; r < (long)BT * s->H; r++) {
+            int h = (int)(r % s->H);
+            for (int i = 0; i < R; i++) {
+                float d = dp[(size_t)r * R + i];
+                const float *wr = w + ((size_t)h * R + i) * Dh;
+                for (int j = 0; j < Dh; j++) dxn[(size_t)r * Dh + j] += d * wr[j];
+            }
+        }
+#pragma omp parallel for
+        for (int hi = 0; hi < HR; hi++) {
+            int h = hi / R;
+            for (int j = 0; j < Dh; j++) {
+                double acc = 0;
+                for (int t = 0; t < BT; t++) acc += (double)dp[(size_t)t * HR + hi] * a.xn[((size_t)t * s->H + h) * Dh + j];
+                dw[(size_t)hi * Dh + j] = (float)acc;
+            }
+        }
+        // w = sc W / |W|: dsc_h += sum_i <dw_hi, w_hi> / sc_h; dW_hi += sc/|W| (dw - u <u, dw>), u = W / |W|
+        const float *W = mixer_param(m, s->k_w2), *sc = mixer_param(m, s->k_scale);
+        float *dW = mixer_grad(m, s->k_w2), *dsc = mixer_grad(m, s->k_scale);
+        for (int hi = 0; hi < HR; hi++) {
+            const float *Wr = W + (size_t)hi * Dh, *dwr = dw + (size_t)hi * Dh;
+            double ud = 0;
+            for (int j = 0; j < Dh; j++) ud += (double)Wr[j] / nrm[hi] * dwr[j];
+            dsc[hi / R] += (float)ud;
+            double f = sc[hi / R] / nrm[hi];
+            for (int j = 0; j < Dh; j++) dW[(size_t)hi * Dh + j] += (float)(f * (dwr[j] - Wr[j] / nrm[hi] * ud));
+        }
+        free(w);
+    }
+    l2norm_backward(dx, dxn, a.xn, a.xnrm, BT * s->H, s->Dh, SR_L2_EPS, L2NORM_ADD);
+    free(w1);
+    free(dxn);
+}
+
+// ----------------------------------------------------------------------------
+// recurrent decoding
+
+size_t selrope_state_size(const SelRopeOpts *s) {
+    if (!s->enabled) return 0;
+    return (size_t)s->HR * (1 + (s->conv ? SELROPE_CONV_K - 1 : 0) + (s->skip_conv ? 1 : 0));
+}
+
+void selrope_step(const Mixer *m, const SelRopeOpts *s, float *state, size_t stride, float *q, float *k,
+                  const float *x, int B) {
+    int HR = s->HR;
+    size_t bh = (size_t)B * HR;
+    float *buf = xmalloc(((size_t)B * s->C + (size_t)B * s->H * 2 + (size_t)B * s->rank + 4 * bh) * sizeof(float));
+    float *xn = buf, *xnrm = xn + (size_t)B * s->C, *g = xnrm + (size_t)B * s->H, *u = g + (size_t)B * s->H;
+    float *p = u + (size_t)B * s->rank, *phi = p + bh, *f = phi + bh, *sn = f + bh;
+    sr_project_(m, s, xn, xnrm, u, p, x, B);
+    for (int b = 0; b < B; b++) {
+        float *st = state + (size_t)b * stride, *pb = p + (size_t)b * HR, *ph = phi + (size_t)b * HR;
+        float *cs = st + HR;
+        if (s->conv) {
+            conv1d_causal_step(ph, cs, pb, mixer_param(m, s->k_conv), NULL, 1, HR, SELROPE_CONV_K);
+            if (s->silu) silu_forward(ph, ph, (size_t)HR);
+            cs += (size_t)HR * (SELROPE_CONV_K - 1);
+        } else {
+            memcpy(ph, pb, (size_t)HR * sizeof(float));
+        }
+        if (s->skip_conv)
+            for (int i = 0; i < HR; i++) {
+                float cur = ph[i];
+                ph[i] -= cs[i];
+                cs[i] = cur;
+            }
+    }
+    sr_bias_gate_(m, s, phi, f, g, xn, B);
+    for (int b = 0; b < B; b++) {
+        float *st = state + (size_t)b * stride;
+        selrope_angles(phi + (size_t)b * HR, st, phi + (size_t)b * HR, s->temp, st, 1, 1, s->H, s->R);
+    }
+    selrope_cossin(phi, sn, phi, bh);
+    selrope_rotate(q, q, phi, sn, B, s->H, s->R);
+    selrope_rotate(k, k, phi, sn, B, s->H, s->R);
+    free(buf);
+}
