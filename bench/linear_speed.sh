@@ -38,6 +38,10 @@ ROWS=(
     'gsa|{"kind":"gsa","heads":4}'
     'attn_path|{"kind":"attention","heads":8,"head_dim":64,"pos":"path"}'
     'attn_path_fox|{"kind":"attention","heads":8,"head_dim":64,"pos":"path_fox"}'
+    'attn_fox|{"kind":"attention","heads":8,"head_dim":64,"pos":"fox"}'
+    'attn_fox_selrope|{"kind":"attention","heads":8,"head_dim":64,"pos":"fox","selective_rope":{"enabled":true}}'
+    'gla_selrope|{"kind":"gla","heads":4,"selective_rope":{"enabled":true}}'
+    'gated_deltanet_selrope|{"kind":"gated_deltanet","heads":4,"selective_rope":{"enabled":true}}'
 )
 all=""; for r in "${ROWS[@]}"; do all+="${r%%|*} "; done
 MIXERS=${MIXERS:-$all}
