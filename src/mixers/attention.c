@@ -263,12 +263,17 @@ static size_t att_act_size_(const MixerSpec *s, int B, int T) {
     return att_layout_(s->opts, B, T, NULL, &a);
 }
 
-static size_t att_scratch_size_(const MixerSpec *s, int B, int T) {
-    const AttentionOpts *o = s->opts;
+// the passes' own work space; path: dwh (B,H,T,D) and two (BT,HD) work buffers, dbeta (B,H,T), dpre (B,T,H), (BT,R)
+static size_t att_work_size_(const AttentionOpts *o, int B, int T) {
     size_t BT = (size_t)B * T;
-    // path: dwh (B,H,T,D) and two (BT,HD) work buffers, dbeta (B,H,T), dpre (B,T,H), (BT,R)
     size_t path = o->path ? 3 * BT * o->HD + 2 * BT * o->H + BT * o->R : 0;
     return 7 * BT * o->HD + 2 * BT * o->H + path;
+}
+
+// then selective_rope's
+static size_t att_scratch_size_(const MixerSpec *s, int B, int T) {
+    const AttentionOpts *o = s->opts;
+    return att_work_size_(o, B, T) + selrope_scratch_size(&o->sr, B, T);
 }
 
 static PathOpts att_path_opts_(const AttentionOpts *o, const AttActs *a) {
@@ -465,7 +470,8 @@ static void att_backward_(Mixer *m, float *dx, const float *dy, const float *x, 
     // the forward's cos/sin table, kept in the activations (same cfg, positions 0..T-1, H, D)
     RotaryTable tab = {o->layout, T, H, D, 0, o->pos_kind == POS_SC_ROPE ? D / 2 : 0, a.rope_cos, a.rope_sin};
     const float *dsrc[3] = {dqh, dkh, dvh};
-    float *dth = o->sr.enabled ? xcalloc((size_t)BT * H * (D / 2), sizeof(float)) : NULL;
+    float *srs = m->scratch + att_work_size_(o, B, T);
+    float *dth = o->sr.enabled ? selrope_dtheta(&o->sr, srs, B, T) : NULL;
     for (int part = 0; part < 3; part++) {
         // undo the head permutation, then the rotation (both in one pass when there is one), then the
         // norm, then the projection
@@ -491,10 +497,7 @@ static void att_backward_(Mixer *m, float *dx, const float *dy, const float *x, 
         matmul_backward(dx, dwqkv + (size_t)part * HD * C, dbqkv ? dbqkv + (size_t)part * HD : NULL, cur, x,
                         wqkv + (size_t)part * HD * C, BT, C, HD);
     }
-    if (dth) {
-        selrope_backward(m, &o->sr, a.sr, dth, dx, x, B, T);
-        free(dth);
-    }
+    if (dth) selrope_backward(m, &o->sr, a.sr, srs, dx, x, B, T);
     if (o->fgate) {
         // in the forward pass this was: F[t] = sum_{s<=t} logsigmoid(a[s]); so
         // da[s] = sigmoid(-a[s]) * sum_{t>=s} dF[t]  (d logsigmoid(z)/dz = sigmoid(-z))

@@ -211,11 +211,16 @@ static size_t delta_layout_(const MixerSpec *s, int B, int T, float *base, Delta
 
 static size_t delta_act_size_(const MixerSpec *s, int B, int T) { return delta_layout_(s, B, T, NULL, NULL); }
 
+// the backward's own work space: dyn, dz, do, dv (HV); dq, dk (HK); ds, dc, dp (widest); dbeta, dg, da (H)
+static size_t delta_work_size_(const DeltaOpts *o, int B, int T) {
+    size_t BT = (size_t)B * T, w = (size_t)(o->HK > o->HV ? o->HK : o->HV);
+    return BT * (4 * (size_t)o->HV + 2 * (size_t)o->HK + 3 * w + 3 * (size_t)o->H);
+}
+
+// then selective_rope's
 static size_t delta_scratch_size_(const MixerSpec *s, int B, int T) {
     const DeltaOpts *o = s->opts;
-    size_t BT = (size_t)B * T, w = (size_t)(o->HK > o->HV ? o->HK : o->HV);
-    // backward: dyn, dz, do, dv (HV); dq, dk (HK); ds, dc, dp (widest); dbeta, dg, da (H)
-    return BT * (4 * (size_t)o->HV + 2 * (size_t)o->HK + 3 * w + 3 * (size_t)o->H);
+    return delta_work_size_(o, B, T) + selrope_scratch_size(&o->sr, B, T);
 }
 
 // ----------------------------------------------------------------------------
@@ -359,7 +364,8 @@ static void delta_backward_(Mixer *m, float *dx, const float *dy, const float *x
         matmul_backward(dx, mixer_grad(m, o->k_a), NULL, da, x, mixer_param(m, o->k_a), BT, C, H);
     }
     // q, k: l2norm [then selective_rope] then silu, conv, projection; v: silu, conv, projection
-    float *dth = o->sr.enabled ? xcalloc((size_t)BT * H * (o->Dk / 2), sizeof(float)) : NULL;
+    float *srs = m->scratch + delta_work_size_(o, B, T);
+    float *dth = o->sr.enabled ? selrope_dtheta(&o->sr, srs, B, T) : NULL;
     memset(ds, 0, nK * sizeof(float));
     l2norm_backward(ds, dq, a.q, a.nq, BT * H, o->Dk, DELTA_L2_EPS, L2NORM_ADD);
     if (dth) selrope_apply_backward(&o->sr, a.sr, ds, dth, ds, a.rq, B, T);
@@ -368,10 +374,7 @@ static void delta_backward_(Mixer *m, float *dx, const float *dy, const float *x
     l2norm_backward(ds, dk, a.k, a.nk, BT * H, o->Dk, DELTA_L2_EPS, L2NORM_ADD);
     if (dth) selrope_apply_backward(&o->sr, a.sr, ds, dth, ds, a.rk, B, T);
     delta_stream_backward_(m, dx, ds, dc, dp, a.xk, a.ck, o->k_k, o->k_ck, x, B, T, o->HK);
-    if (dth) {
-        selrope_backward(m, &o->sr, a.sr, dth, dx, x, B, T);
-        free(dth);
-    }
+    if (dth) selrope_backward(m, &o->sr, a.sr, srs, dx, x, B, T);
     delta_stream_backward_(m, dx, dv, dc, dp, a.xv, a.cv, o->k_v, o->k_cv, x, B, T, o->HV);
 }
 

@@ -237,13 +237,18 @@ static size_t lin_layout_(const MixerSpec *s, int B, int T, float *base, LinActs
 
 static size_t lin_act_size_(const MixerSpec *s, int B, int T) { return lin_layout_(s, B, T, NULL, NULL); }
 
-static size_t lin_scratch_size_(const MixerSpec *s, int B, int T) {
-    const LinOpts *o = s->opts;
-    size_t BT = (size_t)B * T;
-    // backward: dyn, dz, don, dq, dk, dv(aug), dxq, dxk, dg, dgr: bounded by 10 slabs of the widest
+// one slab of the backward's work space: B T times the widest row
+static size_t lin_slab_(const LinOpts *o, int B, int T) {
     size_t w = (size_t)(o->HK > o->H * o->Dva ? o->HK : o->H * o->Dva);
     if ((size_t)o->gate_rank > w) w = (size_t)o->gate_rank;
-    return 12 * BT * w;
+    return (size_t)B * T * w;
+}
+
+static size_t lin_scratch_size_(const MixerSpec *s, int B, int T) {
+    const LinOpts *o = s->opts;
+    // backward: dyn, dz, don, dq, dk, dv(aug), dxq, dxk, dg, dgr: bounded by 10 slabs of the widest; then
+    // selective_rope's own work space
+    return 12 * lin_slab_(o, B, T) + selrope_scratch_size(&o->sr, B, T);
 }
 
 // ----------------------------------------------------------------------------
@@ -409,7 +414,7 @@ static void lin_backward_(Mixer *m, float *dx, const float *dy, const float *x, 
     size_t nK = (size_t)BT * o->HK, nV = (size_t)BT * o->HV, nA = (size_t)BT * o->H * o->Dva;
     LinActs a;
     lin_layout_(m->spec, B, T, m->acts, &a);
-    size_t w = lin_scratch_size_(m->spec, B, T) / 12;
+    size_t w = lin_slab_(o, B, T);
     float *dyn = m->scratch, *dz = dyn + w, *don = dz + w, *doa = don + w, *dq = doa + w, *dk = dq + w;
     float *dv = dk + w, *dxq = dv + w, *dxk = dxq + w, *dg = dxk + w, *tmp = dg + w;  // tmp: 2 slabs
 
@@ -482,11 +487,10 @@ static void lin_backward_(Mixer *m, float *dx, const float *dy, const float *x, 
     // q, k through RoPE or the feature map
     const float *dq0 = dq, *dk0 = dk;
     if (o->sr.enabled) {
-        float *dth = xcalloc((size_t)BT * o->H * (o->Dk / 2), sizeof(float));
+        float *srs = m->scratch + 12 * w, *dth = selrope_dtheta(&o->sr, srs, B, T);
         selrope_apply_backward(&o->sr, a.sr, dxq, dth, dq, a.q, B, T);
         selrope_apply_backward(&o->sr, a.sr, dxk, dth, dk, a.k, B, T);
-        selrope_backward(m, &o->sr, a.sr, dth, dx, x, B, T);
-        free(dth);
+        selrope_backward(m, &o->sr, a.sr, srs, dx, x, B, T);
         dq0 = dxq, dk0 = dxk;
     } else if (o->rotate || o->fmap != FMAP_IDENTITY) {
         memset(dxq, 0, nK * sizeof(float));

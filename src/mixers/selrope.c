@@ -228,17 +228,30 @@ void selrope_forward(const Mixer *m, const SelRopeOpts *s, float *acts, const fl
     selrope_cossin(a.cs, a.sn, phi, n);
 }
 
-void selrope_backward(Mixer *m, const SelRopeOpts *s, float *acts, float *dtheta, float *dx, const float *x, int B,
+// the work space: dtheta (n), dxn (BT C), w1, w2 (n each), du (BT rank), dg (BT H), the full-rank weights
+// and their gradient (2 HR Dh + HR)
+size_t selrope_scratch_size(const SelRopeOpts *s, int B, int T) {
+    if (!s->enabled) return 0;
+    size_t BT = (size_t)B * T, n = BT * s->HR;
+    return 3 * n + BT * ((size_t)s->C + s->rank + s->H) + 2 * (size_t)s->HR * s->Dh + s->HR;
+}
+
+float *selrope_dtheta(const SelRopeOpts *s, float *scratch, int B, int T) {
+    memset(scratch, 0, (size_t)B * T * s->HR * sizeof(float));
+    return scratch;
+}
+
+void selrope_backward(Mixer *m, const SelRopeOpts *s, float *acts, float *scratch, float *dx, const float *x, int B,
                       int T) {
     SrActs a;
     sr_layout_(s, B, T, acts, &a);
     int BT = B * T, HR = s->HR;
     size_t n = (size_t)BT * HR;
-    float *dphi = dtheta;
+    float *dtheta = scratch, *dphi = dtheta;
     selrope_angles_backward(dphi, dtheta, s->temp, B, T, s->H, s->R);
-    float *dxn = xcalloc((size_t)BT * s->C, sizeof(float));
-    float *w1 = xmalloc((2 * n + (size_t)BT * (s->rank + s->H)) * sizeof(float));
-    float *w2 = w1 + n, *du = w2 + n, *dg = du + (size_t)BT * s->rank;
+    float *dxn = scratch + n, *w1 = dxn + (size_t)BT * s->C;
+    float *w2 = w1 + n, *du = w2 + n, *dg = du + (size_t)BT * s->rank, *wfull = dg + (size_t)BT * s->H;
+    memset(dxn, 0, (size_t)BT * s->C * sizeof(float));
     if (s->use_gate) {
         // phi = f sigmoid(g): df = dphi sig, dg = sum_r dphi f sig (1 - sig)
         for (size_t r = 0; r < (size_t)BT * s->H; r++) {
@@ -288,7 +301,7 @@ void selrope_backward(Mixer *m, const SelRopeOpts *s, float *acts, float *dtheta
         matmul_backward(dxn, mixer_grad(m, s->k_w1), NULL, du, a.xn, mixer_param(m, s->k_w1), BT, s->C, s->rank);
     } else {
         int Dh = s->Dh, R = s->R;
-        float *w = xmalloc(((size_t)HR * Dh * 2 + HR) * sizeof(float)), *dw = w + (size_t)HR * Dh, *nrm = dw + (size_t)HR * Dh;
+        float *w = wfull, *dw = w + (size_t)HR * Dh, *nrm = dw + (size_t)HR * Dh;
         sr_full_weight_(m, s, w, nrm);
         // dxn_h += sum_i dp_hi w_hi; dw_hi = sum_rows dp_hi xn_h (per (h,i): a fixed order)
 #pragma omp parallel for
@@ -320,11 +333,8 @@ void selrope_backward(Mixer *m, const SelRopeOpts *s, float *acts, float *dtheta
             double f = sc[hi / R] / nrm[hi];
             for (int j = 0; j < Dh; j++) dW[(size_t)hi * Dh + j] += (float)(f * (dwr[j] - Wr[j] / nrm[hi] * ud));
         }
-        free(w);
     }
     l2norm_backward(dx, dxn, a.xn, a.xnrm, BT * s->H, s->Dh, SR_L2_EPS, L2NORM_ADD);
-    free(w1);
-    free(dxn);
 }
 
 // ----------------------------------------------------------------------------

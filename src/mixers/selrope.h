@@ -56,9 +56,14 @@ void selrope_apply(const SelRopeOpts *s, float *acts, float *out, const float *i
 // its backward: dinp = R^T dout (may alias dout), dtheta (B,T,H,R) += the angle gradient given out (the rotated rows)
 void selrope_apply_backward(const SelRopeOpts *s, float *acts, float *dinp, float *dtheta, const float *dout,
                             const float *out, int B, int T);
-// backward: dtheta (B,T,H,R) zeroed by the caller, accumulated by selrope_apply_backward for q and for k;
-// this takes it (overwritten) back to the tensors and adds the input gradient into dx (B,T,C)
-void selrope_backward(Mixer *m, const SelRopeOpts *s, float *acts, float *dtheta, float *dx, const float *x, int B,
+// floats of the backward's work space (0 unless enabled), a slice of the mixer's scratch that nothing else uses
+// during the backward: dtheta (B,T,H,R) first (selrope_dtheta), then selrope_backward's temporaries
+size_t selrope_scratch_size(const SelRopeOpts *s, int B, int T);
+// dtheta within that work space, zeroed: selrope_apply_backward accumulates into it for q and for k
+float *selrope_dtheta(const SelRopeOpts *s, float *scratch, int B, int T);
+// backward: takes dtheta (overwritten) back to the tensors and adds the input gradient into dx (B,T,C);
+// scratch (selrope_scratch_size) is the one selrope_dtheta was given
+void selrope_backward(Mixer *m, const SelRopeOpts *s, float *acts, float *scratch, float *dx, const float *x, int B,
                       int T);
 size_t selrope_state_size(const SelRopeOpts *s);
 // one token of B sequences: state of sequence b at state + b * stride (zeroed = the empty prefix); rotates q and k
