@@ -4,11 +4,14 @@
 #      in place of its RoPE attention, at T = 512, 2048, 8192 (B T = 4096 tokens a step: B = 8, 2, 1 ... so the
 #      work per step is the same and only the mixer's dependence on T differs), with each mixer's ratio to
 #      attention at the same T and where it overtakes attention (the first T at which its tokens/s is higher);
+#      Rows at one decoding state per layer (the BLA paper's Table 1): gla_k1 H dk dv = 4 64 64 = 16384, bla_m16
+#      (and with decay) H (dk + dv)(2M - 1) = 4 128 31 = 15872, attn_swa31 H (dk + dv) w = 4 128 31 = 15872;
 #   2. the engine's chunked forward + backward against the naive sequential scan (build/release/bench/linrec),
 #      with the exponent p of its time per sequence ~ T^p.
 #
 #   bash bench/linear_speed.sh                    # THREADS = nproc, STEPS = 6, every mixer
 #   THREADS=16 TS=512,2048,8192 MIXERS="attn_rope gla mamba2" bash bench/linear_speed.sh OUT.md
+#   ENGINE=0 MIXERS="attn_rope bla_m16 gla_k1 attn_swa31" bash bench/linear_speed.sh   # part 1 only
 #
 # seqtrain's tokens/s is the median of log.jsonl's per-step tokens_per_s after the first 2 steps. The fused
 # mixers (mamba2, mlstm; kla) have no separate MLP, as their references: their rows are a different model (fewer
@@ -19,6 +22,7 @@ THREADS=${THREADS:-$(nproc)}
 STEPS=${STEPS:-6}
 TS=${TS:-512,2048,8192}
 TOKENS=${TOKENS:-4096}
+ENGINE=${ENGINE:-1}  # 0: only part 1 (the model rows)
 CONFIG=${CONFIG:-bench/configs/speed_rope.json}
 OUTFILE=${1:-}
 RUN_DIR=$(mktemp -d /tmp/seqtrain_linear_speed.XXXXXX)
@@ -42,6 +46,10 @@ ROWS=(
     'attn_fox_selrope|{"kind":"attention","heads":8,"head_dim":64,"pos":"fox","selective_rope":{"enabled":true}}'
     'gla_selrope|{"kind":"gla","heads":4,"selective_rope":{"enabled":true}}'
     'gated_deltanet_selrope|{"kind":"gated_deltanet","heads":4,"selective_rope":{"enabled":true}}'
+    'gla_k1|{"kind":"gla","heads":4,"expand_k":1}'
+    'bla_m16|{"kind":"bla","heads":4,"modes":16}'
+    'bla_m16_decay|{"kind":"bla","heads":4,"modes":16,"decay":true}'
+    'attn_swa31|{"kind":"attention","heads":4,"head_dim":64,"pos":"rope","window":31}'
 )
 all=""; for r in "${ROWS[@]}"; do all+="${r%%|*} "; done
 MIXERS=${MIXERS:-$all}
@@ -87,6 +95,7 @@ EOF
         [ "$id" = attn_rope ] && over="-"
         echo "$row" | sed "s/^| $id |/| $id | $params |/" | sed "s/|\$/| ${over:-not at these T} |/"
     done
+    [ "$ENGINE" = 1 ] || return 0
     echo
     echo "Engine alone (nn/linrec.h, B T = 32768 tokens a call, H = 4, Dk = Dv = 64, chunk 64):"
     echo

@@ -121,6 +121,8 @@ mixer_rows() {
         'deltanet|DeltaNet|{"kind":"deltanet"}|'
         'gated_deltanet|Gated DeltaNet|{"kind":"gated_deltanet"}|'
         'gsa|GSA (gated slot attention)|{"kind":"gsa"}|'
+        'bla|BLA (blurry window attention)|{"kind":"bla"}|'
+        'bla_decay|BLA with decay|{"kind":"bla","decay":true}|'
         'gla_selrope|GLA + Selective RoPE|{"kind":"gla","selective_rope":{"enabled":true}}|'
         'gated_deltanet_selrope|Gated DeltaNet + Selective RoPE|{"kind":"gated_deltanet","selective_rope":{"enabled":true}}|'
         'attn_fox|Attention (FoX)|{"kind":"attention","pos":"fox"}|'

@@ -105,7 +105,7 @@ static void test_long(void) {
 }
 
 static void test_bad_options(void) {
-    layer_check_error("{\"kind\": \"deltanet\", \"heads\": 3}", 16, "model.mixer.heads");
+    layer_check_error("{\"kind\": \"deltanet\", \"heads\": 3}", 16, "model.mixer.expand_k");
     layer_check_error("{\"kind\": \"gated_deltanet\", \"heads\": 5}", 16, "not a multiple of heads 5");
     layer_check_error("{\"kind\": \"deltanet\", \"chunk\": 0}", 16, "model.mixer.chunk");
     layer_check_error("{\"kind\": \"deltanet\", \"allow_neg_eigval\": 2}", 16, "model.mixer.allow_neg_eigval");

@@ -207,6 +207,10 @@ static void test_decode(void) {
                   "{\"kind\": \"gsa\", \"heads\": 2, \"num_slots\": 6, \"chunk\": 5, \"init_std\": 0.2}, \"layers\": [{\"at\": "
                   "\"1\", \"mixer\": {\"kind\": \"gsa\", \"heads\": 4, \"num_slots\": 3, \"feature_map\": \"relu\", "
                   "\"norm\": false, \"chunk\": 3}}]}");
+    check_decode_("bla + bla decay conv", "{\"vocab_size\": 0, \"d_model\": 16, \"n_layers\": 2, \"mixer\": "
+                  "{\"kind\": \"bla\", \"heads\": 2, \"modes\": 3, \"chunk\": 5, \"init_std\": 0.2}, \"layers\": [{\"at\": "
+                  "\"1\", \"mixer\": {\"kind\": \"bla\", \"heads\": 4, \"modes\": 4, \"period\": 9.5, \"decay\": true, "
+                  "\"conv\": 3, \"chunk\": 3}}]}");
     check_decode_("gla rotate + linear_attn rotate", "{\"vocab_size\": 0, \"d_model\": 16, \"n_layers\": 2, \"mixer\": "
                   "{\"kind\": \"gla\", \"heads\": 2, \"expand_k\": 1, \"rotate\": true, \"rope_base\": 20, \"chunk\": 5}, "
                   "\"layers\": [{\"at\": \"1\", \"mixer\": {\"kind\": \"linear_attn\", \"heads\": 2, \"feature_map\": \"elu\", "
@@ -470,6 +474,10 @@ int main(void) {
          "\"A_init_lo\": 0.5, \"A_init_hi\": 4}", 1, 3e-3},
         // gsa (mixers/gsa.c): init_std 0.3 so that the slot scores spread and the softmax carries q's, k's gradients
         {"gsa", "\"mixer\": {\"kind\": \"gsa\", \"heads\": 2, \"num_slots\": 6, \"chunk\": 5, \"init_std\": 0.3}", 0, 3e-3},
+        // bla (mixers/bla.c): init_std 0.3 so that the slot softmax is far from uniform
+        {"bla", "\"mixer\": {\"kind\": \"bla\", \"heads\": 2, \"modes\": 3, \"chunk\": 5, \"init_std\": 0.3}", 0, 3e-3},
+        {"bla decay conv", "\"mixer\": {\"kind\": \"bla\", \"heads\": 2, \"modes\": 3, \"period\": 7, \"decay\": true, "
+         "\"conv\": 3, \"chunk\": 4, \"init_std\": 0.3}", 0, 3e-3},
         // the complex forget gate (mixers/linear.c rotate): RoPE in front of gla's engine, one decay per rotated pair
         {"gla rotate", "\"mixer\": {\"kind\": \"gla\", \"heads\": 2, \"expand_k\": 1, \"gate_rank\": 4, \"rotate\": true, "
          "\"rope_base\": 20, \"chunk\": 5}", 0, 3e-3},

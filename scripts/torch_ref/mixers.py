@@ -20,7 +20,7 @@ docs/reference_check.md, "Adding a mixer's reference"):
   CASES                       optional: {case name: the `model` section of a tiny run} for the committed
                               cases under tests/data/torch_ref/ (cases.py gathers them)
 """
-from . import attention, gsa, kla, mamba2, mlstm, rfa
+from . import attention, bla, gsa, kla, mamba2, mlstm, rfa
 from .linear import GLA, LINEAR_ATTN, RETNET
 from .delta import DELTANET, GATED_DELTANET
 from .common import layer_block_option, layer_mixer_options
@@ -38,6 +38,7 @@ MIXERS = {
     "deltanet": DELTANET,
     "gated_deltanet": GATED_DELTANET,
     "gsa": gsa,
+    "bla": bla,
 }
 
 REQUIRED = ("KIND", "DEFAULTS", "parse_spec", "param_shapes", "forward")

@@ -87,14 +87,7 @@ static int delta_check_(MixerSpec *s, const char *path, Err *e, int gated) {
     int C = s->C;
     o->gated = gated;
     o->H = o->heads;
-    o->HK = (int)lround(o->expand_k * C);
-    o->HV = (int)lround(o->expand_v * C);
-    if (o->HK < o->H || o->HK % o->H)
-        return err_set(e, "%s.heads: the key width %g x %d = %d (expand_k) is not a multiple of heads %d", path,
-                       o->expand_k, C, o->HK, o->H);
-    if (o->HV < o->H || o->HV % o->H)
-        return err_set(e, "%s.heads: the value width %g x %d = %d (expand_v) is not a multiple of heads %d", path,
-                       o->expand_v, C, o->HV, o->H);
+    if (mixer_widths_resolve(path, C, o->H, o->expand_k, o->expand_v, &o->HK, &o->HV, e)) return -1;
     o->Dk = o->HK / o->H;
     o->Dv = o->HV / o->H;
     o->K = o->conv > 1 ? o->conv : 0;

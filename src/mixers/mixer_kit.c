@@ -1,9 +1,10 @@
 /*
  * The out-of-line half of mixers/mixer_kit.h: tensor declaration under a layer prefix and the head-size
- * resolution every multi-head mixer does in its check.
+ * and width resolution every multi-head mixer does in its check.
  */
 #include "mixers/mixer_kit.h"
 
+#include <math.h>
 #include <stdio.h>
 
 int mixer_heads_resolve(const char *path, int C, int heads, int head_dim, int max_dim, int *D, Err *e) {
@@ -14,6 +15,19 @@ int mixer_heads_resolve(const char *path, int C, int heads, int head_dim, int ma
         *D = head_dim;
     }
     if (max_dim > 0 && *D > max_dim) return err_set(e, "%s.head_dim: %d is above %d", path, *D, max_dim);
+    return 0;
+}
+
+int mixer_widths_resolve(const char *path, int C, int heads, double expand_k, double expand_v, int *HK, int *HV,
+                         Err *e) {
+    *HK = (int)lround(expand_k * C);
+    *HV = (int)lround(expand_v * C);
+    if (*HK < heads || *HK % heads)
+        return err_set(e, "%s.expand_k: the key width %g x %d = %d is not a multiple of heads %d", path, expand_k, C,
+                       *HK, heads);
+    if (*HV < heads || *HV % heads)
+        return err_set(e, "%s.expand_v: the value width %g x %d = %d is not a multiple of heads %d", path, expand_v, C,
+                       *HV, heads);
     return 0;
 }
 

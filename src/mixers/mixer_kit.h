@@ -28,6 +28,11 @@
 // max_dim (0 = no limit; mixers with per-head arrays of fixed size set it). Returns 0 or -1 with e set.
 int mixer_heads_resolve(const char *path, int C, int heads, int head_dim, int max_dim, int *D, Err *e);
 
+// the key and value widths H*Dk = expand_k*C and H*Dv = expand_v*C (rounded) of the mixers with expansion
+// factors; -1 with e set (naming `path.expand_k` / `path.expand_v`) when heads do not divide one
+int mixer_widths_resolve(const char *path, int C, int heads, double expand_k, double expand_v, int *HK, int *HV,
+                         Err *e);
+
 // ----------------------------------------------------------------------------
 // parameters
 

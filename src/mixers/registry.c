@@ -17,6 +17,7 @@ extern const MixerOps MIXER_MAMBA2;
 extern const MixerOps MIXER_MLSTM;
 extern const MixerOps MIXER_DELTANET, MIXER_GATED_DELTANET;
 extern const MixerOps MIXER_GSA;
+extern const MixerOps MIXER_BLA;
 
 static const MixerOps *const MIXERS_[] = {
     &MIXER_ATTENTION,
@@ -29,6 +30,7 @@ static const MixerOps *const MIXERS_[] = {
     &MIXER_MLSTM,
     &MIXER_DELTANET, &MIXER_GATED_DELTANET,
     &MIXER_GSA,
+    &MIXER_BLA,
 };
 static const int N_MIXERS_ = (int)(sizeof MIXERS_ / sizeof MIXERS_[0]);
 

@@ -19,6 +19,7 @@
 #include "nn/activation.h"
 #include "nn/adamw.h"
 #include "nn/attention.h"
+#include "nn/bla.h"
 #include "nn/blockdiag.h"
 #include "nn/conv.h"
 #include "nn/delta.h"
@@ -184,6 +185,23 @@ VOID_(attention_probs,
       (float *P, const float *q, const float *k, const float *lse, const AttnOpts *o, int b, int h, int NH, int T,
        int HS),
       (P, q, k, lse, o, b, h, NH, T, HS))
+
+// bla.h
+VOID_(bla_coeffs, (float *c, float *g, long t0, int n, const BlaDims *d), (c, g, t0, n, d))
+RET_(size_t, bla_work_size, (const BlaDims *d, int backward), (d, backward))
+RET_(size_t, bla_ckpt_size, (const BlaDims *d), (d))
+RET_(size_t, bla_state_size, (const BlaDims *d), (d))
+VOID_(bla_state_init, (float *state, const BlaDims *d), (state, d))
+VOID_(bla_forward,
+      (float *o, float *p, float *ckpt, const float *q, const float *k, const float *v, float *work, const BlaDims *d),
+      (o, p, ckpt, q, k, v, work, d))
+VOID_(bla_backward,
+      (float *dq, float *dk, float *dv, const float *dout, const float *p, const float *ckpt, const float *q,
+       const float *k, const float *v, float *work, const BlaDims *d),
+      (dq, dk, dv, dout, p, ckpt, q, k, v, work, d))
+VOID_(bla_step,
+      (float *o, float *p, float *state, const float *q, const float *k, const float *v, const BlaDims *d),
+      (o, p, state, q, k, v, d))
 
 // blockdiag.h
 VOID_(blockdiag_forward, (float *out, const float *inp, const float *w, int N, int G, int Di, int Do),

@@ -54,6 +54,15 @@
 #define attention_backward ISA_FN(attention_backward)
 #define attention_backward_write ISA_FN(attention_backward_write)
 #define attention_probs ISA_FN(attention_probs)
+// bla.c
+#define bla_coeffs ISA_FN(bla_coeffs)
+#define bla_work_size ISA_FN(bla_work_size)
+#define bla_ckpt_size ISA_FN(bla_ckpt_size)
+#define bla_state_size ISA_FN(bla_state_size)
+#define bla_state_init ISA_FN(bla_state_init)
+#define bla_forward ISA_FN(bla_forward)
+#define bla_backward ISA_FN(bla_backward)
+#define bla_step ISA_FN(bla_step)
 // blockdiag.c
 #define blockdiag_forward ISA_FN(blockdiag_forward)
 #define blockdiag_backward ISA_FN(blockdiag_backward)
