@@ -29,7 +29,7 @@ from .common import DTYPE, SelfChecks, t64, tiny_model
 from .delta import short_conv
 
 DEFAULTS = {"heads": 1, "modes": 8, "period": 0.0, "resolution": 0.0, "decay": False, "conv": 0, "expand_k": 1.0,
-            "expand_v": 1.0, "chunk": 64, "init_std": 0.02}
+            "expand_v": 1.0, "chunk": 16, "init_std": 0.02}
 
 
 class BlaSpec:
