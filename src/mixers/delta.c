@@ -355,6 +355,16 @@ static size_t delta_state_size_(const MixerSpec *s) {
     return delta_engine_state_(o) + shortconv_state_size(o->HK, o->HV, o->K) + selrope_state_size(&o->sr);
 }
 
+// Table 1's GDN row H·dk·dv (DeltaNet's state has the same shape), selective_rope's state, Table 1's short-conv row
+static void delta_state_terms_(const MixerSpec *s, int T, StateTerms *st) {
+    const DeltaOpts *o = s->opts;
+    (void)T;
+    state_terms_add(st, 1, delta_engine_state_(o), o->gated ? "GDN state" : "DeltaNet state", "H·dk·dv = %d·%d·%d",
+                    o->H, o->Dk, o->Dv);
+    selrope_state_terms(&o->sr, st);
+    shortconv_state_terms(st, o->H, o->Dk, o->Dv, o->K);
+}
+
 static void delta_state_init_(const Mixer *m, float *state, int B) {
     memset(state, 0, (size_t)B * delta_state_size_(m->spec) * sizeof(float));  // the empty prefix, zero padding
 }
@@ -408,6 +418,7 @@ static void delta_step_(const Mixer *m, float *state, float *y, const float *x, 
         .forward = delta_forward_, \
         .backward = delta_backward_, \
         .state_size = delta_state_size_, \
+        .state_terms = delta_state_terms_, \
         .state_init = delta_state_init_, \
         .step = delta_step_, \
     }

@@ -328,6 +328,14 @@ static size_t gsa_state_size_(const MixerSpec *s) {
     return gsa_slots_size_(o) + shortconv_state_size(o->HD, o->HD, o->K);
 }
 
+// Table 1's GSA row H(dk+dv)S (dk = dv = D) and its short-conv row
+static void gsa_state_terms_(const MixerSpec *s, int T, StateTerms *st) {
+    const GsaOpts *o = s->opts;
+    (void)T;
+    state_terms_add(st, 1, gsa_slots_size_(o), "GSA slots", "H(dk+dv)S = %d·(%d+%d)·%d", o->H, o->D, o->D, o->M);
+    shortconv_state_terms(st, o->H, o->D, o->D, o->K);
+}
+
 static void gsa_state_init_(const Mixer *m, float *state, int B) {
     memset(state, 0, (size_t)B * gsa_state_size_(m->spec) * sizeof(float));  // the empty prefix
 }
@@ -375,6 +383,7 @@ const MixerOps MIXER_GSA = {
     .forward = gsa_forward_,
     .backward = gsa_backward_,
     .state_size = gsa_state_size_,
+    .state_terms = gsa_state_terms_,
     .state_init = gsa_state_init_,
     .step = gsa_step_,
 };

@@ -555,6 +555,19 @@ static size_t lin_pos_at_(const LinOpts *o) {
     return (size_t)o->H * linrec_state_size(&d);
 }
 
+// Table 1's GLA row H·dk·dv (linear_attn's and retnet's matrix states have the same shape), then what it does not
+// count: the normaliser's column, the position, selective_rope's state; and Table 1's short-conv row
+static void lin_state_terms_(const MixerSpec *s, int T, StateTerms *st) {
+    const LinOpts *o = s->opts;
+    static const char *const names[] = {"linear attention state", "RetNet state", "GLA state"};
+    (void)T;
+    state_terms_add(st, 1, (size_t)o->H * o->Dk * o->Dv, names[o->variant], "H·dk·dv = %d·%d·%d", o->H, o->Dk, o->Dv);
+    if (o->normalize) state_terms_add(st, 0, (size_t)o->H * o->Dk, "normaliser (sum of k)", "H·dk = %d·%d", o->H, o->Dk);
+    if (o->rotate) state_terms_add(st, 0, 1, "position (RoPE)", "1");
+    selrope_state_terms(&o->sr, st);
+    shortconv_state_terms(st, o->H, o->Dk, o->Dv, o->K);
+}
+
 // where the conv caches start (they end the state)
 static size_t lin_conv_at_(const LinOpts *o) {
     return lin_pos_at_(o) + (o->rotate != 0) + selrope_state_size(&o->sr);
@@ -656,6 +669,7 @@ static void lin_step_(const Mixer *m, float *state, float *y, const float *x, in
         .forward = lin_forward_, \
         .backward = lin_backward_, \
         .state_size = lin_state_size_, \
+        .state_terms = lin_state_terms_, \
         .state_init = lin_state_init_, \
         .step = lin_step_, \
     }

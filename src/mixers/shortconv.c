@@ -18,6 +18,12 @@ int shortconv_params(ParamTable *pt, const char *prefix, int HK, int HV, int K, 
     return 0;
 }
 
+void shortconv_state_terms(StateTerms *st, int H, int Dk, int Dv, int K) {
+    if (!K) return;
+    state_terms_add(st, 1, shortconv_state_size(H * Dk, H * Dv, K), "short conv q, k, v",
+                    "(2·H·dk + H·dv)(k−1) = (2·%d·%d + %d·%d)·%d", H, Dk, H, Dv, K - 1);
+}
+
 void shortconv_forward(const Mixer *m, int kp, int kc, int K, int silu0, float *s, float *c, float *p,
                        const float *x, int B, int T, int W) {
     // s, c, p (B*T,W); x (B*T,C)

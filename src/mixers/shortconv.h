@@ -38,6 +38,10 @@ static inline size_t shortconv_state_size(int HK, int HV, int K) {
     return K ? (size_t)(2 * HK + HV) * (size_t)(K - 1) : 0;
 }
 
+// the caches' term of the decoding state (MixerOps.state_terms), Table 1's short-conv row D(k_conv − 1) with
+// D = 2 H dk + H dv channels; nothing without a conv
+void shortconv_state_terms(StateTerms *st, int H, int Dk, int Dv, int K);
+
 // declare q_conv1d (HK,K), k_conv1d (HK,K), v_conv1d (HV,K) under prefix: N(0, std), weight-decayed (FLA's
 // _init_weights treats the Conv1d as a Linear); nothing when K = 0. Returns 0 or -1 with e set.
 int shortconv_params(ParamTable *pt, const char *prefix, int HK, int HV, int K, float std, Err *e);
