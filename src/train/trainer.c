@@ -490,7 +490,8 @@ static void print_split_(const char *what, const Loader *l, const RunConfig *c) 
 }
 
 // one layer's decoding state as Table 1 of paper 002 writes it (MixerOps.state_terms): "name: formula = value"
-// per term, those Table 1 does not count marked so, then Table 1's count next to the full one when they differ.
+// per term, those Table 1 does not count marked so, then Table 1's count next to the full one when they differ
+// (else the total of several terms).
 // Adds Table 1's count to *paper; the cell is empty for a mixer that describes no terms.
 static void print_state_terms_(const Model *m, int l, int T, size_t *paper) {
     StateTerms st;
@@ -506,6 +507,7 @@ static void print_state_terms_(const Model *m, int l, int T, size_t *paper) {
     }
     size_t p = state_terms_total(&st, 1), all = state_terms_total(&st, 0);
     if (p != all) printf("; Table 1 counts %zu of %zu", p, all);
+    else if (st.n > 1) printf("; total %zu", all);
     *paper += p;
 }
 
