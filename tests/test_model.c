@@ -211,8 +211,9 @@ static void test_decode(void) {
     Model m;
     Err e = {{0}};
     int rc;
-    if (!model_json_build("{\"vocab_size\": 0, \"d_model\": 16, \"n_layers\": 2, \"mixer\": {\"kind\": \"attention\", \"heads\": 2}}",
-                &m, 1)) return;
+    if (!model_json_build("{\"vocab_size\": 0, \"d_model\": 16, \"n_layers\": 2, "
+                          "\"mixer\": {\"kind\": \"attention\", \"heads\": 2}}", &m, 1))
+        return;
     int tok[1] = {3};
     float l1[37];
     rc = model_step(&m, NULL, tok, l1, 1, &e);

@@ -50,7 +50,8 @@ typedef struct LinOpts {
     int variant, fmap, H, Dk, Dv, HK, HV, Dva;  // Dva: Dv + 1 with the normaliser's column of ones
     int K;   // gla, retnet: short-conv taps (0 = none)
     int GW;  // gla: gate width, HK, or HK/2 with rotate (one decay per rotated pair: a complex gate a e^{iw})
-    int k_q, k_k, k_v, k_cq, k_ck, k_cv, k_f1w, k_f1b, k_f2w, k_f2b, k_f3w, k_f3b, k_f4w, k_f4b, k_g, k_gk1, k_gk2, k_gkb, k_norm, k_o;
+    int k_q, k_k, k_v, k_cq, k_ck, k_cv, k_f1w, k_f1b, k_f2w, k_f2b, k_f3w, k_f3b, k_f4w, k_f4b;
+    int k_g, k_gk1, k_gk2, k_gkb, k_norm, k_o;
 } LinOpts;
 
 #define KEY_(...) MIXER_KEY(LinOpts, __VA_ARGS__)
