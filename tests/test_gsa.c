@@ -2,10 +2,10 @@
  * The GSA mixer (mixers/gsa.c):
  *   - the layer's forward == a naive sequential reference in double of reference/linear_mixers.md B.8 (both
  *     slot states updated token by token, the softmax between them), for each feature map, with and without
- *     the norm, to 1e-5 of the output scale;
+ *     the norm, with and without the short conv (conv), to 1e-5 of the output scale;
  *   - gradient checks of dx and every tensor;
  *   - the chunk size changes nothing; recurrent decoding (step) reproduces the forward token by token;
- *   - the state is H M (Dk + Dv) floats; long sequences with fast-forgetting slots stay finite;
+ *   - the state is H M (Dk + Dv) floats (plus the conv caches); long sequences with fast-forgetting slots stay finite;
  *   - bad options stop with the key path.
  */
 #include <math.h>
@@ -29,19 +29,26 @@ static const char *const CASES_[][2] = {
     {"gsa identity head_dim 3 normalizer 2",
      "{\"kind\": \"gsa\", \"heads\": 2, \"head_dim\": 3, \"num_slots\": 4, \"feature_map\": \"identity\", "
      "\"gate_logit_normalizer\": 2, \"norm_eps\": 0.01}"},
+    // FLA's use_short_conv: q, k, v = silu(conv_K(projection)) before the feature map (v: silu twice)
+    {"gsa conv 4", "{\"kind\": \"gsa\", \"heads\": 2, \"num_slots\": 5, \"norm_eps\": 0.01, \"conv\": 4}"},
+    {"gsa identity no norm head_dim 3 conv 2",
+     "{\"kind\": \"gsa\", \"heads\": 2, \"head_dim\": 3, \"num_slots\": 4, \"feature_map\": \"identity\", "
+     "\"norm\": false, \"gate_logit_normalizer\": 2, \"conv\": 2}"},
 };
 #define N_CASES_ ((int)(sizeof CASES_ / sizeof CASES_[0]))
 
 // what the naive reference needs to know of each case (the same order as CASES_): heads, head size, slots,
-// feature map (0 swish, 1 relu, 2 identity), norm, normalizer, eps
+// feature map (0 swish, 1 relu, 2 identity), norm, normalizer, eps, conv taps (0 = none)
 typedef struct NaiveOpts {
-    int H, D, M, fmap, norm;
+    int H, D, M, fmap, norm, K;
     double normalizer, eps;
 } NaiveOpts;
 static const NaiveOpts NAIVE_[N_CASES_] = {
-    {2, 4, 5, 0, 1, 8.0, 0.01},
-    {2, 4, 3, 1, 0, 8.0, 1e-6},
-    {2, 3, 4, 2, 1, 2.0, 0.01},
+    {2, 4, 5, 0, 1, 0, 8.0, 0.01},
+    {2, 4, 3, 1, 0, 0, 8.0, 1e-6},
+    {2, 3, 4, 2, 1, 0, 2.0, 0.01},
+    {2, 4, 5, 0, 1, 4, 8.0, 0.01},
+    {2, 3, 4, 2, 0, 2, 2.0, 1e-6},
 };
 
 static double phi_(int fmap, double x) { return fmap == 0 ? x / (1.0 + exp(-x)) : fmap == 1 ? fmax(x, 0.0) : x; }
@@ -61,11 +68,33 @@ static void proj_(double *row, const float *W, const float *x, int OC, int IC) {
     }
 }
 
+// row (W,) at token t of sequence b: the projection of x (B,T,C) by W (W,C), or with K taps silu of the causal
+// depthwise conv wc (W,K) over the projections of tokens t-K+1 .. t (zeros before 0)
+static void stream_(double *row, const float *W, const float *wc, int K, const float *x, int b, int t, int T, int C,
+                    int OC) {
+    const float *xb = x + (size_t)b * T * C;
+    if (!K) {
+        proj_(row, W, xb + (size_t)t * C, OC, C);
+        return;
+    }
+    double *pj = malloc((size_t)OC * sizeof(double));
+    for (int i = 0; i < OC; i++) row[i] = 0.0;
+    for (int j = 0; j < K; j++) {
+        int s = t - (K - 1) + j;
+        if (s < 0) continue;
+        proj_(pj, W, xb + (size_t)s * C, OC, C);
+        for (int i = 0; i < OC; i++) row[i] += (double)wc[(size_t)i * K + j] * pj[i];
+    }
+    for (int i = 0; i < OC; i++) row[i] = silu_(row[i]);
+    free(pj);
+}
+
 // y (B,T,C) of the layer L on x by the formulas of B.8, one token at a time in double
 static void naive_(const Layer *L, const NaiveOpts *no, const float *x, double *y) {
     int B = L->B, T = L->T, C = L->C, H = no->H, D = no->D, M = no->M, HD = H * D, HM = H * M;
     const float *Wq = tensor_(L, "q_proj"), *Wk = tensor_(L, "k_proj"), *Wv = tensor_(L, "v_proj");
     const float *Wf = tensor_(L, "f_proj"), *Wo = tensor_(L, "o_proj"), *gw = tensor_(L, "g_norm");
+    const float *cq = tensor_(L, "q_conv1d"), *ck = tensor_(L, "k_conv1d"), *cv = tensor_(L, "v_conv1d");
     double *Hk = malloc((size_t)H * D * M * sizeof(double)), *Hv = malloc((size_t)H * M * D * sizeof(double));
     double *q = malloc((size_t)(4 * HD + 3 * HM) * sizeof(double));
     double *k = q + HD, *v = k + HD, *o = v + HD, *f = o + HD, *s = f + HM, *p = s + HM;
@@ -74,9 +103,9 @@ static void naive_(const Layer *L, const NaiveOpts *no, const float *x, double *
         memset(Hv, 0, (size_t)H * M * D * sizeof(double));
         for (int t = 0; t < T; t++) {
             const float *xt = x + ((size_t)b * T + t) * C;
-            proj_(q, Wq, xt, HD, C);
-            proj_(k, Wk, xt, HD, C);
-            proj_(v, Wv, xt, HD, C);
+            stream_(q, Wq, cq, no->K, x, b, t, T, C, HD);
+            stream_(k, Wk, ck, no->K, x, b, t, T, C, HD);
+            stream_(v, Wv, cv, no->K, x, b, t, T, C, HD);
             proj_(f, Wf, xt, HM, C);
             for (int i = 0; i < HD; i++) {
                 q[i] = phi_(no->fmap, q[i]);
@@ -131,13 +160,17 @@ static void naive_(const Layer *L, const NaiveOpts *no, const float *x, double *
 }
 
 // every parameter off its init; q and k moved further, so the slot scores ok spread and the softmax between the
-// passes carries q's and k's gradients well above float32's finite-difference noise
+// passes carries q's and k's gradients well above float32's finite-difference noise; the conv taps (when there
+// are) further still, to a few tenths to one, so that silu(conv(.)) passes the projections on at their scale
 static void perturb_(Layer *L, GcRng *r, float std) {
     layer_perturb(L, r, std);
-    const char *qk[2] = {"q_proj", "k_proj"};
-    for (int c = 0; c < 2; c++) {
-        const ParamTensor *t = &L->pt.t[param_index_(L, qk[c])];
-        for (size_t i = 0; i < t->numel; i++) L->params[t->offset + i] += 0.3f * gc_normal(r);
+    const char *names[5] = {"q_proj", "k_proj", "q_conv1d", "k_conv1d", "v_conv1d"};
+    const float move[5] = {0.3f, 0.3f, 0.6f, 0.6f, 0.6f};
+    for (int c = 0; c < 5; c++) {
+        int k = param_index_(L, names[c]);
+        if (k < 0) continue;
+        const ParamTensor *t = &L->pt.t[k];
+        for (size_t i = 0; i < t->numel; i++) L->params[t->offset + i] += move[c] * gc_normal(r);
     }
 }
 
@@ -184,7 +217,8 @@ static void test_chunk_invariance(void) { layer_cases_chunk_invariance(CASES_, N
 
 static void test_step(void) { layer_cases_decode(CASES_, N_CASES_, perturb_step_); }
 
-// the defaults (FLA's GSAConfig): 4 heads of C/4, 64 slots, the norm; state H M (Dk + Dv)
+// the defaults (FLA's GSAConfig): 4 heads of C/4, 64 slots, the norm, no conv; state H M (Dk + Dv); with conv 4 the
+// q, k, v caches add 3 H D (K - 1)
 static void test_defaults(void) {
     Layer L;
     if (layer_build_(&L, "{\"kind\": \"gsa\"}", 16, 7)) return;
@@ -195,6 +229,13 @@ static void test_defaults(void) {
           "gsa: g_norm over all 16 value channels, ones, no weight decay");
     size_t ss = L.spec.ops->state_size(&L.spec);
     CHECK(ss == (size_t)4 * 64 * (4 + 4), "gsa: state size H M (Dk + Dv) = %zu", ss);
+    CHECK(param_index_(&L, "q_conv1d") < 0, "gsa: no conv tensors by default");
+    layer_free_(&L);
+    if (layer_build_(&L, "{\"kind\": \"gsa\", \"conv\": 4}", 16, 7)) return;
+    ss = L.spec.ops->state_size(&L.spec);
+    CHECK(ss == (size_t)4 * 64 * (4 + 4) + 3 * 16 * 3, "gsa conv 4: state size H M (Dk + Dv) + 3 H D (K - 1) = %zu", ss);
+    int kc = param_index_(&L, "v_conv1d");
+    CHECK(kc >= 0 && L.pt.t[kc].shape[0] == 16 && L.pt.t[kc].shape[1] == 4, "gsa conv 4: v_conv1d (H D, K) = (16, 4)");
     layer_free_(&L);
 }
 
@@ -219,6 +260,7 @@ static void test_bad_options(void) {
     layer_check_error("{\"kind\": \"gsa\", \"chunk\": 0}", 16, "model.mixer.chunk");
     layer_check_error("{\"kind\": \"gsa\", \"norm\": 1}", 16, "model.mixer.norm");
     layer_check_error("{\"kind\": \"gsa\", \"use_short_conv\": true}", 16, "use_short_conv");
+    layer_check_error("{\"kind\": \"gsa\", \"conv\": -1}", 16, "model.mixer.conv");
 }
 
 int main(void) {

@@ -1,9 +1,11 @@
 /*
  * The linear-attention family (mixers/linear.c: linear_attn, retnet, gla):
  *   - gradient checks of dx and every tensor for each mixer and option (every feature map, the normaliser,
- *     with and without the output gate, the complex forget gate `rotate`);
+ *     with and without the output gate, the complex forget gate `rotate`, the short conv `conv` of gla and
+ *     retnet);
  *   - the chunk size changes nothing (chunk 1, 3 and more than T), up to float rounding;
- *   - recurrent decoding (step) reproduces the full forward token by token to 1e-5 of the output scale;
+ *   - recurrent decoding (step) reproduces the full forward token by token to 1e-5 of the output scale (with
+ *     a conv, through the conv caches it carries);
  *   - bad options stop with the key path.
  */
 #include <math.h>
@@ -31,6 +33,14 @@ static const char *const CASES_[][2] = {
                                               "\"normalize\": true, \"rotate\": true, \"rope_base\": 20}"},
     {"gla rotate", "{\"kind\": \"gla\", \"heads\": 2, \"gate_rank\": 3, \"gate_normalizer\": 2, \"expand_k\": 1, "
                    "\"rotate\": true, \"rope_base\": 20}"},
+    // FLA's use_short_conv: q, k, v = silu(conv_K(projection)) before the rest (decode carries the conv caches)
+    {"gla conv 4", "{\"kind\": \"gla\", \"heads\": 2, \"gate_rank\": 3, \"gate_normalizer\": 2, \"conv\": 4}"},
+    {"gla conv 2 rotate", "{\"kind\": \"gla\", \"heads\": 2, \"gate_rank\": 3, \"gate_normalizer\": 2, "
+                          "\"expand_k\": 1, \"rotate\": true, \"rope_base\": 20, \"conv\": 2}"},
+    {"gla conv 3 selective_rope", "{\"kind\": \"gla\", \"heads\": 2, \"gate_rank\": 3, \"gate_normalizer\": 2, "
+                                  "\"conv\": 3, \"selective_rope\": {\"enabled\": true, \"phi_proj_rank\": 2, "
+                                  "\"temp_theta\": 20}}"},
+    {"retnet conv 3", "{\"kind\": \"retnet\", \"heads\": 2, \"conv\": 3}"},
 };
 #define N_CASES_ ((int)(sizeof CASES_ / sizeof CASES_[0]))
 
@@ -64,6 +74,8 @@ static void test_bad_options(void) {
     layer_check_error("{\"kind\": \"retnet\", \"heads\": 16, \"expand_k\": 1}", 16, "even key head size");
     layer_check_error("{\"kind\": \"gla\", \"heads\": 8, \"expand_k\": 1, \"rotate\": true}", 24, "even key head size");
     layer_check_error("{\"kind\": \"retnet\", \"rotate\": true}", 16, "rotate");
+    layer_check_error("{\"kind\": \"linear_attn\", \"conv\": 4}", 16, "conv");
+    layer_check_error("{\"kind\": \"gla\", \"conv\": 65}", 16, "model.mixer.conv");
 }
 
 int main(void) {

@@ -19,6 +19,7 @@
 
 #include "core/config.h"
 #include "gradcheck.h"
+#include "model_json.h"
 #include "model/model.h"
 #include "test.h"
 
@@ -92,19 +93,6 @@ static void check_config_(const char *what, const char *json, int ignore_some, d
     model_free(&m);
 }
 
-// a model from a model-section JSON (vocab 37)
-static Model *build_(const char *json, Model *m, uint64_t seed) {
-    Err e = {{0}};
-    cJSON *j = cJSON_Parse(json);
-    ModelSection ms;
-    memset(&ms, 0, sizeof ms);
-    int rc = config_bind_at(&ms, &MODEL_SECTION, j, NULL, "model", &e);
-    cJSON_Delete(j);
-    if (rc == 0) rc = model_build(m, &ms, 37, NULL, seed, &e);
-    config_free(&ms, &MODEL_SECTION);
-    CHECK(rc == 0, "model builds (%.200s)", e.msg);
-    return rc == 0 ? m : NULL;
-}
 
 // KLA+: the loss is -log mean_s p_s(target) over the S copies, computed here from the logits of each copy;
 // the copies differ (each drew its own posterior sample), the marginal is at most the mean cross-entropy
@@ -114,7 +102,7 @@ static void test_mc_loss(void) {
                        "\"mixer\": {\"kind\": \"kla\", \"d_state\": 3, \"init_std\": 0.3, \"dt_min\": 0.05, "
                        "\"dt_max\": 0.5, \"p_init\": 0.3}}";
     Model m;
-    if (!build_(json, &m, 7)) return;
+    if (!model_json_build(json, &m, 7)) return;
     Err e = {{0}};
     int rc;
     int B = 2, T = 9, S = 4, V = 37, in[18], tg[18];
@@ -160,7 +148,7 @@ static void test_mc_loss(void) {
 // the model of json decoded token by token reproduces the full forward's logits
 static void check_decode_(const char *what, const char *json) {
     Model m;
-    if (!build_(json, &m, 11)) return;
+    if (!model_json_build(json, &m, 11)) return;
     int B = 2, T = 30, V = 37, in[60];
     GcRng r = {12};
     for (int i = 0; i < B * T; i++) in[i] = (int)(gc_uniform(&r) * V);
@@ -227,8 +215,9 @@ static void test_decode(void) {
     Model m;
     Err e = {{0}};
     int rc;
-    if (!build_("{\"vocab_size\": 0, \"d_model\": 16, \"n_layers\": 2, \"mixer\": {\"kind\": \"attention\", \"heads\": 2}}",
-                &m, 1)) return;
+    if (!model_json_build("{\"vocab_size\": 0, \"d_model\": 16, \"n_layers\": 2, "
+                          "\"mixer\": {\"kind\": \"attention\", \"heads\": 2}}", &m, 1))
+        return;
     int tok[1] = {3};
     float l1[37];
     rc = model_step(&m, NULL, tok, l1, 1, &e);
@@ -246,7 +235,7 @@ static void test_autoencoder(void) {
     const char *json = "{\"vocab_size\": 0, \"d_model\": 12, \"n_layers\": 2, \"head\": \"autoencoder\", "
                        "\"norm\": \"rmsnorm\", \"tie_embeddings\": false, \"head_bias\": true, "
                        "\"mixer\": {\"kind\": \"attention\", \"heads\": 2, \"window\": 1}}";
-    if (!build_(json, &m, 5)) return;
+    if (!model_json_build(json, &m, 5)) return;
     const char *names[] = {"dec.norm1.weight", "dec.fc1.weight", "dec.fc1.bias", "dec.norm2.weight",
                            "dec.fc2.weight", "dec.fc2.bias", "lnf.weight", "head.weight", "head.bias"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
@@ -341,14 +330,14 @@ static void test_block_auto(void) {
     char j1[512], j2[512];
     snprintf(j1, sizeof j1, "{\"d_model\": 16, \"n_layers\": 2, %s}", kla);
     snprintf(j2, sizeof j2, "{\"d_model\": 16, \"n_layers\": 2, \"block\": \"fused\", %s}", kla);
-    if (build_(j1, &a, 5) && build_(j2, &b, 5)) {
+    if (model_json_build(j1, &a, 5) && model_json_build(j2, &b, 5)) {
         CHECK(a.lp[0].fused && a.lp[1].fused && !a.lp[0].has_mlp && param_find(&a.pt, "blocks.0.ln2.weight") < 0 &&
               same_model_(&a, &b), "block auto: a kla stack is fused, the same model as \"block\": \"fused\"");
         model_free(&a);
         model_free(&b);
     }
     snprintf(j1, sizeof j1, "{\"d_model\": 16, \"n_layers\": 2, \"block\": \"prenorm\", %s}", kla);
-    if (build_(j1, &a, 5)) {
+    if (model_json_build(j1, &a, 5)) {
         CHECK(!a.lp[1].fused && a.lp[1].has_mlp && param_find(&a.pt, "blocks.1.mlp.fc.weight") >= 0,
               "block prenorm: a kla layer keeps its MLP when asked");
         model_free(&a);
@@ -359,7 +348,7 @@ static void test_block_auto(void) {
     snprintf(j1, sizeof j1, "%s", GPT_KLA_(""));
     snprintf(j2, sizeof j2, "%s", GPT_KLA_("\"block\": \"fused\", "));
 #undef GPT_KLA_
-    if (build_(j1, &a, 9) && build_(j2, &b, 9)) {
+    if (model_json_build(j1, &a, 9) && model_json_build(j2, &b, 9)) {
         CHECK(!a.lp[0].fused && a.lp[0].has_mlp && !a.lp[1].fused && a.lp[2].fused && !a.lp[2].has_mlp &&
               same_model_(&a, &b), "block auto: attention layers prenorm, the last (kla) layer fused");
         // per-layer information through the model, as seqtrain --info, diag.jsonl and seqeval read it
@@ -380,7 +369,7 @@ static void test_block_auto(void) {
     const char *mixed = "{\"d_model\": 16, \"n_layers\": 2, \"block\": \"prenorm\", \"mixer\": {\"kind\": \"attention\", "
                         "\"heads\": 2}, \"layers\": [{\"at\": \"0-1\", \"block\": \"auto\"}, {\"at\": \"1\", "
                         "\"mixer\": {\"kind\": \"kla\", \"d_state\": 4}}]}";
-    if (build_(mixed, &a, 3)) {
+    if (model_json_build(mixed, &a, 3)) {
         CHECK(!a.lp[0].fused && a.lp[1].fused, "layers[].block auto: resolved per layer from its mixer");
         model_free(&a);
     }

@@ -206,8 +206,8 @@ JSON
 run "$BIN/seqtrain" --config "$W/mqar.json" --check
 check "task --check: prints the task's vocab and split sizes" grep -q "task        mqar: vocab 64, 4096 train / 128 test examples" "$W/out"
 run "$BIN/seqtrain" --config "$W/mqar.json" --info
-check "--info: per-layer KV cache of 2 x 64 floats per token, 8192 at T = 64" \
-    eval 'grep -q "^| 0 | attention | 16384 | 128 per token (KV cache) | 8192 |" "$W/out" && grep -q "^| all | | | | 16384 |" "$W/out"'
+check "--info: per-layer KV cache of 2 x 64 floats per token, 8192 at T = 64, as Table 1's H(dk+dv)·T" \
+    eval 'grep -q "^| 0 | attention | 16384 | 128 per token (KV cache) | 8192 | KV cache: H(dk+dv)·T = 2·(32+32)·64 = 8192 |\$" "$W/out" && grep -q "^| all | | | | 16384 | Table 1 counts 16384 |" "$W/out"'
 run "$BIN/seqtrain" --config "$W/mqar.json" --quiet --set run.name=mq
 check "task run finishes (exit 0)" test "$RC" = 0
 check "task run: val_acc logged at steps 80 and 160, and eval/acc.json (512 supervised positions)" python3 -c '

@@ -25,8 +25,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .common import DTYPE, SelfChecks, t64, tiny_model
-from .delta import short_conv
+from .common import DTYPE, SelfChecks, conv_taps, short_conv, t64, tiny_model
 
 DEFAULTS = {"heads": 1, "modes": 8, "period": 0.0, "resolution": 0.0, "decay": False, "conv": 0, "expand_k": 1.0,
             "expand_v": 1.0, "chunk": 16, "init_std": 0.02}
@@ -52,7 +51,7 @@ class BlaSpec:
         if self.P < self.S:
             raise ValueError(f"bla: period {self.P} is shorter than 2M - 1 = {self.S}")
         self.decay = bool(opts["decay"])
-        self.K = int(opts["conv"]) if int(opts["conv"]) > 1 else 0
+        self.K = conv_taps(opts)
 
 
 def param_shapes(spec, C):

@@ -103,6 +103,35 @@ def rope(x, freqs, layout):
     raise ValueError(f"rope_layout {layout!r}")
 
 
+def short_conv(u, w):
+    """silu of the causal depthwise conv (FLA's ShortConvolution, no bias): out_t[c] = sum_j w[c, j] u_{t-(K-1)+j}[c]
+    (zeros before t = 0). u (B, T, W), w (W, K)."""
+    B, T, Cc = u.shape
+    K = w.shape[1]
+    pad = torch.cat([torch.zeros(B, K - 1, Cc, dtype=u.dtype), u], dim=1)
+    return torch.nn.functional.silu(sum(w[:, j] * pad[:, j:j + T] for j in range(K)))
+
+
+def conv_taps(opts):
+    """The taps of a mixer's `conv` key: 0 or 1 (or no key) -> 0, no conv."""
+    k = int(opts.get("conv", 0))
+    return k if k > 1 else 0
+
+
+def conv_shapes(HK, HV, K):
+    """The short convs' tensors q_conv1d, k_conv1d (HK, K), v_conv1d (HV, K); none without a conv (K = 0)."""
+    return {"q_conv1d": (HK, K), "k_conv1d": (HK, K), "v_conv1d": (HV, K)} if K else {}
+
+
+def project(x, P, prefix, name, K, without=None):
+    """Stream `name` (q, k or v) of x (B, T, C): silu(conv_K(x name_proj^T)) with the taps name_conv1d when K
+    (FLA's use_short_conv), else without(x name_proj^T) (None: the projection itself)."""
+    u = x @ P[prefix + name + "_proj"].T
+    if K:
+        return short_conv(u, P[prefix + name + "_conv1d"])
+    return without(u) if without else u
+
+
 def softplus(x):
     """log(1 + e^x), exactly (no threshold), stable for large |x|; derivative sigmoid(x)."""
     return torch.logaddexp(x, torch.zeros_like(x))

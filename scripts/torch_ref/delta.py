@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from . import selrope
-from .common import DTYPE, SelfChecks, rms_norm, softplus, t64, tiny_model
+from .common import DTYPE, SelfChecks, conv_shapes, conv_taps, project, rms_norm, softplus, t64, tiny_model
 
 L2_EPS = 1e-6
 _COMMON = {"heads": 4, "expand_k": 1.0, "conv": 4, "allow_neg_eigval": False, "chunk": 32, "norm_eps": 1e-5,
@@ -54,7 +54,7 @@ class DeltaSpec:
         if self.HK < self.H or self.HK % self.H or self.HV < self.H or self.HV % self.H:
             raise ValueError(f"{kind}: widths {self.HK}, {self.HV} not multiples of heads {self.H}")
         self.Dk, self.Dv = self.HK // self.H, self.HV // self.H
-        self.K = int(opts["conv"]) if int(opts["conv"]) > 1 else 0
+        self.K = conv_taps(opts)
         self.neg = bool(opts["allow_neg_eigval"])
         self.use_gate = bool(opts["use_gate"])
         self.eps = float(opts["norm_eps"])
@@ -63,8 +63,7 @@ class DeltaSpec:
 
 def _param_shapes(spec, C):
     s = {"q_proj": (spec.HK, C), "k_proj": (spec.HK, C), "v_proj": (spec.HV, C)}
-    if spec.K:
-        s.update({"q_conv1d": (spec.HK, spec.K), "k_conv1d": (spec.HK, spec.K), "v_conv1d": (spec.HV, spec.K)})
+    s.update(conv_shapes(spec.HK, spec.HV, spec.K))
     s["b_proj"] = (spec.H, C)
     if spec.gated:
         s.update({"a_proj": (spec.H, C), "A_log": (spec.H,), "dt_bias": (spec.H,)})
@@ -74,14 +73,6 @@ def _param_shapes(spec, C):
     s["o_proj"] = (C, spec.HV)
     s.update(selrope.param_shapes(spec.sr))
     return s
-
-
-def short_conv(u, w):
-    """silu of the causal depthwise conv: out_t[c] = sum_j w[c, j] u_{t-(K-1)+j}[c] (zeros before t = 0)."""
-    B, T, Cc = u.shape
-    K = w.shape[1]
-    pad = torch.cat([torch.zeros(B, K - 1, Cc, dtype=u.dtype), u], dim=1)
-    return F.silu(sum(w[:, j] * pad[:, j:j + T] for j in range(K)))
 
 
 def l2norm(x):
@@ -141,8 +132,7 @@ def _forward(x, P, prefix, spec):
     H, Dk, Dv = spec.H, spec.Dk, spec.Dv
 
     def stream(name):
-        u = x @ P[prefix + name + "_proj"].T
-        return short_conv(u, P[prefix + name + "_conv1d"]) if spec.K else F.silu(u)
+        return project(x, P, prefix, name, spec.K, F.silu)
 
     # selective_rope: after the convs and silu, before the L2 norms
     q, k = selrope.apply(stream("q").view(B, T, H, Dk), stream("k").view(B, T, H, Dk), x, P, prefix, spec.sr)

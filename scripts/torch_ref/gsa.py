@@ -11,6 +11,7 @@ Written from reference/linear_mixers.md B.8, not from the C code: both slot stat
 
 Definition (docs/mixers.md), names relative to blocks.L.mixer.:
   q, k = phi(x q_proj^T), phi(x k_proj^T) with phi swish (x sigmoid x) | relu | identity;  v = silu(x v_proj^T)
+  conv K > 1: each projection through silu(conv_K(.)) first, q_conv1d, k_conv1d, v_conv1d (FLA's use_short_conv)
   y = (RMSNorm over all H D channels (silu(o)) * g_norm) o_proj^T;  without the norm o_proj(silu(o))
 
 self_test() (`torch_reference.py --self-test gsa`) checks the sequential recurrences against the explicit
@@ -21,10 +22,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .common import DTYPE, SelfChecks, rms_norm, t64, tiny_model
+from .common import DTYPE, SelfChecks, conv_shapes, conv_taps, project, rms_norm, t64, tiny_model
 
 DEFAULTS = {"heads": 4, "head_dim": 0, "num_slots": 64, "gate_logit_normalizer": 8.0, "feature_map": "swish",
-            "norm": True, "norm_eps": 1e-6, "chunk": 16, "init_std": 0.02}
+            "norm": True, "norm_eps": 1e-6, "conv": 0, "chunk": 16, "init_std": 0.02}
 FMAPS = {"swish": F.silu, "relu": F.relu, "identity": lambda u: u}
 
 
@@ -47,11 +48,14 @@ class GsaSpec:
         self.normalizer = float(opts["gate_logit_normalizer"])
         self.norm = bool(opts["norm"])
         self.eps = float(opts["norm_eps"])
+        self.K = conv_taps(opts)
 
 
 def param_shapes(spec, C):
     HD, HM = spec.H * spec.D, spec.H * spec.M
-    s = {"q_proj": (HD, C), "k_proj": (HD, C), "v_proj": (HD, C), "f_proj": (HM, C)}
+    s = {"q_proj": (HD, C), "k_proj": (HD, C), "v_proj": (HD, C)}
+    s.update(conv_shapes(HD, HD, spec.K))
+    s["f_proj"] = (HM, C)
     if spec.norm:
         s["g_norm"] = (HD,)
     s["o_proj"] = (C, HD)
@@ -92,9 +96,9 @@ def explicit_form(q, k, v, f):
 def forward(x, P, prefix, spec):
     B, T, C = x.shape
     H, D, M = spec.H, spec.D, spec.M
-    q = spec.fmap(x @ P[prefix + "q_proj"].T).view(B, T, H, D)
-    k = spec.fmap(x @ P[prefix + "k_proj"].T).view(B, T, H, D)
-    v = F.silu(x @ P[prefix + "v_proj"].T).view(B, T, H, D)
+    q = spec.fmap(project(x, P, prefix, "q", spec.K)).view(B, T, H, D)
+    k = spec.fmap(project(x, P, prefix, "k", spec.K)).view(B, T, H, D)
+    v = F.silu(project(x, P, prefix, "v", spec.K)).view(B, T, H, D)
     f = (F.logsigmoid(x @ P[prefix + "f_proj"].T) / spec.normalizer).view(B, T, H, M)
     o = F.silu(sequential(q, k, v, f).reshape(B, T, H * D))
     if spec.norm:
@@ -129,6 +133,7 @@ CASES = {
     "gsa_relu_nonorm": tiny_model({"kind": "gsa", "heads": 4, "head_dim": 3, "num_slots": 5, "feature_map": "relu",
                                    "norm": False, "gate_logit_normalizer": 2, "init_std": 0.3, "chunk": 7},
                                   norm="rmsnorm"),
+    "gsa_conv": tiny_model({"kind": "gsa", "heads": 2, "num_slots": 6, "init_std": 0.3, "chunk": 5, "conv": 4}),
 }
 
 

@@ -10,6 +10,7 @@ where the C side runs chunks of it with a state in between.
 
 Definition (docs/mixers.md), names relative to blocks.L.mixer.:
   q, k = x q_proj^T, x k_proj^T (H heads of Dk), v = x v_proj^T (H heads of Dv);
+  conv K > 1 (gla, retnet): q, k, v = silu(conv_K(...)) with q_conv1d, k_conv1d, v_conv1d first (FLA's use_short_conv)
   linear_attn: q, k <- phi(q), phi(k) (identity | elu + 1 | relu | hadamard (q fmap_q.w1^T + b1) * (q w2^T + b2));
                normalize: o / (q . sum_{s<=t} k_s / sqrt(Dk) + 1e-10)
   retnet: q, k rotated (RoPE, half-split pairs, base rope_base), a = gamma_h = 1 - 2^(-5-h)
@@ -29,15 +30,15 @@ import torch
 import torch.nn.functional as F
 
 from . import selrope
-from .common import DTYPE, SelfChecks, rms_norm, rope, tiny_model
+from .common import DTYPE, SelfChecks, conv_shapes, conv_taps, project, rms_norm, rope, tiny_model
 
 _COMMON = {"heads": 4, "expand_k": 1.0, "expand_v": 1.0, "chunk": 64, "norm_eps": 1e-6, "init_std": 0.02}
 DEFAULTS_BY_KIND = {
     "linear_attn": dict(_COMMON, feature_map="hadamard", normalize=False, norm_eps=1e-5, rotate=False,
                         rope_base=10000.0),
-    "retnet": dict(_COMMON, heads=8, expand_v=2.0, output_gate=True, rope_base=10000.0),
+    "retnet": dict(_COMMON, heads=8, expand_v=2.0, output_gate=True, rope_base=10000.0, conv=0),
     "gla": dict(_COMMON, expand_k=0.5, output_gate=True, gate_rank=16, gate_normalizer=16.0, chunk=16, rotate=False,
-                rope_base=10000.0, selective_rope={}),
+                rope_base=10000.0, conv=0, selective_rope={}),
 }
 
 
@@ -58,10 +59,12 @@ class LinSpec:
         self.eps = float(opts["norm_eps"])
         self.rotate = kind == "retnet" or bool(opts.get("rotate", False))   # the complex forget gate
         self.sr = selrope.SelRopeSpec(opts.get("selective_rope"), d_model, self.H, self.Dk)   # gla only
+        self.K = conv_taps(opts)                                                               # gla, retnet
 
 
 def _param_shapes(spec, C):
     s = {"q_proj": (spec.HK, C), "k_proj": (spec.HK, C), "v_proj": (spec.HV, C)}
+    s.update(conv_shapes(spec.HK, spec.HV, spec.K))
     if spec.kind == "linear_attn" and spec.fmap == "hadamard":
         for w in ("q", "k"):
             for i in ("1", "2"):
@@ -143,9 +146,9 @@ def sequential(q, k, v, g, kind):
 def _forward(x, P, prefix, spec):
     B, T, C = x.shape
     H, Dk, Dv = spec.H, spec.Dk, spec.Dv
-    q = _feature_map((x @ P[prefix + "q_proj"].T).view(B, T, H, Dk), P, prefix, "q", spec)
-    k = _feature_map((x @ P[prefix + "k_proj"].T).view(B, T, H, Dk), P, prefix, "k", spec)
-    v = (x @ P[prefix + "v_proj"].T).view(B, T, H, Dv)
+    q = _feature_map(project(x, P, prefix, "q", spec.K).view(B, T, H, Dk), P, prefix, "q", spec)
+    k = _feature_map(project(x, P, prefix, "k", spec.K).view(B, T, H, Dk), P, prefix, "k", spec)
+    v = project(x, P, prefix, "v", spec.K).view(B, T, H, Dv)
     if spec.rotate:
         base = float(spec.opts["rope_base"])
         freqs = np.tile(base ** (-np.arange(0, Dk, 2) / Dk), (H, 1))
@@ -194,10 +197,13 @@ LINEAR_ATTN = _namespace("linear_attn", {
 }, "linear attention (FLA LinearAttention)")
 RETNET = _namespace("retnet", {
     "retnet": tiny_model({"kind": "retnet", "heads": 2, "init_std": 0.3}),
+    "retnet_conv": tiny_model({"kind": "retnet", "heads": 2, "init_std": 0.3, "conv": 3}),
 }, "RetNet multi-scale retention")
 GLA = _namespace("gla", {
     "gla": tiny_model({"kind": "gla", "heads": 2, "gate_rank": 4, "gate_normalizer": 4, "init_std": 0.3},
                       norm="rmsnorm"),
+    "gla_conv": tiny_model({"kind": "gla", "heads": 2, "gate_rank": 4, "gate_normalizer": 4, "init_std": 0.3,
+                            "conv": 4}),
     "gla_rotate": tiny_model({"kind": "gla", "heads": 2, "gate_rank": 4, "gate_normalizer": 4, "rotate": True,
                               "rope_base": 100.0, "init_std": 0.3}),
     "gla_selrope": tiny_model({"kind": "gla", "heads": 2, "gate_rank": 4, "gate_normalizer": 4, "init_std": 0.3,

@@ -6,7 +6,7 @@
  *                                                         deliberate change, printed and logged)
  *   seqtrain --config FILE.json --print-config           the resolved configuration
  *   seqtrain --config FILE.json --check                  validate the config and data, print the data summary
- *   seqtrain --config FILE.json --info                   --check, plus per-layer parameters and decoding state
+ *   seqtrain --config FILE.json --info                   --check, plus per-layer parameters and decoding state (Table 1 form)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,7 +45,7 @@ int main(int argc, char **argv) {
         {"--resume", ARG_STR, &resume, "RUN_DIR", "continue the run in RUN_DIR from its newest checkpoint", 0, 0},
         {"--print-config", ARG_FLAG, &print_config, NULL, "print the resolved configuration (defaults filled in) and exit", 0, 0},
         {"--check", ARG_FLAG, &check, NULL, "validate the configuration and its data, print the data summary, exit", 0, 0},
-        {"--info", ARG_FLAG, &info, NULL, "--check, plus each layer's mixer, parameters and decoding state size, exit", 0, 0},
+        {"--info", ARG_FLAG, &info, NULL, "--check, plus each layer's mixer, parameters and decoding state size (also as BLA Table 1's formulas), exit", 0, 0},
         {"--config-docs", ARG_FLAG, &config_docs, NULL, "print the Markdown reference of every config key and exit", 0, 0},
         {"--stop-after", ARG_INT, &stop_after, "N", "stop after N steps of this process as if interrupted (checkpoint, exit 130)", 1, 1e12},
         {"--quiet", ARG_FLAG, &quiet, NULL, "no progress line (the log file is written as usual)", 0, 0},

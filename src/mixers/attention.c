@@ -515,12 +515,48 @@ static void att_backward_(Mixer *m, float *dx, const float *dy, const float *x, 
     }
 }
 
-static size_t att_state_size_(const MixerSpec *s) { return 0; }
+// ----------------------------------------------------------------------------
+// what decoding would keep per sequence (attention has no step; seqtrain --info reports it): a cache of k and v
+// per token, with fox / path_fox the forget gates' prefix sum F_j of every cached token (the bias F_i - F_j
+// needs it; F_i is the newest entry plus log f_i), with path the w conv's last K-1 inputs (the cached keys are
+// turned in place by each new Householder factor, so they need no more room), and selective_rope's state
 
-// k and v of every head: 2 H D floats per token (a window caps the cache at `window` tokens)
+static size_t att_state_size_(const MixerSpec *s) {
+    const AttentionOpts *o = s->opts;
+    return (o->path ? (size_t)o->HD * (PATH_CONV_K - 1) : 0) + selrope_state_size(&o->sr);
+}
+
 static size_t att_cache_per_token_(const MixerSpec *s) {
     const AttentionOpts *o = s->opts;
-    return 2 * (size_t)o->HD;
+    return 2 * (size_t)o->HD + (o->fgate ? (size_t)o->H : 0);
+}
+
+// a window caps the cache at `window` tokens
+static size_t att_cache_tokens_(const MixerSpec *s, int T) {
+    const AttentionOpts *o = s->opts;
+    return (size_t)(o->window && o->window < T ? o->window : T);
+}
+
+// Table 1's SWA row H(dk+dv)·min(w,L) (full attention: w = L = T), then the extras above
+static void att_state_terms_(const MixerSpec *s, int T, StateTerms *st) {
+    const AttentionOpts *o = s->opts;
+    size_t n = att_cache_tokens_(s, T);
+    if (o->window)
+        state_terms_add(st, 1, 2 * (size_t)o->HD * n, "KV cache", "H(dk+dv)·min(w,T) = %d·(%d+%d)·min(%d,%d)", o->H,
+                        o->D, o->D, o->window, T);
+    else
+        state_terms_add(st, 1, 2 * (size_t)o->HD * n, "KV cache", "H(dk+dv)·T = %d·(%d+%d)·%d", o->H, o->D, o->D, T);
+    if (o->fgate) {
+        if (o->window)
+            state_terms_add(st, 0, (size_t)o->H * n, "forget-gate sums F_j", "H·min(w,T) = %d·min(%d,%d)", o->H,
+                            o->window, T);
+        else
+            state_terms_add(st, 0, (size_t)o->H * n, "forget-gate sums F_j", "H·T = %d·%d", o->H, T);
+    }
+    if (o->path)
+        state_terms_add(st, 0, (size_t)o->HD * (PATH_CONV_K - 1), "PaTH conv on w", "H·dk·(k−1) = %d·%d·%d", o->H,
+                        o->D, PATH_CONV_K - 1);
+    selrope_state_terms(&o->sr, st);
 }
 
 static int att_attn_heads_(const MixerSpec *s) { return ((const AttentionOpts *)s->opts)->H; }
@@ -571,6 +607,8 @@ const MixerOps MIXER_ATTENTION = {
     .backward = att_backward_,
     .state_size = att_state_size_,
     .cache_per_token = att_cache_per_token_,
+    .cache_tokens = att_cache_tokens_,
+    .state_terms = att_state_terms_,
     .diag = NULL,
     .attn_heads = att_attn_heads_,
     .attn_map = att_attn_map_,

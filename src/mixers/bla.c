@@ -5,6 +5,9 @@
  * this layer is the plain attention block around the op, as eq. 14 and Algorithm 1 state it:
  *
  *   q, k, v = row slices of x W_qkv^T   [short conv of `conv` taps over all three, then silu (FLA's short conv)]
+ *
+ * The projection is one fused (2 HK + HV, C) tensor and the short conv one depthwise conv over its width
+ * (the same as three convs over q, k, v; mixers/shortconv.h gives the key, the taps and the cache's size).
  *   o = BLA(q, k, v)  per head, scores scaled by 1 / sqrt(Dk)      y = o W_o^T
  *
  * Without the conv and with expand_k = expand_v = 1 the tensors are exactly the attention mixer's (wqkv
@@ -18,6 +21,7 @@
 
 #include "mixers/mixer.h"
 #include "mixers/mixer_kit.h"
+#include "mixers/shortconv.h"
 #include "nn/activation.h"
 #include "nn/bla.h"
 #include "nn/conv.h"
@@ -47,9 +51,7 @@ static const CfgKey BLA_KEYS_[] = {
     KEY_("decay", CFG_BOOL, decay, "false", 0, 0, NULL,
          "Slots decay by 1 - D_{M,s}(t) as they are written (section 3.3); with P = 2M - 1 this is sliding-window "
          "attention. The paper runs MQAR without and RegBench with it."),
-    KEY_("conv", CFG_INT, conv, "0", 0, 64, NULL,
-         "Taps K of a causal depthwise short conv over q, k, v, then silu (FLA's short conv); 0 or 1 = none "
-         "(the paper: no help for BLA on MQAR, off on RegBench)."),
+    SHORTCONV_KEY(BlaOpts, conv, "0", "the paper: no help for BLA on MQAR, off on RegBench"),
     KEY_("expand_k", CFG_FLOAT, expand_k, "1", 0.01, 64, NULL, "Key width H Dk = expand_k d_model (Dk = that / H)."),
     KEY_("expand_v", CFG_FLOAT, expand_v, "1", 0.01, 64, NULL, "Value width H Dv = expand_v d_model (Dv = that / H)."),
     KEY_("chunk", CFG_INT, chunk, "16", 1, 1 << 16, NULL,
@@ -85,7 +87,7 @@ static int bla_check_(MixerSpec *s, const char *path, Err *e) {
         return err_set(e, "%s.period: %g is shorter than 2M - 1 = %d (M = %d), which the paper requires; allowed: "
                        ">= %d, or 0 (unset)", path, o->period, o->S, o->modes, o->S);
     o->P = o->period > 0 ? o->period : (o->resolution > 0 ? o->resolution : 2.0) * o->S;
-    o->K = o->conv > 1 ? o->conv : 0;
+    o->K = shortconv_taps(o->conv);
     int k = 0;
     o->k_w = k++;
     o->k_conv = o->K ? k++ : -1;
@@ -227,7 +229,17 @@ static size_t bla_op_state_(const BlaOpts *o) {
 
 static size_t bla_state_size_(const MixerSpec *s) {
     const BlaOpts *o = s->opts;
-    return bla_op_state_(o) + (o->K ? (size_t)o->W * (o->K - 1) : 0);
+    return bla_op_state_(o) + shortconv_state_size(o->HK, o->HV, o->K);
+}
+
+// Table 1's BLA row H(dk+dv)(2M-1), the position the interpolation weights depend on, the short conv's row
+static void bla_state_terms_(const MixerSpec *s, int T, StateTerms *st) {
+    const BlaOpts *o = s->opts;
+    (void)T;
+    state_terms_add(st, 1, bla_op_state_(o) - 1, "BLA slots", "H(dk+dv)(2M−1) = %d·(%d+%d)·%d", o->H, o->Dk, o->Dv,
+                    o->S);
+    state_terms_add(st, 0, 1, "position", "t");
+    shortconv_state_terms(st, o->H, o->Dk, o->Dv, o->K);
 }
 
 static void bla_state_init_(const Mixer *m, float *state, int B) {
@@ -297,6 +309,7 @@ const MixerOps MIXER_BLA = {
     .forward = bla_forward_,
     .backward = bla_backward_,
     .state_size = bla_state_size_,
+    .state_terms = bla_state_terms_,
     .state_init = bla_state_init_,
     .step = bla_step_,
     .attn_heads = bla_attn_heads_,

@@ -21,8 +21,8 @@
 #include "mixers/mixer.h"
 #include "mixers/mixer_kit.h"
 #include "mixers/selrope.h"
+#include "mixers/shortconv.h"
 #include "nn/activation.h"
-#include "nn/conv.h"
 #include "nn/delta.h"
 #include "nn/groupnorm.h"
 #include "nn/matmul.h"
@@ -45,9 +45,7 @@ typedef struct DeltaOpts {
     KEY_("heads", CFG_INT, heads, "4", 1, 1024, NULL, "Number of heads H."), \
     KEY_("expand_k", CFG_FLOAT, expand_k, "1", 0.01, 64, NULL, \
          "Key width H Dk = expand_k d_model (Dk = that / H; FLA's head_dim = expand_k d_model / heads)."), \
-    KEY_("conv", CFG_INT, conv, "4", 0, 64, NULL, \
-         "Taps K of the causal depthwise short convolutions on q, k, v (silu after; no bias); 0 or 1 = no conv " \
-         "(q, k, v = silu(projection), as FLA without use_short_conv)."), \
+    SHORTCONV_KEY(DeltaOpts, conv, "4", "q, k, v = silu(projection), as FLA without use_short_conv"), \
     KEY_("allow_neg_eigval", CFG_BOOL, allow_neg_eigval, "false", 0, 0, NULL, \
          "beta = 2 sigmoid(b_proj x) in (0,2) (negative eigenvalues of I - beta k k^T); false: sigmoid, (0,1)."), \
     KEY_("use_gate", CFG_BOOL, use_gate, gate_def, 0, 0, NULL, gate_doc), \
@@ -90,7 +88,7 @@ static int delta_check_(MixerSpec *s, const char *path, Err *e, int gated) {
     if (mixer_widths_resolve(path, C, o->H, o->expand_k, o->expand_v, &o->HK, &o->HV, e)) return -1;
     o->Dk = o->HK / o->H;
     o->Dv = o->HV / o->H;
-    o->K = o->conv > 1 ? o->conv : 0;
+    o->K = shortconv_taps(o->conv);
     if (gated) {
         if (o->a_lo >= o->a_hi) return err_set(e, "%s.A_init_lo: %g is not below A_init_hi %g", path, o->a_lo, o->a_hi);
         if (o->dt_min > o->dt_max) return err_set(e, "%s.dt_min: %g is above dt_max %g", path, o->dt_min, o->dt_max);
@@ -116,11 +114,7 @@ static int delta_params_(const MixerSpec *s, ParamTable *pt, const char *prefix,
     MIXER_ADD("q_proj", 2, ((int[]){o->HK, C}), init_normal(std), 1);
     MIXER_ADD("k_proj", 2, ((int[]){o->HK, C}), init_normal(std), 1);
     MIXER_ADD("v_proj", 2, ((int[]){o->HV, C}), init_normal(std), 1);
-    if (o->K) {
-        MIXER_ADD("q_conv1d", 2, ((int[]){o->HK, o->K}), init_normal(std), 1);
-        MIXER_ADD("k_conv1d", 2, ((int[]){o->HK, o->K}), init_normal(std), 1);
-        MIXER_ADD("v_conv1d", 2, ((int[]){o->HV, o->K}), init_normal(std), 1);
-    }
+    if (shortconv_params(pt, prefix, o->HK, o->HV, o->K, std, e)) return -1;
     MIXER_ADD("b_proj", 2, ((int[]){H, C}), init_normal(std), 1);
     if (o->gated) {
         MIXER_ADD("a_proj", 2, ((int[]){H, C}), init_normal(std), 1);
@@ -247,24 +241,11 @@ static void delta_decay_(const Mixer *m, float *g, const float *apre, size_t R) 
 static void delta_forward_(Mixer *m, float *y, const float *x, int B, int T) {
     const DeltaOpts *o = m->spec->opts;
     int C = m->spec->C, BT = B * T, H = o->H;
-    size_t nK = (size_t)BT * o->HK, nV = (size_t)BT * o->HV;
     DeltaActs a;
     delta_layout_(m->spec, B, T, m->acts, &a);
-    if (o->K) {
-        matmul_forward(a.xq, x, mixer_param(m, o->k_q), NULL, BT, C, o->HK);
-        matmul_forward(a.xk, x, mixer_param(m, o->k_k), NULL, BT, C, o->HK);
-        matmul_forward(a.xv, x, mixer_param(m, o->k_v), NULL, BT, C, o->HV);
-        conv1d_causal_forward(a.cq, a.xq, mixer_param(m, o->k_cq), NULL, B, T, o->HK, o->K);
-        conv1d_causal_forward(a.ck, a.xk, mixer_param(m, o->k_ck), NULL, B, T, o->HK, o->K);
-        conv1d_causal_forward(a.cv, a.xv, mixer_param(m, o->k_cv), NULL, B, T, o->HV, o->K);
-    } else {
-        matmul_forward(a.cq, x, mixer_param(m, o->k_q), NULL, BT, C, o->HK);
-        matmul_forward(a.ck, x, mixer_param(m, o->k_k), NULL, BT, C, o->HK);
-        matmul_forward(a.cv, x, mixer_param(m, o->k_v), NULL, BT, C, o->HV);
-    }
-    silu_forward(a.q, a.cq, nK);
-    silu_forward(a.k, a.ck, nK);
-    silu_forward(a.v, a.cv, nV);
+    shortconv_forward(m, o->k_q, o->k_cq, o->K, 1, a.q, a.cq, a.xq, x, B, T, o->HK);
+    shortconv_forward(m, o->k_k, o->k_ck, o->K, 1, a.k, a.ck, a.xk, x, B, T, o->HK);
+    shortconv_forward(m, o->k_v, o->k_cv, o->K, 1, a.v, a.cv, a.xv, x, B, T, o->HV);
     const float *lq = a.q, *lk = a.k;
     if (o->sr.enabled) {  // after the convs and silu, before the L2 norms (reference C.3)
         selrope_forward(m, &o->sr, a.sr, x, B, T);
@@ -290,24 +271,6 @@ static void delta_forward_(Mixer *m, float *y, const float *x, int B, int T) {
 
 // ----------------------------------------------------------------------------
 // backward
-
-// one of the q, k, v streams back to x: dout (BT,W) the gradient of silu's output (ds), dc and dp scratch of
-// (BT,W); accumulates dx and the projection's and conv's weight gradients
-static void delta_stream_backward_(Mixer *m, float *dx, const float *ds, float *dc, float *dp, const float *xp,
-                                   const float *c, int kp, int kc, const float *x, int B, int T, int W) {
-    const DeltaOpts *o = m->spec->opts;
-    int C = m->spec->C, BT = B * T;
-    size_t n = (size_t)BT * W;
-    memset(dc, 0, n * sizeof(float));
-    silu_backward(dc, c, ds, n);
-    const float *dproj = dc;
-    if (o->K) {
-        memset(dp, 0, n * sizeof(float));
-        conv1d_causal_backward(dp, mixer_grad(m, kc), NULL, dc, xp, mixer_param(m, kc), B, T, W, o->K);
-        dproj = dp;
-    }
-    matmul_backward(dx, mixer_grad(m, kp), NULL, dproj, x, mixer_param(m, kp), BT, C, W);
-}
 
 static void delta_backward_(Mixer *m, float *dx, const float *dy, const float *x, int B, int T) {
     const DeltaOpts *o = m->spec->opts;
@@ -362,13 +325,13 @@ static void delta_backward_(Mixer *m, float *dx, const float *dy, const float *x
     memset(ds, 0, nK * sizeof(float));
     l2norm_backward(ds, dq, a.q, a.nq, BT * H, o->Dk, DELTA_L2_EPS, L2NORM_ADD);
     if (dth) selrope_apply_backward(&o->sr, a.sr, ds, dth, ds, a.rq, B, T);
-    delta_stream_backward_(m, dx, ds, dc, dp, a.xq, a.cq, o->k_q, o->k_cq, x, B, T, o->HK);
+    shortconv_backward(m, o->k_q, o->k_cq, o->K, 1, dx, dc, dp, ds, a.cq, a.xq, x, B, T, o->HK);
     memset(ds, 0, nK * sizeof(float));
     l2norm_backward(ds, dk, a.k, a.nk, BT * H, o->Dk, DELTA_L2_EPS, L2NORM_ADD);
     if (dth) selrope_apply_backward(&o->sr, a.sr, ds, dth, ds, a.rk, B, T);
-    delta_stream_backward_(m, dx, ds, dc, dp, a.xk, a.ck, o->k_k, o->k_ck, x, B, T, o->HK);
+    shortconv_backward(m, o->k_k, o->k_ck, o->K, 1, dx, dc, dp, ds, a.ck, a.xk, x, B, T, o->HK);
     if (dth) selrope_backward(m, &o->sr, a.sr, srs, dx, x, B, T);
-    delta_stream_backward_(m, dx, dv, dc, dp, a.xv, a.cv, o->k_v, o->k_cv, x, B, T, o->HV);
+    shortconv_backward(m, o->k_v, o->k_cv, o->K, 1, dx, dc, dp, dv, a.cv, a.xv, x, B, T, o->HV);
 }
 
 // ----------------------------------------------------------------------------
@@ -382,8 +345,17 @@ static size_t delta_engine_state_(const DeltaOpts *o) {
 
 static size_t delta_state_size_(const MixerSpec *s) {
     const DeltaOpts *o = s->opts;
-    size_t conv = o->K ? (size_t)(2 * o->HK + o->HV) * (o->K - 1) : 0;
-    return delta_engine_state_(o) + conv + selrope_state_size(&o->sr);
+    return delta_engine_state_(o) + shortconv_state_size(o->HK, o->HV, o->K) + selrope_state_size(&o->sr);
+}
+
+// Table 1's GDN row H·dk·dv (DeltaNet's state has the same shape), selective_rope's state, Table 1's short-conv row
+static void delta_state_terms_(const MixerSpec *s, int T, StateTerms *st) {
+    const DeltaOpts *o = s->opts;
+    (void)T;
+    state_terms_add(st, 1, delta_engine_state_(o), o->gated ? "GDN state" : "DeltaNet state", "H·dk·dv = %d·%d·%d",
+                    o->H, o->Dk, o->Dv);
+    selrope_state_terms(&o->sr, st);
+    shortconv_state_terms(st, o->H, o->Dk, o->Dv, o->K);
 }
 
 static void delta_state_init_(const Mixer *m, float *state, int B) {
@@ -398,26 +370,11 @@ static void delta_step_(const Mixer *m, float *state, float *y, const float *x, 
     float *buf = xmalloc((2 * bk + 4 * bv + 5 * bh) * sizeof(float));
     float *q = buf, *k = q + bk, *v = k + bk, *z = v + bv, *oo = z + bv, *yn = oo + bv;
     float *bpre = yn + bv, *beta = bpre + bh, *apre = beta + bh, *g = apre + bh, *rstd = g + bh;
-    matmul_forward(q, x, mixer_param(m, o->k_q), NULL, B, C, o->HK);
-    matmul_forward(k, x, mixer_param(m, o->k_k), NULL, B, C, o->HK);
-    matmul_forward(v, x, mixer_param(m, o->k_v), NULL, B, C, o->HV);
-    if (o->K) {
-        int K1 = o->K - 1;
-        for (int b = 0; b < B; b++) {
-            float *cs = state + b * n + es;
-            conv1d_causal_step(q + (size_t)b * o->HK, cs, q + (size_t)b * o->HK, mixer_param(m, o->k_cq), NULL, 1,
-                               o->HK, o->K);
-            cs += (size_t)o->HK * K1;
-            conv1d_causal_step(k + (size_t)b * o->HK, cs, k + (size_t)b * o->HK, mixer_param(m, o->k_ck), NULL, 1,
-                               o->HK, o->K);
-            cs += (size_t)o->HK * K1;
-            conv1d_causal_step(v + (size_t)b * o->HV, cs, v + (size_t)b * o->HV, mixer_param(m, o->k_cv), NULL, 1,
-                               o->HV, o->K);
-        }
-    }
-    silu_forward(q, q, bk);
-    silu_forward(k, k, bk);
-    silu_forward(v, v, bv);
+    float *cs = state + es;  // the conv caches of q, k, v one after another (shortconv.h)
+    size_t K1 = o->K ? (size_t)o->K - 1 : 0;
+    shortconv_step(m, o->k_q, o->k_cq, o->K, 1, q, cs, n, x, B, o->HK);
+    shortconv_step(m, o->k_k, o->k_ck, o->K, 1, k, cs + (size_t)o->HK * K1, n, x, B, o->HK);
+    shortconv_step(m, o->k_v, o->k_cv, o->K, 1, v, cs + (size_t)2 * o->HK * K1, n, x, B, o->HV);
     if (o->sr.enabled) selrope_step(m, &o->sr, state + n - selrope_state_size(&o->sr), n, q, k, x, B);
     l2norm_forward(q, rstd, q, B * H, o->Dk, DELTA_L2_EPS, L2NORM_ADD);
     l2norm_forward(k, rstd, k, B * H, o->Dk, DELTA_L2_EPS, L2NORM_ADD);
@@ -454,6 +411,7 @@ static void delta_step_(const Mixer *m, float *state, float *y, const float *x, 
         .forward = delta_forward_, \
         .backward = delta_backward_, \
         .state_size = delta_state_size_, \
+        .state_terms = delta_state_terms_, \
         .state_init = delta_state_init_, \
         .step = delta_step_, \
     }

@@ -5,6 +5,8 @@
  * engine (nn/linrec.h) with one softmax between them:
  *
  *   q, k = phi(x W_q^T), phi(x W_k^T) (phi = swish by default)     v = silu(x W_v^T)      (H heads of D)
+ *   with `conv` K > 1 each projection goes through silu(conv_K(.)) first (FLA's use_short_conv, mixers/shortconv.h):
+ *   q = phi(silu(conv_K(x W_q^T))), ..., v = silu(silu(conv_K(x W_v^T))) (FLA's ShortConvolution ends in silu)
  *   f_t = logsigmoid(x W_f^T) / gate_logit_normalizer  (H heads of M)      s_t = 1 - exp(f_t)
  *   pass 1 (keys -> slots)   Hk_t = Hk_{t-1} diag(exp f_t) + k_t s_t^T    ok_t = Hk_t^T q_t    (LINREC_VCHANNEL)
  *                            p_t = softmax over the M slots of ok_t
@@ -12,7 +14,7 @@
  *   y = o_proj(RMSNorm over all H D channels (silu(o)))      (scale 1: q enters unscaled)
  *
  * The first pass decays the slots, which are its value side: that is the engine's value-channel form. The
- * recurrent state per sequence is both passes' states, H M (D + D) floats.
+ * recurrent state per sequence is both passes' states, H M (D + D) floats, and the conv caches.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -20,6 +22,7 @@
 
 #include "mixers/mixer.h"
 #include "mixers/mixer_kit.h"
+#include "mixers/shortconv.h"
 #include "nn/activation.h"
 #include "nn/groupnorm.h"
 #include "nn/linrec.h"
@@ -29,12 +32,12 @@ enum { GSA_FMAP_SWISH, GSA_FMAP_RELU, GSA_FMAP_IDENTITY };
 
 typedef struct GsaOpts {
     // from the config
-    int heads, head_dim, num_slots, norm, chunk;
+    int heads, head_dim, num_slots, norm, chunk, conv;
     double gate_logit_normalizer, norm_eps, init_std;
     char feature_map[CFG_STR_MAX];
     // derived by check
-    int fmap, H, D, M, HD, HM;
-    int k_q, k_k, k_v, k_f, k_norm, k_o;
+    int fmap, H, D, M, HD, HM, K;  // K: conv taps (0 = no conv)
+    int k_q, k_k, k_v, k_cq, k_ck, k_cv, k_f, k_norm, k_o;
 } GsaOpts;
 
 #define KEY_(...) MIXER_KEY(GsaOpts, __VA_ARGS__)
@@ -51,6 +54,7 @@ static const CfgKey GSA_KEYS_[] = {
          "RMSNorm over all H D output channels after silu, before o_proj (FLA always norms); false: o_proj(silu(o))."),
     KEY_("norm_eps", CFG_FLOAT, norm_eps, "1e-6", 0, 1, NULL,
          "Epsilon of the output RMSNorm (FLA's models pass config.norm_eps = 1e-6 to the layer)."),
+    SHORTCONV_KEY(GsaOpts, conv, "0", "q, k, v = the projections: FLA's default use_short_conv false"),
     KEY_("chunk", CFG_INT, chunk, "16", 1, 1 << 16, NULL,
          "Tokens per chunk of both chunkwise-parallel passes (a speed/memory knob: results do not depend on it)."),
     KEY_("init_std", CFG_FLOAT, init_std, "0.02", 0, 10, NULL,
@@ -71,8 +75,11 @@ static int gsa_check_(MixerSpec *s, const char *path, Err *e) {
     o->HM = o->H * o->M;
     const char *f = o->feature_map;
     o->fmap = !strcmp(f, "relu") ? GSA_FMAP_RELU : !strcmp(f, "identity") ? GSA_FMAP_IDENTITY : GSA_FMAP_SWISH;
-    int k = 0;
-    o->k_q = k++, o->k_k = k++, o->k_v = k++, o->k_f = k++;
+    o->K = shortconv_taps(o->conv);
+    int k = 0, cv = o->K > 0;
+    o->k_q = k++, o->k_k = k++, o->k_v = k++;
+    o->k_cq = cv ? k++ : -1, o->k_ck = cv ? k++ : -1, o->k_cv = cv ? k++ : -1;
+    o->k_f = k++;
     o->k_norm = o->norm ? k++ : -1;
     o->k_o = k++;
     return 0;
@@ -86,6 +93,7 @@ static int gsa_params_(const MixerSpec *s, ParamTable *pt, const char *prefix, i
     MIXER_ADD("q_proj", 2, ((int[]){o->HD, C}), init_normal(std), 1);
     MIXER_ADD("k_proj", 2, ((int[]){o->HD, C}), init_normal(std), 1);
     MIXER_ADD("v_proj", 2, ((int[]){o->HD, C}), init_normal(std), 1);
+    if (shortconv_params(pt, prefix, o->HD, o->HD, o->K, std, e)) return -1;
     MIXER_ADD("f_proj", 2, ((int[]){o->HM, C}), init_normal(std), 1);
     if (o->norm) MIXER_ADD("g_norm", 1, ((int[]){o->HD}), init_ones(), 0);
     MIXER_ADD("o_proj", 2, ((int[]){C, o->HD}), init_normal(std), 1);
@@ -96,7 +104,9 @@ static int gsa_params_(const MixerSpec *s, ParamTable *pt, const char *prefix, i
 // saved activations
 
 typedef struct GsaActs {
-    float *qpre, *kpre, *vpre;  // (BT,HD) the projections
+    float *pq, *pk, *pv;        // (BT,HD) conv: the projections, the convs' inputs
+    float *cq, *ck, *cv;        // (BT,HD) conv: the convs' outputs, silu's inputs
+    float *qpre, *kpre, *vpre;  // (BT,HD) the projections (conv: silu of the convs' outputs)
     float *q, *k, *v;           // (BT,HD) phi(q), phi(k), silu(v): what the passes read
     float *fpre, *f, *s;        // (BT,HM) f_proj x, the log forget gate, the write weight 1 - exp(f)
     float *p;                   // (BT,HM) the slot weights softmax(ok) (ok itself is not needed again)
@@ -119,6 +129,13 @@ static size_t gsa_layout_(const MixerSpec *s, int B, int T, float *base, GsaActs
     GsaActs t;
     if (!a) a = &t;
     LinrecDims d1 = gsa_dims_(o, 1, B, T), d2 = gsa_dims_(o, 2, B, T);
+    int cv = o->K > 0;
+    a->pq = mixer_take(base, &n, nD, cv);
+    a->pk = mixer_take(base, &n, nD, cv);
+    a->pv = mixer_take(base, &n, nD, cv);
+    a->cq = mixer_take(base, &n, nD, cv);
+    a->ck = mixer_take(base, &n, nD, cv);
+    a->cv = mixer_take(base, &n, nD, cv);
     a->qpre = mixer_take(base, &n, nD, 1);
     a->kpre = mixer_take(base, &n, nD, 1);
     a->vpre = mixer_take(base, &n, nD, 1);
@@ -212,9 +229,9 @@ static void gsa_forward_(Mixer *m, float *y, const float *x, int B, int T) {
     GsaActs a;
     gsa_layout_(m->spec, B, T, m->acts, &a);
     float *ok = m->scratch;
-    matmul_forward(a.qpre, x, mixer_param(m, o->k_q), NULL, BT, C, o->HD);
-    matmul_forward(a.kpre, x, mixer_param(m, o->k_k), NULL, BT, C, o->HD);
-    matmul_forward(a.vpre, x, mixer_param(m, o->k_v), NULL, BT, C, o->HD);
+    shortconv_forward(m, o->k_q, o->k_cq, o->K, 0, a.qpre, a.cq, a.pq, x, B, T, o->HD);
+    shortconv_forward(m, o->k_k, o->k_ck, o->K, 0, a.kpre, a.ck, a.pk, x, B, T, o->HD);
+    shortconv_forward(m, o->k_v, o->k_cv, o->K, 0, a.vpre, a.cv, a.pv, x, B, T, o->HD);
     matmul_forward(a.fpre, x, mixer_param(m, o->k_f), NULL, BT, C, o->HM);
     gsa_fmap_(o, a.q, a.qpre, nD);
     gsa_fmap_(o, a.k, a.kpre, nD);
@@ -279,13 +296,14 @@ static void gsa_backward_(Mixer *m, float *dx, const float *dy, const float *x, 
         dpre[i] = (float)(dfi * inv * mixer_sigmoid(-(double)a.fpre[i]));
     }
     matmul_backward(dx, mixer_grad(m, o->k_f), NULL, dpre, x, mixer_param(m, o->k_f), BT, C, o->HM);
-    // v = silu(vpre); q, k = phi(qpre), phi(kpre)
+    // v = silu(vpre); q, k = phi(qpre), phi(kpre); then, with the conv, vpre = silu(cv) and so on back to x
+    // (dyn and dso are free since the norm's backward)
     memset(dpre, 0, nD * sizeof(float));
     silu_backward(dpre, a.vpre, dv, nD);
-    matmul_backward(dx, mixer_grad(m, o->k_v), NULL, dpre, x, mixer_param(m, o->k_v), BT, C, o->HD);
-    const float *pre[2] = {a.qpre, a.kpre};
+    shortconv_backward(m, o->k_v, o->k_cv, o->K, 0, dx, dyn, dso, dpre, a.cv, a.pv, x, B, T, o->HD);
+    const float *pre[2] = {a.qpre, a.kpre}, *cc[2] = {a.cq, a.ck}, *pp[2] = {a.pq, a.pk};
     float *dphi[2] = {dq, dk};
-    int kp[2] = {o->k_q, o->k_k};
+    int kp[2] = {o->k_q, o->k_k}, kc[2] = {o->k_cq, o->k_ck};
     for (int i = 0; i < 2; i++) {
         const float *dpp = dphi[i];
         if (o->fmap != GSA_FMAP_IDENTITY) {
@@ -294,16 +312,28 @@ static void gsa_backward_(Mixer *m, float *dx, const float *dy, const float *x, 
             else relu_backward(dpre, pre[i], dphi[i], nD);
             dpp = dpre;
         }
-        matmul_backward(dx, mixer_grad(m, kp[i]), NULL, dpp, x, mixer_param(m, kp[i]), BT, C, o->HD);
+        shortconv_backward(m, kp[i], kc[i], o->K, 0, dx, dyn, dso, dpp, cc[i], pp[i], x, B, T, o->HD);
     }
 }
 
 // ----------------------------------------------------------------------------
-// recurrent decoding: per sequence [pass 1's state (H, D*M) | pass 2's state (H, M*D)]
+// recurrent decoding: per sequence [pass 1's state (H, D*M) | pass 2's state (H, M*D) | conv: the caches of q, k,
+// v (shortconv_state_size)]
+
+// both passes' states: H M (Dk + Dv), Dk = Dv = D
+static size_t gsa_slots_size_(const GsaOpts *o) { return 2 * (size_t)o->H * o->M * o->D; }
 
 static size_t gsa_state_size_(const MixerSpec *s) {
     const GsaOpts *o = s->opts;
-    return 2 * (size_t)o->H * o->M * o->D;  // H M (Dk + Dv), Dk = Dv = D
+    return gsa_slots_size_(o) + shortconv_state_size(o->HD, o->HD, o->K);
+}
+
+// Table 1's GSA row H(dk+dv)S (dk = dv = D) and its short-conv row
+static void gsa_state_terms_(const MixerSpec *s, int T, StateTerms *st) {
+    const GsaOpts *o = s->opts;
+    (void)T;
+    state_terms_add(st, 1, gsa_slots_size_(o), "GSA slots", "H(dk+dv)S = %d·(%d+%d)·%d", o->H, o->D, o->D, o->M);
+    shortconv_state_terms(st, o->H, o->D, o->D, o->K);
 }
 
 static void gsa_state_init_(const Mixer *m, float *state, int B) {
@@ -313,15 +343,18 @@ static void gsa_state_init_(const Mixer *m, float *state, int B) {
 static void gsa_step_(const Mixer *m, float *state, float *y, const float *x, int B) {
     const GsaOpts *o = m->spec->opts;
     int C = m->spec->C;
-    size_t n = gsa_state_size_(m->spec), half = n / 2, bd = (size_t)B * o->HD, bm = (size_t)B * o->HM;
+    size_t n = gsa_state_size_(m->spec), half = gsa_slots_size_(o) / 2, bd = (size_t)B * o->HD;
+    size_t bm = (size_t)B * o->HM;
     float *buf = xmalloc((7 * bd + 3 * bm + (size_t)B) * sizeof(float));
     float *q = buf, *k = q + bd, *v = k + bd, *oo = v + bd, *so = oo + bd, *yn = so + bd, *tmp = yn + bd;
     float *f = tmp + bd, *s = f + bm, *p = s + bm, *rstd = p + bm;
-    matmul_forward(tmp, x, mixer_param(m, o->k_q), NULL, B, C, o->HD);
+    float *cs = state + gsa_slots_size_(o);  // the conv caches of q, k, v one after another
+    size_t K1 = o->K ? (size_t)o->K - 1 : 0;
+    shortconv_step(m, o->k_q, o->k_cq, o->K, 0, tmp, cs, n, x, B, o->HD);
     gsa_fmap_(o, q, tmp, bd);
-    matmul_forward(tmp, x, mixer_param(m, o->k_k), NULL, B, C, o->HD);
+    shortconv_step(m, o->k_k, o->k_ck, o->K, 0, tmp, cs + (size_t)o->HD * K1, n, x, B, o->HD);
     gsa_fmap_(o, k, tmp, bd);
-    matmul_forward(tmp, x, mixer_param(m, o->k_v), NULL, B, C, o->HD);
+    shortconv_step(m, o->k_v, o->k_cv, o->K, 0, tmp, cs + (size_t)2 * o->HD * K1, n, x, B, o->HD);
     silu_forward(v, tmp, bd);
     matmul_forward(p, x, mixer_param(m, o->k_f), NULL, B, C, o->HM);  // p holds f_proj x until the gates are made
     gsa_gates_(o, f, s, p, bm);
@@ -350,6 +383,7 @@ const MixerOps MIXER_GSA = {
     .forward = gsa_forward_,
     .backward = gsa_backward_,
     .state_size = gsa_state_size_,
+    .state_terms = gsa_state_terms_,
     .state_init = gsa_state_init_,
     .step = gsa_step_,
 };

@@ -439,6 +439,16 @@ static size_t kla_state_size_(const MixerSpec *s) {
     return (size_t)o->M * 2 * o->S + (size_t)o->M * (o->K - 1);
 }
 
+// not in Table 1: the filter's precision lambda and information vector eta per channel and slot, and Table 1's
+// short-conv row on the M conv channels
+static void kla_state_terms_(const MixerSpec *s, int T, StateTerms *st) {
+    const KlaOpts *o = s->opts;
+    (void)T;
+    state_terms_add(st, 0, (size_t)o->M * 2 * o->S, "Kalman state (lambda, eta)", "2·M·S = 2·%d·%d", o->M, o->S);
+    if (o->K > 1)
+        state_terms_add(st, 1, (size_t)o->M * (o->K - 1), "short conv", "D(k−1) = %d·%d", o->M, o->K - 1);
+}
+
 static void kla_state_init_(const Mixer *m, float *state, int B) {
     const KlaOpts *o = m->spec->opts;
     size_t n = kla_state_size_(m->spec), ks = (size_t)o->M * 2 * o->S;
@@ -515,6 +525,7 @@ const MixerOps MIXER_KLA = {
     .forward = kla_forward_,
     .backward = kla_backward_,
     .state_size = kla_state_size_,
+    .state_terms = kla_state_terms_,
     .state_init = kla_state_init_,
     .step = kla_step_,
     .diag = kla_diag_,

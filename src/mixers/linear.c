@@ -4,6 +4,7 @@
  * docs/mixers.md has the equations, options and tensors):
  *
  *   q, k = x W_q^T, x W_k^T  (H heads of Dk)      v = x W_v^T  (H heads of Dv)
+ *   gla, retnet with `conv` K > 1: q, k, v = silu(conv_K(...)) first (FLA's use_short_conv, mixers/shortconv.h)
  *   linear_attn  q, k <- phi(q), phi(k) per head (identity | elu+1 | relu | hadamard (W1 x + b1)(W2 x + b2));
  *                no decay; optional normaliser o / (q . sum_s k_s + 1e-10); per-head RMSNorm
  *   retnet       RoPE on q, k; fixed decay gamma_h = 1 - 2^(-5-h); per-head RMSNorm * swish(x W_g^T)
@@ -27,6 +28,7 @@
 #include "mixers/mixer.h"
 #include "mixers/mixer_kit.h"
 #include "mixers/selrope.h"
+#include "mixers/shortconv.h"
 #include "nn/activation.h"
 #include "nn/groupnorm.h"
 #include "nn/linrec.h"
@@ -40,14 +42,16 @@ enum { FMAP_IDENTITY, FMAP_ELU, FMAP_RELU, FMAP_HADAMARD };
 
 typedef struct LinOpts {
     // from the config (a key absent from an entry's schema keeps the zeroed default)
-    int heads, gate_rank, output_gate, normalize, chunk, rotate;
+    int heads, gate_rank, output_gate, normalize, chunk, rotate, conv;
     double expand_k, expand_v, gate_normalizer, norm_eps, rope_base, init_std;
     char feature_map[CFG_STR_MAX];
     SelRopeOpts sr;  // gla: selective_rope (mixers/selrope.h)
     // derived by check
     int variant, fmap, H, Dk, Dv, HK, HV, Dva;  // Dva: Dv + 1 with the normaliser's column of ones
+    int K;   // gla, retnet: short-conv taps (0 = none)
     int GW;  // gla: gate width, HK, or HK/2 with rotate (one decay per rotated pair: a complex gate a e^{iw})
-    int k_q, k_k, k_v, k_f1w, k_f1b, k_f2w, k_f2b, k_f3w, k_f3b, k_f4w, k_f4b, k_g, k_gk1, k_gk2, k_gkb, k_norm, k_o;
+    int k_q, k_k, k_v, k_cq, k_ck, k_cv, k_f1w, k_f1b, k_f2w, k_f2b, k_f3w, k_f3b, k_f4w, k_f4b;
+    int k_g, k_gk1, k_gk2, k_gkb, k_norm, k_o;
 } LinOpts;
 
 #define KEY_(...) MIXER_KEY(LinOpts, __VA_ARGS__)
@@ -70,6 +74,7 @@ typedef struct LinOpts {
     KEY_("rotate", CFG_BOOL, rotate, "false", 0, 0, NULL, \
          "Complex forget gate: key-channel pairs rotate by a fixed angle per token on top of the decay, i.e. RoPE " \
          "on q and k (after the feature map); the linear dual of RoPE attention.")
+#define KEY_CONV_ SHORTCONV_KEY(LinOpts, conv, "0", "q, k, v = the projections: FLA's default use_short_conv false")
 #define KEY_GATE_ \
     KEY_("output_gate", CFG_BOOL, output_gate, "true", 0, 0, NULL, \
          "Multiply the normed output by swish(x W_g^T) (FusedRMSNormGated); false = RMSNorm only.")
@@ -85,14 +90,14 @@ static const CfgKey LINEAR_ATTN_KEYS_[] = {
 };
 static const CfgKey RETNET_KEYS_[] = {
     KEY_HEADS_("8"), KEY_EXPAND_K_("1"), KEY_EXPAND_V_("2"), KEY_GATE_,
-    KEY_ROPE_BASE_, KEY_CHUNK_("64"), KEY_EPS_("1e-6"), KEY_STD_,
+    KEY_ROPE_BASE_, KEY_CONV_, KEY_CHUNK_("64"), KEY_EPS_("1e-6"), KEY_STD_,
 };
 static const CfgKey GLA_KEYS_[] = {
     KEY_HEADS_("4"), KEY_EXPAND_K_("0.5"), KEY_EXPAND_V_("1"), KEY_GATE_,
     KEY_("gate_rank", CFG_INT, gate_rank, "16", 1, 4096, NULL, "Rank of the decay gate: x -> rank -> H Dk."),
     KEY_("gate_normalizer", CFG_FLOAT, gate_normalizer, "16", 1e-3, 1e6, NULL,
          "log a = logsigmoid(gate) / gate_normalizer (a = 0.958 at init with 16)."),
-    KEY_ROTATE_, KEY_ROPE_BASE_, KEY_CHUNK_("16"), KEY_EPS_("1e-6"), KEY_STD_, SELROPE_KEY(LinOpts, sr),
+    KEY_ROTATE_, KEY_ROPE_BASE_, KEY_CONV_, KEY_CHUNK_("16"), KEY_EPS_("1e-6"), KEY_STD_, SELROPE_KEY(LinOpts, sr),
 };
 #define NKEYS_(a) ((int)(sizeof a / sizeof a[0]))
 static const CfgSection LINEAR_ATTN_SCHEMA_ = {"linear_attn", "Options of the linear_attn mixer.", LINEAR_ATTN_KEYS_,
@@ -130,8 +135,10 @@ static int lin_check_(MixerSpec *s, const char *path, Err *e, int variant) {
     if (variant == LIN_LINEAR_ATTN) o->output_gate = 0;
     o->Dva = o->Dv + (o->normalize ? 1 : 0);
     o->GW = o->rotate ? o->HK / 2 : o->HK;
-    int k = 0;
+    o->K = shortconv_taps(o->conv);  // absent from linear_attn's schema: 0
+    int k = 0, cv = o->K > 0;
     o->k_q = k++, o->k_k = k++, o->k_v = k++;
+    o->k_cq = cv ? k++ : -1, o->k_ck = cv ? k++ : -1, o->k_cv = cv ? k++ : -1;
     int had = o->fmap == FMAP_HADAMARD;
     o->k_f1w = had ? k++ : -1, o->k_f1b = had ? k++ : -1, o->k_f2w = had ? k++ : -1, o->k_f2b = had ? k++ : -1;
     o->k_f3w = had ? k++ : -1, o->k_f3b = had ? k++ : -1, o->k_f4w = had ? k++ : -1, o->k_f4b = had ? k++ : -1;
@@ -158,6 +165,7 @@ static int lin_params_(const MixerSpec *s, ParamTable *pt, const char *prefix, i
     MIXER_ADD("q_proj", 2, ((int[]){o->HK, C}), init_normal(std), 1);
     MIXER_ADD("k_proj", 2, ((int[]){o->HK, C}), init_normal(std), 1);
     MIXER_ADD("v_proj", 2, ((int[]){o->HV, C}), init_normal(std), 1);
+    if (shortconv_params(pt, prefix, o->HK, o->HV, o->K, std, e)) return -1;
     if (o->fmap == FMAP_HADAMARD) {
         // phi(x) = (W1 x + b1) * (W2 x + b2) per head, one pair for q (fmap_q.*) and one for k (fmap_k.*)
         MIXER_ADD("fmap_q.w1", 2, ((int[]){K, K}), init_normal(std), 1);
@@ -184,7 +192,9 @@ static int lin_params_(const MixerSpec *s, ParamTable *pt, const char *prefix, i
 // saved activations
 
 typedef struct LinActs {
-    float *xq, *xk, *xv;    // (BT,HK) (BT,HK) (BT,HV) the projections
+    float *pq, *pk, *pv;    // (BT,HK) (BT,HK) (BT,HV) conv: the projections, the convs' inputs
+    float *cq, *ck, *cv;    // conv: the convs' outputs, silu's inputs
+    float *xq, *xk, *xv;    // (BT,HK) (BT,HK) (BT,HV) the projections (conv: silu of the convs' outputs)
     float *fa, *fb;         // (BT,HK) x4 hadamard: W1 x + b1, W2 x + b2 of q (fa) and of k (fb), two slabs each
     float *q, *k, *v;       // (BT,HK) (BT,HK) (BT,H,Dva) what the recurrence reads
     float *gr, *gpre, *g;   // (BT,rank) (BT,GW) (BT,HK) gla: low-rank gate, its pre-activation, the log-decay
@@ -211,6 +221,13 @@ static size_t lin_layout_(const MixerSpec *s, int B, int T, float *base, LinActs
     LinActs t;
     if (!a) a = &t;
     LinrecDims d = lin_dims_(o, B, T);
+    int cv = o->K > 0;
+    a->pq = mixer_take(base, &n, BT * o->HK, cv);
+    a->pk = mixer_take(base, &n, BT * o->HK, cv);
+    a->pv = mixer_take(base, &n, BT * o->HV, cv);
+    a->cq = mixer_take(base, &n, BT * o->HK, cv);
+    a->ck = mixer_take(base, &n, BT * o->HK, cv);
+    a->cv = mixer_take(base, &n, BT * o->HV, cv);
     a->xq = mixer_take(base, &n, BT * o->HK, 1);
     a->xk = mixer_take(base, &n, BT * o->HK, 1);
     a->xv = mixer_take(base, &n, BT * o->HV, 1);
@@ -340,9 +357,10 @@ static void lin_forward_(Mixer *m, float *y, const float *x, int B, int T) {
     int C = m->spec->C, BT = B * T;
     LinActs a;
     lin_layout_(m->spec, B, T, m->acts, &a);
-    matmul_forward(a.xq, x, mixer_param(m, o->k_q), NULL, BT, C, o->HK);
-    matmul_forward(a.xk, x, mixer_param(m, o->k_k), NULL, BT, C, o->HK);
-    matmul_forward(a.xv, x, mixer_param(m, o->k_v), NULL, BT, C, o->HV);
+    // the projections (with conv: through it and silu); everything after reads xq, xk, xv
+    shortconv_forward(m, o->k_q, o->k_cq, o->K, 0, a.xq, a.cq, a.pq, x, B, T, o->HK);
+    shortconv_forward(m, o->k_k, o->k_ck, o->K, 0, a.xk, a.ck, a.pk, x, B, T, o->HK);
+    shortconv_forward(m, o->k_v, o->k_cv, o->K, 0, a.xv, a.cv, a.pv, x, B, T, o->HV);
     if (o->fmap != FMAP_IDENTITY) {
         lin_fmap_(m, 0, a.q, a.fa, a.xq, BT);
         lin_fmap_(m, 1, a.k, a.fb, a.xk, BT);
@@ -514,19 +532,22 @@ static void lin_backward_(Mixer *m, float *dx, const float *dy, const float *x, 
         }
         dq0 = dxq, dk0 = dxk;
     }
-    matmul_backward(dx, mixer_grad(m, o->k_q), NULL, dq0, x, mixer_param(m, o->k_q), BT, C, o->HK);
-    matmul_backward(dx, mixer_grad(m, o->k_k), NULL, dk0, x, mixer_param(m, o->k_k), BT, C, o->HK);
-    matmul_backward(dx, mixer_grad(m, o->k_v), NULL, dxv, x, mixer_param(m, o->k_v), BT, C, o->HV);
+    // the projections (with conv: silu and the convs first; dyn and dz are free since the norm's and the
+    // gate's backward)
+    shortconv_backward(m, o->k_q, o->k_cq, o->K, 0, dx, dyn, dz, dq0, a.cq, a.pq, x, B, T, o->HK);
+    shortconv_backward(m, o->k_k, o->k_ck, o->K, 0, dx, dyn, dz, dk0, a.ck, a.pk, x, B, T, o->HK);
+    shortconv_backward(m, o->k_v, o->k_cv, o->K, 0, dx, dyn, dz, dxv, a.cv, a.pv, x, B, T, o->HV);
 }
 
 // ----------------------------------------------------------------------------
 // recurrent decoding: per sequence [the recurrence's state (H, Dk*Dva) | rotate: the position (1) |
-// selective_rope: its state (selrope_state_size)]
+// selective_rope: its state (selrope_state_size) | conv: the caches of q, k, v (shortconv_state_size)]
 
 static size_t lin_state_size_(const MixerSpec *s) {
     const LinOpts *o = s->opts;
     LinrecDims d = lin_dims_(o, 1, 1);
-    return (size_t)o->H * linrec_state_size(&d) + (o->rotate != 0) + selrope_state_size(&o->sr);
+    return (size_t)o->H * linrec_state_size(&d) + (o->rotate != 0) + selrope_state_size(&o->sr) +
+           shortconv_state_size(o->HK, o->HV, o->K);
 }
 
 // where the position (rotate) and selective_rope's state start in a sequence's state
@@ -535,11 +556,30 @@ static size_t lin_pos_at_(const LinOpts *o) {
     return (size_t)o->H * linrec_state_size(&d);
 }
 
+// Table 1's GLA row H·dk·dv (linear_attn's and retnet's matrix states have the same shape), then what it does not
+// count: the normaliser's column, the position, selective_rope's state; and Table 1's short-conv row
+static void lin_state_terms_(const MixerSpec *s, int T, StateTerms *st) {
+    const LinOpts *o = s->opts;
+    static const char *const names[] = {"linear attention state", "RetNet state", "GLA state"};
+    (void)T;
+    state_terms_add(st, 1, (size_t)o->H * o->Dk * o->Dv, names[o->variant], "H·dk·dv = %d·%d·%d", o->H, o->Dk, o->Dv);
+    if (o->normalize) state_terms_add(st, 0, (size_t)o->H * o->Dk, "normaliser (sum of k)", "H·dk = %d·%d", o->H, o->Dk);
+    if (o->rotate) state_terms_add(st, 0, 1, "position (RoPE)", "1");
+    selrope_state_terms(&o->sr, st);
+    shortconv_state_terms(st, o->H, o->Dk, o->Dv, o->K);
+}
+
+// where the conv caches start (they end the state)
+static size_t lin_conv_at_(const LinOpts *o) {
+    return lin_pos_at_(o) + (o->rotate != 0) + selrope_state_size(&o->sr);
+}
+
 static void lin_state_init_(const Mixer *m, float *state, int B) {
     const LinOpts *o = m->spec->opts;
     LinrecDims d = lin_dims_(o, 1, 1);
-    size_t n = lin_state_size_(m->spec);
+    size_t n = lin_state_size_(m->spec), nc = shortconv_state_size(o->HK, o->HV, o->K);
     for (int b = 0; b < B; b++) {
+        memset(state + b * n + lin_conv_at_(o), 0, nc * sizeof(float));  // the zero padding before the first token
         linrec_state_init(state + b * n, &d);
         if (o->rotate) state[b * n + lin_pos_at_(o)] = 0.0f;  // the next token's position (RoPE); exact to 2^24
         if (o->sr.enabled)
@@ -557,9 +597,11 @@ static void lin_step_(const Mixer *m, float *state, float *y, const float *x, in
     float *xq = buf, *xk = xq + bk, *q = xk + bk, *k = q + bk, *g = k + bk, *gpre = g + bk, *xv = gpre + bk;
     float *z = xv + bv, *yn = z + bv, *va = yn + bv, *oa = va + ba, *gr = oa + ba, *rstd = gr + (size_t)B * o->gate_rank;
     float *fa = rstd + (size_t)B * o->H;
-    matmul_forward(xq, x, mixer_param(m, o->k_q), NULL, B, C, o->HK);
-    matmul_forward(xk, x, mixer_param(m, o->k_k), NULL, B, C, o->HK);
-    matmul_forward(xv, x, mixer_param(m, o->k_v), NULL, B, C, o->HV);
+    float *cs = state + lin_conv_at_(o);  // the conv caches of q, k, v one after another (shortconv.h)
+    size_t K1 = o->K ? (size_t)o->K - 1 : 0;
+    shortconv_step(m, o->k_q, o->k_cq, o->K, 0, xq, cs, n, x, B, o->HK);
+    shortconv_step(m, o->k_k, o->k_ck, o->K, 0, xk, cs + (size_t)o->HK * K1, n, x, B, o->HK);
+    shortconv_step(m, o->k_v, o->k_cv, o->K, 0, xv, cs + (size_t)2 * o->HK * K1, n, x, B, o->HV);
     const float *qs = xq, *ks = xk, *vs = xv, *gp = NULL;
     float gh[1024];
     if (o->fmap != FMAP_IDENTITY) {
@@ -628,6 +670,7 @@ static void lin_step_(const Mixer *m, float *state, float *y, const float *x, in
         .forward = lin_forward_, \
         .backward = lin_backward_, \
         .state_size = lin_state_size_, \
+        .state_terms = lin_state_terms_, \
         .state_init = lin_state_init_, \
         .step = lin_step_, \
     }

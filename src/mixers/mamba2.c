@@ -396,6 +396,18 @@ static size_t mamba2_state_size_(const MixerSpec *s) {
     return mamba2_engine_state_(o) + (size_t)o->CD * (o->K - 1);
 }
 
+// Table 1's GLA/GDN row H·dk·dv with dk = d_state N and dv = head_dim P (Table 1 has no Mamba2 row; its state has
+// the same shape), and the short-conv row on the conv's CD = d_inner + 2 G N channels (x, B, C)
+static void mamba2_state_terms_(const MixerSpec *s, int T, StateTerms *st) {
+    const Mamba2Opts *o = s->opts;
+    (void)T;
+    state_terms_add(st, 1, mamba2_engine_state_(o), "SSM state", "H·N·P (H·dk·dv, dk = N, dv = P) = %d·%d·%d", o->H, o->N,
+                    o->P);
+    if (o->K > 1)
+        state_terms_add(st, 1, (size_t)o->CD * (o->K - 1), "short conv x, B, C",
+                        "D(k−1) with D = d_inner + 2·G·N: (%d + 2·%d·%d)·%d", o->Di, o->G, o->N, o->K - 1);
+}
+
 static void mamba2_state_init_(const Mixer *m, float *state, int B) {
     const Mamba2Opts *o = m->spec->opts;
     size_t n = mamba2_state_size_(m->spec), es = mamba2_engine_state_(o);
@@ -467,6 +479,7 @@ const MixerOps MIXER_MAMBA2 = {
     .forward = mamba2_forward_,
     .backward = mamba2_backward_,
     .state_size = mamba2_state_size_,
+    .state_terms = mamba2_state_terms_,
     .state_init = mamba2_state_init_,
     .step = mamba2_step_,
     .diag = mamba2_diag_,

@@ -47,6 +47,30 @@ typedef struct Mixer {
     uint64_t noise_seed;  // keys the noise of a sampling forward (spec->sample); the backward sees the same
 } Mixer;
 
+// One named term of a layer's decoding state, written as paper 002's Table 1 writes state sizes (H·dk·dv,
+// H(dk+dv)·min(w,L), D(k_conv − 1), ...) with this layer's numbers substituted. A mixer's terms add up to
+// exactly what it keeps per sequence at context T: state_size + cache_per_token · (cache_tokens or T).
+typedef struct StateTerm {
+    char name[48];      // what the floats are: "GLA state", "KV cache", "short conv", "position", ...
+    char formula[160];  // symbols = numbers, e.g. "H·dk·dv = 4·32·32" (the printer appends " = value")
+    size_t value;       // floats per sequence
+    int table1;         // 1: one of Table 1's rows (its "paper count"); 0: state Table 1 does not count
+} StateTerm;
+
+#define STATE_TERMS_MAX 8
+typedef struct StateTerms {
+    int n;
+    StateTerm t[STATE_TERMS_MAX];
+} StateTerms;
+
+// the sum of st's values; with table1_only, of Table 1's rows only (the paper's count)
+static inline size_t state_terms_total(const StateTerms *st, int table1_only) {
+    size_t n = 0;
+    for (int i = 0; i < st->n; i++)
+        if (!table1_only || st->t[i].table1) n += st->t[i].value;
+    return n;
+}
+
 typedef struct MixerOps {
     const char *name;
     const char *doc;                  // one line for docs/mixers.md and --help
@@ -72,6 +96,11 @@ typedef struct MixerOps {
     void (*state_init)(const Mixer *m, float *state, int B);
     void (*step)(const Mixer *m, float *state, float *y, const float *x, int B);
     size_t (*cache_per_token)(const MixerSpec *s);  // floats cached per token when decoding (K and V); 0 = none
+    // optional (NULL = all T): tokens the cache holds at context T (a sliding window keeps min(window, T))
+    size_t (*cache_tokens)(const MixerSpec *s, int T);
+    // optional (NULL = no formula): the decoding state at context T as named terms (StateTerm above) that add up
+    // to state_size + cache_per_token * cache_tokens; seqtrain --info prints them (docs/mixers.md "State sizes")
+    void (*state_terms)(const MixerSpec *s, int T, StateTerms *st);
     // optional (NULL = none): per-head quantities worth watching during training, added to obj as named
     // arrays (the trainer writes them to diag.jsonl)
     void (*diag)(const Mixer *m, cJSON *obj);

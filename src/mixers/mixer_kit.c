@@ -1,11 +1,13 @@
 /*
- * The out-of-line half of mixers/mixer_kit.h: tensor declaration under a layer prefix and the head-size
- * and width resolution every multi-head mixer does in its check.
+ * The out-of-line half of mixers/mixer_kit.h: tensor declaration under a layer prefix, the head-size and
+ * width resolution every multi-head mixer does in its check, and the list of decoding-state terms.
  */
 #include "mixers/mixer_kit.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 int mixer_heads_resolve(const char *path, int C, int heads, int head_dim, int max_dim, int *D, Err *e) {
     if (head_dim == 0) {
@@ -40,4 +42,19 @@ int mixer_param_add(ParamTable *pt, const char *prefix, const char *suffix, int 
         return err_set(e, "parameter name '%s.%s' is too long (at most %d characters)", prefix, suffix,
                        PARAM_NAME_MAX - 1);
     return param_add(pt, name, ndim, shape, init, decay, e);
+}
+
+void state_terms_add(StateTerms *st, int table1, size_t value, const char *name, const char *fmt, ...) {
+    if (st->n >= STATE_TERMS_MAX) {  // a mixer that names more terms than the struct holds: fix the constant
+        fprintf(stderr, "state_terms_add: more than %d terms (adding \"%s\")\n", STATE_TERMS_MAX, name);
+        abort();
+    }
+    StateTerm *t = &st->t[st->n++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(t->formula, sizeof t->formula, fmt, ap);
+    va_end(ap);
+    t->value = value;
+    t->table1 = table1;
 }

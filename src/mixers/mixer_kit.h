@@ -14,6 +14,7 @@
 #include "core/config.h"
 #include "core/err.h"
 #include "core/params.h"
+#include "mixers/mixer.h"
 
 // ----------------------------------------------------------------------------
 // options schema
@@ -60,6 +61,14 @@ static inline float *mixer_take(float *base, size_t *n, size_t count, int cond) 
     *n += count;
     return p;
 }
+
+// ----------------------------------------------------------------------------
+// decoding-state terms (MixerOps.state_terms)
+
+// append the term {name, formula (printf fmt, ...), value, table1} to st; a term past STATE_TERMS_MAX is a
+// programming error and aborts
+void state_terms_add(StateTerms *st, int table1, size_t value, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 
 // ----------------------------------------------------------------------------
 // scalar gates, in double. Safe for any finite x: no exp of a large positive number reaches a result

@@ -447,6 +447,17 @@ static size_t ml_state_size_(const MixerSpec *s) {
     return ml_engine_state_(o) + (o->K ? (size_t)o->I * (o->K - 1) : 0);
 }
 
+// Table 1's GLA/GDN row H·dk·dv for the matrix memory C (dk = dv = D), then what Table 1 does not count: the
+// normaliser n and the stabiliser m per head; and the short-conv row on the I inner channels
+static void ml_state_terms_(const MixerSpec *s, int T, StateTerms *st) {
+    const MlstmOpts *o = s->opts;
+    (void)T;
+    state_terms_add(st, 1, (size_t)o->H * o->D * o->D, "matrix memory C", "H·dk·dv = %d·%d·%d", o->H, o->D, o->D);
+    state_terms_add(st, 0, (size_t)o->H * o->D, "normaliser n", "H·dk = %d·%d", o->H, o->D);
+    state_terms_add(st, 0, (size_t)o->H, "stabiliser m", "H = %d", o->H);
+    if (o->K > 1) state_terms_add(st, 1, (size_t)o->I * (o->K - 1), "short conv", "D(k−1) = %d·%d", o->I, o->K - 1);
+}
+
 static void ml_state_init_(const Mixer *m, float *state, int B) {
     const MlstmOpts *o = m->spec->opts;
     LinrecDims d = ml_dims_(o, 1, 1);
@@ -521,6 +532,7 @@ const MixerOps MIXER_MLSTM = {
     .forward = ml_forward_,
     .backward = ml_backward_,
     .state_size = ml_state_size_,
+    .state_terms = ml_state_terms_,
     .state_init = ml_state_init_,
     .step = ml_step_,
     .diag = ml_diag_,

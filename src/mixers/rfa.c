@@ -460,6 +460,13 @@ static size_t rfa_state_size_(const MixerSpec *s) {
 // complex k and v of every head: 2 x 2 H D reals per token
 static size_t rfa_cache_per_token_(const MixerSpec *s) { return 2 * (size_t)((const RfaOpts *)s->opts)->HD2; }
 
+// Table 1's attention row H(dk+dv)·L at L = T, k and v complex: dk = dv = 2 D reals
+static void rfa_state_terms_(const MixerSpec *s, int T, StateTerms *st) {
+    const RfaOpts *o = s->opts;
+    state_terms_add(st, 1, 2 * (size_t)o->HD2 * (size_t)T, "KV cache (complex k, v)",
+                    "H(dk+dv)·T (dk = dv = 2·D reals) = %d·(%d+%d)·%d", o->H, 2 * o->D, 2 * o->D, T);
+}
+
 const MixerOps MIXER_RFA = {
     .name = "rfa",
     .doc = "Robust Filter Attention (RFA / SC-RFA) with the paper's ablations as options",
@@ -474,6 +481,7 @@ const MixerOps MIXER_RFA = {
     .backward = rfa_backward_,
     .state_size = rfa_state_size_,
     .cache_per_token = rfa_cache_per_token_,
+    .state_terms = rfa_state_terms_,
     .diag = rfa_diag_,
     .attn_heads = rfa_attn_heads_,
     .attn_map = rfa_attn_map_,

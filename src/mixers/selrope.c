@@ -345,6 +345,16 @@ size_t selrope_state_size(const SelRopeOpts *s) {
     return (size_t)s->HR * (1 + (s->conv ? SELROPE_CONV_K - 1 : 0) + (s->skip_conv ? 1 : 0));
 }
 
+void selrope_state_terms(const SelRopeOpts *s, StateTerms *st) {
+    if (!s->enabled) return;
+    size_t HR = (size_t)s->HR;
+    state_terms_add(st, 0, HR, "selective_rope angle sums", "H·R = %d·%d", s->H, s->R);
+    if (s->conv)
+        state_terms_add(st, 0, HR * (SELROPE_CONV_K - 1), "selective_rope conv", "H·R·(k−1) = %d·%d·%d", s->H, s->R,
+                        SELROPE_CONV_K - 1);
+    if (s->skip_conv) state_terms_add(st, 0, HR, "selective_rope last phi", "H·R = %d·%d", s->H, s->R);
+}
+
 void selrope_step(const Mixer *m, const SelRopeOpts *s, float *state, size_t stride, float *q, float *k,
                   const float *x, int B) {
     int HR = s->HR;

@@ -66,6 +66,8 @@ float *selrope_dtheta(const SelRopeOpts *s, float *scratch, int B, int T);
 void selrope_backward(Mixer *m, const SelRopeOpts *s, float *acts, float *scratch, float *dx, const float *x, int B,
                       int T);
 size_t selrope_state_size(const SelRopeOpts *s);
+// its terms of the decoding state (MixerOps.state_terms): the angle sums, the conv history, the last phi
+void selrope_state_terms(const SelRopeOpts *s, StateTerms *st);
 // one token of B sequences: state of sequence b at state + b * stride (zeroed = the empty prefix); rotates q and k
 // (B, H, 2R) in place
 void selrope_step(const Mixer *m, const SelRopeOpts *s, float *state, size_t stride, float *q, float *k,

@@ -321,6 +321,20 @@ size_t model_layer_cache_per_token(const Model *m, int l) {
     return s->ops->cache_per_token ? s->ops->cache_per_token(s) : 0;
 }
 
+size_t model_layer_state_at(const Model *m, int l, int T) {
+    const MixerSpec *s = &m->mspec[l];
+    size_t tokens = s->ops->cache_tokens ? s->ops->cache_tokens(s, T) : (size_t)T;
+    return model_layer_state_size(m, l) + model_layer_cache_per_token(m, l) * tokens;
+}
+
+int model_layer_state_terms(const Model *m, int l, int T, StateTerms *st) {
+    const MixerSpec *s = &m->mspec[l];
+    st->n = 0;
+    if (!s->ops->state_terms) return 0;
+    s->ops->state_terms(s, T, st);
+    return 1;
+}
+
 int model_layer_diag(const Model *m, int l, cJSON *obj) {
     if (!m->mspec[l].ops->diag) return 0;
     m->mspec[l].ops->diag(&m->mix[l], obj);

@@ -148,6 +148,12 @@ const char *model_layer_name(const Model *m, int l);
 // cached per token (K and V; 0 for a recurrent mixer)
 size_t model_layer_state_size(const Model *m, int l);
 size_t model_layer_cache_per_token(const Model *m, int l);
+// the floats layer l keeps per sequence at context T: its state plus its cache of min(T, what a window keeps)
+// tokens
+size_t model_layer_state_at(const Model *m, int l, int T);
+// the same as named terms in the form of paper 002's Table 1 (MixerOps.state_terms); 0 (st->n = 0) when the
+// layer's mixer describes none
+int model_layer_state_terms(const Model *m, int l, int T, StateTerms *st);
 // add layer l's diagnostics (named per-head arrays, docs/mixers.md) to obj; 0 when its mixer reports none
 int model_layer_diag(const Model *m, int l, cJSON *obj);
 // attention-like layers: the number of heads (0: layer l has no attention map), and head h's softmax weights

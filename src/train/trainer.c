@@ -489,11 +489,35 @@ static void print_split_(const char *what, const Loader *l, const RunConfig *c) 
            (unsigned long long)(l->n_windows / (uint64_t)c->train.batch_size), c->train.batch_size);
 }
 
+// one layer's decoding state as Table 1 of paper 002 writes it (MixerOps.state_terms): "name: formula = value"
+// per term, those Table 1 does not count marked so, then Table 1's count next to the full one when they differ
+// (else the total of several terms).
+// Adds Table 1's count to *paper; the cell is empty for a mixer that describes no terms.
+static void print_state_terms_(const Model *m, int l, int T, size_t *paper) {
+    StateTerms st;
+    if (!model_layer_state_terms(m, l, T, &st) || !st.n) return;
+    for (int i = 0; i < st.n; i++) {
+        // " = value" unless the formula already ends in it ("H = 4", "1")
+        char v[32];
+        const char *f = st.t[i].formula, *last = strrchr(f, '=');
+        snprintf(v, sizeof v, "%zu", st.t[i].value);
+        last = last ? last + 1 + (last[1] == ' ') : f;
+        printf("%s%s%s: %s", i ? "; " : "", st.t[i].name, st.t[i].table1 ? "" : " (not in Table 1)", f);
+        if (strcmp(last, v)) printf(" = %s", v);
+    }
+    size_t p = state_terms_total(&st, 1), all = state_terms_total(&st, 0);
+    if (p != all) printf("; Table 1 counts %zu of %zu", p, all);
+    else if (st.n > 1) printf("; total %zu", all);
+    *paper += p;
+}
+
 // --info: each layer's mixer, its parameters and what it keeps per sequence when decoding (BLA Table 1's
-// state-size accounting): a fixed recurrent state, or a cache that grows by so many floats per token
+// state-size accounting): a fixed recurrent state, and/or a cache that grows by so many floats per token (up to a
+// window); the last column writes it as Table 1's formulas with the layer's numbers
 static void print_layers_(const Model *m, int T) {
-    printf("\n| layer | mixer | mixer parameters | decoding state (floats) | at T = %d |\n|---:|---|---:|---|---:|\n", T);
-    size_t total = 0;
+    printf("\n| layer | mixer | mixer parameters | decoding state (floats) | at T = %d | Table 1 formula at T = %d |\n"
+           "|---:|---|---:|---|---:|---|\n", T, T);
+    size_t total = 0, paper = 0;
     for (int l = 0; l < m->L; l++) {
         char prefix[64];
         snprintf(prefix, sizeof prefix, "blocks.%d.mixer.", l);
@@ -501,15 +525,18 @@ static void print_layers_(const Model *m, int T) {
         for (int k = 0; k < m->pt.n; k++)
             if (!strncmp(m->pt.t[k].name, prefix, strlen(prefix))) n += m->pt.t[k].numel;
         size_t fixed = model_layer_state_size(m, l), per_tok = model_layer_cache_per_token(m, l);
-        size_t at_T = fixed + per_tok * (size_t)T;
+        size_t at_T = model_layer_state_at(m, l, T);
         total += at_T;
         char what[96];
-        if (per_tok) snprintf(what, sizeof what, "%zu per token (KV cache)", per_tok);
+        if (per_tok && fixed) snprintf(what, sizeof what, "%zu + %zu per token (KV cache)", fixed, per_tok);
+        else if (per_tok) snprintf(what, sizeof what, "%zu per token (KV cache)", per_tok);
         else snprintf(what, sizeof what, "%zu (recurrent)", fixed);
-        printf("| %d | %s%s | %zu | %s | %zu |\n", l, model_layer_name(m, l), m->lp[l].has_mlp ? "" : " (no MLP)", n,
+        printf("| %d | %s%s | %zu | %s | %zu | ", l, model_layer_name(m, l), m->lp[l].has_mlp ? "" : " (no MLP)", n,
                what, at_T);
+        print_state_terms_(m, l, T, &paper);
+        printf(" |\n");
     }
-    printf("| all | | | | %zu |\n", total);
+    printf("| all | | | | %zu | Table 1 counts %zu |\n", total, paper);
 }
 
 // train.steps, or the steps of train.epochs over the training windows
