@@ -193,7 +193,7 @@ static void test_defaults(void) {
     int kn = param_index_(&L, "g_norm");
     CHECK(kn >= 0 && L.pt.t[kn].numel == 16 && !L.pt.t[kn].decay && L.params[L.pt.t[kn].offset] == 1.0f,
           "gsa: g_norm over all 16 value channels, ones, no weight decay");
-    size_t ss = L.spec.ops->state_size(&L.spec);
+    size_t ss = L.spec.ops->state_size(&L.spec, 0);
     CHECK(ss == (size_t)4 * 64 * (4 + 4), "gsa: state size H M (Dk + Dv) = %zu", ss);
     layer_free_(&L);
 }

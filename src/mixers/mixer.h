@@ -66,11 +66,17 @@ typedef struct MixerOps {
     size_t (*scratch_size)(const MixerSpec *s, int B, int T);
     void (*forward)(Mixer *m, float *y, const float *x, int B, int T);        // y, x (B,T,C)
     void (*backward)(Mixer *m, float *dx, const float *dy, const float *x, int B, int T);  // dx += ...
-    size_t (*state_size)(const MixerSpec *s);  // recurrent state per sequence in floats; 0 = KV cache
-    // optional (NULL = no recurrent decoding): set B sequences' states (B, state_size) to the empty
-    // prefix, and advance them by one token: x, y (B,C). A token at a time reproduces forward.
-    void (*state_init)(const Mixer *m, float *state, int B);
-    void (*step)(const Mixer *m, float *state, float *y, const float *x, int B);
+    // Decoding, token by token (model_decoder_* in model/model.h drives it). state_size(s, cap): floats one
+    // sequence needs to decode up to cap positions: a recurrent state (the same for every cap) and, for
+    // attention, a cache of keys and values; state_size(s, 0) is the part that does not grow with cap. A
+    // mixer whose state_size(s, cap + 1) > state_size(s, cap) keeps every position and takes t < cap only;
+    // otherwise (recurrent, or a sliding window no longer than cap: a ring) any t.
+    size_t (*state_size)(const MixerSpec *s, int cap);
+    // optional (NULL = cannot decode): set B sequences' states (B, state_size(s, cap)) to the empty prefix,
+    // and advance them by the token at position t (0-based, the same for the B sequences): x, y (B,C).
+    // A token at a time reproduces forward.
+    void (*state_init)(const Mixer *m, float *state, int B, int cap);
+    void (*step)(const Mixer *m, float *state, float *y, const float *x, int B, int t, int cap);
     size_t (*cache_per_token)(const MixerSpec *s);  // floats cached per token when decoding (K and V); 0 = none
     // optional (NULL = none): per-head quantities worth watching during training, added to obj as named
     // arrays (the trainer writes them to diag.jsonl)

@@ -452,9 +452,9 @@ static void rfa_attn_map_(const Mixer *m, int b, int h, float *P) {
     attention_probs(P, a.qh + off, a.kh + off, a.lse + ((size_t)b * o->H + h) * T, &ko, b, h, o->H, T, D2);
 }
 
-static size_t rfa_state_size_(const MixerSpec *s) {
+static size_t rfa_state_size_(const MixerSpec *s, int cap) {
     (void)s;
-    return 0;  // a KV cache, like attention
+    return 0;  // no step yet: an RFA layer cannot decode token by token (it would keep a KV cache)
 }
 
 // complex k and v of every head: 2 x 2 H D reals per token

@@ -184,6 +184,10 @@ VOID_(attention_probs,
       (float *P, const float *q, const float *k, const float *lse, const AttnOpts *o, int b, int h, int NH, int T,
        int HS),
       (P, q, k, lse, o, b, h, NH, T, HS))
+VOID_(attention_step,
+      (float *out, const float *q, const float *k, const float *v, const float *g, float *kcache, float *vcache,
+       float *gcache, size_t stride, const AttnOpts *o, int t, int B, int NH, int HS, int S),
+      (out, q, k, v, g, kcache, vcache, gcache, stride, o, t, B, NH, HS, S))
 
 // blockdiag.h
 VOID_(blockdiag_forward, (float *out, const float *inp, const float *w, int N, int G, int Di, int Do),

@@ -54,6 +54,8 @@
 #define attention_backward ISA_FN(attention_backward)
 #define attention_backward_write ISA_FN(attention_backward_write)
 #define attention_probs ISA_FN(attention_probs)
+// attention_step.c
+#define attention_step ISA_FN(attention_step)
 // blockdiag.c
 #define blockdiag_forward ISA_FN(blockdiag_forward)
 #define blockdiag_backward ISA_FN(blockdiag_backward)
