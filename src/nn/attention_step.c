@@ -1,18 +1,16 @@
 /*
  * One decoding step of causal softmax attention (attention_forward's formula for the newest query only),
  * over a key/value cache that the step extends. Kept apart from the tiled kernel (nn/attention.c): one query
- * row has no tiles to share, so this is a plain loop per (b, h), an online softmax over the cached keys.
+ * row has no tiles to share, so this is a plain loop per (b, h): the logits of the cached keys, their softmax,
+ * then the weighted sum of the values.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "core/err.h"
 #include "nn/attention.h"
-
-static inline float dot_(const float *a, const float *b, int d) {
-    float acc = 0;
-    for (int i = 0; i < d; i++) acc += a[i] * b[i];
-    return acc;
-}
+#include "nn/dot16.h"
 
 void attention_step(float *out, const float *q, const float *k, const float *v, const float *g, float *kcache,
                     float *vcache, float *gcache, size_t stride, const AttnOpts *o, int t, int B, int NH, int HS,
@@ -33,24 +31,29 @@ void attention_step(float *out, const float *q, const float *k, const float *v, 
             float Ft = 0;
             if (gc) gc[slot_t] = Ft = g[(size_t)b * NH + h];
             float slope = o->slopes ? o->slopes[h] : 0.0f, decay = o->decay ? o->decay[h] : 0.0f;
-            // as the kernel: l sums exp(s - m) without the post-softmax decay, acc sums exp(s - m) E v with it
-            float m = -INFINITY, l = 0, *acc = out + x;
-            memset(acc, 0, (size_t)HS * sizeof(float));
+            // logits, their max, then the weights: l sums exp(s - m) without the post-softmax decay (the
+            // softmax's denominator, as the kernel's), w carries it
+            int n = t - j0 + 1;
+            float *w = xmalloc((size_t)n * sizeof(float)), m = -INFINITY, l = 0, *acc = out + x;
             for (int j = j0; j <= t; j++) {
                 int sl = j % S;
-                float s = o->scale * dot_(q + x, kc + (size_t)sl * HS, HS) - slope * (float)(t - j);
+                float s = o->scale * dot16(q + x, kc + (size_t)sl * HS, HS) - slope * (float)(t - j);
                 if (gc) s += Ft - gc[sl];
-                if (s > m) {  // a new maximum: rescale what was summed so far
-                    float r = expf(m - s);
-                    l *= r;
-                    for (int i = 0; i < HS; i++) acc[i] *= r;
-                    m = s;
-                }
-                float p = expf(s - m), w = decay > 0 ? p * expf(-decay * (float)(t - j)) : p;
-                l += p;
-                const float *vj = vc + (size_t)sl * HS;
-                for (int i = 0; i < HS; i++) acc[i] += w * vj[i];
+                w[j - j0] = s;
+                m = s > m ? s : m;
             }
+            for (int j = 0; j < n; j++) {
+                float p = expf(w[j] - m);
+                l += p;
+                w[j] = decay > 0 ? p * expf(-decay * (float)(t - j0 - j)) : p;
+            }
+            memset(acc, 0, (size_t)HS * sizeof(float));
+            for (int j = j0; j <= t; j++) {
+                const float *vj = vc + (size_t)(j % S) * HS;
+                float wj = w[j - j0];
+                for (int i = 0; i < HS; i++) acc[i] += wj * vj[i];
+            }
+            free(w);
             for (int i = 0; i < HS; i++) acc[i] /= l;
         }
 }
