@@ -43,6 +43,13 @@ section() {
     done
     echo '```'
     echo
+    echo "Tokens/s of decoding one sequence token by token (\`model_decoder_step\` and greedy sampling) with"\
+         "the context already holding 128 or 2048 tokens, random weights (speed does not depend on them). An"\
+         "attention layer's step reads its whole key/value cache, so its cost grows with the context; a kla layer"\
+         "carries an O(1) state and costs the same at any context. The rest of a step (projections, MLP, the"\
+         "head over 8192 tokens) is the same at both contexts. Regenerate with \`bash bench/generate.sh"\
+         "docs/results/generate.md\`; on a shared machine the numbers move with the load (above)."
+    echo
     first=1
     for c in $CONFIGS; do
         OMP_NUM_THREADS=$THREADS "$BENCH" --config "$c" "${args[@]}" ${first:+--header}
