@@ -162,15 +162,15 @@ static inline double layer_step_error(Layer *L, const float *x, double *scale) {
     size_t n = (size_t)B * T * C;
     float *y = (float *)malloc(n * sizeof(float));
     L->spec.ops->forward(&L->m, y, x, B, T);
-    size_t ss = L->spec.ops->state_size(&L->spec);
+    size_t ss = L->spec.ops->state_size(&L->spec, T);
     float *state = (float *)malloc((size_t)B * ss * sizeof(float)), *xt = (float *)malloc((size_t)B * C * sizeof(float));
     float *yt = (float *)malloc((size_t)B * C * sizeof(float));
-    L->spec.ops->state_init(&L->m, state, B);
+    L->spec.ops->state_init(&L->m, state, B, T);
     double worst = 0;
     *scale = 0;
     for (int t = 0; t < T; t++) {
         for (int b = 0; b < B; b++) memcpy(xt + (size_t)b * C, x + ((size_t)b * T + t) * C, (size_t)C * sizeof(float));
-        L->spec.ops->step(&L->m, state, yt, xt, B);
+        L->spec.ops->step(&L->m, state, yt, xt, B, t, T);
         for (int b = 0; b < B; b++)
             for (int c = 0; c < C; c++) {
                 double full = y[((size_t)b * T + t) * C + c];

@@ -10,7 +10,7 @@
  *     decay is causal attention (Fig. 2b), outputs and attention maps; P = 2M - 1 with decay is sliding-window
  *     attention of 2M - 1 positions at L > 2M - 1 (section 3.3);
  *   - gradient checks of dx and every tensor; the chunk size changes nothing; decoding == forward;
- *   - the state is H (2M - 1) (Dk + Dv) floats plus the position (plus the conv cache); long sequences with
+ *   - the state is H (2M - 1) (Dk + Dv) floats (plus the conv cache); long sequences with
  *     growing slots (P > 2M - 1, decay) stay finite; bad options stop with the key path and allowed range.
  */
 #include <math.h>
@@ -340,19 +340,19 @@ static void test_chunk_invariance(void) { layer_cases_chunk_invariance(CASES_, N
 
 static void test_step(void) { layer_cases_decode(CASES_, N_CASES_, perturb_chunks_); }
 
-// defaults: 1 head of C, M 8 (15 slots), resolution 2 (P = 30); state H S (Dk + Dv) + 1 (+ W (K - 1) with conv)
+// defaults: 1 head of C, M 8 (15 slots), resolution 2 (P = 30); state H S (Dk + Dv) (+ W (K - 1) with conv)
 static void test_defaults_and_state(void) {
     Layer L;
     if (layer_build_(&L, "{\"kind\": \"bla\"}", 16, 7)) return;
     CHECK(L.pt.n == 2 && L.pt.t[param_index_(&L, "wqkv")].shape[0] == 48,
           "bla defaults: wqkv (3 C, C) and wo only (no conv)");
-    size_t ss = L.spec.ops->state_size(&L.spec);
-    CHECK(ss == (size_t)1 * 15 * (16 + 16) + 1, "bla defaults: state H (2M - 1) (Dk + Dv) + 1 = %zu", ss);
+    size_t ss = L.spec.ops->state_size(&L.spec, 0);
+    CHECK(ss == (size_t)1 * 15 * (16 + 16), "bla defaults: state H (2M - 1) (Dk + Dv) = %zu", ss);
     layer_free_(&L);
     if (layer_build_(&L, "{\"kind\": \"bla\", \"heads\": 2, \"modes\": 5, \"conv\": 4, \"expand_k\": 2}", 16, 7)) return;
-    ss = L.spec.ops->state_size(&L.spec);
-    CHECK(ss == (size_t)2 * 9 * (16 + 8) + 1 + (2 * 32 + 16) * 3,
-          "bla H 2, M 5, Dk 16, Dv 8, conv 4: state 2 * 9 * (16 + 8) + 1 + (2 HDk + HDv)(K - 1) = %zu", ss);
+    ss = L.spec.ops->state_size(&L.spec, 0);
+    CHECK(ss == (size_t)2 * 9 * (16 + 8) + (2 * 32 + 16) * 3,
+          "bla H 2, M 5, Dk 16, Dv 8, conv 4: state 2 * 9 * (16 + 8) + (2 HDk + HDv)(K - 1) = %zu", ss);
     layer_free_(&L);
 }
 

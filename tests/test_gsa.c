@@ -227,12 +227,12 @@ static void test_defaults(void) {
     int kn = param_index_(&L, "g_norm");
     CHECK(kn >= 0 && L.pt.t[kn].numel == 16 && !L.pt.t[kn].decay && L.params[L.pt.t[kn].offset] == 1.0f,
           "gsa: g_norm over all 16 value channels, ones, no weight decay");
-    size_t ss = L.spec.ops->state_size(&L.spec);
+    size_t ss = L.spec.ops->state_size(&L.spec, 0);
     CHECK(ss == (size_t)4 * 64 * (4 + 4), "gsa: state size H M (Dk + Dv) = %zu", ss);
     CHECK(param_index_(&L, "q_conv1d") < 0, "gsa: no conv tensors by default");
     layer_free_(&L);
     if (layer_build_(&L, "{\"kind\": \"gsa\", \"conv\": 4}", 16, 7)) return;
-    ss = L.spec.ops->state_size(&L.spec);
+    ss = L.spec.ops->state_size(&L.spec, 0);
     CHECK(ss == (size_t)4 * 64 * (4 + 4) + 3 * 16 * 3, "gsa conv 4: state size H M (Dk + Dv) + 3 H D (K - 1) = %zu", ss);
     int kc = param_index_(&L, "v_conv1d");
     CHECK(kc >= 0 && L.pt.t[kc].shape[0] == 16 && L.pt.t[kc].shape[1] == 4, "gsa conv 4: v_conv1d (H D, K) = (16, 4)");

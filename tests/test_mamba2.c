@@ -228,7 +228,7 @@ static void test_init(void) {
     for (int i = 0; i < 5; i++) flags &= L.pt.t[param_index_(&L, nodecay[i])].decay == 0;
     flags &= L.pt.t[param_index_(&L, "in_proj")].decay == 1 && L.pt.t[ko].decay == 1;
     CHECK(flags, "mamba2: A_log, dt_bias, D, norm_w, conv_b without weight decay; projections with");
-    size_t ss = L.spec.ops->state_size(&L.spec);
+    size_t ss = L.spec.ops->state_size(&L.spec, 0);
     CHECK(ss == (size_t)H * 4 * 8 + (size_t)CD * (K - 1), "mamba2: decoding state = H N P + conv_dim (K-1) = %zu floats",
           ss);
     CHECK(L.spec.ops->owns_mlp == 1, "mamba2 owns its MLP (a fused block)");

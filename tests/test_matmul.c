@@ -4,7 +4,8 @@
  * avx512, avx2, generic - each with its own micro-kernel and blocking) agrees bit for bit with the active one;
  * matmul_forward with/without bias; matmul_backward by gradient check, accumulation and NULL outputs;
  * bit-identical results with 1, 2 and 3 threads; matmul_fused (bias start, GELU and GELU-gradient
- * epilogues) gives the same bits as matmul followed by the separate passes.
+ * epilogues) gives the same bits as matmul followed by the separate passes; up to 4 rows against a (N,K)
+ * weight (decoding's row path) give the bits of the same rows inside a taller (tiled) call.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -265,11 +266,35 @@ static void test_fused(void) {
 #endif
 }
 
+// decoding's shape: up to 4 rows against a (N,K) weight take the row path; each row must be the bits the tiled
+// path gives that row inside a taller call (both are one fma chain per output over k in order, from the bias)
+static void test_rows_path(void) {
+    int N = 300, K = 700, M = 13;  // K over one K block of the tiled path, N not a multiple of 8
+    GcRng rng = {8};
+    float *A = alloc_normal(&rng, (size_t)M * K), *W = alloc_normal(&rng, (size_t)N * K), *bias = alloc_normal(&rng, N);
+    float *tall = (float *)malloc((size_t)M * N * sizeof(float)), *rows = (float *)malloc((size_t)4 * N * sizeof(float));
+    matmul_forward(tall, A, W, bias, M, K, N);
+    for (int m = 1; m <= 4; m++) {
+        matmul_forward(rows, A + (size_t)5 * K, W, bias, m, K, N);
+        CHECK(memcmp(rows, tall + (size_t)5 * N, (size_t)m * N * sizeof(float)) == 0,
+              "matmul_forward of %d row(s) = the same rows of a %d-row call, bit for bit", m, M);
+        // accumulate from the same C: the row path on m rows, the tiled path on all M
+        memcpy(rows, tall + (size_t)5 * N, (size_t)m * N * sizeof(float));
+        matmul(rows, A + (size_t)5 * K, W, m, N, K, 0, 1, 1);
+        matmul(tall, A, W, M, N, K, 0, 1, 1);
+        CHECK(memcmp(rows, tall + (size_t)5 * N, (size_t)m * N * sizeof(float)) == 0,
+              "matmul accumulate (C += A W^T) of %d row(s) = the same rows of a %d-row call, bit for bit", m, M);
+        matmul_forward(tall, A, W, bias, M, K, N);
+    }
+    free(A); free(W); free(bias); free(tall); free(rows);
+}
+
 int main(void) {
     test_layouts();
     test_forward();
     test_backward();
     test_threads();
     test_fused();
+    test_rows_path();
     return test_summary();
 }

@@ -278,7 +278,7 @@ static void test_init(void) {
     for (int i = 0; i < 6; i++) decay_ok &= L.pt.t[param_index_(&L, decay[i])].decay == 1;
     CHECK(decay_ok, "decay flags: gate biases, conv bias, outnorm, skip 0; projections and gate weights 1");
     // state: per head D (D + 1) + 1 (C~, n~, m) and the conv's last K-1 inputs per channel
-    size_t ss = L.spec.ops->state_size(&L.spec);
+    size_t ss = L.spec.ops->state_size(&L.spec, 0);
     CHECK(ss == 4 * (16 * 17 + 1) + 64 * 3, "state_size = H (D (D+1) + 1) + I (K-1) = %zu", ss);
     CHECK(L.spec.ops->owns_mlp == 1, "mlstm owns its MLP (a fused block)");
     cJSON *obj = cJSON_CreateObject();

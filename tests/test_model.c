@@ -11,6 +11,7 @@
  * model a 1e-2 step crosses the kink for a few percent of units and finite differences stop meaning much.
  * Also: large xmalloc/xcalloc blocks (the model's buffers) are backed by transparent huge pages.
  */
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -145,8 +146,9 @@ static void test_mc_loss(void) {
     config_free(&ms, &MODEL_SECTION);
 }
 
-// the model of json decoded token by token reproduces the full forward's logits
-static void check_decode_(const char *what, const char *json) {
+// the model of json decoded token by token (model_decoder_step, attention caches of cap positions) reproduces
+// the full forward's logits at every position: max |step - forward| <= 1e-4 max |forward logit|
+static void check_decode_cap_(const char *what, const char *json, int cap) {
     Model m;
     if (!model_json_build(json, &m, 11)) return;
     int B = 2, T = 30, V = 37, in[60];
@@ -155,28 +157,38 @@ static void check_decode_(const char *what, const char *json) {
     for (size_t i = 0; i < m.pt.numel; i++) m.params[i] += 0.05f * gc_normal(&r);
     Err e = {{0}};
     model_forward(&m, in, NULL, B, T, &e);
-    float *full = malloc((size_t)B * T * V * sizeof(float));
+    float *full = malloc((size_t)B * T * V * sizeof(float)), *lg = malloc((size_t)B * V * sizeof(float));
     memcpy(full, m.logits, (size_t)B * T * V * sizeof(float));
-    size_t ss = model_state_size(&m);
-    float *state = malloc((size_t)B * ss * sizeof(float)), *lg = malloc((size_t)B * V * sizeof(float));
-    model_state_init(&m, state, B);
-    double worst = 0;
-    int rc = 0;
+    double worst = 0, scale = 0;
+    ModelDecoder d;
+    int rc = model_decoder_init(&d, &m, B, cap, &e);
     for (int t = 0; t < T && rc == 0; t++) {
         int tok[2] = {in[t], in[T + t]};
-        rc = model_step(&m, state, tok, lg, B, &e);
+        rc = model_decoder_step(&m, &d, tok, lg, &e);
         for (int b = 0; b < B; b++)
-            for (int v = 0; v < V; v++)
-                worst = fmax(worst, fabs((double)lg[b * V + v] - full[((size_t)b * T + t) * V + v]));
+            for (int v = 0; v < V; v++) {
+                double f = full[((size_t)b * T + t) * V + v];
+                worst = fmax(worst, fabs((double)lg[b * V + v] - f));
+                scale = fmax(scale, fabs(f));
+            }
     }
-    CHECK(rc == 0 && ss > 0 && worst < 1e-4, "%s model decodes token by token = full forward logits (max|d| %.2g, "
-          "state %zu floats per sequence, any length)", what, worst, ss);
-    free(full); free(state); free(lg);
+    CHECK(rc == 0 && worst <= 1e-4 * scale, "%s model decodes token by token = full forward logits (max|d| %.2g, "
+          "max|logit| %.2g, cache of %d positions, %zu floats per sequence) %.200s", what, worst, scale, cap,
+          rc == 0 ? d.off[m.L] / B : 0, rc ? e.msg : "");
+    if (rc == 0) model_decoder_free(&d);
+    free(full); free(lg);
     model_free(&m);
 }
 
-// recurrent decoding of a whole model: token by token = the full forward's logits, for fused kla blocks and
-// a prenorm kla layer with an MLP, and for the linear family; a model with attention has no recurrent state
+static void check_decode_(const char *what, const char *json) { check_decode_cap_(what, json, 30); }
+
+// an attention model of 2 layers with the mixer options opts (a JSON fragment after "kind")
+#define ATT_(opts) "{\"vocab_size\": 0, \"d_model\": 16, \"n_layers\": 2, \"mixer\": {\"kind\": \"attention\", " \
+    "\"heads\": 2" opts "}}"
+
+// decoding of a whole model: token by token = the full forward's logits, for fused kla blocks and a prenorm
+// kla layer with an MLP, the linear family, attention (a key/value cache) under every position scheme, and
+// hybrids; a sliding window decodes past its cache (a ring); a full cache and a mixer without a step refuse
 static void test_decode(void) {
     check_decode_("kla", "{\"vocab_size\": 0, \"d_model\": 16, \"n_layers\": 3, \"block\": \"fused\", \"norm\": "
                   "\"rmsnorm\", \"mixer\": {\"kind\": \"kla\", \"d_state\": 4, \"init_std\": 0.3}, \"layers\": [{\"at\": "
@@ -212,18 +224,71 @@ static void test_decode(void) {
     check_decode_("mamba2 (fused) + gla", "{\"vocab_size\": 0, \"d_model\": 16, \"n_layers\": 2, \"mixer\": {\"kind\": "
                   "\"mamba2\", \"head_dim\": 8, \"d_state\": 4, \"n_groups\": 2, \"chunk\": 4}, \"layers\": [{\"at\": \"1\", "
                   "\"mixer\": {\"kind\": \"gla\", \"heads\": 2}}]}");
+    check_decode_("attention none", ATT_(", \"pos\": \"none\""));
+    check_decode_("attention rope half", ATT_(", \"pos\": \"rope\", \"rope_base\": 50"));
+    check_decode_("attention rope interleaved + bias", ATT_(", \"pos\": \"rope\", \"rope_layout\": \"interleaved\", "
+                  "\"rope_base\": 50, \"bias\": true"));
+    check_decode_("attention alibi", ATT_(", \"pos\": \"alibi\""));
+    check_decode_("attention fox + qk_norm", ATT_(", \"pos\": \"fox\", \"qk_norm\": true, \"fgate_bias_init\": 0.5"));
+    check_decode_("attention decayed_rope post_softmax", ATT_(", \"pos\": \"decayed_rope\", \"damping\": 0.5, "
+                  "\"zero_decay_heads\": 1"));
+    check_decode_("attention decayed_rope logits", ATT_(", \"pos\": \"decayed_rope\", \"decay_mode\": \"logits\", "
+                  "\"damping\": 0.5, \"zero_decay_heads\": 1"));
+    check_decode_("attention sc_rope post_softmax (head_dim 16)", ATT_(", \"pos\": \"sc_rope\", \"head_dim\": 16, "
+                  "\"rope_base\": 100, \"damping\": 0.5, \"zero_decay_heads\": 0"));
+    check_decode_("attention sc_rope logits", ATT_(", \"pos\": \"sc_rope\", \"decay_mode\": \"logits\", "
+                  "\"rope_base\": 100, \"damping\": 0.5"));
+    check_decode_("attention window 5 (rope)", ATT_(", \"pos\": \"rope\", \"window\": 5"));
+    check_decode_cap_("attention window 5 alibi, ring of 5 in a cache of 8", ATT_(", \"pos\": \"alibi\", \"window\": 5"), 8);
+    check_decode_cap_("attention window 4 fox, ring of 4 in a cache of 4", ATT_(", \"pos\": \"fox\", \"window\": 4"), 4);
+    check_decode_("attention selective_rope (pos none)", ATT_(", \"pos\": \"none\", \"selective_rope\": {\"enabled\": "
+                  "true, \"phi_proj_rank\": 4, \"use_bias\": true, \"temp_theta\": 100}"));
+    check_decode_("attention fox + selective_rope + qk_norm", ATT_(", \"pos\": \"fox\", \"qk_norm\": true, "
+                  "\"selective_rope\": {\"enabled\": true, \"full_rank\": true, \"skip_conv\": true, \"use_gate\": true, "
+                  "\"temp_theta\": 100}"));
+    check_decode_("attention path (rank 4)", ATT_(", \"pos\": \"path\", \"path_rank\": 4, \"path_chunk\": 7"));
+    check_decode_("attention path_fox (full w)", ATT_(", \"pos\": \"path_fox\", \"path_rank\": 0, \"path_chunk\": 4"));
+    check_decode_("hybrid: attention rope + kla (gpt_kla style)", "{\"vocab_size\": 0, \"d_model\": 16, \"n_layers\": 3, "
+                  "\"mixer\": {\"kind\": \"attention\", \"heads\": 2}, \"layers\": [{\"at\": \"-1\", \"mixer\": {\"kind\": "
+                  "\"kla\", \"d_state\": 4}}]}");
+    check_decode_("hybrid: gla + attention fox window 6 + mamba2", "{\"vocab_size\": 0, \"d_model\": 16, \"n_layers\": 3, "
+                  "\"mixer\": {\"kind\": \"gla\", \"heads\": 2}, \"layers\": [{\"at\": \"1\", \"mixer\": {\"kind\": "
+                  "\"attention\", \"heads\": 4, \"pos\": \"fox\", \"window\": 6}}, {\"at\": \"2\", \"mixer\": {\"kind\": "
+                  "\"mamba2\", \"head_dim\": 8, \"d_state\": 4, \"chunk\": 4}}]}");
     Model m;
     Err e = {{0}};
+    ModelDecoder d;
     int rc;
-    if (!model_json_build("{\"vocab_size\": 0, \"d_model\": 16, \"n_layers\": 2, "
-                          "\"mixer\": {\"kind\": \"attention\", \"heads\": 2}}", &m, 1))
-        return;
-    int tok[1] = {3};
-    float l1[37];
-    rc = model_step(&m, NULL, tok, l1, 1, &e);
-    CHECK(model_state_size(&m) == 0 && rc != 0 && strstr(e.msg, "attention"),
-          "an attention model has no recurrent step (%.200s)", e.msg);
-    model_free(&m);
+    // a cache of 4 positions without a window is full after 4 tokens; a recurrent model has no limit
+    if (model_json_build(ATT_(""), &m, 1)) {
+        int tok[1] = {3};
+        float l1[37];
+        rc = model_decoder_init(&d, &m, 1, 4, &e);
+        int full_at = -1;
+        for (int t = 0; t < 6 && rc == 0 && full_at < 0; t++)
+            if (model_decoder_step(&m, &d, tok, l1, &e) != 0) full_at = t;
+        CHECK(rc == 0 && d.limit == 4 && full_at == 4 && strstr(e.msg, "full"),
+              "an attention decoder of 4 positions refuses the 5th token (%.200s)", e.msg);
+        model_decoder_reset(&d, &m);
+        CHECK(model_decoder_step(&m, &d, tok, l1, &e) == 0 && d.t == 1, "after a reset it decodes again");
+        tok[0] = 37;
+        CHECK(model_decoder_step(&m, &d, tok, l1, &e) != 0 && strstr(e.msg, "vocabulary"),
+              "a token outside the vocabulary is refused (%.200s)", e.msg);
+        if (rc == 0) model_decoder_free(&d);
+        model_free(&m);
+    }
+    if (model_json_build("{\"vocab_size\": 0, \"d_model\": 16, \"n_layers\": 1, \"mixer\": {\"kind\": \"gla\", \"heads\": 2}}", &m, 1)) {
+        rc = model_decoder_init(&d, &m, 2, 4, &e);
+        CHECK(rc == 0 && d.limit == INT_MAX, "a recurrent decoder has no position limit (%d)", d.limit);
+        if (rc == 0) model_decoder_free(&d);
+        model_free(&m);
+    }
+    if (model_json_build("{\"vocab_size\": 0, \"d_model\": 16, \"n_layers\": 2, \"mixer\": {\"kind\": \"attention\", \"heads\": 2}, "
+               "\"layers\": [{\"at\": \"1\", \"mixer\": {\"kind\": \"rfa\", \"heads\": 2}}]}", &m, 1)) {
+        rc = model_decoder_init(&d, &m, 1, 8, &e);
+        CHECK(rc != 0 && strstr(e.msg, "layer 1 (rfa)"), "a model with an rfa layer cannot decode (%.200s)", e.msg);
+        model_free(&m);
+    }
 }
 
 // The autoencoder head decodes every position from the last one: the logits of every position move when the
@@ -261,9 +326,8 @@ static void test_autoencoder(void) {
         if (j < T - 1) CHECK(d == 0, "changing token %d (not the last) leaves every logit unchanged (max |d| %.3g)", j, d);
         else CHECK(d > 1e-4, "changing the last token changes the logits (max |d| %.3g > 1e-4)", d);
     }
-    float st[1], lg[64];
-    int tok = 1;
-    CHECK(model_state_size(&m) == 0 && model_step(&m, st, &tok, lg, 1, &e) != 0 && strstr(e.msg, "autoencoder"),
+    ModelDecoder d;
+    CHECK(model_decoder_init(&d, &m, 1, 8, &e) != 0 && strstr(e.msg, "autoencoder"),
           "the autoencoder refuses token-by-token decoding (%.200s)", e.msg);
     free(ref);
     model_free(&m);
@@ -356,8 +420,9 @@ static void test_block_auto(void) {
         int d0 = model_layer_diag(&a, 0, o0), d2 = model_layer_diag(&a, 2, o2);
         CHECK(!strcmp(model_layer_name(&a, 0), "attention") && !strcmp(model_layer_name(&a, 2), "kla") &&
               model_layer_attn_heads(&a, 0) == 2 && model_layer_attn_heads(&a, 2) == 0 &&
-              model_layer_cache_per_token(&a, 0) == 2 * 16 && model_layer_state_size(&a, 0) == 0 &&
-              model_layer_cache_per_token(&a, 2) == 0 && model_layer_state_size(&a, 2) > 0 && !d0 && d2 &&
+              model_layer_cache_per_token(&a, 0) == 2 * 16 && model_layer_state_size(&a, 0, 0) == 0 &&
+              model_layer_state_size(&a, 0, 10) == 10 * 2 * 16 &&
+              model_layer_cache_per_token(&a, 2) == 0 && model_layer_state_size(&a, 2, 0) > 0 && !d0 && d2 &&
               cJSON_GetObjectItemCaseSensitive(o2, "dt_mean") && !o0->child,
               "model_layer_*: names, heads, decoding state and diagnostics of each layer");
         cJSON_Delete(o0);

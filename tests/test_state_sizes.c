@@ -3,10 +3,10 @@
  * for every mixer kind and option combinations (short conv on and off, a window or none, expand_k / expand_v,
  * slots, heads, head_dim, the position schemes that carry state, selective_rope, the normaliser, rotate):
  *   - the terms add up EXACTLY to what the layer keeps per sequence at context T, state_size + cache_per_token
- *     x min(window, T) (model_layer_state_at), at T = 40 and T = 10 (below and above a window of 16);
+ *     x min(window, T) (model_layer_state_size(m, l, T)), at T = 40 and T = 10 (below and above a window of 16);
  *   - both that total and Table 1's count (the terms that are Table 1 rows) equal numbers worked out by hand
  *     from Table 1's formulas here (C = 16), e.g. gla with conv 4: H dk dv + (2 H dk + H dv)(k - 1) = 64 + 96;
- *   - for the mixers that decode token by token, the model's state (model_state_size, what model_step
+ *   - for the mixers that decode token by token, the decoder's block per sequence (what model_decoder_init
  *     allocates per sequence) is the sum of both layers' terms;
  *   - a few formula strings come out with the numbers substituted as Table 1 writes them;
  *   - a mixer without the optional callback still reports its size and no terms.
@@ -32,12 +32,12 @@ static const Case CASES_[] = {
     {"attention rope", "{\"kind\": \"attention\", \"heads\": 2}", 1280, 1280, 320, 320},
     {"attention none window 16", "{\"kind\": \"attention\", \"heads\": 2, \"pos\": \"none\", \"window\": 16}", 512,
      512, 320, 320},
-    // fox: + H forget-gate sums per cached token
-    {"attention fox window 16", "{\"kind\": \"attention\", \"heads\": 2, \"pos\": \"fox\", \"window\": 16}", 544, 512,
-     340, 320},
+    // fox: + H forget-gate sums per cached token, + the running sum F_t (H doubles = 2 H floats)
+    {"attention fox window 16", "{\"kind\": \"attention\", \"heads\": 2, \"pos\": \"fox\", \"window\": 16}", 548, 512,
+     344, 320},
     // path: + H dk (3 - 1) = 32 for the conv on w; path_fox: and the gate sums
     {"attention path", "{\"kind\": \"attention\", \"heads\": 2, \"pos\": \"path\"}", 1312, 1280, 352, 320},
-    {"attention path_fox", "{\"kind\": \"attention\", \"heads\": 2, \"pos\": \"path_fox\"}", 1392, 1280, 372, 320},
+    {"attention path_fox", "{\"kind\": \"attention\", \"heads\": 2, \"pos\": \"path_fox\"}", 1396, 1280, 376, 320},
     // selective_rope: H R (angle sums) + H R 3 (its conv), R = dk / 2 = 4
     {"attention none selective_rope", "{\"kind\": \"attention\", \"heads\": 2, \"pos\": \"none\", "
                                       "\"selective_rope\": {\"enabled\": true}}", 1312, 1280, 352, 320},
@@ -72,10 +72,10 @@ static const Case CASES_[] = {
     {"gsa 4 heads 3 slots conv 2", "{\"kind\": \"gsa\", \"heads\": 4, \"num_slots\": 3, \"conv\": 2}", 144, 144, 144,
      144},
     {"gsa head_dim 3", "{\"kind\": \"gsa\", \"heads\": 2, \"head_dim\": 3, \"num_slots\": 4}", 48, 48, 48, 48},
-    // bla: H(dk+dv)(2M-1) + the position (not in Table 1) + (2 H dk + H dv)(k - 1)
-    {"bla M 3", "{\"kind\": \"bla\", \"heads\": 2, \"modes\": 3}", 161, 160, 161, 160},
+    // bla: H(dk+dv)(2M-1) + (2 H dk + H dv)(k - 1)
+    {"bla M 3", "{\"kind\": \"bla\", \"heads\": 2, \"modes\": 3}", 160, 160, 160, 160},
     {"bla M 4 conv 3 expand_k 0.5", "{\"kind\": \"bla\", \"heads\": 2, \"modes\": 4, \"conv\": 3, \"expand_k\": 0.5}",
-     233, 232, 233, 232},
+     232, 232, 232, 232},
 };
 #define N_CASES_ ((int)(sizeof CASES_ / sizeof CASES_[0]))
 
@@ -100,21 +100,24 @@ static void test_cases(void) {
             StateTerms st;
             int has = model_layer_state_terms(&m, 0, Ts[k], &st);
             size_t sum = state_terms_total(&st, 0), p = state_terms_total(&st, 1);
-            size_t kept = model_layer_state_at(&m, 0, Ts[k]);
+            size_t kept = model_layer_state_size(&m, 0, Ts[k]);
             CHECK(has && st.n > 0 && sum == kept,
                   "%s at T = %d: the %d terms add up to what the layer keeps (%zu = state %zu + %zu per token)", c->what,
-                  Ts[k], st.n, sum, model_layer_state_size(&m, 0), model_layer_cache_per_token(&m, 0));
+                  Ts[k], st.n, sum, model_layer_state_size(&m, 0, 0), model_layer_cache_per_token(&m, 0));
             CHECK(sum == all[k] && p == paper[k], "%s at T = %d: %zu floats (want %zu), Table 1 counts %zu (want %zu)",
                   c->what, Ts[k], sum, all[k], p, paper[k]);
             if (k == 0) terms_sum = sum;
         }
-        // recurrent mixers: the state model_step allocates per sequence is both layers' terms
-        if (!model_layer_cache_per_token(&m, 0)) {
+        // the decoder's block per sequence for 40 positions (what model_decoder_init allocates) is both layers' terms
+        ModelDecoder d;
+        Err e = {{0}};
+        if (model_decoder_init(&d, &m, 1, 40, &e) == 0) {
             StateTerms st1;
             model_layer_state_terms(&m, 1, 40, &st1);
-            size_t ms = model_state_size(&m);
+            size_t ms = d.off[m.L];
             CHECK(ms == terms_sum + state_terms_total(&st1, 0) && ms == 2 * all[0],
-                  "%s: model_state_size %zu = the two layers' terms", c->what, ms);
+                  "%s: the decoder keeps %zu floats per sequence = the two layers' terms", c->what, ms);
+            model_decoder_free(&d);
         }
         model_free(&m);
     }
@@ -134,14 +137,15 @@ static void check_formulas_(const char *mixer, int T, int n, const char *const *
 static void test_formulas(void) {
     check_formulas_("{\"kind\": \"gla\", \"heads\": 2, \"conv\": 4}", 40, 2,
                     (const char *const[]){"H·dk·dv = 2·4·8", "(2·H·dk + H·dv)(k−1) = (2·2·4 + 2·8)·3"});
-    check_formulas_("{\"kind\": \"attention\", \"heads\": 2, \"pos\": \"fox\", \"window\": 16}", 40, 2,
-                    (const char *const[]){"H(dk+dv)·min(w,T) = 2·(8+8)·min(16,40)", "H·min(w,T) = 2·min(16,40)"});
+    check_formulas_("{\"kind\": \"attention\", \"heads\": 2, \"pos\": \"fox\", \"window\": 16}", 40, 3,
+                    (const char *const[]){"H(dk+dv)·min(w,T) = 2·(8+8)·min(16,40)", "H·min(w,T) = 2·min(16,40)",
+                                          "H doubles = 2·2"});
     check_formulas_("{\"kind\": \"attention\", \"heads\": 4}", 64, 1,
                     (const char *const[]){"H(dk+dv)·T = 4·(4+4)·64"});
     check_formulas_("{\"kind\": \"gsa\", \"heads\": 2, \"num_slots\": 5}", 40, 1,
                     (const char *const[]){"H(dk+dv)S = 2·(8+8)·5"});
-    check_formulas_("{\"kind\": \"bla\", \"heads\": 2, \"modes\": 3}", 40, 2,
-                    (const char *const[]){"H(dk+dv)(2M−1) = 2·(8+8)·5", "t"});
+    check_formulas_("{\"kind\": \"bla\", \"heads\": 2, \"modes\": 3}", 40, 1,
+                    (const char *const[]){"H(dk+dv)(2M−1) = 2·(8+8)·5"});
     check_formulas_("{\"kind\": \"gated_deltanet\", \"heads\": 2, \"conv\": 0}", 40, 1,
                     (const char *const[]){"H·dk·dv = 2·8·16"});
 }
@@ -156,7 +160,7 @@ static void test_optional(void) {
     m.mspec[0].ops = &ops;
     StateTerms st;
     int has = model_layer_state_terms(&m, 0, 40, &st);
-    CHECK(!has && st.n == 0 && model_layer_state_at(&m, 0, 40) == 64,
+    CHECK(!has && st.n == 0 && model_layer_state_size(&m, 0, 40) == 64,
           "a mixer without state_terms: no terms, its size (64) still reported");
     m.mspec[0].ops = saved;
     model_free(&m);

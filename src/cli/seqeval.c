@@ -13,6 +13,8 @@
  *       a run trained on a synthetic task (data.task): loss and accuracy on the task's test split
  *   seqeval --run RUN_DIR --data test --context 4096 --attention-map DIR [--layer N]
  *       each head's attention map (softmax weights) of one layer at one context length, as PNGs
+ *   seqeval --run RUN_DIR --generate --prompt TEXT | --prompt-file FILE [...]
+ *       text generation (cli/generate.c has its own options: seqeval --generate --help)
  */
 #include <errno.h>
 #include <math.h>
@@ -25,6 +27,7 @@
 #endif
 
 #include "cli/args.h"
+#include "cli/generate.h"
 #include "core/cpu.h"
 #include "core/png.h"
 #include "data/eval_windows.h"
@@ -32,46 +35,11 @@
 #include "data/shard.h"
 #include "train/ckptdir.h"
 #include "train/evaluate.h"
+#include "train/run_load.h"
 #include "train/run_config.h"
 #include "train/safetensors.h"
 
 static const char *PROG = "seqeval";
-
-// a run's model: RUN_DIR/config.json + the newest checkpoint (or ckpt)
-static int load_run_(Model *m, RunConfig *c, const char *run, const char *ckpt, Err *e) {
-    char path[2048], latest[1200];
-    snprintf(path, sizeof path, "%s/config.json", run);
-    CfgOrigins *origins = NULL;
-    if (run_config_load(c, path, NULL, 0, &origins, e) != 0) return -1;
-    if (!ckpt) {
-        int has = ckptdir_latest(run, latest, sizeof latest, e);
-        if (has < 0) { config_origins_free(origins); return -1; }
-        if (has == 0) { config_origins_free(origins); return err_set(e, "%s: no checkpoint yet (train it first)", run); }
-        ckpt = latest;
-    }
-    // the vocabulary is recorded in the checkpoint's embedding; read it from the file's wte shape
-    snprintf(path, sizeof path, "%s/model.safetensors", ckpt);
-    SafeTensorsFile f;
-    if (safetensors_open(&f, path, e) != 0) { config_origins_free(origins); return -1; }
-    const SafeTensorInfo *wte = safetensors_find(&f, "wte");
-    int V = wte && wte->ndim == 2 ? (int)wte->shape[0] : 0;
-    safetensors_close(&f);
-    if (!V) { config_origins_free(origins); return err_set(e, "%s: no 'wte' tensor: not a seqtrain model", path); }
-    int rc = model_build(m, &c->model, V, origins, (uint64_t)c->run.seed, e);
-    config_origins_free(origins);
-    if (rc != 0) return -1;
-    if (safetensors_read_table(path, &m->pt, m->params, e) != 0) return -1;
-    // a diverged run's weights: every number computed from them would be NaN; say so instead
-    size_t at;
-    int k = params_first_nonfinite(&m->pt, m->params, &at);
-    if (k >= 0)
-        return err_set(e, "%s: tensor '%s' holds a non-finite value (%g at element %zu): the run %s diverged, there is "
-                       "nothing to evaluate", path, m->pt.t[k].name, (double)m->params[m->pt.t[k].offset + at], at, run);
-#ifdef _OPENMP
-    if (c->run.threads > 0) omp_set_num_threads(c->run.threads);
-#endif
-    return 0;
-}
 
 // the attention maps of one layer at context L: the first L tokens of the data, one forward pass, then
 // the largest attention-map PNG side; longer contexts are downsampled to it (and the message says so)
@@ -198,6 +166,8 @@ int main(int argc, char **argv) {
         {"--help", ARG_FLAG, &help, NULL, "show this help", 0, 0},
     };
     int ns = sizeof specs / sizeof specs[0];
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--generate")) return generate_main(PROG, argc, argv);
     Err e = {{0}};
     if (args_parse(argc, argv, 1, specs, ns, NULL, &e) != 0) err_die(PROG, &e);
     if (kernel_set_init(&e) != 0) err_die(PROG, &e);
@@ -207,7 +177,9 @@ int main(int argc, char **argv) {
                    "       seqeval --run RUN_DIR --probe TOKENS.npy --out DUMP.safetensors\n"
                    "       seqeval --run RUN_DIR --task\n"
                    "       seqeval --run RUN_DIR --data valid|test|FILE --context L --attention-map DIR [--layer N]\n"
-                   "       seqeval --data FILE --context L1,L2,... --plan\n\noptions:\n");
+                   "       seqeval --data FILE --context L1,L2,... --plan\n"
+                   "       seqeval --run RUN_DIR --generate --prompt TEXT|--prompt-file FILE [...]  (seqeval --generate --help)\n"
+                   "\noptions:\n");
         args_usage(f, specs, ns);
         return help ? 0 : 2;
     }
@@ -215,7 +187,7 @@ int main(int argc, char **argv) {
     memset(&c, 0, sizeof c);
     Model m;
     memset(&m, 0, sizeof m);
-    if (run && load_run_(&m, &c, run, ckpt, &e) != 0) err_die(PROG, &e);
+    if (run && run_load_model(&m, &c, run, ckpt, &e) != 0) err_die(PROG, &e);
     if (task) {
         if (!run) { err_set(&e, "--task needs --run"); err_die(PROG, &e); }
         if (!run_config_has_task(&c)) {

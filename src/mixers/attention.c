@@ -516,31 +516,117 @@ static void att_backward_(Mixer *m, float *dx, const float *dy, const float *x, 
 }
 
 // ----------------------------------------------------------------------------
-// what decoding would keep per sequence (attention has no step; seqtrain --info reports it): a cache of k and v
-// per token, with fox / path_fox the forget gates' prefix sum F_j of every cached token (the bias F_i - F_j
-// needs it; F_i is the newest entry plus log f_i), with path the w conv's last K-1 inputs (the cached keys are
-// turned in place by each new Householder factor, so they need no more room), and selective_rope's state
+// decoding with a key/value cache
+//
+// One sequence's state, for a capacity of cap positions:
+//   [F (H doubles, as 2H floats) | path conv cache (HD, 2) | selective_rope | kc (H,S,D) | vc (H,S,D) | gc (H,S)]
+// F is fox's running sum of log forget gates, kept in double as the forward's cumsum is (its float copies in gc
+// are what the forward's fg_cum holds); kc, vc the rotated keys and the values; gc each cached position's F. A
+// sliding window shorter than cap keeps only S = window slots, a ring (position j in slot j % S), so it decodes
+// any length in fixed memory. PaTH keeps every position (its cached keys move with each new token).
 
-static size_t att_state_size_(const MixerSpec *s) {
-    const AttentionOpts *o = s->opts;
-    return (o->path ? (size_t)o->HD * (PATH_CONV_K - 1) : 0) + selrope_state_size(&o->sr);
+static int att_slots_(const AttentionOpts *o, int cap) { return o->window > 0 && o->window < cap ? o->window : cap; }
+
+// floats of the part that does not grow with cap, and where the caches start
+static size_t att_fixed_size_(const AttentionOpts *o) {
+    return (o->fgate ? 2 * (size_t)o->H : 0) + (o->path ? (size_t)o->HD * (PATH_CONV_K - 1) : 0) +
+           selrope_state_size(&o->sr);
 }
 
+static size_t att_state_size_(const MixerSpec *s, int cap) {
+    const AttentionOpts *o = s->opts;
+    size_t S = (size_t)att_slots_(o, cap);
+    return att_fixed_size_(o) + S * (2 * (size_t)o->HD + (o->fgate ? (size_t)o->H : 0));
+}
+
+static void att_state_init_(const Mixer *m, float *state, int B, int cap) {
+    // zeros are the empty prefix of every part (F = 0, conv inputs before t = 0, selective_rope's angle sums);
+    // the cache slots are written before they are read
+    size_t n = att_state_size_(m->spec, cap), f = att_fixed_size_(m->spec->opts);
+    for (int b = 0; b < B; b++) memset(state + b * n, 0, f * sizeof(float));
+}
+
+static void att_step_(const Mixer *m, float *state, float *y, const float *x, int B, int t, int cap) {
+    const AttentionOpts *o = m->spec->opts;
+    int C = m->spec->C, H = o->H, D = o->D, HD = o->HD, S = att_slots_(o, cap);
+    size_t n = att_state_size_(m->spec, cap), bd = (size_t)B * HD, bh = (size_t)B * H;
+    size_t path_conv = o->path ? (size_t)HD * (PATH_CONV_K - 1) : 0, fsz = o->fgate ? 2 * (size_t)H : 0;
+    float *sr_state = state + fsz + path_conv, *kc = state + att_fixed_size_(o), *vc = kc + (size_t)S * HD;
+    float *gc = o->fgate ? vc + (size_t)S * HD : NULL;
+    float *buf = xmalloc((6 * bd + 4 * bh + (size_t)B * o->R) * sizeof(float));
+    float *q = buf, *k = q + bd, *v = k + bd, *ob = v + bd, *pw = ob + bd, *tmp = pw + bd;
+    float *rstd = tmp + bd, *g = rstd + bh, *pb = g + bh, *beta = pb + bh, *low = beta + bh;
+    const float *wqkv = mixer_param(m, o->k_wqkv);
+    const float *bqkv = o->bias ? mixer_param(m, o->k_bqkv) : NULL;
+    float *dst[3] = {q, k, v};
+    for (int part = 0; part < 3; part++) {
+        matmul_forward(dst[part], x, wqkv + (size_t)part * HD * C, bqkv ? bqkv + (size_t)part * HD : NULL, B, C, HD);
+        if (part < 2 && o->qk_norm) {
+            rmsnorm_forward(tmp, rstd, dst[part], mixer_param(m, part == 0 ? o->k_qn : o->k_kn), B * H, D);
+            memcpy(dst[part], tmp, bd * sizeof(float));
+        }
+    }
+    if (att_rotates_(o)) {  // the token's position is t in every sequence
+        RotaryCfg rc = att_rotary_(o);
+        rotary_forward(q, q, &rc, t, B, 1, H, D);
+        rotary_forward(k, k, &rc, t, B, 1, H, D);
+    }
+    if (o->sr.enabled) selrope_step(m, &o->sr, sr_state, n, q, k, x, B);
+    if (o->fgate) {
+        // F_t = F_{t-1} + logsigmoid(w_f·x + b_f), summed in double as the forward's cumsum
+        matmul_forward(g, x, mixer_param(m, o->k_fw), mixer_param(m, o->k_fb), B, C, H);
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < H; h++) {
+                double F;
+                memcpy(&F, state + b * n + 2 * (size_t)h, sizeof F);
+                F += mixer_logsigmoid(g[(size_t)b * H + h]);
+                memcpy(state + b * n + 2 * (size_t)h, &F, sizeof F);
+                g[(size_t)b * H + h] = (float)F;
+            }
+    }
+    AttActs none = {0};  // no saved activations: the kernel options' per-token arrays come from the state
+    if (o->path) {
+        // w and beta of this token as path_forward_, the conv through its cache of the last two inputs
+        if (o->R > 0) {
+            matmul_forward(low, x, mixer_param(m, o->k_pw1), NULL, B, C, o->R);
+            matmul_forward(tmp, low, mixer_param(m, o->k_pw2), NULL, B, o->R, HD);
+        } else {
+            matmul_forward(tmp, x, mixer_param(m, o->k_pw2), NULL, B, C, HD);
+        }
+        for (int b = 0; b < B; b++)
+            conv1d_causal_step(pw + (size_t)b * HD, state + b * n + fsz, tmp + (size_t)b * HD,
+                               mixer_param(m, o->k_pconv), NULL, 1, HD, PATH_CONV_K);
+        silu_forward(pw, pw, bd);
+        l2norm_forward(pw, rstd, pw, B * H, D, PATH_L2_EPS, L2NORM_ADD);
+        matmul_forward(pb, x, mixer_param(m, o->k_pbw), mixer_param(m, o->k_pbb), B, C, H);
+        for (size_t i = 0; i < bh; i++) beta[i] = (float)(2.0 * mixer_sigmoid(pb[i]));
+        PathOpts po = att_path_opts_(o, &none);
+        for (int b = 0; b < B; b++) {
+            size_t r = (size_t)b * HD, rh = (size_t)b * H;
+            path_attn_step(ob + r, q + r, k + r, v + r, pw + r, beta + rh, o->fgate ? g + rh : NULL, kc + b * n,
+                           vc + b * n, gc ? gc + b * n : NULL, &po, t, 1, H, D, S);
+        }
+    } else {
+        AttnOpts ko = att_kernel_opts_(o, &none);
+        attention_step(ob, q, k, v, o->fgate ? g : NULL, kc, vc, gc, n, &ko, t, B, H, D, S);
+    }
+    // (B,H,D) is (B,HD) for one token: the heads are already merged
+    matmul_forward(y, ob, mixer_param(m, o->k_wo), o->bias ? mixer_param(m, o->k_bo) : NULL, B, HD, C);
+    free(buf);
+}
+
+// k and v of every head: 2 H D floats per token (a window caps the cache at `window` tokens); fox adds F
 static size_t att_cache_per_token_(const MixerSpec *s) {
     const AttentionOpts *o = s->opts;
     return 2 * (size_t)o->HD + (o->fgate ? (size_t)o->H : 0);
 }
 
-// a window caps the cache at `window` tokens
-static size_t att_cache_tokens_(const MixerSpec *s, int T) {
-    const AttentionOpts *o = s->opts;
-    return (size_t)(o->window && o->window < T ? o->window : T);
-}
-
-// Table 1's SWA row H(dk+dv)·min(w,L) (full attention: w = L = T), then the extras above
+// Table 1's SWA row H(dk+dv)·min(w,L) (full attention: w = L = T), then what Table 1 does not count: fox's
+// forget-gate sum of every cached position and the running sum itself, PaTH's w-conv inputs, selective_rope's
+// state; together exactly att_state_size_(s, T)
 static void att_state_terms_(const MixerSpec *s, int T, StateTerms *st) {
     const AttentionOpts *o = s->opts;
-    size_t n = att_cache_tokens_(s, T);
+    size_t n = (size_t)att_slots_(o, T);
     if (o->window)
         state_terms_add(st, 1, 2 * (size_t)o->HD * n, "KV cache", "H(dk+dv)·min(w,T) = %d·(%d+%d)·min(%d,%d)", o->H,
                         o->D, o->D, o->window, T);
@@ -552,6 +638,7 @@ static void att_state_terms_(const MixerSpec *s, int T, StateTerms *st) {
                             o->window, T);
         else
             state_terms_add(st, 0, (size_t)o->H * n, "forget-gate sums F_j", "H·T = %d·%d", o->H, T);
+        state_terms_add(st, 0, 2 * (size_t)o->H, "running sum F_t", "H doubles = 2·%d", o->H);
     }
     if (o->path)
         state_terms_add(st, 0, (size_t)o->HD * (PATH_CONV_K - 1), "PaTH conv on w", "H·dk·(k−1) = %d·%d·%d", o->H,
@@ -606,8 +693,9 @@ const MixerOps MIXER_ATTENTION = {
     .forward = att_forward_,
     .backward = att_backward_,
     .state_size = att_state_size_,
+    .state_init = att_state_init_,
+    .step = att_step_,
     .cache_per_token = att_cache_per_token_,
-    .cache_tokens = att_cache_tokens_,
     .state_terms = att_state_terms_,
     .diag = NULL,
     .attn_heads = att_attn_heads_,

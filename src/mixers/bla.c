@@ -220,36 +220,35 @@ static void bla_backward_(Mixer *m, float *dx, const float *dy, const float *x, 
 }
 
 // ----------------------------------------------------------------------------
-// recurrent decoding: per sequence [the op's state (both passes' slots, the position) | conv state (W, K-1)]
+// recurrent decoding: per sequence [the op's state (both passes' slots) | conv state (W, K-1)]; the weights c_t
+// depend on the position t, which the decoder passes in
 
 static size_t bla_op_state_(const BlaOpts *o) {
     BlaDims d = bla_dims_(o, 1, 1);
     return bla_state_size(&d);
 }
 
-static size_t bla_state_size_(const MixerSpec *s) {
+static size_t bla_state_size_(const MixerSpec *s, int cap) {
     const BlaOpts *o = s->opts;
     return bla_op_state_(o) + shortconv_state_size(o->HK, o->HV, o->K);
 }
 
-// Table 1's BLA row H(dk+dv)(2M-1), the position the interpolation weights depend on, the short conv's row
+// Table 1's BLA row H(dk+dv)(2M-1) and its short-conv row
 static void bla_state_terms_(const MixerSpec *s, int T, StateTerms *st) {
     const BlaOpts *o = s->opts;
     (void)T;
-    state_terms_add(st, 1, bla_op_state_(o) - 1, "BLA slots", "H(dk+dv)(2M−1) = %d·(%d+%d)·%d", o->H, o->Dk, o->Dv,
-                    o->S);
-    state_terms_add(st, 0, 1, "position", "t");
+    state_terms_add(st, 1, bla_op_state_(o), "BLA slots", "H(dk+dv)(2M−1) = %d·(%d+%d)·%d", o->H, o->Dk, o->Dv, o->S);
     shortconv_state_terms(st, o->H, o->Dk, o->Dv, o->K);
 }
 
-static void bla_state_init_(const Mixer *m, float *state, int B) {
-    memset(state, 0, (size_t)B * bla_state_size_(m->spec) * sizeof(float));  // empty slots, position 0, zero conv
+static void bla_state_init_(const Mixer *m, float *state, int B, int cap) {
+    memset(state, 0, (size_t)B * bla_state_size_(m->spec, cap) * sizeof(float));  // empty slots, zero conv
 }
 
-static void bla_step_(const Mixer *m, float *state, float *y, const float *x, int B) {
+static void bla_step_(const Mixer *m, float *state, float *y, const float *x, int B, int t, int cap) {
     const BlaOpts *o = m->spec->opts;
     int C = m->spec->C;
-    size_t n = bla_state_size_(m->spec), os = bla_op_state_(o), bw = (size_t)B * o->W;
+    size_t n = bla_state_size_(m->spec, cap), os = bla_op_state_(o), bw = (size_t)B * o->W;
     float *buf = xmalloc((bw + 2 * (size_t)B * o->HK + 2 * (size_t)B * o->HV) * sizeof(float));
     float *qkv = buf, *q = qkv + bw, *k = q + (size_t)B * o->HK, *v = k + (size_t)B * o->HK, *oo = v + (size_t)B * o->HV;
     matmul_forward(qkv, x, mixer_param(m, o->k_w), NULL, B, C, o->W);
@@ -263,7 +262,7 @@ static void bla_step_(const Mixer *m, float *state, float *y, const float *x, in
     BlaDims d = bla_dims_(o, 1, 1);
     for (int b = 0; b < B; b++)
         bla_step(oo + (size_t)b * o->HV, NULL, state + b * n, q + (size_t)b * o->HK, k + (size_t)b * o->HK,
-                 v + (size_t)b * o->HV, &d);
+                 v + (size_t)b * o->HV, t, &d);
     matmul_forward(y, oo, mixer_param(m, o->k_o), NULL, B, o->HV, C);
     free(buf);
 }

@@ -343,7 +343,7 @@ static size_t delta_engine_state_(const DeltaOpts *o) {
     return (size_t)o->H * delta_state_size(&d);
 }
 
-static size_t delta_state_size_(const MixerSpec *s) {
+static size_t delta_state_size_(const MixerSpec *s, int cap) {
     const DeltaOpts *o = s->opts;
     return delta_engine_state_(o) + shortconv_state_size(o->HK, o->HV, o->K) + selrope_state_size(&o->sr);
 }
@@ -358,14 +358,14 @@ static void delta_state_terms_(const MixerSpec *s, int T, StateTerms *st) {
     shortconv_state_terms(st, o->H, o->Dk, o->Dv, o->K);
 }
 
-static void delta_state_init_(const Mixer *m, float *state, int B) {
-    memset(state, 0, (size_t)B * delta_state_size_(m->spec) * sizeof(float));  // the empty prefix, zero padding
+static void delta_state_init_(const Mixer *m, float *state, int B, int cap) {
+    memset(state, 0, (size_t)B * delta_state_size_(m->spec, 0) * sizeof(float));  // the empty prefix, zero padding
 }
 
-static void delta_step_(const Mixer *m, float *state, float *y, const float *x, int B) {
+static void delta_step_(const Mixer *m, float *state, float *y, const float *x, int B, int t, int cap) {
     const DeltaOpts *o = m->spec->opts;
     int C = m->spec->C, H = o->H;
-    size_t n = delta_state_size_(m->spec), es = delta_engine_state_(o);
+    size_t n = delta_state_size_(m->spec, 0), es = delta_engine_state_(o);
     size_t bk = (size_t)B * o->HK, bv = (size_t)B * o->HV, bh = (size_t)B * H;
     float *buf = xmalloc((2 * bk + 4 * bv + 5 * bh) * sizeof(float));
     float *q = buf, *k = q + bk, *v = k + bk, *z = v + bv, *oo = z + bv, *yn = oo + bv;

@@ -323,7 +323,7 @@ static void gsa_backward_(Mixer *m, float *dx, const float *dy, const float *x, 
 // both passes' states: H M (Dk + Dv), Dk = Dv = D
 static size_t gsa_slots_size_(const GsaOpts *o) { return 2 * (size_t)o->H * o->M * o->D; }
 
-static size_t gsa_state_size_(const MixerSpec *s) {
+static size_t gsa_state_size_(const MixerSpec *s, int cap) {
     const GsaOpts *o = s->opts;
     return gsa_slots_size_(o) + shortconv_state_size(o->HD, o->HD, o->K);
 }
@@ -336,14 +336,14 @@ static void gsa_state_terms_(const MixerSpec *s, int T, StateTerms *st) {
     shortconv_state_terms(st, o->H, o->D, o->D, o->K);
 }
 
-static void gsa_state_init_(const Mixer *m, float *state, int B) {
-    memset(state, 0, (size_t)B * gsa_state_size_(m->spec) * sizeof(float));  // the empty prefix
+static void gsa_state_init_(const Mixer *m, float *state, int B, int cap) {
+    memset(state, 0, (size_t)B * gsa_state_size_(m->spec, 0) * sizeof(float));  // the empty prefix
 }
 
-static void gsa_step_(const Mixer *m, float *state, float *y, const float *x, int B) {
+static void gsa_step_(const Mixer *m, float *state, float *y, const float *x, int B, int t, int cap) {
     const GsaOpts *o = m->spec->opts;
     int C = m->spec->C;
-    size_t n = gsa_state_size_(m->spec), half = gsa_slots_size_(o) / 2, bd = (size_t)B * o->HD;
+    size_t n = gsa_state_size_(m->spec, 0), half = gsa_slots_size_(o) / 2, bd = (size_t)B * o->HD;
     size_t bm = (size_t)B * o->HM;
     float *buf = xmalloc((7 * bd + 3 * bm + (size_t)B) * sizeof(float));
     float *q = buf, *k = q + bd, *v = k + bd, *oo = v + bd, *so = oo + bd, *yn = so + bd, *tmp = yn + bd;

@@ -434,7 +434,7 @@ static void kla_backward_(Mixer *m, float *dx, const float *dy, const float *x, 
 // ----------------------------------------------------------------------------
 // recurrent decoding: per sequence [Kalman state (M,2,S) | conv state (M,K-1)]
 
-static size_t kla_state_size_(const MixerSpec *s) {
+static size_t kla_state_size_(const MixerSpec *s, int cap) {
     const KlaOpts *o = s->opts;
     return (size_t)o->M * 2 * o->S + (size_t)o->M * (o->K - 1);
 }
@@ -449,19 +449,19 @@ static void kla_state_terms_(const MixerSpec *s, int T, StateTerms *st) {
         state_terms_add(st, 1, (size_t)o->M * (o->K - 1), "short conv", "D(k−1) = %d·%d", o->M, o->K - 1);
 }
 
-static void kla_state_init_(const Mixer *m, float *state, int B) {
+static void kla_state_init_(const Mixer *m, float *state, int B, int cap) {
     const KlaOpts *o = m->spec->opts;
-    size_t n = kla_state_size_(m->spec), ks = (size_t)o->M * 2 * o->S;
+    size_t n = kla_state_size_(m->spec, 0), ks = (size_t)o->M * 2 * o->S;
     for (int b = 0; b < B; b++) {
         kalman_state_init(state + b * n, 1, o->M, o->S);
         memset(state + b * n + ks, 0, (n - ks) * sizeof(float));
     }
 }
 
-static void kla_step_(const Mixer *m, float *state, float *y, const float *x, int B) {
+static void kla_step_(const Mixer *m, float *state, float *y, const float *x, int B, int t, int cap) {
     const KlaOpts *o = m->spec->opts;
     int C = m->spec->C, M = o->M, S = o->S, Ns = o->Ns;
-    size_t n = kla_state_size_(m->spec), ks = (size_t)M * 2 * S, BM = (size_t)B * M;
+    size_t n = kla_state_size_(m->spec, 0), ks = (size_t)M * 2 * S, BM = (size_t)B * M;
     float *buf = xmalloc((9 * BM + (size_t)B * Ns + 4 * (size_t)B * S + 2 * (size_t)M * S) * sizeof(float));
     float *z = buf, *gate = z + BM, *u = gate + BM, *v = u + BM, *lv = v + BM, *prec = lv + BM, *ym = prec + BM;
     float *ys = ym + BM, *tmp = ys + BM, *sens = tmp + BM, *k = sens + (size_t)B * Ns, *q = k + (size_t)B * S;

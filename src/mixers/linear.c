@@ -543,7 +543,7 @@ static void lin_backward_(Mixer *m, float *dx, const float *dy, const float *x, 
 // recurrent decoding: per sequence [the recurrence's state (H, Dk*Dva) | rotate: the position (1) |
 // selective_rope: its state (selrope_state_size) | conv: the caches of q, k, v (shortconv_state_size)]
 
-static size_t lin_state_size_(const MixerSpec *s) {
+static size_t lin_state_size_(const MixerSpec *s, int cap) {
     const LinOpts *o = s->opts;
     LinrecDims d = lin_dims_(o, 1, 1);
     return (size_t)o->H * linrec_state_size(&d) + (o->rotate != 0) + selrope_state_size(&o->sr) +
@@ -574,10 +574,10 @@ static size_t lin_conv_at_(const LinOpts *o) {
     return lin_pos_at_(o) + (o->rotate != 0) + selrope_state_size(&o->sr);
 }
 
-static void lin_state_init_(const Mixer *m, float *state, int B) {
+static void lin_state_init_(const Mixer *m, float *state, int B, int cap) {
     const LinOpts *o = m->spec->opts;
     LinrecDims d = lin_dims_(o, 1, 1);
-    size_t n = lin_state_size_(m->spec), nc = shortconv_state_size(o->HK, o->HV, o->K);
+    size_t n = lin_state_size_(m->spec, 0), nc = shortconv_state_size(o->HK, o->HV, o->K);
     for (int b = 0; b < B; b++) {
         memset(state + b * n + lin_conv_at_(o), 0, nc * sizeof(float));  // the zero padding before the first token
         linrec_state_init(state + b * n, &d);
@@ -587,10 +587,10 @@ static void lin_state_init_(const Mixer *m, float *state, int B) {
     }
 }
 
-static void lin_step_(const Mixer *m, float *state, float *y, const float *x, int B) {
+static void lin_step_(const Mixer *m, float *state, float *y, const float *x, int B, int t, int cap) {
     const LinOpts *o = m->spec->opts;
     int C = m->spec->C;
-    size_t n = lin_state_size_(m->spec), rs = lin_pos_at_(o);
+    size_t n = lin_state_size_(m->spec, 0), rs = lin_pos_at_(o);
     size_t bk = (size_t)B * o->HK, bv = (size_t)B * o->HV, ba = (size_t)B * o->H * o->Dva;
     float *buf = xmalloc((6 * bk + 3 * bv + 2 * ba + (size_t)B * o->gate_rank + (size_t)B * o->H + 4 * bk) *
                          sizeof(float));

@@ -391,7 +391,7 @@ static size_t mamba2_engine_state_(const Mamba2Opts *o) {
     return (size_t)o->H * linrec_state_size(&d);
 }
 
-static size_t mamba2_state_size_(const MixerSpec *s) {
+static size_t mamba2_state_size_(const MixerSpec *s, int cap) {
     const Mamba2Opts *o = s->opts;
     return mamba2_engine_state_(o) + (size_t)o->CD * (o->K - 1);
 }
@@ -408,9 +408,9 @@ static void mamba2_state_terms_(const MixerSpec *s, int T, StateTerms *st) {
                         "D(k−1) with D = d_inner + 2·G·N: (%d + 2·%d·%d)·%d", o->Di, o->G, o->N, o->K - 1);
 }
 
-static void mamba2_state_init_(const Mixer *m, float *state, int B) {
+static void mamba2_state_init_(const Mixer *m, float *state, int B, int cap) {
     const Mamba2Opts *o = m->spec->opts;
-    size_t n = mamba2_state_size_(m->spec), es = mamba2_engine_state_(o);
+    size_t n = mamba2_state_size_(m->spec, 0), es = mamba2_engine_state_(o);
     LinrecDims d = mamba2_dims_(o, 1, 1);
     for (int b = 0; b < B; b++) {
         linrec_state_init(state + b * n, &d);
@@ -418,10 +418,10 @@ static void mamba2_state_init_(const Mixer *m, float *state, int B) {
     }
 }
 
-static void mamba2_step_(const Mixer *m, float *state, float *out, const float *x, int B) {
+static void mamba2_step_(const Mixer *m, float *state, float *out, const float *x, int B, int t, int cap) {
     const Mamba2Opts *o = m->spec->opts;
     int C = m->spec->C, Di = o->Di, CD = o->CD, H = o->H, N = o->N;
-    size_t n = mamba2_state_size_(m->spec), es = mamba2_engine_state_(o), Bs = (size_t)B;
+    size_t n = mamba2_state_size_(m->spec, 0), es = mamba2_engine_state_(o), Bs = (size_t)B;
     size_t total = Bs * (4 * (size_t)Di + 3 * (size_t)CD + 4 * (size_t)H + 2 * (size_t)H * N + (size_t)o->G);
     float *buf = xmalloc(total * sizeof(float));
     float *z = buf, *y = z + Bs * Di, *yn = y + Bs * Di, *v = yn + Bs * Di, *xbc = v + Bs * Di, *xc = xbc + Bs * CD;

@@ -49,7 +49,7 @@ typedef struct Mixer {
 
 // One named term of a layer's decoding state, written as paper 002's Table 1 writes state sizes (H·dk·dv,
 // H(dk+dv)·min(w,L), D(k_conv − 1), ...) with this layer's numbers substituted. A mixer's terms add up to
-// exactly what it keeps per sequence at context T: state_size + cache_per_token · (cache_tokens or T).
+// exactly what it keeps per sequence to decode T positions: state_size(s, T).
 typedef struct StateTerm {
     char name[48];      // what the floats are: "GLA state", "KV cache", "short conv", "position", ...
     char formula[160];  // symbols = numbers, e.g. "H·dk·dv = 4·32·32" (the printer appends " = value")
@@ -90,16 +90,20 @@ typedef struct MixerOps {
     size_t (*scratch_size)(const MixerSpec *s, int B, int T);
     void (*forward)(Mixer *m, float *y, const float *x, int B, int T);        // y, x (B,T,C)
     void (*backward)(Mixer *m, float *dx, const float *dy, const float *x, int B, int T);  // dx += ...
-    size_t (*state_size)(const MixerSpec *s);  // recurrent state per sequence in floats; 0 = KV cache
-    // optional (NULL = no recurrent decoding): set B sequences' states (B, state_size) to the empty
-    // prefix, and advance them by one token: x, y (B,C). A token at a time reproduces forward.
-    void (*state_init)(const Mixer *m, float *state, int B);
-    void (*step)(const Mixer *m, float *state, float *y, const float *x, int B);
+    // Decoding, token by token (model_decoder_* in model/model.h drives it). state_size(s, cap): floats one
+    // sequence needs to decode up to cap positions: a recurrent state (the same for every cap) and, for
+    // attention, a cache of keys and values; state_size(s, 0) is the part that does not grow with cap. A
+    // mixer whose state_size(s, cap + 1) > state_size(s, cap) keeps every position and takes t < cap only;
+    // otherwise (recurrent, or a sliding window no longer than cap: a ring) any t.
+    size_t (*state_size)(const MixerSpec *s, int cap);
+    // optional (NULL = cannot decode): set B sequences' states (B, state_size(s, cap)) to the empty prefix,
+    // and advance them by the token at position t (0-based, the same for the B sequences): x, y (B,C).
+    // A token at a time reproduces forward.
+    void (*state_init)(const Mixer *m, float *state, int B, int cap);
+    void (*step)(const Mixer *m, float *state, float *y, const float *x, int B, int t, int cap);
     size_t (*cache_per_token)(const MixerSpec *s);  // floats cached per token when decoding (K and V); 0 = none
-    // optional (NULL = all T): tokens the cache holds at context T (a sliding window keeps min(window, T))
-    size_t (*cache_tokens)(const MixerSpec *s, int T);
     // optional (NULL = no formula): the decoding state at context T as named terms (StateTerm above) that add up
-    // to state_size + cache_per_token * cache_tokens; seqtrain --info prints them (docs/mixers.md "State sizes")
+    // to state_size(s, T); seqtrain --info prints them (docs/mixers.md "State sizes")
     void (*state_terms)(const MixerSpec *s, int T, StateTerms *st);
     // optional (NULL = none): per-head quantities worth watching during training, added to obj as named
     // arrays (the trainer writes them to diag.jsonl)

@@ -442,7 +442,7 @@ static size_t ml_engine_state_(const MlstmOpts *o) {
     return (size_t)o->H * linrec_state_size(&d);
 }
 
-static size_t ml_state_size_(const MixerSpec *s) {
+static size_t ml_state_size_(const MixerSpec *s, int cap) {
     const MlstmOpts *o = s->opts;
     return ml_engine_state_(o) + (o->K ? (size_t)o->I * (o->K - 1) : 0);
 }
@@ -458,20 +458,20 @@ static void ml_state_terms_(const MixerSpec *s, int T, StateTerms *st) {
     if (o->K > 1) state_terms_add(st, 1, (size_t)o->I * (o->K - 1), "short conv", "D(k−1) = %d·%d", o->I, o->K - 1);
 }
 
-static void ml_state_init_(const Mixer *m, float *state, int B) {
+static void ml_state_init_(const Mixer *m, float *state, int B, int cap) {
     const MlstmOpts *o = m->spec->opts;
     LinrecDims d = ml_dims_(o, 1, 1);
-    size_t n = ml_state_size_(m->spec), es = ml_engine_state_(o);
+    size_t n = ml_state_size_(m->spec, 0), es = ml_engine_state_(o);
     for (int b = 0; b < B; b++) {
         linrec_state_init(state + b * n, &d);  // C~ = 0, n~ = 0, m = LINREC_M_EMPTY (the parallel form's row max)
         memset(state + b * n + es, 0, (n - es) * sizeof(float));
     }
 }
 
-static void ml_step_(const Mixer *m, float *state, float *y, const float *x, int B) {
+static void ml_step_(const Mixer *m, float *state, float *y, const float *x, int B, int t, int cap) {
     const MlstmOpts *o = m->spec->opts;
     int C = m->spec->C, I = o->I, H = o->H;
-    size_t n = ml_state_size_(m->spec), es = ml_engine_state_(o), BI = (size_t)B * I, BH = (size_t)B * H;
+    size_t n = ml_state_size_(m->spec, 0), es = ml_engine_state_(o), BI = (size_t)B * I, BH = (size_t)B * H;
     size_t BA = BH * o->Dv;
     float *buf = xmalloc((9 * BI + 2 * BA + 7 * BH) * sizeof(float));
     float *xm = buf, *z = xm + BI, *xcp = z + BI, *xc = xcp + BI, *q = xc + BI, *k = q + BI, *tmp = k + BI;

@@ -452,13 +452,12 @@ static void rfa_attn_map_(const Mixer *m, int b, int h, float *P) {
     attention_probs(P, a.qh + off, a.kh + off, a.lse + ((size_t)b * o->H + h) * T, &ko, b, h, o->H, T, D2);
 }
 
-static size_t rfa_state_size_(const MixerSpec *s) {
-    (void)s;
-    return 0;  // a KV cache, like attention
-}
-
 // complex k and v of every head: 2 x 2 H D reals per token
 static size_t rfa_cache_per_token_(const MixerSpec *s) { return 2 * (size_t)((const RfaOpts *)s->opts)->HD2; }
+
+// what decoding would keep: the cache of cap positions (RFA has no step yet, so nothing allocates it; seqtrain
+// --info reports it)
+static size_t rfa_state_size_(const MixerSpec *s, int cap) { return rfa_cache_per_token_(s) * (size_t)cap; }
 
 // Table 1's attention row H(dk+dv)·L at L = T, k and v complex: dk = dv = 2 D reals
 static void rfa_state_terms_(const MixerSpec *s, int T, StateTerms *st) {

@@ -1,5 +1,6 @@
 #include "model/model.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -311,20 +312,14 @@ size_t model_num_params(const Model *m) {
 
 const char *model_layer_name(const Model *m, int l) { return m->mspec[l].ops->name; }
 
-size_t model_layer_state_size(const Model *m, int l) {
+size_t model_layer_state_size(const Model *m, int l, int cap) {
     const MixerSpec *s = &m->mspec[l];
-    return s->ops->state_size ? s->ops->state_size(s) : 0;
+    return s->ops->state_size ? s->ops->state_size(s, cap) : 0;
 }
 
 size_t model_layer_cache_per_token(const Model *m, int l) {
     const MixerSpec *s = &m->mspec[l];
     return s->ops->cache_per_token ? s->ops->cache_per_token(s) : 0;
-}
-
-size_t model_layer_state_at(const Model *m, int l, int T) {
-    const MixerSpec *s = &m->mspec[l];
-    size_t tokens = s->ops->cache_tokens ? s->ops->cache_tokens(s, T) : (size_t)T;
-    return model_layer_state_size(m, l) + model_layer_cache_per_token(m, l) * tokens;
 }
 
 int model_layer_state_terms(const Model *m, int l, int T, StateTerms *st) {
@@ -715,63 +710,54 @@ void model_backward(Model *m, int n_norm) {
 }
 
 // ----------------------------------------------------------------------------
-// recurrent decoding
+// decoding, a token at a time
 
-size_t model_state_size(const Model *m) {
-    size_t n = 0;
-    if (m->ae) return 0;  // every logit depends on the last position
-    for (int l = 0; l < m->L; l++) {
-        const MixerOps *ops = m->mspec[l].ops;
-        if (!ops->step) return 0;
-        n += ops->state_size(&m->mspec[l]);
-    }
-    return n;
-}
-
-void model_state_init(const Model *m, float *state, int B) {
-    size_t total = model_state_size(m), off = 0;
-    for (int l = 0; l < m->L && total; l++) {
-        // a sequence's state is its layers' states one after another (model_step gathers one layer's)
-        size_t n = m->mspec[l].ops->state_size(&m->mspec[l]);
-        for (int b = 0; b < B; b++) m->mspec[l].ops->state_init(&m->mix[l], state + b * total + off, 1);
-        off += n;
-    }
-}
-
-int model_step(Model *m, float *state, const int *tokens, float *logits, int B, Err *e) {
-    size_t total = model_state_size(m);
+int model_decoder_init(ModelDecoder *d, const Model *m, int B, int cap, Err *e) {
+    memset(d, 0, sizeof *d);
     if (m->ae)
         return err_set(e, "model.head autoencoder decodes every position from the whole sequence; it cannot decode "
                        "token by token");
-    if (!total) {
-        for (int l = 0; l < m->L; l++)
-            if (!m->mspec[l].ops->step)
-                return err_set(e, "layer %d (%s) has no recurrent step; only models whose every layer is recurrent "
-                               "(kla) decode token by token", l, m->mspec[l].ops->name);
+    if (B < 1 || cap < 1) return err_set(e, "a decoder needs at least one sequence and one position (B %d, cap %d)", B, cap);
+    for (int l = 0; l < m->L; l++)
+        if (!m->mspec[l].ops->step)
+            return err_set(e, "layer %d (%s) cannot decode token by token (its mixer has no step)", l,
+                           m->mspec[l].ops->name);
+    d->B = B, d->cap = cap, d->limit = INT_MAX;
+    d->off = xmalloc(((size_t)m->L + 1) * sizeof(size_t));
+    d->off[0] = 0;
+    for (int l = 0; l < m->L; l++) {
+        const MixerSpec *s = &m->mspec[l];
+        size_t n = s->ops->state_size(s, cap);
+        if (s->ops->state_size(s, cap + 1) > n) d->limit = cap;  // keeps every position: full after cap
+        d->off[l + 1] = d->off[l] + (size_t)B * n;
     }
+    d->state = xmalloc_for(d->off[m->L] * sizeof(float), "the decoding states of %d sequences at %d positions", B, cap);
+    int F = m->mlp_kind == MLP_SWIGLU ? 2 * m->hidden : m->hidden;
+    d->work = xmalloc((size_t)B * (3 * (size_t)m->C + F + m->hidden + 2) * sizeof(float));
+    model_decoder_reset(d, m);
+    return 0;
+}
+
+void model_decoder_reset(ModelDecoder *d, const Model *m) {
+    for (int l = 0; l < m->L; l++) m->mspec[l].ops->state_init(&m->mix[l], d->state + d->off[l], d->B, d->cap);
+    d->t = 0;
+}
+
+int model_decoder_step(Model *m, ModelDecoder *d, const int *tokens, float *logits, Err *e) {
+    int B = d->B;
+    if (d->t >= d->limit)
+        return err_set(e, "the decoder is full: its attention caches hold %d positions (reset it and feed the last "
+                       "tokens again to go on)", d->cap);
     int bad = embedding_check_ids(tokens, B, m->V);
     if (bad >= 0) return err_set(e, "token id %d of sequence %d is outside the vocabulary of %d", tokens[bad], bad, m->V);
     int C = m->C, H = m->hidden, F = m->mlp_kind == MLP_SWIGLU ? 2 * H : H;
-    size_t maxs = 0;
-    for (int l = 0; l < m->L; l++) {
-        size_t n = m->mspec[l].ops->state_size(&m->mspec[l]);
-        if (n > maxs) maxs = n;
-    }
-    float *x = xmalloc(((size_t)B * (3 * C + F + H + 2) + (size_t)B * maxs) * sizeof(float));
-    float *ln = x + (size_t)B * C, *out = ln + (size_t)B * C, *fc = out + (size_t)B * C, *act = fc + (size_t)B * F;
-    float *mean = act + (size_t)B * H, *rstd = mean + B, *st = rstd + B;
+    float *x = d->work, *ln = x + (size_t)B * C, *out = ln + (size_t)B * C, *fc = out + (size_t)B * C;
+    float *act = fc + (size_t)B * F, *mean = act + (size_t)B * H, *rstd = mean + B;
     embedding_forward(x, tokens, P_(m->k_wte), B, C);
-    size_t off = 0;
     for (int l = 0; l < m->L; l++) {
         const LayerParams *lp = &m->lp[l];
-        const MixerSpec *s = &m->mspec[l];
-        size_t n = s->ops->state_size(s);
-        // gather this layer's state of every sequence, step, scatter back
-        for (int b = 0; b < B; b++) memcpy(st + b * n, state + b * total + off, n * sizeof(float));
         norm_forward_(m, ln, mean, rstd, x, lp->ln1_w, lp->ln1_b, B);
-        s->ops->step(&m->mix[l], st, out, ln, B);
-        for (int b = 0; b < B; b++) memcpy(state + b * total + off, st + b * n, n * sizeof(float));
-        off += n;
+        m->mspec[l].ops->step(&m->mix[l], d->state + d->off[l], out, ln, B, d->t, d->cap);
         residual_forward(x, x, out, (size_t)B * C);
         if (!lp->has_mlp) continue;
         norm_forward_(m, ln, mean, rstd, x, lp->ln2_w, lp->ln2_b, B);
@@ -784,6 +770,13 @@ int model_step(Model *m, float *state, const int *tokens, float *logits, int B, 
     }
     norm_forward_(m, ln, mean, rstd, x, m->k_lnf_w, m->k_lnf_b, B);
     matmul_forward(logits, ln, m->tie ? P_(m->k_wte) : P_(m->k_head_w), P_(m->k_head_b), B, C, m->V);
-    free(x);
+    d->t++;
     return 0;
+}
+
+void model_decoder_free(ModelDecoder *d) {
+    free(d->off);
+    free(d->state);
+    free(d->work);
+    memset(d, 0, sizeof *d);
 }

@@ -131,27 +131,42 @@ void model_backward(Model *m, int n_norm);
 // After it, m->logits holds dlogits, not logits. n_norm <= 0 adds nothing to the gradients.
 int model_forward_backward(Model *m, const int *inputs, const int *targets, int B, int T, int n_norm, Err *e);
 size_t model_num_params(const Model *m);
-// recurrent decoding, for models whose every mixer can step (kla): the state of one sequence in floats,
-// 0 when some layer cannot (attention needs a KV cache; see seqtrain --info)
-size_t model_state_size(const Model *m);
-// state (B, model_state_size) set to the empty prefix
-void model_state_init(const Model *m, float *state, int B);
-// feed one token per sequence, tokens (B,): logits (B,V) of the next token; the state advances. Token by
-// token this reproduces model_forward's logits. -1 with e set for a bad id or a model that cannot step.
-int model_step(Model *m, float *state, const int *tokens, float *logits, int B, Err *e);
+// --- decoding, a token at a time (generation) ---
+// A ModelDecoder holds what B sequences need to go on token by token: every layer's recurrent state or
+// key/value cache (MixerOps.state_size/state_init/step), one block per layer of (B, size[l]) floats, and the
+// position t of the next token, the same for the B sequences (a batch of prompts of different lengths is fed
+// side by side, each sequence its own tokens). cap is the positions an attention cache holds (the model's
+// context, or the length asked for); limit is how many tokens the decoder takes before it is full: cap when a
+// layer keeps every position (attention without a window, PaTH), INT_MAX when every layer is recurrent or a
+// sliding window no longer than cap. Token by token, model_decoder_step reproduces model_forward's logits.
+typedef struct ModelDecoder {
+    int B, cap, limit;
+    int t;            // tokens fed so far: the next token's position
+    size_t *off;      // (L + 1,) where layer l's (B, size) block starts in state; off[L] = the total
+    float *state;     // every layer's states and caches
+    float *work;      // one token's activations (B rows)
+} ModelDecoder;
+
+// sized for B sequences and cap positions, at the empty prefix (t = 0); -1 with e set for a model that
+// cannot decode token by token (the autoencoder head; a layer whose mixer has no step, e.g. rfa)
+int model_decoder_init(ModelDecoder *d, const Model *m, int B, int cap, Err *e);
+// back to the empty prefix (t = 0), the buffers kept
+void model_decoder_reset(ModelDecoder *d, const Model *m);
+// feed one token per sequence, tokens (B,): logits (B,V) of the next token, and t advances. -1 with e set
+// for a bad id or a full decoder (t == limit; reset it and feed the last tokens again to slide)
+int model_decoder_step(Model *m, ModelDecoder *d, const int *tokens, float *logits, Err *e);
+void model_decoder_free(ModelDecoder *d);
 
 // per-layer information for the tools (seqtrain --info and diag.jsonl, seqeval --attention-map), so that
 // they need not reach into the mixers' ops:
 // the kind of layer l's mixer ("attention", "kla", ...)
 const char *model_layer_name(const Model *m, int l);
-// what layer l keeps per sequence when decoding: a recurrent state of so many floats, and so many floats
-// cached per token (K and V; 0 for a recurrent mixer)
-size_t model_layer_state_size(const Model *m, int l);
+// what layer l keeps per sequence when decoding: so many floats to decode cap positions (cap 0: the part
+// that does not grow, e.g. a recurrent state), and so many floats cached per token (K and V; 0 for a
+// recurrent mixer)
+size_t model_layer_state_size(const Model *m, int l, int cap);
 size_t model_layer_cache_per_token(const Model *m, int l);
-// the floats layer l keeps per sequence at context T: its state plus its cache of min(T, what a window keeps)
-// tokens
-size_t model_layer_state_at(const Model *m, int l, int T);
-// the same as named terms in the form of paper 002's Table 1 (MixerOps.state_terms); 0 (st->n = 0) when the
+// model_layer_state_size(m, l, T) as named terms in the form of paper 002's Table 1 (MixerOps.state_terms); 0 (st->n = 0) when the
 // layer's mixer describes none
 int model_layer_state_terms(const Model *m, int l, int T, StateTerms *st);
 // add layer l's diagnostics (named per-head arrays, docs/mixers.md) to obj; 0 when its mixer reports none

@@ -28,6 +28,8 @@
 #ifndef SEQ_ATTENTION_H
 #define SEQ_ATTENTION_H
 
+#include <stddef.h>
+
 // Robust Filter Attention logits (RFA paper, Algorithm 1): for query i, key j, lag d = i - j, with
 // s = q_i.k_j, qn = |q_i|^2, kn = |k_j|^2 (the kernel forms both) and per-head tables over the lag:
 //   R2  = qn + E[d]^2 kn - 2 E[d] s                       (squared residual of q_i against the transported k_j)
@@ -95,6 +97,17 @@ void attention_backward_write(float *dq, float *dk, float *dv, float *dfgate, fl
 // row (for fgate). O(T^2 HS) time.
 void attention_probs(float *P, const float *q, const float *k, const float *lse, const AttnOpts *o,
                      int b, int h, int NH, int T, int HS);
+
+// one decoding step: the query at position t (0-based) of B sequences attends to positions <= t of its
+// own sequence, as attention_forward's row t would (o->filter unsupported; o->fgate unused: g gives F).
+// q, k, v (B,NH,HS) the token's (already rotated) q, k and v; g (B,NH) its cumulative log forget gate F_t,
+// or NULL without one. kcache, vcache (NH,S,HS) and gcache (NH,S) (NULL without g) per sequence, sequence b's
+// at b * stride floats: a ring of S slots, position j in slot j % S. The step writes position t's k, v
+// (and F_t), then out (B,NH,HS). Visible: j > t - S, and j > t - window with a window; so S >= t + 1, or
+// S >= window, keeps the result equal to the full forward's.
+void attention_step(float *out, const float *q, const float *k, const float *v, const float *g, float *kcache,
+                    float *vcache, float *gcache, size_t stride, const AttnOpts *o, int t, int B, int NH, int HS,
+                    int S);
 
 // slopes (NH,): the standard ALiBi slopes of Press et al. (2022). For NH a power of two, the geometric
 // sequence slopes[h] = 2^(-8(h+1)/NH) (NH = 8: 1/2, 1/4, ..., 1/256). Otherwise, with n = the largest

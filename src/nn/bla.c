@@ -58,7 +58,7 @@ size_t bla_ckpt_size(const BlaDims *d) {
     return linrec_ckpt_size(&d1) + linrec_ckpt_size(&d2);
 }
 
-size_t bla_state_size(const BlaDims *d) { return (size_t)d->H * bla_slots(d) * (d->Dk + d->Dv) + 1; }
+size_t bla_state_size(const BlaDims *d) { return (size_t)d->H * bla_slots(d) * (d->Dk + d->Dv); }
 
 void bla_state_init(float *state, const BlaDims *d) {
     memset(state, 0, (size_t)d->B * bla_state_size(d) * sizeof(float));
@@ -134,25 +134,24 @@ void bla_backward(float *dq, float *dk, float *dv, const float *dout, const floa
     linrec_backward(dq, dk, sink, NULL, NULL, dsc, NULL, ck1, q, k, cb, g, NULL, &d1);
 }
 
-// per sequence: [pass 1's states (H, Dk*S) | pass 2's states (H, S*Dv) | the position]
-void bla_step(float *o, float *p, float *state, const float *q, const float *k, const float *v, const BlaDims *d) {
+// per sequence: [pass 1's states (H, Dk*S) | pass 2's states (H, S*Dv)]
+void bla_step(float *o, float *p, float *state, const float *q, const float *k, const float *v, long t,
+              const BlaDims *d) {
     int S = bla_slots(d), H = d->H;
     size_t ss = bla_state_size(d), half1 = (size_t)H * d->Dk * S;
     float c[BLA_MAX_HS], g[BLA_MAX_HS], sc[BLA_MAX_HS];  // (H,S) rows
     LinrecDims d1 = pass_dims_(d, 1, 1, 1), d2 = pass_dims_(d, 2, 1, 1);
+    bla_coeffs(c, d->decay ? g : NULL, t, 1, d);  // the same weights for every sequence and head
+    for (int h = 1; h < H; h++) {
+        memcpy(c + (size_t)h * S, c, S * sizeof(float));
+        if (d->decay) memcpy(g + (size_t)h * S, g, S * sizeof(float));
+    }
+    const float *gg = d->decay ? g : NULL;
     for (int b = 0; b < d->B; b++) {
         float *st = state + (size_t)b * ss;
-        long t = (long)st[ss - 1];
-        bla_coeffs(c, d->decay ? g : NULL, t, 1, d);
-        for (int h = 1; h < H; h++) {
-            memcpy(c + (size_t)h * S, c, S * sizeof(float));
-            if (d->decay) memcpy(g + (size_t)h * S, g, S * sizeof(float));
-        }
-        const float *gg = d->decay ? g : NULL;
         linrec_step(sc, NULL, st, q + (size_t)b * H * d->Dk, k + (size_t)b * H * d->Dk, c, gg, NULL, &d1);
         slot_softmax_(sc, t, H, d);
         linrec_step(o + (size_t)b * H * d->Dv, NULL, st + half1, sc, c, v + (size_t)b * H * d->Dv, gg, NULL, &d2);
         if (p) memcpy(p + (size_t)b * H * S, sc, (size_t)H * S * sizeof(float));
-        st[ss - 1] = (float)(t + 1);
     }
 }

@@ -22,8 +22,8 @@
  *
  * Layouts: q, k (B,T,H,Dk); v, o (B,T,H,Dv); p (B,T,H,S) the slot weights (the backward needs them).
  * Memory O(B T H (Dk + Dv + S)): no T x T matrix. The forward always starts from the empty prefix at
- * t = 0 (training); bla_step decodes one token at a time from a state that carries its position, and token
- * by token reproduces the forward.
+ * t = 0 (training); bla_step decodes one token at a time (the caller gives its position), and token by token
+ * reproduces the forward.
  */
 #ifndef SEQ_NN_BLA_H
 #define SEQ_NN_BLA_H
@@ -54,9 +54,9 @@ void bla_coeffs(float *c, float *g, long t0, int n, const BlaDims *d);
 size_t bla_work_size(const BlaDims *d, int backward);
 // floats of the forward's checkpoints (both passes' chunk states)
 size_t bla_ckpt_size(const BlaDims *d);
-// floats of one sequence's decoding state: both passes' states, H S (Dk + Dv), and the position
+// floats of one sequence's decoding state: both passes' states, H S (Dk + Dv)
 size_t bla_state_size(const BlaDims *d);
-// state (B, bla_state_size) set to the empty prefix (zeros, position 0)
+// state (B, bla_state_size) set to the empty prefix (zeros)
 void bla_state_init(float *state, const BlaDims *d);
 
 // o (B,T,H,Dv); p (B,T,H,S); ckpt (bla_ckpt_size) or NULL when no backward follows; work (bla_work_size(d, 0));
@@ -69,8 +69,9 @@ void bla_forward(float *o, float *p, float *ckpt, const float *q, const float *k
 void bla_backward(float *dq, float *dk, float *dv, const float *dout, const float *p, const float *ckpt,
                   const float *q, const float *k, const float *v, float *work, const BlaDims *d);
 
-// one token of recurrent decoding (d->T is ignored): o (B,H,Dv); state (B, bla_state_size); q, k (B,H,Dk);
-// v (B,H,Dv); p (B,H,S) the slot weights (may be NULL)
-void bla_step(float *o, float *p, float *state, const float *q, const float *k, const float *v, const BlaDims *d);
+// one token at position t (0-based, the same for the B sequences) of recurrent decoding (d->T is ignored):
+// o (B,H,Dv); state (B, bla_state_size); q, k (B,H,Dk); v (B,H,Dv); p (B,H,S) the slot weights (may be NULL)
+void bla_step(float *o, float *p, float *state, const float *q, const float *k, const float *v, long t,
+              const BlaDims *d);
 
 #endif

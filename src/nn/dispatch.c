@@ -185,6 +185,10 @@ VOID_(attention_probs,
       (float *P, const float *q, const float *k, const float *lse, const AttnOpts *o, int b, int h, int NH, int T,
        int HS),
       (P, q, k, lse, o, b, h, NH, T, HS))
+VOID_(attention_step,
+      (float *out, const float *q, const float *k, const float *v, const float *g, float *kcache, float *vcache,
+       float *gcache, size_t stride, const AttnOpts *o, int t, int B, int NH, int HS, int S),
+      (out, q, k, v, g, kcache, vcache, gcache, stride, o, t, B, NH, HS, S))
 
 // bla.h
 VOID_(bla_coeffs, (float *c, float *g, long t0, int n, const BlaDims *d), (c, g, t0, n, d))
@@ -200,8 +204,8 @@ VOID_(bla_backward,
        const float *k, const float *v, float *work, const BlaDims *d),
       (dq, dk, dv, dout, p, ckpt, q, k, v, work, d))
 VOID_(bla_step,
-      (float *o, float *p, float *state, const float *q, const float *k, const float *v, const BlaDims *d),
-      (o, p, state, q, k, v, d))
+      (float *o, float *p, float *state, const float *q, const float *k, const float *v, long t, const BlaDims *d),
+      (o, p, state, q, k, v, t, d))
 
 // blockdiag.h
 VOID_(blockdiag_forward, (float *out, const float *inp, const float *w, int N, int G, int Di, int Do),

@@ -63,6 +63,8 @@
 #define bla_forward ISA_FN(bla_forward)
 #define bla_backward ISA_FN(bla_backward)
 #define bla_step ISA_FN(bla_step)
+// attention_step.c
+#define attention_step ISA_FN(attention_step)
 // blockdiag.c
 #define blockdiag_forward ISA_FN(blockdiag_forward)
 #define blockdiag_backward ISA_FN(blockdiag_backward)

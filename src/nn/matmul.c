@@ -474,6 +474,37 @@ static void compute_tile_(KernelFn kernel, float *buf, float *C, const float *A,
 
 // ----------------------------------------------------------------------------
 
+// A few rows against a Linear layer's weight, stored (N,K) (transB), as decoding gives (one token per
+// sequence): the tiled path would pack all of B for them and run MR_ - M padded rows, several times the
+// work of reading B once. Each output is the same single fma chain over k in increasing order from the
+// bias (or 0, or C when accumulating) as in every micro-kernel, so the bits are those of the tiled path.
+#define ROWS_MAX_ 4  // M up to this takes the row path
+#define ROWS_NB_ 8   // outputs per block: independent fma chains for the pipeline
+
+static void rows_transb_(float *C, const float *A, const float *B, int M, int N, int K, int accumulate,
+                         const float *bias, int threads) {
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+    for (int n0 = 0; n0 < N; n0 += ROWS_NB_) {
+        int nb = N - n0 < ROWS_NB_ ? N - n0 : ROWS_NB_;
+        for (int i = 0; i < M; i++) {
+            const float *a = A + (size_t)i * K;
+            float *c = C + (size_t)i * N + n0, acc[ROWS_NB_];
+            for (int j = 0; j < nb; j++) acc[j] = accumulate ? c[j] : (bias ? bias[n0 + j] : 0.0f);
+            if (nb == ROWS_NB_) {
+                const float *b = B + (size_t)n0 * K;
+                for (int k = 0; k < K; k++)
+                    for (int j = 0; j < ROWS_NB_; j++) acc[j] = fmaf(a[k], b[(size_t)j * K + k], acc[j]);
+            } else {
+                for (int j = 0; j < nb; j++) {
+                    const float *b = B + (size_t)(n0 + j) * K;
+                    for (int k = 0; k < K; k++) acc[j] = fmaf(a[k], b[k], acc[j]);
+                }
+            }
+            for (int j = 0; j < nb; j++) c[j] = acc[j];
+        }
+    }
+}
+
 void matmul(float *C, const float *A, const float *B, int M, int N, int K, int transA, int transB, int accumulate) {
     matmul_fused(C, A, B, M, N, K, transA, transB, accumulate, NULL);
 }
@@ -507,6 +538,10 @@ void matmul_fused(float *C, const float *A, const float *B, int M, int N, int K,
 #ifdef _OPENMP
     if (2.0 * M * N * K > PAR_FLOPS_ && !omp_in_parallel()) threads = omp_get_max_threads();
 #endif
+    if (M <= ROWS_MAX_ && transB && !transA && !(f && f->epi != MM_EPI_NONE)) {
+        rows_transb_(C, A, B, M, N, K, accumulate, f ? f->bias : NULL, threads);
+        return;
+    }
     Tiling t = plan_(M, N, K, threads, !transA);
     int tiles = t.m_tiles * t.n_tiles;
 #pragma omp parallel num_threads(threads) if (threads > 1)

@@ -3,6 +3,7 @@
  * algorithm). Per head, positions [c*C, c*C + n) form chunk c; every chunk but the last is full.
  */
 #include "nn/path_attn.h"
+#include "nn/dot16.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -17,18 +18,8 @@
 // ----------------------------------------------------------------------------
 // small vector helpers (d = head size)
 
-// 16 partial sums in a fixed order: the compiler keeps them in one vector register (ISO C forbids it to
-// reorder a plain float reduction), and the result does not depend on the kernel set's vector width
-static inline float dot_(const float *a, const float *b, int d) {
-    float acc[16] = {0};
-    int i = 0;
-    for (; i + 16 <= d; i += 16)
-        for (int j = 0; j < 16; j++) acc[j] += a[i + j] * b[i + j];
-    for (int j = 0; i + j < d; j++) acc[j] += a[i + j] * b[i + j];
-    for (int w = 8; w >= 1; w /= 2)
-        for (int j = 0; j < w; j++) acc[j] += acc[j + w];
-    return acc[0];
-}
+// nn/dot16.h: the same sums in every kernel set
+static inline float dot_(const float *a, const float *b, int d) { return dot16(a, b, d); }
 
 static inline void axpy_(float *y, float a, const float *x, int d) {
     for (int i = 0; i < d; i++) y[i] += a * x[i];

@@ -524,8 +524,8 @@ static void print_layers_(const Model *m, int T) {
         size_t n = 0;
         for (int k = 0; k < m->pt.n; k++)
             if (!strncmp(m->pt.t[k].name, prefix, strlen(prefix))) n += m->pt.t[k].numel;
-        size_t fixed = model_layer_state_size(m, l), per_tok = model_layer_cache_per_token(m, l);
-        size_t at_T = model_layer_state_at(m, l, T);
+        size_t fixed = model_layer_state_size(m, l, 0), per_tok = model_layer_cache_per_token(m, l);
+        size_t at_T = model_layer_state_size(m, l, T);  // a sliding window caps the cache
         total += at_T;
         char what[96];
         if (per_tok && fixed) snprintf(what, sizeof what, "%zu + %zu per token (KV cache)", fixed, per_tok);
