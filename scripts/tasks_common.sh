@@ -10,9 +10,17 @@
 say() { printf '%s: %s\n' "$PROG" "$*" >&2; }
 die() { printf '%s: error: %s\n' "$PROG" "$*" >&2; exit "${DIE_RC:-1}"; }
 abspath() { case "$1" in /*) printf '%s\n' "$1" ;; *) printf '%s/%s\n' "$PWD" "$1" ;; esac; }
-JOB_IDS=(); JOB_ARGS=()
-# job ID ARG...: queue a run (seqtrain arguments without run.dir/run.name/run.threads)
-job() { local id=$1; shift; local s="" a; for a in "$@"; do s+="$a"$'\n'; done; JOB_IDS+=("$id"); JOB_ARGS+=("$s"); }
+JOB_IDS=(); JOB_ARGS=(); declare -A JOB_INDEX_=()
+# job ID ARG...: queue a run (seqtrain arguments without run.dir/run.name/run.threads). Queueing an ID again
+# with the same arguments is a no-op (a run shared by two figures is trained once); with others, an error.
+job() {
+    local id=$1; shift; local s="" a; for a in "$@"; do s+="$a"$'\n'; done
+    if [ -n "${JOB_INDEX_[$id]+x}" ]; then
+        [ "${JOB_ARGS[${JOB_INDEX_[$id]}]}" = "$s" ] || die "run $id queued twice with different arguments"
+        return 0
+    fi
+    JOB_INDEX_[$id]=${#JOB_IDS[@]}; JOB_IDS+=("$id"); JOB_ARGS+=("$s")
+}
 job_acc() { python3 -c 'import json,sys; print("%.4f" % json.load(open(sys.argv[1]))["accuracy"])' "$RUNS/$1/eval/acc.json" 2>/dev/null; }
 # a resolved config without the keys that may differ between invocations of the same run
 cfg_key_() { grep -Ev $'^\t\t"(threads|dir|name)":' "$1"; }
@@ -40,6 +48,30 @@ job_one_() {  # job_one_ INDEX: train/resume/reuse one run (in the background of
     fi
     [ -f "$d/eval/acc.json" ] || return 1
     say "$id: done, test accuracy $(job_acc "$id")"
+}
+# job_state ID [KEY [WINDOW]]: the decoding state of job ID in floats per sequence over all layers (the sum of
+# the per-layer rows of `seqtrain --info`: a KV cache at the run's T, a recurrent state whatever T), empty if
+# --info fails; printed and left in JOB_STATE. With KEY it is cached under KEY (runs that differ only in lr or
+# seed have the same state), which only helps when job_state runs in this shell, not in $(...). WINDOW > 0: the
+# run's attention layers have that sliding window, so a KV-cache layer that --info counts at all T positions
+# holds only min(WINDOW, T) of them (BLA Table 1's SWA state H(dk + dv) min(w, L)).
+declare -A STATE_CACHE_=(); JOB_STATE=""
+job_state() {
+    if [ -n "${2:-}" ] && [ -n "${STATE_CACHE_[$2]+x}" ]; then JOB_STATE=${STATE_CACHE_[$2]}; printf '%s\n' "$JOB_STATE"; return 0; fi
+    local i=${JOB_INDEX_[$1]:-} a args=()
+    JOB_STATE=""
+    [ -n "$i" ] || return 0
+    while IFS= read -r a; do [ -n "$a" ] && args+=("$a"); done <<< "${JOB_ARGS[$i]}"
+    JOB_STATE=$("$SEQTRAIN" "${args[@]}" --info 2>/dev/null | awk -F'|' -v w="${3:-0}" '
+        /at T = [0-9]+/ { match($0, /at T = [0-9]+/); T = substr($0, RSTART + 7, RLENGTH - 7) + 0 }
+        $2 ~ /^ *[0-9]+ *$/ && NF >= 7 {
+            at = $6; gsub(/ /, "", at); at += 0
+            if ($5 ~ /per token/) { pt = $5 + 0; if (w > 0 && w < T && at == pt * T) at = pt * w }
+            tot += at; n++
+        }
+        END { if (n) printf "%.0f\n", tot }')
+    [ -n "${2:-}" ] && STATE_CACHE_[$2]=$JOB_STATE
+    printf '%s\n' "$JOB_STATE"
 }
 # run_jobs: every queued job, JOBS at a time; returns 1 if any failed
 run_jobs() {
