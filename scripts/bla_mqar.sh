@@ -43,7 +43,8 @@
 # Accuracy is the final test accuracy over the whole test split (RUN_DIR/eval/acc.json; with the cosine
 # schedule to 0 the end of training). State = floats per sequence over all layers from `seqtrain --info`.
 # Output in SEQ_OUT: bla_mqar_runs.csv (one row per run: id, sweep tags a/b/c, line, mixer, d_model, heads,
-# expand_k, state_param, state_value, resolution, lr, seed, state_floats, accuracy); fig3a_pareto.md|csv|png
+# expand_k, state_param, state_value, resolution, lr, wd (empty: the config's 0.01), seed, state_floats,
+# accuracy); fig3a_pareto.md|csv|png
 # (frontier per mixer, log2 state axis, and the smallest state reaching 0.5/0.9/0.99), fig3b_resolution.md|
 # csv|png, fig3c_dim.md|csv|png; the Markdown also goes to stdout.
 set -u -o pipefail
@@ -97,22 +98,12 @@ label_of() {
         gsa) echo "GSA (conv 4)" ;; attention) echo "Attention (full)" ;;
     esac
 }
-# queue one run: tags (sweeps it belongs to), mixer id, d, heads, expand_k, state parameter name and value,
-# resolution (bla), and the mixer JSON; every lr and seed of the grid
-declare -A META=() TAGS=()
+# queue TAG MIXER D HEADS EXPAND_K PARAM VALUE RESOLUTION JSON: one configuration, every lr and seed
 queue() {
-    local tag=$1 m=$2 d=$3 h=$4 ek=$5 pn=$6 pv=$7 r=$8 js=$9 lr s id base
-    base="${m}_d${d}_h${h}_e${ek}_${pn}${pv}"; [ -n "$r" ] && base+="_r${r}"
-    for lr in $LRS; do for ((s = 1; s <= SEEDS; s++)); do
-        id="${base}_lr${lr}_s${s}"
-        args=(--config "$CFG" --set "model.mixer=$js")
-        while IFS= read -r x; do [ -n "$x" ] && args+=(--set "$x"); done < <(scale_sets)
-        args+=(--set "model.d_model=$d" --set "optim.lr=$lr" --set "run.seed=$s")
-        for x in "${EXTRA_SETS[@]+"${EXTRA_SETS[@]}"}"; do args+=(--set "$x"); done
-        job "$id" "${args[@]}"
-        META[$id]="$m,$(label_of "$m"),$d,$h,$ek,$pn,$pv,$r,$lr,$s|$base"
-        case " ${TAGS[$id]:-} " in *" $tag "*) ;; *) TAGS[$id]="${TAGS[$id]:+${TAGS[$id]} }$tag" ;; esac
-    done; done
+    local base="${2}_d${3}_h${4}_e${5}_${6}${7}" win=0
+    [ -n "$8" ] && base+="_r${8}"
+    [ "$2" = swa ] && win=$7
+    sweep_queue "$1" "$base" "$(label_of "$2")" "$2,$3,$4,$5,$6,$7,$8" "$win" "model.mixer=$9" "model.d_model=$3"
 }
 bla_js() { echo "{\"kind\":\"bla\",\"heads\":$1,\"modes\":$2,\"resolution\":$3,\"expand_k\":$4}"; }
 swa_js() { echo "{\"kind\":\"attention\",\"heads\":$1,\"window\":$2}"; }
@@ -148,24 +139,10 @@ run_jobs; rc=$?
 
 # the per-run CSV (a run that failed has an empty accuracy; its state is still given when --info works)
 runs="$OUTD/bla_mqar_runs.csv"
-{
-    echo "id,sweep,line,mixer,d_model,heads,expand_k,state_param,state_value,resolution,lr,seed,state_floats,accuracy"
-    for id in "${JOB_IDS[@]}"; do
-        meta=${META[$id]%|*}; key=${META[$id]#*|}
-        IFS=, read -r m label d h ek pn pv rest <<< "$meta"
-        win=0; [ "$m" = swa ] && win=$pv
-        job_state "$id" "$key" "$win" > /dev/null
-        rest="$d,$h,$ek,$pn,$pv,$rest"
-        echo "$id,${TAGS[$id]},\"$label\",$m,$rest,$JOB_STATE,$(job_acc "$id")"
-    done
-} > "$runs.tmp" && mv "$runs.tmp" "$runs"
-
+sweep_csv "$runs" "mixer,d_model,heads,expand_k,state_param,state_value,resolution"
 commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
-CMDLINE="SCALE=$SCALE"
-for v in MIXERS DIMS HEADS LRS SEEDS EXPAND_KS BLA_EXPAND_KS BLA_MODES SWA_WINDOWS GSA_SLOTS RESOLUTIONS RES_MODES RES_DIM WIN_MODES WIN_DIMS; do
-    [ -n "$(printenv "$v")" ] && CMDLINE+=" $v=\"$(printenv "$v")\""
-done
-CMDLINE+=" scripts/bla_mqar.sh"; for x in "${EXTRA_SETS[@]+"${EXTRA_SETS[@]}"}"; do CMDLINE+=" --set $x"; done
+CMDLINE=$(sweep_cmdline scripts/bla_mqar.sh MIXERS DIMS HEADS LRS SEEDS EXPAND_KS BLA_EXPAND_KS BLA_MODES SWA_WINDOWS \
+    GSA_SLOTS RESOLUTIONS RES_MODES RES_DIM WIN_MODES WIN_DIMS)
 where="MQAR T = $T, SCALE=$SCALE$([ "$SCALE" = paper ] || echo ", not the paper's T 512 / 64 pairs / V 8192 budget")"
 prov="Runs: \`$CMDLINE\` (commit $commit); every run in $(basename "$runs")."
 PY=(python3 "$ROOT/scripts/state_tables.py" "$runs")

@@ -1,6 +1,7 @@
-# Shared part of scripts/mqar_sweep.sh and scripts/state_tracking.sh (sourced, not run): the run queue,
-# resumable parallel seqtrain runs whose result is RUN_DIR/eval/acc.json, option parsing, setup and the
-# mixer rows.
+# Shared part of the task sweeps scripts/mqar_sweep.sh, scripts/state_tracking.sh, scripts/bla_mqar.sh and
+# scripts/bla_regbench.sh (sourced, not run): the run queue, resumable parallel seqtrain runs whose result is
+# RUN_DIR/eval/acc.json, decoding state sizes, the state-size sweeps' queue and per-run CSV, option parsing,
+# setup and the mixer rows.
 # The sourcing script sets PROG and ROOT first.
 
 # A job is one seqtrain run in $RUNS/<id>/; it is finished when RUN_DIR/eval/acc.json exists. A run
@@ -116,6 +117,51 @@ setup() {
     fi
     SEQTRAIN="$BIND/seqtrain"; SEQEVAL="$BIND/seqeval"; RUNS="$OUTD/runs"; LOGS="$OUTD/logs"
     mkdir -p "$RUNS" "$LOGS"
+}
+# ---- sweeps over state-size parameters (scripts/bla_mqar.sh, scripts/bla_regbench.sh) -----------------
+# A sweep run has a base id (mixer and its settings), queued for every lr in LRS, wd in WDS (when WDS is set;
+# else the config's weight decay) and seed 1..SEEDS, with tags naming the figures it belongs to.
+declare -A SWEEP_META_=() SWEEP_TAGS_=() SWEEP_WIN_=() SWEEP_KEY_=()
+# sweep_queue TAG BASE LABEL META WINDOW SET...: queue BASE_lr<lr>[_wd<wd>]_s<seed> with --config $CFG, the
+# --set values SET..., those of the caller's scale_sets, lr, wd, seed and the command line's --set values.
+# LABEL is the run's line (series) in the figures; META its CSV fields (the caller's header, comma-separated,
+# no commas inside); WINDOW > 0 the attention window (for job_state). A run queued again gains the tag.
+sweep_queue() {
+    local tag=$1 base=$2 label=$3 meta=$4 win=$5; shift 5
+    local lr wd s id x args
+    for lr in $LRS; do for wd in ${WDS:--}; do for ((s = 1; s <= SEEDS; s++)); do
+        id="${base}_lr${lr}"; [ "$wd" = - ] || id+="_wd${wd}"; id+="_s${s}"
+        args=(--config "$CFG")
+        for x in "$@"; do args+=(--set "$x"); done
+        while IFS= read -r x; do [ -n "$x" ] && args+=(--set "$x"); done < <(scale_sets)
+        args+=(--set "optim.lr=$lr" --set "run.seed=$s")
+        [ "$wd" = - ] || args+=(--set "optim.weight_decay=$wd")
+        for x in "${EXTRA_SETS[@]+"${EXTRA_SETS[@]}"}"; do args+=(--set "$x"); done
+        job "$id" "${args[@]}"
+        [ "$wd" = - ] && wd=""
+        SWEEP_META_[$id]="\"$label\",$meta,$lr,$wd,$s"; SWEEP_WIN_[$id]=$win; SWEEP_KEY_[$id]=$base
+        case " ${SWEEP_TAGS_[$id]:-} " in *" $tag "*) ;; *) SWEEP_TAGS_[$id]="${SWEEP_TAGS_[$id]:+${SWEEP_TAGS_[$id]} }$tag" ;; esac
+    done; done; done
+}
+# sweep_csv FILE HEADER: one row per queued run, "id,sweep,line,HEADER,lr,wd,seed,state_floats,accuracy" (wd
+# empty: the config's; accuracy empty: the run failed or has not run), written to FILE.tmp and renamed
+sweep_csv() {
+    local id
+    {
+        echo "id,sweep,line,$2,lr,wd,seed,state_floats,accuracy"
+        for id in "${JOB_IDS[@]}"; do
+            job_state "$id" "${SWEEP_KEY_[$id]}" "${SWEEP_WIN_[$id]}" > /dev/null
+            echo "$id,${SWEEP_TAGS_[$id]},${SWEEP_META_[$id]},$JOB_STATE,$(job_acc "$id")"
+        done
+    } > "$1.tmp" && mv "$1.tmp" "$1"
+}
+# sweep_cmdline SCRIPT VAR...: the command that reproduces this invocation (SCALE, the VARs set in the
+# environment, the --set values)
+sweep_cmdline() {
+    local s="SCALE=$SCALE" v x script=$1; shift
+    for v in "$@"; do [ -n "$(printenv "$v")" ] && s+=" $v=\"$(printenv "$v")\""; done
+    s+=" $script"; for x in "${EXTRA_SETS[@]+"${EXTRA_SETS[@]}"}"; do s+=" --set $x"; done
+    printf '%s\n' "$s"
 }
 DRY_RUN=0; EXTRA_SETS=()
 parse_opts() {
