@@ -15,7 +15,7 @@
 #       tiny:  T 32, 64 examples, 4 steps of 16; d 16, 2 layers, 2 heads; BLA M 2,4 at resolutions 1,2; SWA w
 #              4,8; GSA S 3; GLA/GDN expansion 1; lr 3e-3 (pipeline check, meaningless numbers)
 #       small: a CPU-sized subset: T 128 (not 512), d 64, 4 layers, 4 heads, the 5,000 DFAs x 4 epochs
-#              (628 steps of batch 32), warmup 60 steps, 500 test examples; lr 1e-3,3e-3; wd 0.01; 1 seed;
+#              (625 steps of batch 32), warmup 60 steps, 500 test examples; lr 1e-3,3e-3; wd 0.01; 1 seed;
 #              BLA M 8,16,32 at resolutions 1,2; SWA w 8,16,32,64; GSA S 15,31,63; GLA expand_k 1,2,4; GDN
 #              expand_v 1,2,4; full attention. 40 runs
 #       paper: Table 3: lr 1e-4,3e-4,1e-3; wd 0,0.01,0.5; 3 seeds; SWA log2 w in 3..6; BLA log2 M in 3..6
