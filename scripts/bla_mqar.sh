@@ -54,11 +54,7 @@ USAGE=$(sed -n '2,/^set -u/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//')
 
 source "$ROOT/scripts/tasks_common.sh"
 parse_opts "$@"
-ALL_MIXERS="bla swa gla gdn gsa attention"
-MIXERS=${MIXERS:-$ALL_MIXERS}
-for m in $MIXERS; do
-    case " $ALL_MIXERS " in *" $m "*) ;; *) DIE_RC=2 die "unknown mixer '$m' (known: $ALL_MIXERS)" ;; esac
-done
+sweep_mixers "bla swa gla gdn gsa attention"
 setup bla_mqar
 CFG=configs/tasks/mqar/bla.json
 
@@ -89,8 +85,7 @@ scale_sets() {
                    data.task.test_examples=1000 train.epochs=2 train.seq_len=128 ;;
     esac
 }
-T=$("$SEQTRAIN" --config "$CFG" $(scale_sets | sed 's/^/--set /') --print-config 2>/dev/null |
-    python3 -c 'import json,sys; print(json.load(sys.stdin)["train"]["seq_len"])') || die "cannot resolve $CFG"
+T=$(sweep_seq_len) || exit 1
 
 label_of() {
     case "$1" in
@@ -107,30 +102,29 @@ queue() {
 }
 bla_js() { echo "{\"kind\":\"bla\",\"heads\":$1,\"modes\":$2,\"resolution\":$3,\"expand_k\":$4}"; }
 swa_js() { echo "{\"kind\":\"attention\",\"heads\":$1,\"window\":$2}"; }
-has() { case " $MIXERS " in *" $1 "*) return 0 ;; esac; return 1; }
 
 # Fig. 3a
 for d in $DIMS; do for h in $HEADS; do
-    if has bla; then for M in $BLA_MODES; do for ek in $BLA_EXPAND_KS; do
+    if sweep_has bla; then for M in $BLA_MODES; do for ek in $BLA_EXPAND_KS; do
         queue a bla "$d" "$h" "$ek" M "$M" 2 "$(bla_js "$h" "$M" 2 "$ek")"; done; done; fi
-    if has swa; then for w in $SWA_WINDOWS; do queue a swa "$d" "$h" 1 w "$w" "" "$(swa_js "$h" "$w")"; done; fi
-    for m in gla gdn; do has "$m" || continue
+    if sweep_has swa; then for w in $SWA_WINDOWS; do queue a swa "$d" "$h" 1 w "$w" "" "$(swa_js "$h" "$w")"; done; fi
+    for m in gla gdn; do sweep_has "$m" || continue
         kind=gla; [ "$m" = gdn ] && kind=gated_deltanet
         for ek in $EXPAND_KS; do
             queue a "$m" "$d" "$h" "$ek" expand_k "$ek" "" "{\"kind\":\"$kind\",\"heads\":$h,\"expand_k\":$ek,\"conv\":4}"
         done
     done
-    if has gsa; then for S in $GSA_SLOTS; do
+    if sweep_has gsa; then for S in $GSA_SLOTS; do
         queue a gsa "$d" "$h" 1 S "$S" "" "{\"kind\":\"gsa\",\"heads\":$h,\"num_slots\":$S,\"conv\":4}"; done; fi
-    if has attention; then queue a attention "$d" "$h" 1 w "$T" "" "$(swa_js "$h" 0)"; fi
+    if sweep_has attention; then queue a attention "$d" "$h" 1 w "$T" "" "$(swa_js "$h" 0)"; fi
 done; done
 # Fig. 3b: resolution sweep
-if has bla; then for r in $RESOLUTIONS; do
+if sweep_has bla; then for r in $RESOLUTIONS; do
     queue b bla "$RES_DIM" 1 1 M "$RES_MODES" "$r" "$(bla_js 1 "$RES_MODES" "$r" 1)"; done; fi
 # Fig. 3c: matched window 2M-1 as d grows
-if has bla; then for d in $WIN_DIMS; do
+if sweep_has bla; then for d in $WIN_DIMS; do
     queue c bla "$d" 1 1 M "$WIN_MODES" 2 "$(bla_js 1 "$WIN_MODES" 2 1)"
-    if has swa; then queue c swa "$d" 1 1 w $((2 * WIN_MODES - 1)) "" "$(swa_js 1 $((2 * WIN_MODES - 1)))"; fi
+    if sweep_has swa; then queue c swa "$d" 1 1 w $((2 * WIN_MODES - 1)) "" "$(swa_js 1 $((2 * WIN_MODES - 1)))"; fi
 done; fi
 [ "${#JOB_IDS[@]}" -gt 0 ] || DIE_RC=2 die "nothing to run (MIXERS='$MIXERS')"
 say "SCALE=$SCALE, T=$T: ${#JOB_IDS[@]} runs (mixers: $MIXERS; d: $DIMS; heads: $HEADS; lr: $LRS; $SEEDS seed(s)), $NJOBS at a time, $THREADS threads each; output in $OUTD"
@@ -151,7 +145,7 @@ PY=(python3 "$ROOT/scripts/state_tables.py" "$runs")
     --ptitle "Fig. 3a: MQAR accuracy vs state, Pareto frontier (T $T, SCALE=$SCALE)" \
     --note "Best over lr x seed x d x heads x expand_k x the state-size parameter; a point is kept when it beats every smaller state of its mixer. $prov" || rc=1
 echo
-if has bla; then
+if sweep_has bla; then
     "${PY[@]}" "$OUTD/fig3b_resolution" --x resolution --tag b --wide --xlabel "token resolution P/(2M-1)" \
         --title "Fig. 3b: BLA accuracy vs token resolution (M $RES_MODES, d $RES_DIM, 1 head; $where)" \
         --ptitle "Fig. 3b: BLA vs token resolution (M $RES_MODES, d $RES_DIM, T $T, SCALE=$SCALE)" \

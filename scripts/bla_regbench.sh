@@ -46,11 +46,7 @@ USAGE=$(sed -n '2,/^set -u/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//')
 
 source "$ROOT/scripts/tasks_common.sh"
 parse_opts "$@"
-ALL_MIXERS="bla swa gla gdn gsa attention"
-MIXERS=${MIXERS:-$ALL_MIXERS}
-for m in $MIXERS; do
-    case " $ALL_MIXERS " in *" $m "*) ;; *) DIE_RC=2 die "unknown mixer '$m' (known: $ALL_MIXERS)" ;; esac
-done
+sweep_mixers "bla swa gla gdn gsa attention"
 setup bla_regbench
 CFG=configs/tasks/regbench/bla.json
 
@@ -78,29 +74,27 @@ scale_sets() {
         small) printf '%s\n' data.task.test_examples=500 train.epochs=4 train.seq_len=128 schedule.warmup_steps=60 ;;
     esac
 }
-T=$("$SEQTRAIN" --config "$CFG" $(scale_sets | sed 's/^/--set /') --print-config 2>/dev/null |
-    python3 -c 'import json,sys; print(json.load(sys.stdin)["train"]["seq_len"])') || die "cannot resolve $CFG"
+T=$(sweep_seq_len) || exit 1
 
-has() { case " $MIXERS " in *" $1 "*) return 0 ;; esac; return 1; }
 # queue MIXER LABEL PARAM VALUE RESOLUTION WINDOW JSON: one configuration, every lr, wd and seed
 queue() {
     local base="${1}_${3}${4}"; [ -n "$5" ] && base+="_r${5}"
     sweep_queue fig4 "$base" "$2" "$1,$3,$4,$5" "$6" "model.mixer=$7"
 }
 H=$HEADS
-if has bla; then for r in $RESOLUTIONS; do for M in $BLA_MODES; do
+if sweep_has bla; then for r in $RESOLUTIONS; do for M in $BLA_MODES; do
     queue bla "BLA (decay, resolution $r)" M "$M" "$r" 0 \
         "{\"kind\":\"bla\",\"heads\":$H,\"modes\":$M,\"resolution\":$r,\"decay\":true}"
 done; done; fi
-if has swa; then for w in $SWA_WINDOWS; do
+if sweep_has swa; then for w in $SWA_WINDOWS; do
     queue swa SWA w "$w" "" "$w" "{\"kind\":\"attention\",\"heads\":$H,\"window\":$w}"; done; fi
-if has gla; then for e in $GLA_EXPAND_KS; do
+if sweep_has gla; then for e in $GLA_EXPAND_KS; do
     queue gla GLA expand_k "$e" "" 0 "{\"kind\":\"gla\",\"heads\":$H,\"expand_k\":$e}"; done; fi
-if has gdn; then for e in $GDN_EXPAND_VS; do
+if sweep_has gdn; then for e in $GDN_EXPAND_VS; do
     queue gdn GDN expand_v "$e" "" 0 "{\"kind\":\"gated_deltanet\",\"heads\":$H,\"expand_v\":$e,\"conv\":0}"; done; fi
-if has gsa; then for S in $GSA_SLOTS; do
+if sweep_has gsa; then for S in $GSA_SLOTS; do
     queue gsa GSA S "$S" "" 0 "{\"kind\":\"gsa\",\"heads\":$H,\"num_slots\":$S}"; done; fi
-if has attention; then queue attention "Attention (full)" w "$T" "" 0 "{\"kind\":\"attention\",\"heads\":$H,\"window\":0}"; fi
+if sweep_has attention; then queue attention "Attention (full)" w "$T" "" 0 "{\"kind\":\"attention\",\"heads\":$H,\"window\":0}"; fi
 say "SCALE=$SCALE, T=$T, d $DIM, $H heads: ${#JOB_IDS[@]} runs (mixers: $MIXERS; lr: $LRS; wd: $WDS; $SEEDS seed(s)), $NJOBS at a time, $THREADS threads each; output in $OUTD"
 run_jobs; rc=$?
 [ "$DRY_RUN" = 1 ] && exit 0

@@ -122,6 +122,21 @@ setup() {
 # A sweep run has a base id (mixer and its settings), queued for every lr in LRS, wd in WDS (when WDS is set;
 # else the config's weight decay) and seed 1..SEEDS, with tags naming the figures it belongs to.
 declare -A SWEEP_META_=() SWEEP_TAGS_=() SWEEP_WIN_=() SWEEP_KEY_=()
+# sweep_mixers "ID ...": the rows a sweep knows; MIXERS (default: all of them) must name only these (exit 2)
+sweep_mixers() {
+    local m
+    MIXERS=${MIXERS:-$1}
+    for m in $MIXERS; do case " $1 " in *" $m "*) ;; *) DIE_RC=2 die "unknown mixer '$m' (known: $1)" ;; esac; done
+}
+# sweep_has ID: whether MIXERS names row ID
+sweep_has() { case " $MIXERS " in *" $1 "*) return 0 ;; esac; return 1; }
+# sweep_seq_len: train.seq_len of $CFG with the caller's scale_sets applied
+sweep_seq_len() {
+    local x args=()
+    while IFS= read -r x; do [ -n "$x" ] && args+=(--set "$x"); done < <(scale_sets)
+    "$SEQTRAIN" --config "$CFG" "${args[@]}" --print-config 2>/dev/null |
+        python3 -c 'import json,sys; print(json.load(sys.stdin)["train"]["seq_len"])' || die "cannot resolve $CFG"
+}
 # sweep_queue TAG BASE LABEL META WINDOW SET...: queue BASE_lr<lr>[_wd<wd>]_s<seed> with --config $CFG, the
 # --set values SET..., those of the caller's scale_sets, lr, wd, seed and the command line's --set values.
 # LABEL is the run's line (series) in the figures; META its CSV fields (the caller's header, comma-separated,
