@@ -51,6 +51,10 @@ check "... BLA rows at P = 2(2M-1) without decay, GLA/GDN/GSA rows with conv 4" 
 SCALE=paper SEQ_OUT=$W/p "$RB" --dry-run 2>/dev/null | sed 's/\\//g' > "$W/pr"
 check "bla_regbench.sh SCALE=paper is Table 3: 783 runs (29 configurations x 3 lr x 3 wd x 3 seeds), no short conv" \
     eval '[ "$(grep -c "^$BIN/seqtrain --config configs/tasks/regbench/bla.json " "$W/pr")" = 783 ] && [ "$(grep -c "conv\":[1-9]" "$W/pr")" = 0 ] && [ "$(grep -c "kind\":\"gated_deltanet\".*\"conv\":0" "$W/pr")" = 108 ]'
+check "SCALE=small: bla_mqar.sh 92 runs at T 64, bla_regbench.sh 40 runs at T 128 (the counts the usage states)" eval '
+    [ "$(SCALE=small SEQ_OUT=$W/s "$MQ" --dry-run 2>/dev/null | grep -c "train.seq_len=64 ")" = 92 ] &&
+    [ "$(SCALE=small SEQ_OUT=$W/s "$RB" --dry-run 2>/dev/null | grep -c "train.seq_len=128 ")" = 40 ] &&
+    "$MQ" --help | grep -q "92 runs" && "$RB" --help | grep -q "40 runs"'
 check "configs/tasks/regbench/bla.json: 5,000 DFAs, T 512, d 128, 4 layers, 4 heads, batch 32, 60 epochs, 2,000 warmup steps" python3 -c '
 import json, subprocess, sys
 c = json.loads(subprocess.run([sys.argv[1], "--config", "configs/tasks/regbench/bla.json", "--print-config"],
