@@ -75,15 +75,6 @@ scale_sets() {
     esac
 }
 
-# the decoding state of job ID in floats (the "all" row of seqtrain --info), empty if --info fails
-job_state_() {
-    local i a args=()
-    for ((i = 0; i < ${#JOB_IDS[@]}; i++)); do [ "${JOB_IDS[$i]}" = "$1" ] && break; done
-    [ "$i" -lt "${#JOB_IDS[@]}" ] || return 0
-    while IFS= read -r a; do [ -n "$a" ] && args+=("$a"); done <<< "${JOB_ARGS[$i]}"
-    "$SEQTRAIN" "${args[@]}" --info 2>/dev/null | awk -F'|' '$2 ~ /^ *all *$/ { gsub(/ /, "", $6); print $6 }'
-}
-
 for T in $TS; do for m in $MIXERS; do for d in $DIMS; do for lr in $LRS; do
     args=(--config "$CFG" --set "model.mixer=$(mixer_field "$m" 3)")
     while IFS= read -r s; do [ -n "$s" ] && args+=(--set "$s"); done < <(mixer_field "$m" 4 | tr ';' '\n')
@@ -137,7 +128,7 @@ for T in $TS; do
     scsv="$OUTD/mqar_${SETTING}_T${T}_state.csv"
     echo "mixer,d_model,state_floats,accuracy" > "$scsv"
     for m in $MIXERS; do for d in $DIMS; do
-        st=$(job_state_ "${SETTING}_T${T}_${m}_d${d}_lr${LRS%% *}")
+        st=$(job_state "${SETTING}_T${T}_${m}_d${d}_lr${LRS%% *}")
         best=""
         for lr in $LRS; do
             a=$(job_acc "${SETTING}_T${T}_${m}_d${d}_lr${lr}")

@@ -1,6 +1,7 @@
-# Shared part of scripts/mqar_sweep.sh and scripts/state_tracking.sh (sourced, not run): the run queue,
-# resumable parallel seqtrain runs whose result is RUN_DIR/eval/acc.json, option parsing, setup and the
-# mixer rows.
+# Shared part of the task sweeps scripts/mqar_sweep.sh, scripts/state_tracking.sh, scripts/bla_mqar.sh and
+# scripts/bla_regbench.sh (sourced, not run): the run queue, resumable parallel seqtrain runs whose result is
+# RUN_DIR/eval/acc.json, decoding state sizes, the state-size sweeps' queue and per-run CSV, option parsing,
+# setup and the mixer rows.
 # The sourcing script sets PROG and ROOT first.
 
 # A job is one seqtrain run in $RUNS/<id>/; it is finished when RUN_DIR/eval/acc.json exists. A run
@@ -10,9 +11,17 @@
 say() { printf '%s: %s\n' "$PROG" "$*" >&2; }
 die() { printf '%s: error: %s\n' "$PROG" "$*" >&2; exit "${DIE_RC:-1}"; }
 abspath() { case "$1" in /*) printf '%s\n' "$1" ;; *) printf '%s/%s\n' "$PWD" "$1" ;; esac; }
-JOB_IDS=(); JOB_ARGS=()
-# job ID ARG...: queue a run (seqtrain arguments without run.dir/run.name/run.threads)
-job() { local id=$1; shift; local s="" a; for a in "$@"; do s+="$a"$'\n'; done; JOB_IDS+=("$id"); JOB_ARGS+=("$s"); }
+JOB_IDS=(); JOB_ARGS=(); declare -A JOB_INDEX_=()
+# job ID ARG...: queue a run (seqtrain arguments without run.dir/run.name/run.threads). Queueing an ID again
+# with the same arguments is a no-op (a run shared by two figures is trained once); with others, an error.
+job() {
+    local id=$1; shift; local s="" a; for a in "$@"; do s+="$a"$'\n'; done
+    if [ -n "${JOB_INDEX_[$id]+x}" ]; then
+        [ "${JOB_ARGS[${JOB_INDEX_[$id]}]}" = "$s" ] || die "run $id queued twice with different arguments"
+        return 0
+    fi
+    JOB_INDEX_[$id]=${#JOB_IDS[@]}; JOB_IDS+=("$id"); JOB_ARGS+=("$s")
+}
 job_acc() { python3 -c 'import json,sys; print("%.4f" % json.load(open(sys.argv[1]))["accuracy"])' "$RUNS/$1/eval/acc.json" 2>/dev/null; }
 # a resolved config without the keys that may differ between invocations of the same run
 cfg_key_() { grep -Ev $'^\t\t"(threads|dir|name)":' "$1"; }
@@ -40,6 +49,30 @@ job_one_() {  # job_one_ INDEX: train/resume/reuse one run (in the background of
     fi
     [ -f "$d/eval/acc.json" ] || return 1
     say "$id: done, test accuracy $(job_acc "$id")"
+}
+# job_state ID [KEY [WINDOW]]: the decoding state of job ID in floats per sequence over all layers (the sum of
+# the per-layer rows of `seqtrain --info`: a KV cache at the run's T, a recurrent state whatever T), empty if
+# --info fails; printed and left in JOB_STATE. With KEY it is cached under KEY (runs that differ only in lr or
+# seed have the same state), which only helps when job_state runs in this shell, not in $(...). WINDOW > 0: the
+# run's attention layers have that sliding window, so a KV-cache layer that --info counts at all T positions
+# holds only min(WINDOW, T) of them (BLA Table 1's SWA state H(dk + dv) min(w, L)).
+declare -A STATE_CACHE_=(); JOB_STATE=""
+job_state() {
+    if [ -n "${2:-}" ] && [ -n "${STATE_CACHE_[$2]+x}" ]; then JOB_STATE=${STATE_CACHE_[$2]}; printf '%s\n' "$JOB_STATE"; return 0; fi
+    local i=${JOB_INDEX_[$1]:-} a args=()
+    JOB_STATE=""
+    [ -n "$i" ] || return 0
+    while IFS= read -r a; do [ -n "$a" ] && args+=("$a"); done <<< "${JOB_ARGS[$i]}"
+    JOB_STATE=$("$SEQTRAIN" "${args[@]}" --info 2>/dev/null | awk -F'|' -v w="${3:-0}" '
+        /at T = [0-9]+/ { match($0, /at T = [0-9]+/); T = substr($0, RSTART + 7, RLENGTH - 7) + 0 }
+        $2 ~ /^ *[0-9]+ *$/ && NF >= 7 {
+            at = $6; gsub(/ /, "", at); at += 0
+            if ($5 ~ /per token/) { pt = $5 + 0; if (w > 0 && w < T && at == pt * T) at = pt * w }
+            tot += at; n++
+        }
+        END { if (n) printf "%.0f\n", tot }')
+    [ -n "${2:-}" ] && STATE_CACHE_[$2]=$JOB_STATE
+    printf '%s\n' "$JOB_STATE"
 }
 # run_jobs: every queued job, JOBS at a time; returns 1 if any failed
 run_jobs() {
@@ -84,6 +117,66 @@ setup() {
     fi
     SEQTRAIN="$BIND/seqtrain"; SEQEVAL="$BIND/seqeval"; RUNS="$OUTD/runs"; LOGS="$OUTD/logs"
     mkdir -p "$RUNS" "$LOGS"
+}
+# ---- sweeps over state-size parameters (scripts/bla_mqar.sh, scripts/bla_regbench.sh) -----------------
+# A sweep run has a base id (mixer and its settings), queued for every lr in LRS, wd in WDS (when WDS is set;
+# else the config's weight decay) and seed 1..SEEDS, with tags naming the figures it belongs to.
+declare -A SWEEP_META_=() SWEEP_TAGS_=() SWEEP_WIN_=() SWEEP_KEY_=()
+# sweep_mixers "ID ...": the rows a sweep knows; MIXERS (default: all of them) must name only these (exit 2)
+sweep_mixers() {
+    local m
+    MIXERS=${MIXERS:-$1}
+    for m in $MIXERS; do case " $1 " in *" $m "*) ;; *) DIE_RC=2 die "unknown mixer '$m' (known: $1)" ;; esac; done
+}
+# sweep_has ID: whether MIXERS names row ID
+sweep_has() { case " $MIXERS " in *" $1 "*) return 0 ;; esac; return 1; }
+# sweep_seq_len: train.seq_len of $CFG with the caller's scale_sets applied
+sweep_seq_len() {
+    local x args=()
+    while IFS= read -r x; do [ -n "$x" ] && args+=(--set "$x"); done < <(scale_sets)
+    "$SEQTRAIN" --config "$CFG" "${args[@]}" --print-config 2>/dev/null |
+        python3 -c 'import json,sys; print(json.load(sys.stdin)["train"]["seq_len"])' || die "cannot resolve $CFG"
+}
+# sweep_queue TAG BASE LABEL META WINDOW SET...: queue BASE_lr<lr>[_wd<wd>]_s<seed> with --config $CFG, the
+# --set values SET..., those of the caller's scale_sets, lr, wd, seed and the command line's --set values.
+# LABEL is the run's line (series) in the figures; META its CSV fields (the caller's header, comma-separated,
+# no commas inside); WINDOW > 0 the attention window (for job_state). A run queued again gains the tag.
+sweep_queue() {
+    local tag=$1 base=$2 label=$3 meta=$4 win=$5; shift 5
+    local lr wd s id x args
+    for lr in $LRS; do for wd in ${WDS:--}; do for ((s = 1; s <= SEEDS; s++)); do
+        id="${base}_lr${lr}"; [ "$wd" = - ] || id+="_wd${wd}"; id+="_s${s}"
+        args=(--config "$CFG")
+        for x in "$@"; do args+=(--set "$x"); done
+        while IFS= read -r x; do [ -n "$x" ] && args+=(--set "$x"); done < <(scale_sets)
+        args+=(--set "optim.lr=$lr" --set "run.seed=$s")
+        [ "$wd" = - ] || args+=(--set "optim.weight_decay=$wd")
+        for x in "${EXTRA_SETS[@]+"${EXTRA_SETS[@]}"}"; do args+=(--set "$x"); done
+        job "$id" "${args[@]}"
+        [ "$wd" = - ] && wd=""
+        SWEEP_META_[$id]="\"$label\",$meta,$lr,$wd,$s"; SWEEP_WIN_[$id]=$win; SWEEP_KEY_[$id]=$base
+        case " ${SWEEP_TAGS_[$id]:-} " in *" $tag "*) ;; *) SWEEP_TAGS_[$id]="${SWEEP_TAGS_[$id]:+${SWEEP_TAGS_[$id]} }$tag" ;; esac
+    done; done; done
+}
+# sweep_csv FILE HEADER: one row per queued run, "id,sweep,line,HEADER,lr,wd,seed,state_floats,accuracy" (wd
+# empty: the config's; accuracy empty: the run failed or has not run), written to FILE.tmp and renamed
+sweep_csv() {
+    local id
+    {
+        echo "id,sweep,line,$2,lr,wd,seed,state_floats,accuracy"
+        for id in "${JOB_IDS[@]}"; do
+            job_state "$id" "${SWEEP_KEY_[$id]}" "${SWEEP_WIN_[$id]}" > /dev/null
+            echo "$id,${SWEEP_TAGS_[$id]},${SWEEP_META_[$id]},$JOB_STATE,$(job_acc "$id")"
+        done
+    } > "$1.tmp" && mv "$1.tmp" "$1"
+}
+# sweep_cmdline SCRIPT VAR...: the command that reproduces this invocation (SCALE, the VARs set in the
+# environment, the --set values)
+sweep_cmdline() {
+    local s="SCALE=$SCALE" v x script=$1; shift
+    for v in "$@"; do [ -n "$(printenv "$v")" ] && s+=" $v=\"$(printenv "$v")\""; done
+    s+=" $script"; for x in "${EXTRA_SETS[@]+"${EXTRA_SETS[@]}"}"; do s+=" --set $x"; done
+    printf '%s\n' "$s"
 }
 DRY_RUN=0; EXTRA_SETS=()
 parse_opts() {
