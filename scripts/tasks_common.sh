@@ -54,8 +54,9 @@ job_one_() {  # job_one_ INDEX: train/resume/reuse one run (in the background of
 # the per-layer rows of `seqtrain --info`: a KV cache at the run's T, a recurrent state whatever T), empty if
 # --info fails; printed and left in JOB_STATE. With KEY it is cached under KEY (runs that differ only in lr or
 # seed have the same state), which only helps when job_state runs in this shell, not in $(...). WINDOW > 0: the
-# run's attention layers have that sliding window, so a KV-cache layer that --info counts at all T positions
-# holds only min(WINDOW, T) of them (BLA Table 1's SWA state H(dk + dv) min(w, L)).
+# run's attention layers have that sliding window (BLA Table 1's SWA state H(dk + dv) min(w, L)). seqtrain
+# --info already counts min(w, T) positions; a binary from before that (whose "at T" is per-token x T) is
+# rescaled here, so older builds give the same table.
 declare -A STATE_CACHE_=(); JOB_STATE=""
 job_state() {
     if [ -n "${2:-}" ] && [ -n "${STATE_CACHE_[$2]+x}" ]; then JOB_STATE=${STATE_CACHE_[$2]}; printf '%s\n' "$JOB_STATE"; return 0; fi

@@ -75,7 +75,7 @@ check "bla_mqar.sh trained 10 runs (6 for Fig. 3a, 1 more for 3b, 3 more for 3c;
 check "bla_mqar.sh wrote the tables, CSVs and PNGs" eval 'for f in bla_mqar_runs.csv fig3a_pareto.md fig3a_pareto.csv fig3b_resolution.md fig3b_resolution.csv fig3c_dim.md fig3c_dim.csv; do [ -s "$O/$f" ] || exit 1; done'
 for p in fig3a_pareto fig3b_resolution fig3c_dim; do check "$p.png is a 900 x 540 PNG" png_ok "$O/$p.png"; done
 check "the Markdown on stdout is the three tables" eval 'diff <(cat "$O/fig3a_pareto.md"; echo; cat "$O/fig3b_resolution.md"; echo; cat "$O/fig3c_dim.md") "$W/m.md"'
-check "runs CSV: 10 runs, accuracies in [0,1], states = Table 1 (2 layers; BLA 2(H(dk+dv)(2M-1)+1), SWA 2(2d min(w,T)), GDN 2(H dk dv + conv cache), attention 2(2dT))" python3 -c '
+check "runs CSV: 10 runs, accuracies in [0,1], states = Table 1 (2 layers; BLA 2 H(dk+dv)(2M-1), SWA 2(2d min(w,T)), GDN 2(H dk dv + conv cache), attention 2(2dT))" python3 -c '
 import csv, sys
 r = list(csv.DictReader(open(sys.argv[1])))
 assert len(r) == 10, len(r)
@@ -83,7 +83,7 @@ T = 32
 for x in r:
     assert 0 <= float(x["accuracy"]) <= 1, x
     d, h, e, v = int(x["d_model"]), int(x["heads"]), float(x["expand_k"]), int(x["state_value"])
-    want = {"bla": lambda: 2 * (int(e * d + d) * (2 * v - 1) + 1),
+    want = {"bla": lambda: 2 * int(e * d + d) * (2 * v - 1),
             "swa": lambda: 2 * 2 * d * min(v, T),
             "gdn": lambda: 2 * (int(e * d) * 2 * d + (2 * int(e * d) + 2 * d) * 3),
             "attention": lambda: 2 * 2 * d * T}[x["mixer"]]()
@@ -127,7 +127,7 @@ d, H, T = 16, 2, 32
 for x in r:
     assert 0 <= float(x["accuracy"]) <= 1 and x["wd"] == "0.01" and x["lr"] == "3e-3", x
     v = float(x["state_value"])
-    want = {"bla": 2 * (2 * d * (2 * int(v) - 1) + 1), "swa": 2 * 2 * d * min(int(v), T),
+    want = {"bla": 2 * 2 * d * (2 * int(v) - 1), "swa": 2 * 2 * d * min(int(v), T),
             "gla": 2 * H * int(v * d / H) * (d // H), "gdn": 2 * H * (d // H) * int(v * d / H),
             "gsa": 2 * H * int(v) * 2 * (d // H), "attention": 2 * 2 * d * T}[x["mixer"]]
     assert int(x["state_floats"]) == want, (x["id"], x["state_floats"], want)
