@@ -5,7 +5,8 @@
 
 #include "nn/linrec.h"
 
-#define BLA_LOG_FLOOR_ 1e-30  // 1 - c below this is taken as this: log(0) would poison the engine's sums
+#define BLA_LOG_FLOOR_ 1e-13  // 1 - c below this is taken as this: log(0) would poison the engine's sums, and
+                              // a smaller floor makes products of decays subnormal (slow) floats
 
 // the number of slots position t sees: the dilated times grow with s, so the visible slots are a prefix
 static int visible_(const BlaDims *d, long t) {
