@@ -92,6 +92,13 @@ int evalset_parse_list(const char *s, const EvalTask **out, int max, Err *e) {
         if (n < 0) return -1;
     }
     if (n == 0) return err_set(e, "--zeroshot: no task named");
+    // the tables follow the paper's column order whatever order the names came in
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && out[j] < out[j - 1]; j--) {
+            const EvalTask *t = out[j];
+            out[j] = out[j - 1];
+            out[j - 1] = t;
+        }
     return n;
 }
 

@@ -52,8 +52,8 @@ typedef struct EvalSet {
 const EvalTask *evalset_tasks(int *n);
 // the task of that name, or NULL
 const EvalTask *evalset_find(const char *name);
-// "lambada,piqa" / "all" (every task) / "paper" (Table 4's eight) into out (no duplicates, in the given
-// order); an unknown name is an error with a did-you-mean and the list of names. Returns the count or -1.
+// "lambada,piqa" / "all" (every task) / "paper" (Table 4's eight) into out (no duplicates, in the order of
+// evalset_tasks); an unknown name is an error with a did-you-mean and the list of names. Returns the count or -1.
 int evalset_parse_list(const char *s, const EvalTask **out, int max, Err *e);
 // read dir/<task file>: the first `limit` items (0 = all). A malformed line is an error naming file and line.
 int evalset_load(EvalSet *s, const EvalTask *t, const char *dir, long limit, Err *e);
