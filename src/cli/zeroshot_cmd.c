@@ -44,6 +44,9 @@ int zeroshot_cmd_run(Model *m, const RunConfig *c, const ZeroshotCmd *z, Err *e)
     const EvalTask *tasks[EVAL_TASKS_MAX];
     int nt = evalset_parse_list(z->tasks, tasks, EVAL_TASKS_MAX, e);
     if (nt < 0) return -1;
+    if (m->ae)
+        return err_set(e, "%s: model.head is autoencoder (MAD's compression head), not a language model: its logits "
+                       "reconstruct the input instead of predicting the next token", z->run);
     const char *tpath = z->tokenizer ? z->tokenizer : c->data.tokenizer;
     if (!tpath[0])
         return err_set(e, "%s/config.json has no data.tokenizer: give the run's SentencePiece model with --tokenizer "
