@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The KLA paper's Table 4 layout for several runs side by side: zero-shot accuracy (%) per task (acc_norm
 # for HellaSwag and ARC-Challenge, acc elsewhere), the average over the paper's eight tasks, and a last row
-# with each task's chance level. Reads RUN/eval-zeroshot/zeroshot.csv (written by seqeval --zeroshot); a run
-# without one is evaluated first.
+# with each task's chance level. Reads RUN/eval-zeroshot/zeroshot.csv (written by seqeval --zeroshot), or
+# DIR/zeroshot.csv for a folder given to seqeval --zeroshot --out; a run without either is evaluated first.
 #
-#   scripts/zeroshot_table.sh RUN [RUN ...]            e.g. runs/lm_cpu/gpt runs/lm_cpu/kla
+#   scripts/zeroshot_table.sh RUN|DIR [RUN|DIR ...]    e.g. runs/lm_cpu/gpt runs/lm_cpu/kla
 #   TASKS=all LIMIT=500 scripts/zeroshot_table.sh RUN  what a missing evaluation scores (default: paper, all items)
 #   SE=1 scripts/zeroshot_table.sh RUN ...             each value as "value ± standard error"
 set -euo pipefail
@@ -21,6 +21,7 @@ csvs=()
 for run in "$@"; do
     run=${run%/}
     csv=$run/eval-zeroshot/zeroshot.csv
+    [ -f "$run/zeroshot.csv" ] && csv=$run/zeroshot.csv   # a folder seqeval --zeroshot --out wrote
     if [ ! -f "$csv" ]; then
         [ -f "$run/config.json" ] || { echo "zeroshot_table.sh: $run is not a run directory (no config.json)" >&2; exit 1; }
         echo "zeroshot_table.sh: $run has no $csv: evaluating ($TASKS, limit $LIMIT)" >&2
@@ -36,7 +37,7 @@ BEGIN {
 }
 FNR == 1 { next }   # header
 {
-    run = FILENAME; sub(/\/eval-zeroshot\/zeroshot\.csv$/, "", run)   # a row per run, named by its directory
+    run = FILENAME; sub(/\/zeroshot\.csv$/, "", run); sub(/\/eval-zeroshot$/, "", run)   # a row per run or folder
     if (!(run in seen)) { seen[run] = 1; models[++nm] = run }
     have[$2] = 1; col[$2] = $3; met[$2] = ($4 == "acc_norm" ? "accn" : "acc")
     v[run, $2] = $7; s[run, $2] = $8; items[run, $2] = $5; chance[$2] = $13
