@@ -52,15 +52,12 @@ END {
         if (i <= paper) np++
         line = line " " col[t] " |"; sub2 = sub2 " " met[t] " ↑ |"; sep = sep "---:|"
     }
-    if (np && !("copa" in have) && !("siqa" in have) && !("winograd_wsc" in have)) {
-        line = line " Average |"; sub2 = sub2 " acc ↑ |"; sep = sep "---:|"
-    }
     print line; print sep; print sub2
     for (m = 1; m <= nm; m++) {
-        row = "| " models[m] " |"; sum = 0; k = 0; avg_done = 0
+        row = "| " models[m] " |"; sum = 0; k = 0
         for (i = 1; i <= n; i++) {
             t = order[i]
-            if (i == paper + 1 && np) { row = row sprintf(" %s |", k == np ? sprintf("%.2f", sum / k) : "—"); avg_done = 1 }
+            if (i == paper + 1 && np) row = row sprintf(" %s |", k == np ? sprintf("%.2f", sum / k) : "—")
             if (!(t in have)) continue
             if ((models[m], t) in v && v[models[m], t] != "") {
                 x = v[models[m], t]
@@ -68,18 +65,16 @@ END {
                 if (i <= paper) { sum += x; k++ }
             } else row = row " — |"
         }
-        if (np && !avg_done) row = row sprintf(" %s |", k == np ? sprintf("%.2f", sum / k) : "—")
         print row
     }
-    row = "| chance |"; sum = 0; k = 0; avg_done = 0
+    row = "| chance |"; sum = 0; k = 0
     for (i = 1; i <= n; i++) {
         t = order[i]
-        if (i == paper + 1 && np) { row = row sprintf(" %.2f |", sum / np); avg_done = 1 }
+        if (i == paper + 1 && np) row = row sprintf(" %.2f |", sum / np)
         if (!(t in have)) continue
         row = row sprintf(" %.2f |", chance[t] == "" ? 0 : chance[t])
         if (i <= paper) { sum += chance[t]; k++ }
     }
-    if (np && !avg_done) row = row sprintf(" %.2f |", sum / np)
     print row
     printf "\nItems scored per task:"
     for (i = 1; i <= n; i++) if (order[i] in have) printf " %s %s", order[i], items[models[1], order[i]]

@@ -59,6 +59,10 @@ run bash scripts/zeroshot_table.sh "$W/a" "$W/b"
 check "zeroshot_table.sh: succeeds on two runs" test "$RC" -eq 0
 check "zeroshot_table.sh: a row per run" test "$(grep -c "^| $W/[ab] |" "$W/out")" -eq 2
 check "zeroshot_table.sh: the chance row" grep -q '^| chance | 0.00 | 50.00 |' "$W/out"
+run "$BIN/seqeval" --run "$W/b" --zeroshot piqa,arc_easy --limit 2 --out "$W/p"
+run bash scripts/zeroshot_table.sh "$W/p"
+check "zeroshot_table.sh: a --out folder, paper tasks only: one Average column" \
+    grep -q '^| Model | PIQA | Arc-E | Average |$' "$W/out"
 refused "zeroshot_table.sh: a folder that is not a run" "not a run directory" bash scripts/zeroshot_table.sh "$W/none"
 
 refused "unknown task: did-you-mean" "did you mean 'hellaswag'" "$BIN/seqeval" --run "$W/a" --zeroshot helaswag
