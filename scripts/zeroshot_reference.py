@@ -235,7 +235,11 @@ def make_case(limit):
         cfg, tensors = load_run(run)
         with open(os.path.join(run, "latest")) as f:
             ckpt = f.read().strip()
-        shutil.copyfile(os.path.join(run, "config.json"), os.path.join(CASE_DIR, "config.json"))
+        # the resolved config, its run.dir (the temporary folder) put back to the default
+        with open(os.path.join(run, "config.json")) as f:
+            text = f.read()
+        with open(os.path.join(CASE_DIR, "config.json"), "w") as f:
+            f.write(text.replace(json.dumps(tmp), '"runs"'))
         shutil.copyfile(os.path.join(run, ckpt, "model.safetensors"), os.path.join(CASE_DIR, "model.safetensors"))
     evaluate(cfg, tensors, TOKENIZER, os.path.join(REPO, "data", "eval"), list(TASKS), limit,
              os.path.join(CASE_DIR, "ref.tsv"))
