@@ -15,6 +15,8 @@
  *       each head's attention map (softmax weights) of one layer at one context length, as PNGs
  *   seqeval --run RUN_DIR --generate --prompt TEXT | --prompt-file FILE [...]
  *       text generation (cli/generate.c has its own options: seqeval --generate --help)
+ *   seqeval --run RUN_DIR --zeroshot lambada,hellaswag,...|all|paper [--limit N]
+ *       zero-shot multiple-choice accuracy on data/eval (the KLA paper's Table 4; cli/zeroshot_cmd.c)
  */
 #include <errno.h>
 #include <math.h>
@@ -28,6 +30,7 @@
 
 #include "cli/args.h"
 #include "cli/generate.h"
+#include "cli/zeroshot_cmd.h"
 #include "core/cpu.h"
 #include "core/png.h"
 #include "data/eval_windows.h"
@@ -148,6 +151,7 @@ int main(int argc, char **argv) {
     long attn_layer = -1;  // ARG_INT stores a long
     long stride = 0, vocab = 0, max_windows = 0;
     int help = 0, plan = 0;
+    ZeroshotCmd zs = {NULL, NULL, 0, "data/eval", NULL, NULL};
     ArgSpec specs[] = {
         {"--run", ARG_STR, &run, "RUN_DIR", "the trained run (its config.json and newest checkpoint)", 0, 0},
         {"--ckpt", ARG_STR, &ckpt, "DIR", "a specific checkpoint directory of the run (default: the newest)", 0, 0},
@@ -160,6 +164,10 @@ int main(int argc, char **argv) {
         {"--attention-map", ARG_STR, &attn_dir, "DIR", "write each head's attention map of --layer at the first --context length as DIR/layer<l>_head<h>.png (from the first tokens of --data; contexts over 1024 are downsampled to 1024 x 1024 pixels)", 0, 0},
         {"--layer", ARG_INT, &attn_layer, "L", "layer for --attention-map (default -1 = the last; negative counts from the end)", -4096, 4096},
         {"--task", ARG_FLAG, &task, NULL, "a run trained on a data.task: loss and accuracy on the task's test split (JSON line)", 0, 0},
+        {"--zeroshot", ARG_STR, &zs.tasks, "TASKS", "zero-shot accuracy on these comma-separated tasks (lambada, hellaswag, piqa, arc_easy, arc_challenge, winogrande, openbookqa, boolq, copa, siqa, winograd_wsc; all; paper = Table 4's eight) into --out (default RUN_DIR/eval-zeroshot)", 0, 0},
+        {"--limit", ARG_INT, &zs.limit, "N", "--zeroshot: score the first N items of each task (default 0 = all)", 0, 1e12},
+        {"--eval-data", ARG_STR, &zs.eval_dir, "DIR", "--zeroshot: folder of the evaluation sets (default data/eval)", 0, 0},
+        {"--tokenizer", ARG_STR, &zs.tokenizer, "FILE", "--zeroshot: the run's SentencePiece .model (default: its data.tokenizer)", 0, 0},
         {"--plan", ARG_FLAG, &plan, NULL, "print only the windows and tokens each length would score (no model)", 0, 0},
         {"--format", ARG_STR, &format, "FMT", "shard format of a FILE (default auto)", 0, 0},
         {"--vocab", ARG_INT, &vocab, "N", "vocab size of a raw FILE", 0, 1 << 30},
@@ -176,6 +184,7 @@ int main(int argc, char **argv) {
         fprintf(f, "usage: seqeval --run RUN_DIR --data valid|test|FILE [--context L1,L2,...] [--stride S]\n"
                    "       seqeval --run RUN_DIR --probe TOKENS.npy --out DUMP.safetensors\n"
                    "       seqeval --run RUN_DIR --task\n"
+                   "       seqeval --run RUN_DIR --zeroshot TASKS|all|paper [--limit N] [--out DIR]\n"
                    "       seqeval --run RUN_DIR --data valid|test|FILE --context L --attention-map DIR [--layer N]\n"
                    "       seqeval --data FILE --context L1,L2,... --plan\n"
                    "       seqeval --run RUN_DIR --generate --prompt TEXT|--prompt-file FILE [...]  (seqeval --generate --help)\n"
@@ -201,6 +210,15 @@ int main(int argc, char **argv) {
             err_set(&e, "%s: the test loss is not finite (%g): the model's outputs overflow", run, loss);
             err_die(PROG, &e);
         }
+        model_free(&m);
+        run_config_free(&c);
+        return 0;
+    }
+    if (zs.tasks) {
+        if (!run) { err_set(&e, "--zeroshot needs --run"); err_die(PROG, &e); }
+        zs.run = run;
+        zs.out = out;
+        if (zeroshot_cmd_run(&m, &c, &zs, &e) != 0) err_die(PROG, &e);
         model_free(&m);
         run_config_free(&c);
         return 0;

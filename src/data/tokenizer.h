@@ -27,6 +27,11 @@ const uint8_t *tokenizer_sha256(const Tokenizer *t);  // (32,) hash of the .mode
 // allocated; realloc'd as needed). Safe to call from several threads on one Tokenizer.
 int tokenizer_encode(const Tokenizer *t, const char *text, size_t len, uint32_t **ids, size_t *n,
                      size_t *cap, Err *e);
+// Encode text that continues an earlier text (zero-shot continuations, " word"): as tokenizer_encode, but
+// without SentencePiece's dummy prefix (the "\u2581" it puts before a text's first word), so " word" gets
+// the ids it has inside a longer text instead of a doubled word boundary.
+int tokenizer_encode_continuation(const Tokenizer *t, const char *text, size_t len, uint32_t **ids, size_t *n,
+                                  size_t *cap, Err *e);
 // Decode ids (n,) to a malloc'd NUL-terminated string (*len bytes). Ids must be < vocab size.
 int tokenizer_decode(const Tokenizer *t, const uint32_t *ids, size_t n, char **text, size_t *len, Err *e);
 

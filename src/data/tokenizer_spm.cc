@@ -89,6 +89,17 @@ extern "C" int tokenizer_vocab_size(const Tokenizer *t) { return t->vocab; }
 extern "C" int tokenizer_eos_id(const Tokenizer *t) { return t->sp.eos_id(); }
 extern "C" const uint8_t *tokenizer_sha256(const Tokenizer *t) { return t->sha; }
 
+// out appended to the caller's growing array
+static void append_ids_(const std::vector<int> &out, uint32_t **ids, size_t *n, size_t *cap) {
+    if (*n + out.size() > *cap) {
+        size_t c = (*n + out.size()) * 2 + 16;
+        *ids = (uint32_t *)xrealloc(*ids, c * sizeof(uint32_t));
+        *cap = c;
+    }
+    for (size_t i = 0; i < out.size(); i++) (*ids)[*n + i] = (uint32_t)out[i];
+    *n += out.size();
+}
+
 extern "C" int tokenizer_encode(const Tokenizer *t, const char *text, size_t len, uint32_t **ids, size_t *n,
                                 size_t *cap, Err *e) {
     std::vector<int> out;
@@ -116,13 +127,16 @@ extern "C" int tokenizer_encode(const Tokenizer *t, const char *text, size_t len
     }
     const auto &sp = (cont == 2 || (cont == 1 && t->space_nodummy)) && t->nodummy_ok ? t->nodummy : t->sp;
     if (encode_(sp, text + at, len - at, &out, e)) return -1;
-    if (*n + out.size() > *cap) {
-        size_t c = (*n + out.size()) * 2 + 16;
-        *ids = (uint32_t *)xrealloc(*ids, c * sizeof(uint32_t));
-        *cap = c;
-    }
-    for (size_t i = 0; i < out.size(); i++) (*ids)[*n + i] = (uint32_t)out[i];
-    *n += out.size();
+    append_ids_(out, ids, n, cap);
+    return 0;
+}
+
+extern "C" int tokenizer_encode_continuation(const Tokenizer *t, const char *text, size_t len, uint32_t **ids,
+                                             size_t *n, size_t *cap, Err *e) {
+    std::vector<int> out;
+    // continuations are a few words; the long-line cutting of tokenizer_encode is not needed
+    if (encode_(t->nodummy_ok ? t->nodummy : t->sp, text, len, &out, e)) return -1;
+    append_ids_(out, ids, n, cap);
     return 0;
 }
 
