@@ -3,7 +3,8 @@
  * under every ablation flag, with the tolerance tight enough and the SDE gradients large enough that a
  * wrong chain rule fails (each checked tensor must carry a gradient well above the tolerance); the mu = 0
  * heads (exact, finite, no gradient into their raw value, equal to the mu -> 0 limit); causality and
- * long-context evaluation (T = 4100 from a prefix-consistent forward).
+ * long-context evaluation (T = 4100 from a prefix-consistent forward); the parameter maps on a tiny layer
+ * (mu = softplus + eps and its init, the unitary logit scale, the two nu forms) and the options refused.
  */
 #include <math.h>
 #include <stdio.h>
@@ -46,8 +47,9 @@ static void check_case_(const char *what, const char *json) {
 static void test_zero_decay_heads(void) {
     int C = 16, B = 1, T = 40;
     Layer a, b;
-    if (layer_build_(&a, "{\"kind\": \"rfa\", \"heads\": 2, \"zero_decay_heads\": 1}", C, 5)) return;
-    if (layer_build_(&b, "{\"kind\": \"rfa\", \"heads\": 2, \"zero_decay_heads\": 0}", C, 5)) return;
+    // eps 0: mu = softplus(raw) + eps would keep b's head 0 at mu >= eps
+    if (layer_build_(&a, "{\"kind\": \"rfa\", \"heads\": 2, \"zero_decay_heads\": 1, \"eps\": 0}", C, 5)) return;
+    if (layer_build_(&b, "{\"kind\": \"rfa\", \"heads\": 2, \"zero_decay_heads\": 0, \"eps\": 0}", C, 5)) return;
     layer_shape_(&a, B, T);
     layer_shape_(&b, B, T);
     // same weights; b's head 0 learns mu = softplus(raw) with raw = -40 (mu ~ 4e-18)
@@ -105,6 +107,102 @@ static void test_long_context(void) {
     layer_free_(&L);
 }
 
+// the value of diag key `name` at head h
+static double diag_at_(const Layer *L, const char *name, int h) {
+    cJSON *obj = cJSON_CreateObject();
+    L->spec.ops->diag(&L->m, obj);
+    double v = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(obj, name), h)->valuedouble;
+    cJSON_Delete(obj);
+    return v;
+}
+
+static double softplus_(double r) { return r > 20 ? r : log1p(exp(r)); }
+
+// Algorithm 1's mu = softplus(mu') + eps on the decaying heads (0 exactly on the others), and the init
+// raw = softplus^-1(mu0 - eps) gives the same initial mu whatever eps is
+static void test_mu_eps(void) {
+    int C = 16;
+    Layer a, b;
+    if (layer_build_(&a, "{\"kind\": \"rfa\", \"heads\": 2, \"zero_decay_heads\": 1, \"damping\": 0.5, "
+                         "\"eps\": 0.01}", C, 5)) return;
+    if (layer_build_(&b, "{\"kind\": \"rfa\", \"heads\": 2, \"zero_decay_heads\": 1, \"damping\": 0.5, "
+                         "\"eps\": 0}", C, 5)) return;
+    // head 1's band max is 1 (the fastest RoPE frequency), so mu0 = damping = 0.5
+    double ma = diag_at_(&a, "mu", 1), mb = diag_at_(&b, "mu", 1);
+    CHECK(fabs(ma - 0.5) < 1e-6 && fabs(mb - 0.5) < 1e-6 && diag_at_(&a, "mu", 0) == 0.0,
+          "mu init: %.8f (eps 0.01), %.8f (eps 0), want 0.5 both; zero-decay head 0 exactly", ma, mb);
+    float *raw = a.params + a.pt.t[param_index_(&a, "sde_mu")].offset;
+    raw[1] = -3.0f;
+    double got = diag_at_(&a, "mu", 1), want = softplus_(-3.0) + 0.01;
+    CHECK(fabs(got - want) < 1e-7, "mu = softplus(-3) + eps = %.8f (want %.8f)", got, want);
+    layer_free_(&a);
+    layer_free_(&b);
+}
+
+// the unitary logits tau Re(q~'k~) / sqrt(D) (sqrt_d) or / sqrt(2D) (sqrt_2d): the two agree when the
+// sqrt_2d layer's tau is sqrt(2) times larger; and they differ at the same tau
+static void test_rotation_scale(void) {
+    int C = 16, B = 1, T = 20;
+    Layer a, b;
+    if (layer_build_(&a, "{\"kind\": \"rfa\", \"heads\": 2, \"unitary\": true}", C, 6)) return;
+    if (layer_build_(&b, "{\"kind\": \"rfa\", \"heads\": 2, \"unitary\": true, \"rotation_scale\": \"sqrt_2d\"}",
+                     C, 6)) return;
+    layer_shape_(&a, B, T);
+    layer_shape_(&b, B, T);
+    GcRng r = {12};
+    layer_perturb(&a, &r, 0.5f);  // far from uniform attention
+    memcpy(b.params, a.params, a.pt.numel * sizeof(float));
+    size_t n = (size_t)B * T * C;
+    float *x = gc_randn(&r, n, 1.0f), *ya = malloc(n * sizeof(float)), *yb = malloc(n * sizeof(float));
+    a.spec.ops->forward(&a.m, ya, x, B, T);
+    b.spec.ops->forward(&b.m, yb, x, B, T);
+    double same_tau = 0, scale = 0;
+    for (size_t i = 0; i < n; i++) same_tau = fmax(same_tau, fabs((double)ya[i] - yb[i]));
+    for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs((double)ya[i]));
+    int kt = param_index_(&b, "sde_tau");
+    for (int h = 0; h < 2; h++) {
+        float *rt = b.params + b.pt.t[kt].offset + h;
+        double tau = softplus_(*rt) + 1e-6, t2 = sqrt(2.0) * tau - 1e-6;
+        *rt = (float)log(expm1(t2));  // softplus^-1
+    }
+    b.spec.ops->forward(&b.m, yb, x, B, T);
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs((double)ya[i] - yb[i]));
+    CHECK(worst < 1e-5 * scale && same_tau > 1e-3 * scale,
+          "unitary: sqrt_2d at tau sqrt(2) == sqrt_d at tau (max|dy| %.2g, scale %.2g); at equal tau they differ (%.2g)",
+          worst, scale, same_tau);
+    free(x); free(ya); free(yb);
+    layer_free_(&a);
+    layer_free_(&b);
+}
+
+// nu_form: ratio nu / D = softplus(nu') + eps; authors nu = D softplus(nu') + 2 + eps; both initialised to
+// nu / D = nu_over_d_init
+static void test_nu_form(void) {
+    int C = 16;  // heads 2: D = 8
+    Layer a, r;
+    if (layer_build_(&a, "{\"kind\": \"rfa\", \"heads\": 2, \"nu_form\": \"authors\", \"nu_over_d_init\": 1.5, "
+                         "\"eps\": 0.01}", C, 7)) return;
+    if (layer_build_(&r, "{\"kind\": \"rfa\", \"heads\": 2, \"nu_over_d_init\": 1.5, \"eps\": 0.01}", C, 7)) return;
+    double na = diag_at_(&a, "nu_over_d", 0), nr = diag_at_(&r, "nu_over_d", 0);
+    CHECK(fabs(na - 1.5) < 1e-6 && fabs(nr - 1.5) < 1e-6, "nu / D init 1.5 in both forms (authors %.8f, ratio %.8f)",
+          na, nr);
+    float *ra = a.params + a.pt.t[param_index_(&a, "sde_nu")].offset;
+    float *rr = r.params + r.pt.t[param_index_(&r, "sde_nu")].offset;
+    ra[1] = rr[1] = 0.25f;
+    double ga = diag_at_(&a, "nu_over_d", 1) * 8, gr = diag_at_(&r, "nu_over_d", 1) * 8;
+    double wa = 8 * softplus_(0.25) + 2 + 0.01, wr = 8 * (softplus_(0.25) + 0.01);
+    CHECK(fabs(ga - wa) < 1e-5 && fabs(gr - wr) < 1e-5,
+          "nu at raw 0.25, D 8: authors %.6f (want D sp + 2 + eps = %.6f), ratio %.6f (want D (sp + eps) = %.6f)",
+          ga, wa, gr, wr);
+    layer_free_(&a);
+    layer_free_(&r);
+    layer_check_error("{\"kind\": \"rfa\", \"heads\": 2, \"nu_form\": \"authors\", \"nu_over_d_init\": 0.2}", C,
+                      "nu_over_d_init");
+    layer_check_error("{\"kind\": \"rfa\", \"heads\": 2, \"nu_form\": \"paper\"}", C, "nu_form");
+    layer_check_error("{\"kind\": \"rfa\", \"heads\": 2, \"rotation_scale\": \"d\"}", C, "rotation_scale");
+}
+
 // attention maps: rows sum to 1 over the visible keys
 static void test_attn_map(void) {
     int C = 16, T = 50;
@@ -146,10 +244,19 @@ int main(void) {
         {"M2.5 no rotations", "{\"kind\": \"rfa\", \"heads\": 2, \"rotations\": false, \"damping\": 0.5, "
                               "\"zero_decay_heads\": 1}"},
         {"M2.6 unitary", "{\"kind\": \"rfa\", \"heads\": 2, \"unitary\": true, \"learn_omega\": true}"},
+        {"M2.6 unitary sqrt_2d", "{\"kind\": \"rfa\", \"heads\": 2, \"unitary\": true, "
+                                 "\"rotation_scale\": \"sqrt_2d\", \"learn_omega\": true}"},
+        {"M1 nu_form authors", "{\"kind\": \"rfa\", \"heads\": 2, \"zero_decay_heads\": 1, \"damping\": 0.5, "
+                               "\"nu_form\": \"authors\", \"nu_over_d_init\": 1.5, \"eps\": 0.01}"},
+        {"M2.1 gaussian nu_form authors", "{\"kind\": \"rfa\", \"heads\": 2, \"kernel\": \"gaussian\", "
+                                          "\"damping\": 0.5, \"zero_decay_heads\": 1, \"nu_form\": \"authors\"}"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case_(cases[i].what, cases[i].json);
     test_zero_decay_heads();
     test_long_context();
+    test_mu_eps();
+    test_rotation_scale();
+    test_nu_form();
     test_attn_map();
     return test_summary();
 }

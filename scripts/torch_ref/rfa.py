@@ -9,15 +9,16 @@ from the C code.
 Definition (names are seqtrain's parameter names, relative to blocks.L.mixer.):
   H heads of D complex channels; q, k, v = row blocks of x @ wqkv^T (+ bqkv), each (2*H*D) with head h
   at [h*2D, h*2D + D) real parts and [h*2D + D, (h+1)*2D) imaginary parts. Per head:
-  mu = softplus(raw) (exactly 0 on the first zero_decay_heads heads and on all with unitary),
-  sigma~^2, eta^2, gamma^2, nu/D, tau = softplus(raw) + eps; nu = D * (nu/D), kappa = 1 + nu/D.
+  mu, sigma~^2, eta^2, gamma^2, tau = softplus(raw) + eps (Algorithm 1; mu exactly 0 on the first
+  zero_decay_heads heads and on all with unitary); nu = D * (softplus(raw) + eps) (nu_form "ratio") or
+  D * softplus(raw) + 2 + eps ("authors", the authors' code); kappa = (nu + D) / D.
   Frequencies in conjugate pairs (channel 2m: +w'_m, 2m+1: -w'_m); w' = base^(-2m/D) in every head,
   or with spectral_coupling head h's slice base^(-(M-1-h*D/2-m)/M) of one bank, M = H*D/2; learned
   (`omega`, (H, D/2)) with learn_omega. q~, k~, v~ = e^{-iwt} (.) q, k, v (rotations, rotate_values);
   E = e^{-mu (i-j)}; V = sigma~^2 (1 - E^2) + eta^2 E^2 + gamma^2 (prior dle; flat: 1);
   s = Re(q~_i^H k~_j); R^2 = |q_i|^2 + E^2 |k_j|^2 - 2 E s; c = 1/(nu V) (mult_gate; else 1/nu);
   logits -tau log V - tau kappa log(1 + c R^2) (student) | -tau log V - tau c R^2 (gaussian) |
-  tau s / sqrt(2D) (unitary); causal softmax over j <= i, A = softmax * E, m_i = sum_j A_ij v~_j,
+  tau s / sqrt(D) (unitary, rotation_scale "sqrt_d"; sqrt(2D) with "sqrt_2d"); causal softmax over j <= i, A = softmax * E, m_i = sum_j A_ij v~_j,
   out = e^{+iwt} (.) m, y = out @ wo^T (+ bo) (out in the same per-head re/im layout).
 
 self_test() (`torch_reference.py --self-test rfa`) checks this implementation on its own: causality,
@@ -39,7 +40,7 @@ DEFAULTS = {
     "zero_decay_heads": 2, "rope_base": 10000.0, "learn_omega": False, "kernel": "student",
     "prior": "dle", "mult_gate": True, "rotate_values": True, "rotations": True, "unitary": False,
     "sigma_tilde2_init": 0.1, "eta2_init": 1.0, "gamma2_init": 1.0, "nu_over_d_init": 4.0,
-    "tau_init": 1.0, "eps": 1e-6,
+    "tau_init": 1.0, "eps": 1e-6, "rotation_scale": "sqrt_d", "nu_form": "ratio",
 }
 
 
@@ -69,12 +70,16 @@ class RfaSpec:
         if self.D < 2 or self.D % 2:
             raise ValueError(f"rfa: {self.D} complex channels per head; needs an even number (conjugate pairs)")
         self.HD = self.H * self.D          # complex channels over all heads (2*HD reals)
-        for key, allowed in (("kernel", ("student", "gaussian")), ("prior", ("dle", "flat"))):
+        for key, allowed in (("kernel", ("student", "gaussian")), ("prior", ("dle", "flat")),
+                             ("rotation_scale", ("sqrt_d", "sqrt_2d")), ("nu_form", ("ratio", "authors"))):
             if opts[key] not in allowed:
                 raise ValueError(f"rfa: {key} {opts[key]!r} (one of {', '.join(allowed)})")
         self.bias = bool(opts["bias"])
         self.eps = float(opts["eps"])
         self.unitary = bool(opts["unitary"])
+        # the width Re(q~^H k~) is divided by the root of in the unitary limit: D complex channels or 2D reals
+        self.rot_width = self.D if opts["rotation_scale"] == "sqrt_d" else 2 * self.D
+        self.nu_authors = opts["nu_form"] == "authors"
         half, base = self.D // 2, float(opts["rope_base"])
         M = self.H * half
         sc = np.array([[base ** (-(M - 1 - h * half - m) / M) for m in range(half)] for h in range(self.H)])
@@ -111,24 +116,28 @@ def param_shapes(spec, C):
 
 def coefficients(P, prefix, spec):
     """The per-head SDE coefficients of an rfa layer, each (H,), and the frequencies w' (H, D/2):
-    positive ones as softplus(raw) + eps; mu = softplus(raw) (no eps), exactly 0 (raw unused, so its
-    gradient is 0) on the zero-decay heads and on every head with `unitary`; nu = D * (nu/D)."""
+    positive ones as softplus(raw) + eps, mu included (Algorithm 1), except that mu is exactly 0 (raw
+    unused, so its gradient is 0) on the zero-decay heads and on every head with `unitary`; nu = D *
+    (softplus(raw) + eps) (nu_form ratio) or D * softplus(raw) + 2 + eps (authors); kappa = (nu + D) / D."""
     eps = spec.eps
     zero = torch.as_tensor(spec.zero_decay)
     if zero.all():
         mu = torch.zeros(spec.H, dtype=DTYPE)
     else:
-        mu = torch.where(zero, torch.zeros(spec.H, dtype=DTYPE), softplus(P[prefix + "sde_mu"]))
-    nu_over_d = softplus(P[prefix + "sde_nu"]) + eps
+        mu = torch.where(zero, torch.zeros(spec.H, dtype=DTYPE), softplus(P[prefix + "sde_mu"]) + eps)
+    if spec.nu_authors:
+        nu = spec.D * softplus(P[prefix + "sde_nu"]) + 2.0 + eps
+    else:
+        nu = spec.D * (softplus(P[prefix + "sde_nu"]) + eps)
     omega = P[prefix + "omega"] if spec.opts["learn_omega"] else torch.as_tensor(spec.omega, dtype=DTYPE)
     return {
         "mu": mu,
         "sigma_tilde2": softplus(P[prefix + "sde_sigma"]) + eps,
         "eta2": softplus(P[prefix + "sde_eta"]) + eps,
         "gamma2": softplus(P[prefix + "sde_gamma"]) + eps,
-        "nu_over_d": nu_over_d,
-        "nu": spec.D * nu_over_d,
-        "kappa": 1.0 + nu_over_d,
+        "nu_over_d": nu / spec.D,
+        "nu": nu,
+        "kappa": (nu + spec.D) / spec.D,
         "tau": softplus(P[prefix + "sde_tau"]) + eps,
         "omega": omega,
     }
@@ -180,7 +189,7 @@ def forward(x, P, prefix, spec):
     s = torch.einsum("bhid,bhjd->bhij", qr_, kr_) + torch.einsum("bhid,bhjd->bhij", qi_, ki_)  # Re(q~^H k~)
     tau = head(c["tau"])
     if spec.unitary:
-        logits = tau * s / math.sqrt(2 * D)
+        logits = tau * s / math.sqrt(spec.rot_width)
     else:
         if o["prior"] == "dle":
             Vd = head(c["sigma_tilde2"]) * (1 - E2) + head(c["eta2"]) * E2 + head(c["gamma2"])
@@ -262,23 +271,26 @@ def loops(x, P, spec):
     q, k = (zc[:, :, n] * phase.conj() for n in range(2))              # (B, T, H, D)
     v = zc[:, :, 2] * vphase.conj()
     sp = lambda n: softplus(P[n]) + spec.eps                            # noqa: E731
-    tau, s2, e2, g2, nud = sp("sde_tau"), sp("sde_sigma"), sp("sde_eta"), sp("sde_gamma"), sp("sde_nu")
+    tau, s2, e2, g2 = sp("sde_tau"), sp("sde_sigma"), sp("sde_eta"), sp("sde_gamma")
     out = torch.zeros(B, T, H, D, dtype=zc.dtype)
     for h in range(H):
-        mu = 0.0 if spec.zero_decay[h] else softplus(P["sde_mu"][h])
-        nu = D * nud[h]
+        mu = 0.0 if spec.zero_decay[h] else softplus(P["sde_mu"][h]) + spec.eps
+        # the authors' nu = d softplus(nu') + 2 + eps, or nu / d = softplus(nu') + eps
+        nu = D * softplus(P["sde_nu"][h]) + 2 + spec.eps if spec.nu_authors else D * sp("sde_nu")[h]
+        kappa = (nu + D) / D
         for b in range(B):
             for i in range(T):
                 logit, weight = [], []
                 for j in range(i + 1):
                     E = torch.exp(-mu * torch.tensor(float(i - j), dtype=DTYPE))
                     if spec.unitary:
-                        logit.append(tau[h] * (q[b, i, h].conj() * k[b, j, h]).sum().real / math.sqrt(2 * D))
+                        logit.append(tau[h] * (q[b, i, h].conj() * k[b, j, h]).sum().real
+                                      / math.sqrt(D if o["rotation_scale"] == "sqrt_d" else 2 * D))
                     else:
                         V = s2[h] * (1 - E * E) + e2[h] * E * E + g2[h] if o["prior"] == "dle" else 1.0
                         r2 = (q[b, i, h] - E * k[b, j, h]).abs().pow(2).sum()
                         cg = 1 / (nu * V) if o["mult_gate"] else 1 / nu
-                        pen = (1 + nud[h]) * torch.log(1 + cg * r2) if o["kernel"] == "student" else cg * r2
+                        pen = kappa * torch.log(1 + cg * r2) if o["kernel"] == "student" else cg * r2
                         logit.append(-tau[h] * torch.log(torch.as_tensor(V, dtype=DTYPE)) - tau[h] * pen)
                     weight.append(E)
                 A = torch.softmax(torch.stack(logit), dim=0) * torch.stack(weight)
@@ -304,6 +316,8 @@ def self_test():
         "no mult_gate, no rotate_values": {"mult_gate": False, "rotate_values": False},
         "no rotations": {"rotations": False, "heads": 3, "head_dim": 2},
         "unitary": {"unitary": True},
+        "unitary, rotation_scale sqrt_2d": {"unitary": True, "rotation_scale": "sqrt_2d"},
+        "nu_form authors": {"nu_form": "authors", "head_dim": 4},
         "learn_omega, bias off, head_dim 6": {"learn_omega": True, "bias": False, "head_dim": 6,
                                                "zero_decay_heads": 0, "spectral_coupling": True},
     }
@@ -337,7 +351,8 @@ def self_test():
             same = bool((forward(x, P2, "", spec) == y).all())
         report(finite and zero_ok and same,
                f"(b) mu=0: {name}: y and grads finite (T=40), grad sde_mu on mu=0 heads == 0, raw mu there unused")
-    spec0, spec1 = tiny_spec(C, zero_decay_heads=1), tiny_spec(C, zero_decay_heads=0)
+    # (eps 0: mu = softplus(raw) + eps would otherwise put the learned head at mu >= eps)
+    spec0, spec1 = tiny_spec(C, zero_decay_heads=1, eps=0.0), tiny_spec(C, zero_decay_heads=0, eps=0.0)
     P = random_params(spec0, C, 3)
     with torch.no_grad():
         P1 = dict(P)
@@ -410,9 +425,13 @@ def self_test():
             flat = every if (spec.unitary or o["prior"] == "flat") else none
             expect = {"sde_mu": z, "sde_sigma": z | flat, "sde_eta": flat, "sde_gamma": flat,
                       "sde_nu": every if spec.unitary else none, "sde_tau": none}
+            # without the gate, a mu = 0 head's V = eta^2 + gamma^2 is the same at every lag, so the softmax
+            # cancels it: those gradients are 0 analytically, in float64 0 or ~1e-18 by rounding (not checked)
+            skip = z if not o["mult_gate"] else none
             for n, zero in expect.items():
                 g = dump[f"grad.blocks.{l}.mixer.{n}"]
-                zeros_ok &= bool((g[zero] == 0).all() and (g[~zero] != 0).all())
+                free = skip if n in ("sde_eta", "sde_gamma") else none
+                zeros_ok &= bool((g[zero & ~free] == 0).all() and (g[~zero & ~free] != 0).all())
             if o["learn_omega"]:
                 zeros_ok &= bool((dump[f"grad.blocks.{l}.mixer.omega"] != 0).all())
         spec = mixer_spec(model, 0)
@@ -420,6 +439,38 @@ def self_test():
         report(finite and zeros_ok,
                f"(f) case {name}: H={spec.H} D={spec.D} ({int(spec.zero_decay.sum())} mu=0), mixer tensors "
                f"{' '.join(names)}; loss {dump['loss'][0]:.4f}; finite; SDE grads zero exactly where implied")
+
+    # (h) the parameter maps on their own: mu = softplus(raw) + eps on the decaying heads (Algorithm 1);
+    # rotation_scale sqrt_2d at tau sqrt(2) == sqrt_d at tau; nu_form authors at raw r == ratio at
+    # softplus(r') = softplus(r) + 2 / D (the same nu, hence kappa and the gate)
+    spec = tiny_spec(C, eps=1e-3)
+    P = random_params(spec, C, 12)
+    with torch.no_grad():
+        c = coefficients(P, "", spec)
+        want = torch.stack([torch.zeros((), dtype=DTYPE), softplus(P["sde_mu"][1]) + 1e-3])
+        d_mu = float((c["mu"] - want).abs().max())
+    report(d_mu < 1e-15 and float(c["mu"][1]) > 1e-3,
+           f"(h) mu = softplus(raw) + eps on the decaying head, 0 on the zero-decay head: max|d| = {d_mu:.1e}")
+    s1, s2 = tiny_spec(C, unitary=True), tiny_spec(C, unitary=True, rotation_scale="sqrt_2d")
+    P = random_params(s1, C, 13)
+    with torch.no_grad():
+        P2 = dict(P)
+        tau = softplus(P["sde_tau"]) + s1.eps
+        P2["sde_tau"] = torch.log(torch.expm1(math.sqrt(2.0) * tau - s1.eps))
+        d = float((forward(x_all, P, "", s1) - forward(x_all, P2, "", s2)).abs().max())
+    report(d < 1e-12, f"(h) unitary: sqrt_2d at tau sqrt(2) == sqrt_d at tau: max|dy| = {d:.1e}")
+    sa, sr = tiny_spec(C, nu_form="authors"), tiny_spec(C)
+    P = random_params(sa, C, 14)
+    with torch.no_grad():
+        ca = coefficients(P, "", sa)
+        want = sa.D * softplus(P["sde_nu"]) + 2 + sa.eps
+        Pr = dict(P)
+        Pr["sde_nu"] = torch.log(torch.expm1(softplus(P["sde_nu"]) + (2.0 + sa.eps) / sa.D - sa.eps))
+        d_nu = float((ca["nu"] - want).abs().max())
+        d = float((forward(x_all, P, "", sa) - forward(x_all, Pr, "", sr)).abs().max())
+    report(d_nu < 1e-12 and d < 1e-12 and float(ca["kappa"].min()) > 1 + 2 / sa.D,
+           f"(h) nu_form authors: nu = D softplus + 2 + eps (max|d| {d_nu:.1e}), == ratio at the same nu "
+           f"(max|dy| {d:.1e}), kappa > 1 + 2/D")
 
     # (g) defaults: {"kind": "rfa"} alone resolves to the spec's table
     spec = mixer_spec({"d_model": 16, "n_layers": 1, "mixer": {"kind": "rfa"}}, 0)
@@ -451,6 +502,9 @@ CASES = {
         heads=3, mixer={"head_dim": 4, "rotations": False, "zero_decay_heads": 1, "damping": 0.3,
                         "sigma_tilde2_init": 0.5, "eta2_init": 0.2, "gamma2_init": 0.5}),
     "rfa_unitary": _rfa_model(heads=2, mixer={"unitary": True, "rope_base": 100, "tau_init": 2.0}),
+    "rfa_unitary_sqrt_2d": _rfa_model(
+        heads=2, mixer={"unitary": True, "rotation_scale": "sqrt_2d", "rope_base": 100, "tau_init": 2.0}),
+    "rfa_nu_authors": _rfa_model(heads=2, mixer={**_SC, "head_dim": 4, "nu_form": "authors", "nu_over_d_init": 1.5}),
     "rfa_learn_omega_bias_off": _rfa_model(
         heads=2, mixer={**_SC, "learn_omega": True, "bias": False, "zero_decay_heads": 0,
                         "nu_over_d_init": 1.0, "tau_init": 1.5}),

@@ -4,6 +4,8 @@
  * head and lag d = i - j:
  *
  *   q~, k~, v~ = e^{-i w t} (q, k, v)       complex channels stored as [Re (D) | Im (D)] per head
+ *   mu = softplus(mu') + eps (0 exactly on the zero-decay heads), nu = D (softplus(nu') + eps) (nu_form
+ *   "ratio") or D softplus(nu') + 2 + eps ("authors"), kappa = (nu + D) / D
  *   E_d = e^{-mu d},  V_d = s~2 (1 - E_d^2) + eta2 E_d^2 + gamma2
  *   l_ij = -tau log V_d - tau kappa log(1 + |q_i - E_d k_j|^2 / (nu V_d)),   A = softmax(l) * E
  *   out_i = e^{+i w i} sum_j A_ij v~_j,   y = out W_o^T
@@ -38,10 +40,12 @@ typedef struct RfaOpts {
     int heads, head_dim, bias, spectral_coupling, zero_decay_heads, learn_omega, mult_gate, rotate_values,
         rotations, unitary;
     double damping, rope_base, sigma_tilde2_init, eta2_init, gamma2_init, nu_over_d_init, tau_init, eps;
-    char kernel[CFG_STR_MAX], prior[CFG_STR_MAX];
+    char kernel[CFG_STR_MAX], prior[CFG_STR_MAX], rotation_scale[CFG_STR_MAX], nu_form[CFG_STR_MAX];
     // derived by check
     int H, D, HD2;       // heads, complex channels per head, 2 H D real channels
-    int gauss, flat, rot_qk, rot_v, n_zero;
+    int gauss, flat, rot_qk, rot_v, n_zero, nu_authors;
+    double unit_scale;   // unitary logits tau Re(q~'k~) / unit_scale: sqrt(D) or sqrt(2D)
+    double nu_shift;     // nu / D = softplus(nu') + nu_shift: eps (ratio) or (2 + eps) / D (authors)
     int k_wqkv, k_bqkv, k_wo, k_bo, k_mu, k_sig, k_eta, k_gam, k_nu, k_tau, k_om;  // tensor indices (-1 absent)
     float omega0[RFA_MAX_HEADS * RFA_MAX_HALF];  // (H, D/2) w'_{h,m}: the fixed spectrum / learnable init
     float mu0[RFA_MAX_HEADS];                    // (H,) initial decays
@@ -73,7 +77,13 @@ static const CfgKey RFA_KEYS_[] = {
          "Rotate values into the shared frame and back (false = ablation M2.4)."),
     KEY_("rotations", CFG_BOOL, rotations, "true", 0, 0, NULL, "Any rotation of q, k, v (false = ablation M2.5)."),
     KEY_("unitary", CFG_BOOL, unitary, "false", 0, 0, NULL,
-         "Pure-rotation limit (M2.6): mu = 0, no noise, logits tau · Re(q~'k~) / sqrt(2D)."),
+         "Pure-rotation limit (M2.6): mu = 0, no noise, logits tau · Re(q~'k~) / sqrt(D) (see rotation_scale)."),
+    KEY_("rotation_scale", CFG_ENUM, rotation_scale, "\"sqrt_d\"", 0, 0, "sqrt_d|sqrt_2d",
+         "With unitary: divide Re(q~'k~) by sqrt(D), D complex channels (the authors' code), or by sqrt(2D), "
+         "the real width (seqtrain before this option)."),
+    KEY_("nu_form", CFG_ENUM, nu_form, "\"ratio\"", 0, 0, "ratio|authors",
+         "Student-t dof: nu = D (softplus(nu') + eps) (ratio), or nu = D softplus(nu') + 2 + eps as in the "
+         "authors' code (nu > 2: finite variance); nu_over_d_init sets nu / D in both."),
     KEY_("sigma_tilde2_init", CFG_FLOAT, sigma_tilde2_init, "0.1", 1e-6, 1e6, NULL,
          "Initial steady-state process variance s~^2 (the same in every head)."),
     KEY_("eta2_init", CFG_FLOAT, eta2_init, "1", 1e-6, 1e6, NULL,
@@ -81,7 +91,9 @@ static const CfgKey RFA_KEYS_[] = {
     KEY_("gamma2_init", CFG_FLOAT, gamma2_init, "1", 1e-6, 1e6, NULL, "Initial query measurement noise gamma^2."),
     KEY_("nu_over_d_init", CFG_FLOAT, nu_over_d_init, "4", 1e-3, 1e6, NULL, "Initial Student-t dof per channel nu/D."),
     KEY_("tau_init", CFG_FLOAT, tau_init, "1", 1e-3, 1e3, NULL, "Initial inverse softmax temperature tau."),
-    KEY_("eps", CFG_FLOAT, eps, "1e-6", 0, 1, NULL, "Added to softplus outputs that must stay positive."),
+    KEY_("eps", CFG_FLOAT, eps, "1e-6", 0, 1, NULL,
+         "Added to softplus outputs that must stay positive (mu of the decaying heads, s~^2, eta^2, gamma^2, "
+         "nu, tau; Algorithm 1)."),
 };
 
 static const CfgSection RFA_SCHEMA_ = {"rfa", "Options of the rfa mixer.", RFA_KEYS_,
@@ -108,6 +120,12 @@ static int rfa_check_(MixerSpec *s, const char *path, Err *e) {
     o->rot_qk = o->rotations;
     o->rot_v = o->rotations && o->rotate_values;
     o->n_zero = o->unitary ? o->H : o->zero_decay_heads;
+    o->unit_scale = sqrt(strcmp(o->rotation_scale, "sqrt_2d") ? (double)o->D : 2.0 * o->D);
+    o->nu_authors = !strcmp(o->nu_form, "authors");
+    o->nu_shift = o->nu_authors ? (2.0 + o->eps) / o->D : o->eps;
+    if (o->nu_over_d_init <= o->nu_shift)
+        return err_set(e, "%s.nu_over_d_init: %g must exceed %g, the least nu / D that nu_form \"%s\" reaches "
+                       "with D = %d", path, o->nu_over_d_init, o->nu_shift, o->nu_form, o->D);
     int k = 0;
     o->k_wqkv = k++;
     o->k_bqkv = o->bias ? k++ : -1;
@@ -146,7 +164,8 @@ static int rfa_params_(const MixerSpec *s, ParamTable *pt, const char *prefix, i
     MIXER_ADD("sde_sigma", 1, ((int[]){o->H}), init_const((float)mixer_inv_softplus(o->sigma_tilde2_init - eps)), 0);
     MIXER_ADD("sde_eta", 1, ((int[]){o->H}), init_const((float)mixer_inv_softplus(o->eta2_init - eps)), 0);
     MIXER_ADD("sde_gamma", 1, ((int[]){o->H}), init_const((float)mixer_inv_softplus(o->gamma2_init - eps)), 0);
-    MIXER_ADD("sde_nu", 1, ((int[]){o->H}), init_const((float)mixer_inv_softplus(o->nu_over_d_init - eps)), 0);
+    MIXER_ADD("sde_nu", 1, ((int[]){o->H}),
+              init_const((float)mixer_inv_softplus(o->nu_over_d_init - o->nu_shift)), 0);
     MIXER_ADD("sde_tau", 1, ((int[]){o->H}), init_const((float)mixer_inv_softplus(o->tau_init - eps)), 0);
     if (o->learn_omega) MIXER_ADD("omega", 2, ((int[]){o->H, o->D / 2}), ((ParamInit){INIT_CUSTOM, 0, 0}), 0);
     return 0;
@@ -155,8 +174,10 @@ static int rfa_params_(const MixerSpec *s, ParamTable *pt, const char *prefix, i
 static void rfa_init_(const Mixer *m) {
     const RfaOpts *o = m->spec->opts;
     float *mu = mixer_param(m, o->k_mu);
-    // heads with mu = 0 never read their raw value; it stays 0
-    for (int h = 0; h < o->H; h++) mu[h] = h < o->n_zero ? 0.0f : (float)mixer_inv_softplus(fmax(o->mu0[h], 1e-12));
+    // heads with mu = 0 never read their raw value; it stays 0. mu = softplus(raw) + eps, so raw =
+    // softplus^-1(mu0 - eps) (floored: damping 0 gives mu ~ eps)
+    for (int h = 0; h < o->H; h++)
+        mu[h] = h < o->n_zero ? 0.0f : (float)mixer_inv_softplus(fmax(o->mu0[h] - o->eps, 1e-12));
     if (o->learn_omega) memcpy(mixer_param(m, o->k_om), o->omega0, (size_t)o->H * (o->D / 2) * sizeof(float));
 }
 
@@ -168,11 +189,11 @@ typedef struct RfaHead_ {
 static RfaHead_ rfa_head_(const Mixer *m, int h) {
     const RfaOpts *o = m->spec->opts;
     RfaHead_ p;
-    p.mu = h < o->n_zero ? 0.0 : mixer_softplus(mixer_param(m, o->k_mu)[h]);
+    p.mu = h < o->n_zero ? 0.0 : mixer_softplus(mixer_param(m, o->k_mu)[h]) + o->eps;
     p.st2 = mixer_softplus(mixer_param(m, o->k_sig)[h]) + o->eps;
     p.eta2 = mixer_softplus(mixer_param(m, o->k_eta)[h]) + o->eps;
     p.gam2 = mixer_softplus(mixer_param(m, o->k_gam)[h]) + o->eps;
-    p.nod = mixer_softplus(mixer_param(m, o->k_nu)[h]) + o->eps;
+    p.nod = mixer_softplus(mixer_param(m, o->k_nu)[h]) + o->nu_shift;  // nu / D; d nod / d raw = sigmoid
     p.tau = mixer_softplus(mixer_param(m, o->k_tau)[h]) + o->eps;
     return p;
 }
@@ -235,7 +256,7 @@ static void rfa_tables_(const Mixer *m, RfaActs *a, int T) {
     for (int h = 0; h < o->H; h++) {
         RfaHead_ p = rfa_head_(m, h);
         double nu = p.nod * o->D, kappa = 1.0 + p.nod;
-        a->beta[h] = (float)(o->unitary ? p.tau / sqrt(2.0 * o->D) : o->gauss ? p.tau : p.tau * kappa);
+        a->beta[h] = (float)(o->unitary ? p.tau / o->unit_scale : o->gauss ? p.tau : p.tau * kappa);
         for (int d = 0; d < T; d++) {
             size_t t = (size_t)h * T + d;
             double E = exp(-p.mu * d), E2 = E * E;
@@ -386,7 +407,7 @@ static void rfa_backward_(Mixer *m, float *dx, const float *dy, const float *x, 
         double dtau = 0, dnod = 0, dst2 = 0, deta2 = 0, dgam2 = 0, dmu = 0;
         double gb = gbeta[h];
         if (o->unitary) {
-            dtau = gb / sqrt(2.0 * o->D);  // beta = tau / sqrt(2D)
+            dtau = gb / o->unit_scale;  // beta = tau / sqrt(D) or tau / sqrt(2D)
         } else {
             dtau = o->gauss ? gb : gb * kappa;  // beta = tau (gauss) or tau kappa
             if (!o->gauss) dnod += gb * p.tau;
