@@ -201,6 +201,8 @@ static void test_nu_form(void) {
                       "nu_over_d_init");
     layer_check_error("{\"kind\": \"rfa\", \"heads\": 2, \"nu_form\": \"paper\"}", C, "nu_form");
     layer_check_error("{\"kind\": \"rfa\", \"heads\": 2, \"rotation_scale\": \"d\"}", C, "rotation_scale");
+    layer_check_error("{\"kind\": \"rfa\", \"heads\": 2, \"eps\": 0.05, \"tau_init\": 0.04}", C, "tau_init");
+    layer_check_error("{\"kind\": \"rfa\", \"heads\": 2, \"eps\": 0.05, \"nu_over_d_init\": 0.05}", C, "nu_over_d_init");
 }
 
 // attention maps: rows sum to 1 over the visible keys

@@ -93,7 +93,7 @@ static const CfgKey RFA_KEYS_[] = {
     KEY_("tau_init", CFG_FLOAT, tau_init, "1", 1e-3, 1e3, NULL, "Initial inverse softmax temperature tau."),
     KEY_("eps", CFG_FLOAT, eps, "1e-6", 0, 1, NULL,
          "Added to softplus outputs that must stay positive (mu of the decaying heads, s~^2, eta^2, gamma^2, "
-         "nu, tau; Algorithm 1)."),
+         "nu, tau; Algorithm 1); the *_init values must exceed it."),
 };
 
 static const CfgSection RFA_SCHEMA_ = {"rfa", "Options of the rfa mixer.", RFA_KEYS_,
@@ -123,6 +123,13 @@ static int rfa_check_(MixerSpec *s, const char *path, Err *e) {
     o->unit_scale = sqrt(strcmp(o->rotation_scale, "sqrt_2d") ? (double)o->D : 2.0 * o->D);
     o->nu_authors = !strcmp(o->nu_form, "authors");
     o->nu_shift = o->nu_authors ? (2.0 + o->eps) / o->D : o->eps;
+    // each init value v is stored as softplus^-1(v - floor): it must exceed the floor its map adds
+    const char *init_key[4] = {"sigma_tilde2_init", "eta2_init", "gamma2_init", "tau_init"};
+    double init_val[4] = {o->sigma_tilde2_init, o->eta2_init, o->gamma2_init, o->tau_init};
+    for (int i = 0; i < 4; i++)
+        if (init_val[i] <= o->eps)
+            return err_set(e, "%s.%s: %g must exceed eps (%g), which softplus(.) + eps cannot go below", path,
+                           init_key[i], init_val[i], o->eps);
     if (o->nu_over_d_init <= o->nu_shift)
         return err_set(e, "%s.nu_over_d_init: %g must exceed %g, the least nu / D that nu_form \"%s\" reaches "
                        "with D = %d", path, o->nu_over_d_init, o->nu_shift, o->nu_form, o->D);
