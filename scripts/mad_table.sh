@@ -36,7 +36,8 @@ Settings (environment):
   ROWS=id,id,...          only these mixer rows (default all): $(printf '%s ' attn_none attn_rope attn_alibi attn_fox rfa sc_rfa kla kla_p0 kla_plus)
   TASKS=t,t,...           only these task columns (default all six)
   LRS='a b' WDS='a b'     override the scale's lr / wd grid
-  SEEDS='1 2'             override the seeds (PROTOCOL=kla; with PROTOCOL=mad one run per grid point, no seed set)
+  SEEDS=N                 seeds 1..N (PROTOCOL=kla, as SEEDS of the other task sweeps; PROTOCOL=mad trains one run
+                          per grid point with the config's seed)
   SEQ_OUT=DIR                 output folder (default runs/mad_table/\$SCALE, with PROTOCOL=kla runs/mad_table/kla_\$SCALE)
   JOBS=N, THREADS=N, BIN=DIR, PROGRESS_EVERY=S   as in scripts/rfa_common.sh (OMP_WAIT_POLICY=passive when JOBS>1)
 Options:
@@ -86,7 +87,9 @@ rfa_setup
 if [ "$PROTOCOL" = kla ]; then
     # Table 10: lr 1e-3, wd 0, no grid; the mean over seeds (G.1: 5 seeds)
     MAD_LRS=${LRS:-"1e-3"}; MAD_WDS=${WDS:-"0"}
-    case "$SCALE" in paper) MAD_SEEDS=${SEEDS:-"1 2 3 4 5"} ;; *) MAD_SEEDS=${SEEDS:-"1 2"} ;; esac
+    case "$SCALE" in paper) nseeds_=${SEEDS:-5} ;; *) nseeds_=${SEEDS:-2} ;; esac
+    case "$nseeds_" in ''|*[!0-9]*|0) RFA_DIE_RC=2 rfa_die "SEEDS must be a positive integer (got '$nseeds_')" ;; esac
+    MAD_SEEDS=$(seq -s ' ' 1 "$nseeds_")
 else
     case "$SCALE" in
         paper) MAD_LRS=${LRS:-"1e-4 5e-4 1e-3"}; MAD_WDS=${WDS:-"0 0.1"} ;;
@@ -96,8 +99,7 @@ else
     [ -z "${SEEDS:-}" ] || RFA_DIE_RC=2 rfa_die "SEEDS is for PROTOCOL=kla (PROTOCOL=mad trains one run per grid point)"
     MAD_SEEDS=""
 fi
-for x in $MAD_SEEDS; do case "$x" in *[!0-9]*) RFA_DIE_RC=2 rfa_die "SEEDS must be non-negative integers (got '$x')" ;; esac; done
-[ -n "${SEEDS:-}" ] && RFA_CMDLINE="SEEDS='$SEEDS' $RFA_CMDLINE"
+[ -n "${SEEDS:-}" ] && RFA_CMDLINE="SEEDS=$SEEDS $RFA_CMDLINE"
 [ -n "${LRS:-}" ] && RFA_CMDLINE="LRS='$LRS' $RFA_CMDLINE"
 [ -n "${WDS:-}" ] && RFA_CMDLINE="WDS='$WDS' $RFA_CMDLINE"
 [ -n "${TASKS:-}" ] && RFA_CMDLINE="TASKS=$TASKS $RFA_CMDLINE"
