@@ -38,6 +38,11 @@ check "PROTOCOL=kla --dry-run lists 108 runs (2 seeds) of the kla_protocol confi
     eval '[ "$(grep -c "^$BIN/seqtrain --config configs/tasks/mad/kla_protocol/" "$W/dry_kla")" = 108 ] && [ ! -d "$W/kla/runs" ]'
 check "PROTOCOL=kla sets run.seed and no min_lr_frac (constant lr)" \
     eval 'grep -q "run.name=kla__icr__lr1e-3_wd0_s2 " "$W/dry_kla" && grep "run.name=kla__icr__lr1e-3_wd0_s2 " "$W/dry_kla" | grep -q -- "--set run.seed=2 " && ! grep -q min_lr_frac "$W/dry_kla"'
+cmd=$(grep "run.name=kla__icr__lr1e-3_wd0_s1 " "$W/dry_kla"); eval "$cmd --info" > "$W/info_kla" 2>/dev/null
+cmd=$(grep "run.name=attn_rope__icr__lr1e-3_wd0_s1 " "$W/dry_kla"); eval "$cmd --info" > "$W/info_attn" 2>/dev/null
+check "PROTOCOL=kla: one block, a fused KLA block (no MLP) for kla and attention + MLP for attention" \
+    eval 'grep -q "^model .* 1 layers," "$W/info_kla" && grep -q "^| 0 | kla (no MLP) |" "$W/info_kla" &&
+          grep -q "^model .* 1 layers," "$W/info_attn" && grep -q "^| 0 | attention |" "$W/info_attn" && ! grep -q "^| 1 |" "$W/info_attn"'
 check "a bad PROTOCOL exits 2" eval 'PROTOCOL=maybe SEQ_OUT=$O "$S" --dry-run 2>/dev/null; [ $? = 2 ]'
 check "SEEDS with PROTOCOL=mad exits 2" eval 'SEEDS=1 SEQ_OUT=$O "$S" --dry-run 2>/dev/null; [ $? = 2 ]'
 cmd=$(grep "run.name=attn_rope__icr__" "$W/dry")
