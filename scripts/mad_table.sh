@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The MAD synthetic-LM suite (Poli et al. 2024; KLA paper Fig. 5a) as one table: rows = sequence mixers,
-# columns = the six MAD tasks and their average; each cell is the best test accuracy over the lr x wd grid
-# (as MAD reports it). Every (mixer, task, lr, wd) is one seqtrain run of configs/tasks/mad/<task>.json in
-# $SEQ_OUT/runs/<mixer>__<task>__lr<lr>_wd<wd>/ whose final accuracy is RUN_DIR/eval/acc.json.
+# columns = the six MAD tasks and their average. Two protocols (PROTOCOL=mad|kla): MAD-Lab's (each cell the
+# best test accuracy over the lr x wd grid, as MAD reports it; configs/tasks/mad/<task>.json) and the KLA
+# paper's own (Table 10, App. F.1.2 / G.3: each cell the mean over 5 seeds at lr 1e-3;
+# configs/tasks/mad/kla_protocol/<task>.json). Every (mixer, task, lr, wd[, seed]) is one seqtrain run in
+# $SEQ_OUT/runs/<mixer>__<task>__lr<lr>_wd<wd>[_s<seed>]/ whose final accuracy is RUN_DIR/eval/acc.json.
 # Resumable: finished runs are reused, interrupted ones resumed (run the same command again).
 # The run queue, locking, resuming and settings come from scripts/rfa_common.sh.
 source "$(dirname "${BASH_SOURCE[0]}")/rfa_common.sh"
@@ -13,7 +15,18 @@ Trains every (mixer, task, lr, wd) run of the MAD table that is not finished yet
 (Markdown on stdout, and SEQ_OUT/mad_table.md, SEQ_OUT/mad_table.csv).
 
 Settings (environment):
-  SCALE=tiny|small|paper  (default small)
+  PROTOCOL=mad|kla        (default mad)
+      mad: MAD-Lab's protocol (Poli et al. 2024): configs/tasks/mad/*.json, 2 x [mixer, SwiGLU], best over an
+           lr x wd grid, one seed (the scales below)
+      kla: the KLA paper's own protocol (Table 10, App. F.1.2 / G.3): configs/tasks/mad/kla_protocol/*.json:
+           ONE block (model.block auto: fused for kla, [mixer, SwiGLU] for the others), batch 172, AdamW lr 1e-3
+           with no schedule, wd 0, clip 5, 750 epochs, the mean over seeds 1-5 (run.seed; the data seed is
+           fixed). Approximated: the paper stops early with patience 70 epochs; seqtrain has no patience, so
+           every run trains all 750 epochs and is scored at the end. Compression's decoder is seqtrain's
+           autoencoder head (hidden widths d_model, d_model), not the paper's [240, 120].
+           SCALE paper: as the configs, 5 seeds; small: 640 training examples (memorization its 256),
+           38 epochs (1/20 of 750), 2 seeds; tiny: as PROTOCOL=mad's tiny, 2 seeds. Grid: lr {1e-3} x wd {0}
+  SCALE=tiny|small|paper  (default small)  (the values below are PROTOCOL=mad's)
       paper: the MAD protocol: configs/tasks/mad/*.json as they are (d 128, 2 x [mixer, swiglu], 12,800 train /
              1,280 test examples, batch 128, 200 epochs, cosine to 1e-6), grid lr {1e-4, 5e-4, 1e-3} x wd {0, 0.1}
       small: CPU-sized: 1/20 of the training examples (640; memorization keeps its 256) and 1/20 of the
@@ -23,7 +36,9 @@ Settings (environment):
   ROWS=id,id,...          only these mixer rows (default all): $(printf '%s ' attn_none attn_rope attn_alibi attn_fox rfa sc_rfa kla kla_p0 kla_plus)
   TASKS=t,t,...           only these task columns (default all six)
   LRS='a b' WDS='a b'     override the scale's lr / wd grid
-  SEQ_OUT=DIR                 output folder (default runs/mad_table/\$SCALE)
+  SEEDS=N                 seeds 1..N (PROTOCOL=kla, as SEEDS of the other task sweeps; PROTOCOL=mad trains one run
+                          per grid point with the config's seed)
+  SEQ_OUT=DIR                 output folder (default runs/mad_table/\$SCALE, with PROTOCOL=kla runs/mad_table/kla_\$SCALE)
   JOBS=N, THREADS=N, BIN=DIR, PROGRESS_EVERY=S   as in scripts/rfa_common.sh (OMP_WAIT_POLICY=passive when JOBS>1)
 Options:
   --set KEY=VALUE         extra override for every run (after the row's)
@@ -63,26 +78,45 @@ MAD_TASKS=(
 
 rfa_parse_opts mad_table "$@"
 SCALE=${SCALE:-small}
-[ -n "${SEQ_OUT:-}" ] || SEQ_OUT="$RFA_ROOT/runs/mad_table/$SCALE"
+PROTOCOL=${PROTOCOL:-mad}
+case "$PROTOCOL" in mad|kla) ;; *) RFA_DIE_RC=2 rfa_die "PROTOCOL must be mad or kla (got '$PROTOCOL')" ;; esac
+if [ -z "${SEQ_OUT:-}" ]; then
+    if [ "$PROTOCOL" = kla ]; then SEQ_OUT="$RFA_ROOT/runs/mad_table/kla_$SCALE"; else SEQ_OUT="$RFA_ROOT/runs/mad_table/$SCALE"; fi
+fi
 rfa_setup
-case "$SCALE" in
-    paper) MAD_LRS=${LRS:-"1e-4 5e-4 1e-3"}; MAD_WDS=${WDS:-"0 0.1"} ;;
-    small) MAD_LRS=${LRS:-"5e-4 1e-3"};      MAD_WDS=${WDS:-"0"} ;;
-    tiny)  MAD_LRS=${LRS:-"1e-3"};           MAD_WDS=${WDS:-"0"} ;;
-esac
+if [ "$PROTOCOL" = kla ]; then
+    # Table 10: lr 1e-3, wd 0, no grid; the mean over seeds (G.1: 5 seeds)
+    MAD_LRS=${LRS:-"1e-3"}; MAD_WDS=${WDS:-"0"}
+    case "$SCALE" in paper) nseeds_=${SEEDS:-5} ;; *) nseeds_=${SEEDS:-2} ;; esac
+    case "$nseeds_" in ''|*[!0-9]*|0) RFA_DIE_RC=2 rfa_die "SEEDS must be a positive integer (got '$nseeds_')" ;; esac
+    MAD_SEEDS=$(seq -s ' ' 1 "$nseeds_")
+else
+    case "$SCALE" in
+        paper) MAD_LRS=${LRS:-"1e-4 5e-4 1e-3"}; MAD_WDS=${WDS:-"0 0.1"} ;;
+        small) MAD_LRS=${LRS:-"5e-4 1e-3"};      MAD_WDS=${WDS:-"0"} ;;
+        tiny)  MAD_LRS=${LRS:-"1e-3"};           MAD_WDS=${WDS:-"0"} ;;
+    esac
+    [ -z "${SEEDS:-}" ] || RFA_DIE_RC=2 rfa_die "SEEDS is for PROTOCOL=kla (PROTOCOL=mad trains one run per grid point)"
+    MAD_SEEDS=""
+fi
+[ -n "${SEEDS:-}" ] && RFA_CMDLINE="SEEDS=$SEEDS $RFA_CMDLINE"
 [ -n "${LRS:-}" ] && RFA_CMDLINE="LRS='$LRS' $RFA_CMDLINE"
 [ -n "${WDS:-}" ] && RFA_CMDLINE="WDS='$WDS' $RFA_CMDLINE"
 [ -n "${TASKS:-}" ] && RFA_CMDLINE="TASKS=$TASKS $RFA_CMDLINE"
 [ -n "${ROWS:-}" ] && RFA_CMDLINE="ROWS=$ROWS $RFA_CMDLINE"
+[ "$PROTOCOL" = kla ] && RFA_CMDLINE="PROTOCOL=kla $RFA_CMDLINE"
 
 # --- hooks of rfa_common.sh, redefined for tasks
-rfa_config_path() { printf 'configs/tasks/mad/%s.json\n' "$1"; }
+rfa_config_path() {
+    if [ "$PROTOCOL" = kla ]; then printf 'configs/tasks/mad/kla_protocol/%s.json\n' "$1"
+    else printf 'configs/tasks/mad/%s.json\n' "$1"; fi
+}
 # the scale's overrides for a task (rfa_row's KIND is the task here)
 rfa_scale_sets_() {
     case "$SCALE" in
         small)
             [ "$1" = memorization ] || echo data.task.train_examples=640
-            echo train.epochs=10 ;;
+            if [ "$PROTOCOL" = kla ]; then echo train.epochs=38; else echo train.epochs=10; fi ;;
         tiny)
             printf '%s\n' model.d_model=32 train.batch_size=4 train.steps=2 train.ckpt_every=0 \
                 data.task.train_examples=8 data.task.test_examples=8
@@ -123,9 +157,17 @@ for m in "${MAD_MIXERS[@]}"; do
         for lr in $MAD_LRS; do
             minfrac=$(awk -v l="$lr" 'BEGIN { f = 1e-6 / l; if (f > 1) f = 1; printf "%.6g", f }')
             for wd in $MAD_WDS; do
-                rfa_row "${mid}__${tid}__lr${lr}_wd${wd}" "$mlabel / $tid / lr $lr wd $wd" "$tid" "$tid" "$mid" \
-                    "model.mixer=$mjson" "optim.lr=$lr" "optim.weight_decay=$wd" "schedule.min_lr_frac=$minfrac" \
-                    "${extra[@]+"${extra[@]}"}"
+                if [ "$PROTOCOL" = kla ]; then  # constant lr: no min_lr_frac; one run per seed
+                    for seed in $MAD_SEEDS; do
+                        rfa_row "${mid}__${tid}__lr${lr}_wd${wd}_s${seed}" "$mlabel / $tid / lr $lr wd $wd seed $seed" "$tid" "$tid" "$mid" \
+                            "model.mixer=$mjson" "optim.lr=$lr" "optim.weight_decay=$wd" "run.seed=$seed" \
+                            "${extra[@]+"${extra[@]}"}"
+                    done
+                else
+                    rfa_row "${mid}__${tid}__lr${lr}_wd${wd}" "$mlabel / $tid / lr $lr wd $wd" "$tid" "$tid" "$mid" \
+                        "model.mixer=$mjson" "optim.lr=$lr" "optim.weight_decay=$wd" "schedule.min_lr_frac=$minfrac" \
+                        "${extra[@]+"${extra[@]}"}"
+                fi
             done
         done
     done
@@ -134,14 +176,16 @@ done
 rfa_run_all; rc=$?
 [ "$RFA_DRY_RUN" = 0 ] || exit 0
 
-# --- the table: best accuracy over the grid per (mixer, task); the average over the tasks of a row
+# --- the table: per (mixer, task) the best over the grid of the accuracy (PROTOCOL=kla: of the mean over the
+# seeds); the average over the tasks of a row
 mad_render() {
-    local md="$RFA_OUT/mad_table.md" csv="$RFA_OUT/mad_table.csv" r c lr wd id acc best n k cells sum cnt avg
-    local commit host ngrid
+    local md="$RFA_OUT/mad_table.md" csv="$RFA_OUT/mad_table.csv" r c lr wd id a acc best n k cells sum cnt avg
+    local commit host ngrid nseed seed ssum sn
     commit=$(git -C "$RFA_ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
     [ -n "$(git -C "$RFA_ROOT" status --porcelain -- src configs scripts 2>/dev/null)" ] && commit+=" (with uncommitted changes in src/, configs/ or scripts/)"
     host=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -n 1)
-    ngrid=$(( $(wc -w <<< "$MAD_LRS") * $(wc -w <<< "$MAD_WDS") ))
+    nseed=$(wc -w <<< "$MAD_SEEDS"); [ "$nseed" -gt 0 ] || nseed=1
+    ngrid=$(( $(wc -w <<< "$MAD_LRS") * $(wc -w <<< "$MAD_WDS") * nseed ))
     local -a rowcells=() csvrows=()
     for ((r = 0; r < ${#MAD_ROW_IDS[@]}; r++)); do
         cells=""; sum=0; cnt=0
@@ -149,10 +193,15 @@ mad_render() {
         for c in "${MAD_COL_IDS[@]}"; do
             best=""; n=0
             for lr in $MAD_LRS; do for wd in $MAD_WDS; do
-                id="${MAD_ROW_IDS[$r]}__${c}__lr${lr}_wd${wd}"
-                [ "$(cat "$RFA_STATE/$id.rc" 2>/dev/null)" = 0 ] || continue
-                acc=$(mad_acc_ "$RFA_RUNS/$id"); [ -n "$acc" ] || continue
-                n=$((n + 1))
+                ssum=0; sn=0
+                for seed in ${MAD_SEEDS:-none}; do
+                    id="${MAD_ROW_IDS[$r]}__${c}__lr${lr}_wd${wd}"; [ "$seed" = none ] || id+="_s$seed"
+                    [ "$(cat "$RFA_STATE/$id.rc" 2>/dev/null)" = 0 ] || continue
+                    a=$(mad_acc_ "$RFA_RUNS/$id"); [ -n "$a" ] || continue
+                    n=$((n + 1)); sn=$((sn + 1)); ssum=$(awk -v s="$ssum" -v a="$a" 'BEGIN { printf "%.8f", s + a }')
+                done
+                [ "$sn" -gt 0 ] || continue
+                acc=$(awk -v s="$ssum" -v n="$sn" 'BEGIN { printf "%.8f", s / n }')
                 if [ -z "$best" ] || awk -v a="$acc" -v b="$best" 'BEGIN { exit !(a > b) }'; then best=$acc; fi
             done; done
             if [ -z "$best" ]; then
@@ -172,14 +221,26 @@ mad_render() {
         rowcells+=("| ${MAD_ROW_LABELS[$r]} |$cells"); csvrows+=("$csvline")
     done
     {
+        if [ "$PROTOCOL" = kla ]; then
+            echo "**MAD synthetic LM suite, the KLA paper's protocol.** Test accuracy (fraction of supervised positions), the mean over seeds {${MAD_SEEDS// /, }}."
+            echo
+            echo "Protocol \`kla\` (KLA paper Table 10, App. F.1.2 / G.3; configs/tasks/mad/kla_protocol/*.json): one block (fused for KLA, [mixer, SwiGLU] otherwise), d 128, batch 172, AdamW lr 1e-3 constant, wd 0, clip 5, 750 epochs without the paper's early stopping (patience 70; seqtrain trains every epoch and scores the last), compression decoded by seqtrain's autoencoder head (hidden d_model, not [240, 120])."
+            case "$SCALE" in
+                paper) echo "Scale \`paper\`: the configs as they are (12,800 train / 1,280 test examples)." ;;
+                small) echo "Scale \`small\`: CPU-sized: 640 training examples (memorization 256), 38 epochs, 1,280 test examples." ;;
+                tiny)  echo "Scale \`tiny\`: a pipeline check (d 32, 2 steps of batch 4, 8 test examples, sequences ≤ 64); the numbers mean nothing." ;;
+            esac
+        else
         echo "**MAD synthetic LM suite.** Test accuracy (fraction of supervised positions), best over the lr × wd grid."
         echo
+        echo "Protocol \`mad\` (MAD-Lab, Poli et al. 2024; configs/tasks/mad/*.json)."
         case "$SCALE" in
             paper) echo "Scale \`paper\`: the MAD protocol (configs/tasks/mad/*.json: d 128, 2 × [mixer, SwiGLU], 12,800 train / 1,280 test examples, batch 128, 200 epochs, cosine to 1e-6)." ;;
             small) echo "Scale \`small\`: CPU-sized: the paper model, 640 training examples (memorization 256), 10 epochs, batch 128, 1,280 test examples." ;;
             tiny)  echo "Scale \`tiny\`: a pipeline check (d 32, 2 steps of batch 4, 8 test examples, sequences ≤ 64); the numbers mean nothing." ;;
         esac
-        echo "Grid: lr ∈ {${MAD_LRS// /, }} × wd ∈ {${MAD_WDS// /, }} ($ngrid runs per cell; a cell with fewer finished runs shows (k/$ngrid)). Average over the tasks of the row."
+        fi
+        echo "Grid: lr ∈ {${MAD_LRS// /, }} × wd ∈ {${MAD_WDS// /, }}${MAD_SEEDS:+ × seeds {${MAD_SEEDS// /, }\}} ($ngrid runs per cell; a cell with fewer finished runs shows (k/$ngrid)). Average over the tasks of the row."
         echo "Generated by \`SCALE=$SCALE $RFA_CMDLINE\` on $(date -u '+%Y-%m-%d %H:%M UTC'), commit $commit;" \
              "${host:-unknown CPU}, $RFA_NPROC cores, JOBS=$RFA_JOBS, THREADS=$RFA_THREADS."
         echo

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # MQAR (Zoology multi-query associative recall): test accuracy vs model width for a list of mixers, the
-# best over a learning-rate grid (Zoology protocol, ../shared/reference/tasks.md C.6): one table per
-# (setting, sequence length), rows = mixers, columns = d_model.
+# best over a learning-rate grid (Zoology protocol, ../shared/reference/tasks.md C.6; with SEEDS > 1 the
+# best over the grid of the mean over the seeds): one table per (setting, sequence length), rows = mixers,
+# columns = d_model.
 #
 #   scripts/mqar_sweep.sh [--set KEY=VALUE ...] [--dry-run]
 #
@@ -9,7 +10,9 @@
 #   SETTING=zoology|kla_long|bla   configs/tasks/mqar/$SETTING.json (default zoology)
 #       zoology:  V 8192, T/N = 64/4, 128/8, 256/16, 512/64 (one table per T), 100,000 / 3,000 examples
 #       kla_long: V 256, T 2048, N 64, 12,800 / 1,280 examples (KLA paper Fig. 6a / Table 9; N is not
-#                 given there, 64 is our choice)
+#                 given there, 64 is our choice), trained by the KLA paper's protocol (Tables 10, 12):
+#                 lr 1e-3 without schedule, wd 0, clip 5, 750 epochs (no early stop: the paper's patience 70
+#                 is not a seqtrain feature), batch by width (64, 32, 16 at d 64, 128, 256)
 #       bla:      V 8192, T 512, N 64 (BLA paper Fig. 3a / Table 2: 32 epochs, batch 32, wd 0.01)
 #   SCALE=tiny|small|paper   (default small)
 #       tiny:  d 16,32; lr 1e-3,3e-3; T 16, N 2, V 64, 4 steps of 16 examples (pipeline check, meaningless numbers)
@@ -19,8 +22,13 @@
 #              evaluations every 200 steps, stopping at 0.99 (Zoology's early stop). About 80 s (d 64) and
 #              3 min (d 128) per zoology attention run on 2 cores
 #       paper: d 64,128,256,512; lr logspace(-4,-2,4); the config's examples and epochs; Zoology's batch
-#              size by T (512 for T <= 128, 256, 128, 64 for T = 256, 512, 1024; 32 for T = 2048)
+#              size by T (512 for T <= 128, 256, 128, 64 for T = 256, 512, 1024; 32 for T = 2048).
+#              kla_long: the KLA paper's Table 12: d 64,128,256 with batch 64,32,16; lr 1e-3; 5 seeds
+#       kla_long at small and tiny: lr 1e-3 and one seed (small: d 64,128 with batch 64,32 as at paper, the
+#              config's 12,800 training examples, 1,000 test examples, 4 epochs; tiny as above)
 #   DIMS="64 128" LRS="1e-3 3e-3" TS="64 128"   override the scale's widths / lr grid / zoology lengths
+#   SEEDS=N      seeds 1..N per (mixer, d, lr) (run.seed; default 1, kla_long at paper 5); N > 1 names the
+#                runs ..._s<seed> and makes each cell the mean over the seeds
 #   MIXERS="attn_rope rfa"                      only these rows (ids of mixer_rows in scripts/tasks_common.sh)
 #   SEQ_OUT=DIR      output folder (default runs/tasks/mqar/$SCALE); runs in SEQ_OUT/runs, logs in SEQ_OUT/logs
 #   JOBS=N       runs trained at the same time (default: tiny nproc, else 1); OMP_WAIT_POLICY=passive if > 1
@@ -48,15 +56,23 @@ case "$SCALE" in
     small) dims="64 128"; lrs="2.15e-3 1e-2"; ts="64" ;;
     paper) dims="64 128 256 512"; lrs="1e-4 4.64e-4 2.15e-3 1e-2"; ts="64 128 256 512" ;;
 esac
-DIMS=${DIMS:-$dims}; LRS=${LRS:-$lrs}
+seeds=1
+if [ "$SETTING" = kla_long ]; then  # the KLA paper's Table 10 lr, Table 12 widths, G.1 seeds
+    lrs="1e-3"
+    case "$SCALE" in paper) dims="64 128 256"; seeds=5 ;; small) dims="64 128" ;; esac
+fi
+DIMS=${DIMS:-$dims}; LRS=${LRS:-$lrs}; SEEDS=${SEEDS:-$seeds}
+case "$SEEDS" in ''|*[!0-9]*|0) DIE_RC=2 die "SEEDS must be a positive integer (got '$SEEDS')" ;; esac
+# the run id of (T, mixer, d, lr, seed): ..._s<seed> only with SEEDS > 1
+run_id() { local id="${SETTING}_T$1_$2_d$3_lr$4"; [ "$SEEDS" -gt 1 ] && id+="_s$5"; echo "$id"; }
 if [ "$SETTING" = zoology ]; then TS=${TS:-$ts}
 else TS=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["train"]["seq_len"])' "$CFG"); fi
 [ "$SCALE" = tiny ] && TS=16
 mixer_rows 1  # the zoology config's attention has 1 head
 
-# the --set values of the scale for sequence length T
+# the --set values of the scale for sequence length T and width d
 scale_sets() {
-    local T=$1 N
+    local T=$1 d=$2 N
     case "$SCALE" in
         tiny) printf '%s\n' data.task.vocab=64 data.task.num_kv_pairs=2 data.task.train_examples=64 \
                   data.task.test_examples=32 train.batch_size=16 train.steps=4 train.seq_len=16 ;;
@@ -70,34 +86,56 @@ scale_sets() {
                 fi
             fi
             if [ "$SCALE" = small ]; then
-                printf '%s\n' data.task.train_examples=20000 data.task.test_examples=1000 train.epochs=4 train.batch_size=64
+                printf '%s\n' data.task.test_examples=1000 train.epochs=4
+                # kla_long keeps its 12,800 training examples (Table 9) and the batch by width below
+                [ "$SETTING" = kla_long ] || printf '%s\n' data.task.train_examples=20000 train.batch_size=64
+            fi
+            if [ "$SETTING" = kla_long ]; then  # Table 12: batch 64, 32, 16 at d 64, 128, 256
+                case "$d" in 64) echo train.batch_size=64 ;; 128) echo train.batch_size=32 ;; 256) echo train.batch_size=16 ;; esac
             fi ;;
     esac
 }
 
-for T in $TS; do for m in $MIXERS; do for d in $DIMS; do for lr in $LRS; do
+for T in $TS; do for m in $MIXERS; do for d in $DIMS; do for lr in $LRS; do for ((sd = 1; sd <= SEEDS; sd++)); do
     args=(--config "$CFG" --set "model.mixer=$(mixer_field "$m" 3)")
     while IFS= read -r s; do [ -n "$s" ] && args+=(--set "$s"); done < <(mixer_field "$m" 4 | tr ';' '\n')
-    while IFS= read -r s; do [ -n "$s" ] && args+=(--set "$s"); done < <(scale_sets "$T")
+    while IFS= read -r s; do [ -n "$s" ] && args+=(--set "$s"); done < <(scale_sets "$T" "$d")
     args+=(--set "model.d_model=$d" --set "optim.lr=$lr")
+    [ "$SEEDS" -gt 1 ] && args+=(--set "run.seed=$sd")
     for s in "${EXTRA_SETS[@]+"${EXTRA_SETS[@]}"}"; do args+=(--set "$s"); done
-    job "${SETTING}_T${T}_${m}_d${d}_lr${lr}" "${args[@]}"
-done; done; done; done
-say "$SETTING, SCALE=$SCALE: ${#JOB_IDS[@]} runs (T: $TS; mixers: $MIXERS; d: $DIMS; lr: $LRS), $NJOBS at a time, $THREADS threads each; output in $OUTD"
+    job "$(run_id "$T" "$m" "$d" "$lr" "$sd")" "${args[@]}"
+done; done; done; done; done
+say "$SETTING, SCALE=$SCALE: ${#JOB_IDS[@]} runs (T: $TS; mixers: $MIXERS; d: $DIMS; lr: $LRS; seeds: $SEEDS), $NJOBS at a time, $THREADS threads each; output in $OUTD"
 run_jobs; rc=$?
 [ "$DRY_RUN" = 1 ] && exit 0
 
-# the tables: cell = best test accuracy over the lr grid (and the lr in the CSV)
+# the tables: cell = best test accuracy over the lr grid (and the lr in the CSV); with SEEDS > 1 the best
+# over the grid of the mean over the seeds
 allcsv="$OUTD/mqar_${SETTING}_runs.csv"
-echo "setting,T,mixer,d_model,lr,accuracy" > "$allcsv"
+echo "setting,T,mixer,d_model,lr,accuracy,seed" > "$allcsv"
+# mean_acc T M D LR: the mean accuracy over the seeds with a result (empty if none); LOG=1 also adds
+# each run to the runs CSV
+mean_acc() {
+    local sd a sum=0 n=0
+    for ((sd = 1; sd <= SEEDS; sd++)); do
+        a=$(job_acc "$(run_id "$1" "$2" "$3" "$4" "$sd")"); [ -n "$a" ] || continue
+        [ "${LOG:-0}" = 1 ] && echo "$SETTING,$1,$2,$3,$4,$a,$sd" >> "$allcsv"
+        sum=$(awk -v s="$sum" -v a="$a" 'BEGIN { printf "%.8f", s + a }'); n=$((n + 1))
+    done
+    [ "$n" -gt 0 ] && awk -v s="$sum" -v n="$n" 'BEGIN { printf "%.4f\n", s / n }'
+}
 commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
 CMDLINE="SETTING=$SETTING SCALE=$SCALE"
-for v in MIXERS DIMS LRS TS; do [ -n "${!v+x}" ] && [ -n "$(printenv "$v")" ] && CMDLINE+=" $v=\"$(printenv "$v")\""; done
+for v in MIXERS DIMS LRS TS SEEDS; do [ -n "${!v+x}" ] && [ -n "$(printenv "$v")" ] && CMDLINE+=" $v=\"$(printenv "$v")\""; done
 CMDLINE+=" scripts/mqar_sweep.sh"; for x in "${EXTRA_SETS[@]+"${EXTRA_SETS[@]}"}"; do CMDLINE+=" --set $x"; done
 for T in $TS; do
     md="$OUTD/mqar_${SETTING}_T${T}.md"; csv="$OUTD/mqar_${SETTING}_T${T}.csv"
     {
-        echo "**MQAR ($SETTING, T = $T, SCALE=$SCALE).** Test accuracy, best over lr ∈ {${LRS// /, }}; rows = mixers, columns = d_model."
+        if [ "$SEEDS" -gt 1 ]; then
+            echo "**MQAR ($SETTING, T = $T, SCALE=$SCALE).** Test accuracy, the mean over seeds 1–$SEEDS, best over lr ∈ {${LRS// /, }}; rows = mixers, columns = d_model."
+        else
+            echo "**MQAR ($SETTING, T = $T, SCALE=$SCALE).** Test accuracy, best over lr ∈ {${LRS// /, }}; rows = mixers, columns = d_model."
+        fi
         echo
         printf '| Mixer |'; for d in $DIMS; do printf ' d=%s |' "$d"; done; echo
         printf '|---|'; for d in $DIMS; do printf -- '---|'; done; echo
@@ -108,8 +146,7 @@ for T in $TS; do
         for d in $DIMS; do
             best=""; blr=""
             for lr in $LRS; do
-                a=$(job_acc "${SETTING}_T${T}_${m}_d${d}_lr${lr}")
-                [ -n "$a" ] && echo "$SETTING,$T,$m,$d,$lr,$a" >> "$allcsv"
+                a=$(LOG=1 mean_acc "$T" "$m" "$d" "$lr")
                 if [ -n "$a" ] && { [ -z "$best" ] || awk -v a="$a" -v b="$best" 'BEGIN { exit !(a > b) }'; }; then best=$a; blr=$lr; fi
             done
             line+=" ${best:-—} |"; cline+=",${best},${blr}"
@@ -128,10 +165,10 @@ for T in $TS; do
     scsv="$OUTD/mqar_${SETTING}_T${T}_state.csv"
     echo "mixer,d_model,state_floats,accuracy" > "$scsv"
     for m in $MIXERS; do for d in $DIMS; do
-        st=$(job_state "${SETTING}_T${T}_${m}_d${d}_lr${LRS%% *}")
+        st=$(job_state "$(run_id "$T" "$m" "$d" "${LRS%% *}" 1)")
         best=""
         for lr in $LRS; do
-            a=$(job_acc "${SETTING}_T${T}_${m}_d${d}_lr${lr}")
+            a=$(mean_acc "$T" "$m" "$d" "$lr")
             if [ -n "$a" ] && { [ -z "$best" ] || awk -v a="$a" -v b="$best" 'BEGIN { exit !(a > b) }'; }; then best=$a; fi
         done
         echo "$m,$d,$st,$best" >> "$scsv"

@@ -42,7 +42,7 @@ walk(cfg, [])
 PY
 )
 rm -f "$tmp.json"
-for f in configs/*.json configs/*/*.json configs/*/*/*.json; do
+for f in configs/*.json configs/*/*.json configs/*/*/*.json configs/*/*/*/*.json; do
     [ -f "$f" ] || continue
     if "$BIN/seqtrain" --config "$f" --print-config >/dev/null 2>"$tmp"; then ok "$f validates"
     else not_ok "$f validates" "$(head -c 300 "$tmp")"; fi

@@ -10,7 +10,7 @@ ROOT=$(pwd)
 export BIN=$(cd "$BIN" && pwd)
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export SCALE=tiny JOBS=2 THREADS=1 PROGRESS_EVERY=0
-unset SEQ_OUT ROWS TASKS LRS WDS
+unset SEQ_OUT ROWS TASKS LRS WDS SEEDS PROTOCOL
 W=$(mktemp -d "${TMPDIR:-/tmp}/seqtrain-mad-table.XXXXXX") || exit 2
 trap '[ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
 PASS=0; FAIL=0
@@ -32,6 +32,19 @@ check "ROWS that select nothing exit 2" eval 'ROWS=nope SEQ_OUT=$O "$S" 2>/dev/n
 SEQ_OUT=$O "$S" --dry-run > "$W/dry" 2>/dev/null
 check "--dry-run lists 54 fresh runs and trains nothing" \
     eval '[ "$(grep -c "^$BIN/seqtrain --config " "$W/dry")" = 54 ] && [ ! -d "$O/runs" ]'
+# the KLA paper's protocol: 9 rows x 6 tasks x 2 seeds at tiny, from configs/tasks/mad/kla_protocol/
+PROTOCOL=kla SEQ_OUT=$W/kla "$S" --dry-run > "$W/dry_kla" 2>/dev/null
+check "PROTOCOL=kla --dry-run lists 108 runs (2 seeds) of the kla_protocol configs and trains nothing" \
+    eval '[ "$(grep -c "^$BIN/seqtrain --config configs/tasks/mad/kla_protocol/" "$W/dry_kla")" = 108 ] && [ ! -d "$W/kla/runs" ]'
+check "PROTOCOL=kla sets run.seed and no min_lr_frac (constant lr)" \
+    eval 'grep -q "run.name=kla__icr__lr1e-3_wd0_s2 " "$W/dry_kla" && grep "run.name=kla__icr__lr1e-3_wd0_s2 " "$W/dry_kla" | grep -q -- "--set run.seed=2 " && ! grep -q min_lr_frac "$W/dry_kla"'
+cmd=$(grep "run.name=kla__icr__lr1e-3_wd0_s1 " "$W/dry_kla"); eval "$cmd --info" > "$W/info_kla" 2>/dev/null
+cmd=$(grep "run.name=attn_rope__icr__lr1e-3_wd0_s1 " "$W/dry_kla"); eval "$cmd --info" > "$W/info_attn" 2>/dev/null
+check "PROTOCOL=kla: one block, a fused KLA block (no MLP) for kla and attention + MLP for attention" \
+    eval 'grep -q "^model .* 1 layers," "$W/info_kla" && grep -q "^| 0 | kla (no MLP) |" "$W/info_kla" &&
+          grep -q "^model .* 1 layers," "$W/info_attn" && grep -q "^| 0 | attention |" "$W/info_attn" && ! grep -q "^| 1 |" "$W/info_attn"'
+check "a bad PROTOCOL exits 2" eval 'PROTOCOL=maybe SEQ_OUT=$O "$S" --dry-run 2>/dev/null; [ $? = 2 ]'
+check "SEEDS with PROTOCOL=mad exits 2" eval 'SEEDS=1 SEQ_OUT=$O "$S" --dry-run 2>/dev/null; [ $? = 2 ]'
 cmd=$(grep "run.name=attn_rope__icr__" "$W/dry")
 eval "$cmd --stop-after 1 --quiet" > /dev/null 2>&1; rc=$?
 check "attn_rope/icr stopped after 1 of its 2 steps with a checkpoint (exit 130)" \

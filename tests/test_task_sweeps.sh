@@ -42,6 +42,16 @@ check "a bad SETTING exits 2" eval 'SETTING=nope SEQ_OUT=$O "$MQ" 2>/dev/null; [
 check "an unknown mixer exits 2" eval 'MIXERS=lstm SEQ_OUT=$O "$ST" 2>/dev/null; [ $? = 2 ]'
 check "an unknown option exits 2" eval 'SEQ_OUT=$O "$ST" --frobnicate 2>/dev/null; [ $? = 2 ]'
 
+# --- kla_long at paper scale follows the KLA paper (Tables 10, 12): d 64/128/256 with batch 64/32/16, lr 1e-3, 5 seeds
+SETTING=kla_long SCALE=paper MIXERS=kla SEQ_OUT=$W/kl "$MQ" --dry-run > "$W/dry_kl" 2>/dev/null
+check "kla_long paper --dry-run: 15 runs (3 widths x 5 seeds), batch by width, lr 1e-3, run.seed" \
+    eval '[ "$(grep -c "^$BIN/seqtrain --config configs/tasks/mqar/kla_long.json " "$W/dry_kl")" = 15 ] &&
+          grep "run.name=kla_long_T2048_kla_d64_lr1e-3_s1 " "$W/dry_kl" | grep -q -- "--set train.batch_size=64 " &&
+          grep "run.name=kla_long_T2048_kla_d128_lr1e-3_s3 " "$W/dry_kl" | grep -q -- "--set train.batch_size=32 " &&
+          grep "run.name=kla_long_T2048_kla_d256_lr1e-3_s5 " "$W/dry_kl" | grep -- "--set train.batch_size=16 " | grep -q -- "--set run.seed=5 " &&
+          [ ! -d "$W/kl/runs/kla_long_T2048_kla_d64_lr1e-3_s1" ]'
+check "a bad SEEDS exits 2" eval 'SEEDS=0 SEQ_OUT=$O "$MQ" --dry-run 2>/dev/null; [ $? = 2 ]'
+
 # --- an interrupted run: the sweep's own command for one run, stopped after 2 of its 4 steps
 SEQ_OUT=$O "$MQ" --dry-run > "$W/dry" 2>/dev/null
 check "--dry-run lists 24 runs (6 mixers x 2 widths x 2 lrs) and trains nothing" \

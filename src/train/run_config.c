@@ -17,7 +17,7 @@ static const CfgKey RUN_KEYS_[] = {
          "Seed of everything random in the run (data order, initialisation)."),
     KEY_(RunSection, "threads", CFG_INT, threads, "0", 0, 4096, NULL,
          "OpenMP threads; 0 = OMP_NUM_THREADS, or all cores when that is unset. Runs are bit-identical for a "
-         "given seed and thread count."),
+         "given seed and thread count on the same kind of CPU (docs/training.md, Determinism)."),
 };
 
 #define TK_(name, type, field, def, lo, hi, doc) KEY_(TaskSection, name, type, field, def, lo, hi, NULL, doc)
