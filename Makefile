@@ -8,6 +8,8 @@
 #   make SANITIZE=1      ASan + UBSan, -O1 -g                   -> build/asan/bin/
 #   PORTABLE=1           base -march=x86-64 instead of native: runs on any x86-64 CPU (combines with the
 #                        others)                                -> build/<variant>-portable/bin/
+#   MPI=1                data-parallel training over MPI (mpicc; Open MPI installed when missing); combines
+#                        with the others                   -> build/<variant>-mpi/bin/  (mpirun -np N .../seqtrain)
 #   WERROR=1             adds -Werror (CI sets it)
 #
 # Kernel sets (src/core/cpu.h, src/nn/isa.h): every src/nn/*.c is compiled once per set, on x86-64 as
@@ -53,6 +55,16 @@ TUNE     := -mtune=generic
 VARIANT  := $(VARIANT)-portable
 BIN      := build/$(VARIANT)/bin
 endif
+# MPI=1: data-parallel training over MPI ranks (Open MPI from Debian, installed on first use); mpicc and mpicxx
+# wrap the same gcc and g++ with MPI's include and library paths
+ifeq ($(MPI),1)
+CC       := mpicc
+CXX      := mpicxx
+CFLAGS   += -DSEQ_MPI
+VARIANT  := $(VARIANT)-mpi
+BIN      := build/$(VARIANT)/bin
+DEPS_STAMP := build/.deps-mpi-installed
+endif
 ifeq ($(WERROR),1)
 WARN     += -Werror
 endif
@@ -72,7 +84,7 @@ LDLIBS   += -lcjson -lzstd -lsentencepiece -lsentencepiece_train -lm -lpthread
 LDFLAGS  += $(OPT) $(OMPFLAGS)
 
 # kernel sets: the x86 ones wherever the compiler targets x86-64 (the running CPU picks among them)
-ifneq ($(filter x86_64%,$(shell $(CC) -dumpmachine)),)
+ifneq ($(filter x86_64%,$(shell $(CC) -dumpmachine 2>/dev/null || gcc -dumpmachine)),)
 ISA_SETS := generic avx2 avx512
 CFLAGS   += -DSEQ_X86_SETS
 else
@@ -95,7 +107,7 @@ TESTS    := $(patsubst tests/%.c,%,$(wildcard tests/test_*.c))
 TEST_BIN := $(TESTS:%=$(TESTBIN)/%)
 BENCHES  := $(patsubst bench/%.c,%,$(wildcard bench/*.c))
 BENCH_BIN := $(BENCHES:%=build/$(VARIANT)/bench/%)
-DEPS_STAMP := build/.deps-installed
+DEPS_STAMP ?= build/.deps-installed
 
 .PHONY: all tools tests test run deps data clean benches fuzz fuzz-build
 .SECONDARY:  # keep objects between builds (they are intermediate files of pattern rules)
@@ -106,8 +118,11 @@ benches: $(BENCH_BIN)
 
 # Debian packages: installed on first use when missing (scripts/install_deps.sh says what it does)
 deps: $(DEPS_STAMP)
-$(DEPS_STAMP): scripts/install_deps.sh
+build/.deps-installed: scripts/install_deps.sh
 	@bash scripts/install_deps.sh
+	@mkdir -p $(dir $@) && touch $@
+build/.deps-mpi-installed: build/.deps-installed
+	@bash scripts/install_deps.sh libopenmpi-dev openmpi-bin
 	@mkdir -p $(dir $@) && touch $@
 
 $(OBJDIR)/%.o: src/%.c | $(DEPS_STAMP)

@@ -6,6 +6,7 @@
 #   3. PORTABLE=1 (base -march=x86-64): no AVX instruction outside the avx2/avx512 copies of nn/, and the C
 #      unit tests under every kernel set
 #   4. the NO_OMP=1 and DEBUG=1 variants must build
+#   5. MPI=1: data-parallel training with two ranks (tests/mpi/test_mpi.sh)
 # Each test prints "ok - ..." / "not ok - ..." lines; this script counts them over everything and
 # ends with the line "N passed, N failed". A test program that dies without reporting counts as failed.
 set -u
@@ -97,5 +98,15 @@ for v in NO_OMP DEBUG; do
         fail=$((fail + 1)); echo "not ok - $v=1 build:"; tail -n 20 "$log_dir/build-$v.log" | sed 's/^/    /'
     fi
 done
+# MPI=1: two ranks on this machine against one process (tests/mpi/test_mpi.sh); Open MPI is installed by the
+# build when missing
+echo "== mpi: building"
+if make -s -j"$JOBS" MPI=1 tools > "$log_dir/build-mpi.log" 2>&1; then
+    pass=$((pass + 1)); echo "ok - MPI=1 build"
+    MPI_BIN=build/release-mpi/bin BIN=bin bash tests/mpi/test_mpi.sh > "$log_dir/mpi.log" 2>&1
+    count mpi/test_mpi $? "$log_dir/mpi.log"
+else
+    fail=$((fail + 1)); echo "not ok - MPI=1 build:"; tail -n 20 "$log_dir/build-mpi.log" | sed 's/^/    /'
+fi
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

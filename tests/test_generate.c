@@ -5,7 +5,8 @@
  *     0.005 of the renormalised probabilities (the binomial standard deviation is at most 0.0012);
  *   - a seed reproduces a sequence of draws; bad options are refused;
  *   - generate(), greedy, on a batch of prompts of different lengths, with and without the attention caches
- *     filling up (re-encoding the last context/2 tokens), and on a recurrent and a hybrid model: every
+ *     filling up (re-encoding the last context/2 tokens), on a hybrid model and on every mixer that decodes
+ *     (attention, kla, linear_attn, retnet, gla, mamba2, mlstm, deltanet, gated_deltanet, gsa, bla): every
  *     generated token is the argmax of model_forward over the tokens the decoder holds at that step.
  */
 #include <math.h>
@@ -148,6 +149,24 @@ static void test_generate_greedy(void) {
     check_greedy_("hybrid attention fox + gla, caches of 6 slide", "{\"vocab_size\": 0, \"d_model\": 16, \"n_layers\": 2, "
                   "\"mixer\": {\"kind\": \"attention\", \"heads\": 2, \"pos\": \"fox\"}, \"layers\": [{\"at\": \"1\", "
                   "\"mixer\": {\"kind\": \"gla\", \"heads\": 2}}]}", 6);
+    // every other mixer that decodes (rfa does not: test_model checks that it is refused)
+    static const char *const mixers[][2] = {
+        {"linear_attn", "{\"kind\": \"linear_attn\", \"heads\": 2, \"feature_map\": \"elu\"}"},
+        {"retnet", "{\"kind\": \"retnet\", \"heads\": 2}"},
+        {"gla with selective_rope", "{\"kind\": \"gla\", \"heads\": 2, \"selective_rope\": {\"enabled\": true}}"},
+        {"mamba2", "{\"kind\": \"mamba2\", \"head_dim\": 8, \"d_state\": 4}"},
+        {"mlstm", "{\"kind\": \"mlstm\", \"heads\": 2, \"round_to\": 1}"},
+        {"deltanet", "{\"kind\": \"deltanet\", \"heads\": 2}"},
+        {"gated_deltanet", "{\"kind\": \"gated_deltanet\", \"heads\": 2}"},
+        {"gsa", "{\"kind\": \"gsa\", \"heads\": 2, \"num_slots\": 4}"},
+        {"bla with decay", "{\"kind\": \"bla\", \"heads\": 2, \"modes\": 3, \"decay\": true}"},
+        {"attention path_fox, caches of 8 slide", "{\"kind\": \"attention\", \"heads\": 2, \"pos\": \"path_fox\"}"},
+    };
+    for (size_t i = 0; i < sizeof mixers / sizeof mixers[0]; i++) {
+        char json[512];
+        snprintf(json, sizeof json, "{\"vocab_size\": 0, \"d_model\": 16, \"n_layers\": 2, \"mixer\": %s}", mixers[i][1]);
+        check_greedy_(mixers[i][0], json, 8);
+    }
     Model m;
     if (!build_("{\"vocab_size\": 0, \"d_model\": 16, \"n_layers\": 1, \"mixer\": {\"kind\": \"gla\", \"heads\": 2}}", &m))
         return;

@@ -32,6 +32,7 @@
 #include "cli/generate.h"
 #include "cli/zeroshot_cmd.h"
 #include "core/cpu.h"
+#include "core/dist.h"
 #include "core/png.h"
 #include "data/eval_windows.h"
 #include "data/npy.h"
@@ -144,6 +145,24 @@ static int probe_(Model *m, const char *npy, const char *out, Err *e) {
     return rc;
 }
 
+// the perplexity tables (rank 0): RUN_DIR/eval-<data>/ or --out, and the Markdown table on stdout
+static void write_tables_(const RunConfig *c, const EvalResult *r, int n_ctx, const char *run, const char *data,
+                          int split, long stride, const char *out) {
+    Err e = {{0}};
+    char dir[1200];
+    if (out) snprintf(dir, sizeof dir, "%s", out);
+    else snprintf(dir, sizeof dir, "%s/eval-%s%s", run, split ? data : "file", stride ? "-sliding" : "");
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        err_set(&e, "cannot create %s: %s", dir, strerror(errno));
+        dist_die(PROG, &e);
+    }
+    char what[1400];
+    snprintf(what, sizeof what, "%s: %s perplexity by context (trained at %d%s)", run, data, c->train.seq_len,
+             stride ? ", sliding windows" : "");
+    if (eval_write(dir, what, r, n_ctx, stdout, &e) != 0) dist_die(PROG, &e);
+    printf("\nwritten to %s/ (ppl.md, ppl.csv, ppl.json, positions_<L>.csv)\n", dir);
+}
+
 int main(int argc, char **argv) {
     const char *run = NULL, *ckpt = NULL, *data = NULL, *contexts = "512,1024,2048,4096", *format = "auto";
     const char *out = NULL, *probe = NULL, *attn_dir = NULL;
@@ -174,14 +193,28 @@ int main(int argc, char **argv) {
         {"--help", ARG_FLAG, &help, NULL, "show this help", 0, 0},
     };
     int ns = sizeof specs / sizeof specs[0];
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--generate")) return generate_main(PROG, argc, argv);
     Err e = {{0}};
-    if (args_parse(argc, argv, 1, specs, ns, NULL, &e) != 0) err_die(PROG, &e);
-    if (kernel_set_init(&e) != 0) err_die(PROG, &e);
+    // several processes under mpirun (make MPI=1) share the windows of a perplexity or --task evaluation
+    dist_init(&argc, &argv, PROG);
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--generate")) {
+            if (dist_size() > 1) {
+                err_set(&e, "--generate runs in one process; start it without mpirun");
+                dist_die(PROG, &e);
+            }
+            return dist_exit(generate_main(PROG, argc, argv));
+        }
+    if (args_parse(argc, argv, 1, specs, ns, NULL, &e) != 0) dist_die(PROG, &e);
+    if (kernel_set_init(&e) != 0) dist_die(PROG, &e);
+    if (dist_size() > 1 && !help && (plan || probe || attn_dir || zs.tasks)) {
+        err_set(&e, "%s runs in one process; start it without mpirun (only perplexity (--data) and --task "
+                "evaluations are shared among MPI ranks)", plan ? "--plan" : probe ? "--probe" :
+                attn_dir ? "--attention-map" : "--zeroshot");
+        dist_die(PROG, &e);
+    }
     if (help || (!run && !plan)) {
         FILE *f = help ? stdout : stderr;
-        fprintf(f, "usage: seqeval --run RUN_DIR --data valid|test|FILE [--context L1,L2,...] [--stride S]\n"
+        if (dist_main()) fprintf(f, "usage: seqeval --run RUN_DIR --data valid|test|FILE [--context L1,L2,...] [--stride S]\n"
                    "       seqeval --run RUN_DIR --probe TOKENS.npy --out DUMP.safetensors\n"
                    "       seqeval --run RUN_DIR --task\n"
                    "       seqeval --run RUN_DIR --zeroshot TASKS|all|paper [--limit N] [--out DIR]\n"
@@ -189,51 +222,51 @@ int main(int argc, char **argv) {
                    "       seqeval --data FILE --context L1,L2,... --plan\n"
                    "       seqeval --run RUN_DIR --generate --prompt TEXT|--prompt-file FILE [...]  (seqeval --generate --help)\n"
                    "\noptions:\n");
-        args_usage(f, specs, ns);
-        return help ? 0 : 2;
+        if (dist_main()) args_usage(f, specs, ns);
+        return dist_exit(help ? 0 : 2);
     }
     RunConfig c;
     memset(&c, 0, sizeof c);
     Model m;
     memset(&m, 0, sizeof m);
-    if (run && run_load_model(&m, &c, run, ckpt, &e) != 0) err_die(PROG, &e);
+    if (dist_agree(run ? run_load_model(&m, &c, run, ckpt, &e) : 0, &e) != 0) dist_die(PROG, &e);
     if (task) {
-        if (!run) { err_set(&e, "--task needs --run"); err_die(PROG, &e); }
+        if (!run) { err_set(&e, "--task needs --run"); dist_die(PROG, &e); }
         if (!run_config_has_task(&c)) {
             err_set(&e, "--task: %s trains on shards, not on a data.task; use --data for perplexity", run);
-            err_die(PROG, &e);
+            dist_die(PROG, &e);
         }
         double loss, acc;
         uint64_t n;
-        if (evaluate_task(&m, &c, stdout, &loss, &acc, &n, &e) != 0) err_die(PROG, &e);
+        if (evaluate_task(&m, &c, dist_main() ? stdout : NULL, &loss, &acc, &n, &e) != 0) dist_die(PROG, &e);
         if (!isfinite(loss)) {
             err_set(&e, "%s: the test loss is not finite (%g): the model's outputs overflow", run, loss);
-            err_die(PROG, &e);
+            dist_die(PROG, &e);
         }
         model_free(&m);
         run_config_free(&c);
-        return 0;
+        return dist_exit(0);
     }
     if (zs.tasks) {
-        if (!run) { err_set(&e, "--zeroshot needs --run"); err_die(PROG, &e); }
+        if (!run) { err_set(&e, "--zeroshot needs --run"); dist_die(PROG, &e); }
         zs.run = run;
         zs.out = out;
-        if (zeroshot_cmd_run(&m, &c, &zs, &e) != 0) err_die(PROG, &e);
+        if (zeroshot_cmd_run(&m, &c, &zs, &e) != 0) dist_die(PROG, &e);
         model_free(&m);
         run_config_free(&c);
-        return 0;
+        return dist_exit(0);
     }
     if (probe) {
-        if (!out) { err_set(&e, "--probe needs --out FILE.safetensors"); err_die(PROG, &e); }
-        if (probe_(&m, probe, out, &e) != 0) err_die(PROG, &e);
+        if (!out) { err_set(&e, "--probe needs --out FILE.safetensors"); dist_die(PROG, &e); }
+        if (probe_(&m, probe, out, &e) != 0) dist_die(PROG, &e);
         model_free(&m);
         run_config_free(&c);
-        return 0;
+        return dist_exit(0);
     }
-    if (!data) { err_set(&e, "--data is required (valid, test or a shard file)"); err_die(PROG, &e); }
+    if (!data) { err_set(&e, "--data is required (valid, test or a shard file)"); dist_die(PROG, &e); }
     long ctx[32];
     int n_ctx = args_int_list(contexts, ctx, 32, 1, 1 << 24, "--context", &e);
-    if (n_ctx < 0) err_die(PROG, &e);
+    if (n_ctx < 0) dist_die(PROG, &e);
 
     // resolve --data into shard files
     const char *files[CFG_LIST_MAX];
@@ -241,9 +274,9 @@ int main(int argc, char **argv) {
     ShardFormat fmt;
     int split = !strcmp(data, "valid") || !strcmp(data, "val") || !strcmp(data, "test");
     if (split) {
-        if (!run) { err_set(&e, "--data %s needs --run (the run's config says which files that is)", data); err_die(PROG, &e); }
+        if (!run) { err_set(&e, "--data %s needs --run (the run's config says which files that is)", data); dist_die(PROG, &e); }
         const CfgStrList *l = strcmp(data, "test") ? &c.data.val : &c.data.test;
-        if (l->n == 0) { err_set(&e, "%s/config.json: data.%s is empty", run, strcmp(data, "test") ? "val" : "test"); err_die(PROG, &e); }
+        if (l->n == 0) { err_set(&e, "%s/config.json: data.%s is empty", run, strcmp(data, "test") ? "val" : "test"); dist_die(PROG, &e); }
         for (int i = 0; i < l->n; i++) files[n_files++] = l->v[i];
         shard_format_parse(c.data.format, &fmt);
         vocab = c.data.vocab_size;
@@ -251,23 +284,24 @@ int main(int argc, char **argv) {
         files[n_files++] = data;
         if (shard_format_parse(format, &fmt) != 0) {
             err_set(&e, "--format '%s' is not one of auto, seqtok, llmc, raw_u16, raw_u32", format);
-            err_die(PROG, &e);
+            dist_die(PROG, &e);
         }
     }
     Shard *shards = xcalloc((size_t)n_files, sizeof(Shard));
     for (int f = 0; f < n_files; f++) {
-        if (shard_open(&shards[f], files[f], fmt, (uint32_t)vocab, 64u << 20, &e) != 0) err_die(PROG, &e);
+        if (dist_agree(shard_open(&shards[f], files[f], fmt, (uint32_t)vocab, 64u << 20, &e), &e) != 0)
+            dist_die(PROG, &e);
         if (plan) {  // every token is read once, as the evaluation will: a bad frame or id fails here
             uint32_t lo, hi;
-            if (shard_scan(&shards[f], &lo, &hi, &e) != 0) err_die(PROG, &e);
+            if (shard_scan(&shards[f], &lo, &hi, &e) != 0) dist_die(PROG, &e);
         } else if (shards[f].vocab_size > (uint32_t)m.V) {
             err_set(&e, "%s: vocab size %u is larger than the model's %d", files[f], shards[f].vocab_size, m.V);
-            err_die(PROG, &e);
+            dist_die(PROG, &e);
         }
     }
     if (attn_dir) {
-        if (!run) { err_set(&e, "--attention-map needs --run"); err_die(PROG, &e); }
-        if (attention_maps_(&m, &shards[0], (int)ctx[0], (int)attn_layer, attn_dir, &e) != 0) err_die(PROG, &e);
+        if (!run) { err_set(&e, "--attention-map needs --run"); dist_die(PROG, &e); }
+        if (attention_maps_(&m, &shards[0], (int)ctx[0], (int)attn_layer, attn_dir, &e) != 0) dist_die(PROG, &e);
     } else if (plan) {
         printf("| context | windows | tokens scored |\n|---:|---:|---:|\n");
         for (int i = 0; i < n_ctx; i++) {
@@ -285,26 +319,23 @@ int main(int argc, char **argv) {
 #ifdef _OPENMP
         threads = omp_get_max_threads();
 #endif
-        fprintf(stderr, "seqeval: %s, %d thread%s, %s kernels\n", run, threads, threads == 1 ? "" : "s",
-                kernel_set_name(kernel_set()));
+        char procs[64] = "";
+        if (dist_size() > 1) snprintf(procs, sizeof procs, "%d ranks x ", dist_size());
+        if (dist_main())
+            fprintf(stderr, "seqeval: %s, %s%d thread%s, %s kernels\n", run, procs, threads, threads == 1 ? "" : "s",
+                    kernel_set_name(kernel_set()));
         for (int i = 0; i < n_ctx; i++) {
-            if (evaluate_context(&m, shards, n_files, ctx[i], stride, max_windows, &r[i], &e) != 0) err_die(PROG, &e);
+            if (evaluate_context(&m, shards, n_files, ctx[i], stride, max_windows, &r[i], &e) != 0) dist_die(PROG, &e);
             if (!isfinite(r[i].loss)) {
                 err_set(&e, "%s: the loss at context %ld is not finite (%g): the model's outputs overflow", run, ctx[i],
                         r[i].loss);
-                err_die(PROG, &e);
+                dist_die(PROG, &e);
             }
-            fprintf(stderr, "  context %ld: %llu tokens, ppl %.2f\n", ctx[i], (unsigned long long)r[i].tokens, r[i].ppl);
+            if (dist_main())
+                fprintf(stderr, "  context %ld: %llu tokens, ppl %.2f\n", ctx[i], (unsigned long long)r[i].tokens,
+                        r[i].ppl);
         }
-        char dir[1200];
-        if (out) snprintf(dir, sizeof dir, "%s", out);
-        else snprintf(dir, sizeof dir, "%s/eval-%s%s", run, split ? data : "file", stride ? "-sliding" : "");
-        if (mkdir(dir, 0755) != 0 && errno != EEXIST) { err_set(&e, "cannot create %s: %s", dir, strerror(errno)); err_die(PROG, &e); }
-        char what[1400];
-        snprintf(what, sizeof what, "%s: %s perplexity by context (trained at %d%s)", run, data, c.train.seq_len,
-                 stride ? ", sliding windows" : "");
-        if (eval_write(dir, what, r, n_ctx, stdout, &e) != 0) err_die(PROG, &e);
-        printf("\nwritten to %s/ (ppl.md, ppl.csv, ppl.json, positions_<L>.csv)\n", dir);
+        if (dist_main()) write_tables_(&c, r, n_ctx, run, data, split, stride, out);
         for (int i = 0; i < n_ctx; i++) eval_result_free(&r[i]);
         free(r);
     }
@@ -314,5 +345,5 @@ int main(int argc, char **argv) {
         model_free(&m);
         run_config_free(&c);
     }
-    return 0;
+    return dist_exit(0);
 }

@@ -17,6 +17,7 @@
 
 #include "cli/args.h"
 #include "core/cpu.h"
+#include "core/dist.h"
 #include "train/ckptdir.h"
 #include "train/run_config.h"
 #include "train/trainer.h"
@@ -27,14 +28,16 @@ static void usage_(FILE *f, const ArgSpec *specs, int n) {
     fprintf(f, "usage: seqtrain --config FILE.json [--set key=value ...] [options]\n"
                "       seqtrain --resume RUN_DIR [--set key=value ...]\n\n"
                "Trains the model a run configuration describes (every key: docs/config.md), logging to\n"
-               "RUN_DIR/log.jsonl and checkpointing atomically into RUN_DIR/ckpt-<step>/. Ctrl-C (or SIGTERM)\n"
-               "writes a checkpoint and exits with status 130 (143 after SIGTERM); --resume continues\n"
+               "RUN_DIR/log.jsonl and checkpointing atomically into RUN_DIR/ckpt-<step>/. Ctrl-C (or SIGTERM,\n"
+               "or SIGUSR1, which mpirun passes on to every rank) writes a checkpoint and exits with status 130\n"
+               "(143 after SIGTERM, 138 after SIGUSR1); --resume continues\n"
                "bit-identically; it refuses a config.json edited since the checkpoint unless each change is\n"
                "also given with --set (then printed and logged in log.jsonl).\n\noptions:\n");
     args_usage(f, specs, n);
 }
 
 int main(int argc, char **argv) {
+    dist_init(&argc, &argv, PROG);  // several processes under mpirun (make MPI=1): every rank runs this main
     const char *config = NULL, *resume = NULL;
     ArgList sets = {0};
     long stop_after = 0;
@@ -53,19 +56,23 @@ int main(int argc, char **argv) {
     };
     int ns = sizeof specs / sizeof specs[0];
     Err e = {{0}};
-    if (args_parse(argc, argv, 1, specs, ns, NULL, &e) != 0) err_die(PROG, &e);
-    if (kernel_set_init(&e) != 0) err_die(PROG, &e);  // a bad SEQ_KERNELS fails here, with every mode
-    if (help) { usage_(stdout, specs, ns); return 0; }
-    if (config_docs) { config_write_docs(stdout, &RUN_CONFIG_SCHEMA); return 0; }
+    // until training starts every rank meets the same errors, and dist_die prints them once
+    if (args_parse(argc, argv, 1, specs, ns, NULL, &e) != 0) dist_die(PROG, &e);
+    if (kernel_set_init(&e) != 0) dist_die(PROG, &e);  // a bad SEQ_KERNELS fails here, with every mode
+    if (help || config_docs || ((print_config || check || info) && !dist_main())) {
+        if (help && dist_main()) usage_(stdout, specs, ns);
+        if (config_docs && dist_main()) config_write_docs(stdout, &RUN_CONFIG_SCHEMA);
+        return dist_exit(0);  // these modes are rank 0's alone
+    }
     if (!config == !resume) {
-        if (config && resume) { err_set(&e, "give --config or --resume, not both"); err_die(PROG, &e); }
-        usage_(stderr, specs, ns);
-        return 2;
+        if (config && resume) { err_set(&e, "give --config or --resume, not both"); dist_die(PROG, &e); }
+        if (dist_main()) usage_(stderr, specs, ns);
+        return dist_exit(2);
     }
     if (print_config || check || info) {
-        if (!config) { err_set(&e, "--print-config, --check and --info need --config"); err_die(PROG, &e); }
+        if (!config) { err_set(&e, "--print-config, --check and --info need --config"); dist_die(PROG, &e); }
         RunConfig c;
-        if (run_config_load(&c, config, sets.v, sets.n, NULL, &e) != 0) err_die(PROG, &e);
+        if (run_config_load(&c, config, sets.v, sets.n, NULL, &e) != 0) dist_die(PROG, &e);
         if (print_config) {
             cJSON *j = config_dump(&c, &RUN_CONFIG_SCHEMA);
             char *s = cJSON_Print(j);
@@ -73,16 +80,17 @@ int main(int argc, char **argv) {
             free(s);
             cJSON_Delete(j);
         } else if (trainer_check(&c, info, &e) != 0) {
-            err_die(PROG, &e);
+            dist_die(PROG, &e);
         }
         run_config_free(&c);
-        return 0;
+        return dist_exit(0);
     }
     // checkpoints half-written (or being replaced) by killed processes: each a full model + optimizer
-    if (resume && ckptdir_remove_leftovers(resume, stderr, &e) < 0) err_die(PROG, &e);
+    int rc = resume && dist_main() && ckptdir_remove_leftovers(resume, stderr, &e) < 0 ? -1 : 0;
+    if (dist_agree(rc, &e) != 0) dist_die(PROG, &e);
     TrainerOpts o = {.config_path = config, .sets = sets.v, .n_sets = sets.n, .resume_dir = resume,
                      .stop_after = stop_after, .quiet = quiet};
     int status = trainer_main(&o, &e);
-    if (status == 1) err_die(PROG, &e);
-    return status;
+    if (status == 1) dist_die(PROG, &e);  // every rank returns 1 together (the trainer agrees at each failure)
+    return dist_exit(status);
 }

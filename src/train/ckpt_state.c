@@ -39,7 +39,7 @@ int ckpt_state_parse(CkptState *s, const char *text, const char *path, Err *e) {
     cJSON *st = cJSON_ParseWithOpts(text, NULL, 1);
     if (!st) return err_set(e, "%s: not valid JSON; a checkpoint's state.json is written by seqtrain", path);
     int rc = 0;
-    double step = 0, total = 0, epoch = 0, window = 0, ot = 0, seed = 0, threads = 0;
+    double step = 0, total = 0, epoch = 0, window = 0, ot = 0, seed = 0, threads = 0, ranks = 1;
     if (!cJSON_IsObject(st)) rc = err_set(e, "%s: the top level must be a JSON object", path);
     if (!rc) rc = int_field_(st, "total_steps", 1, EXACT_INT_MAX, &total, path, e);
     if (!rc) rc = int_field_(st, "step", 0, EXACT_INT_MAX, &step, path, e);
@@ -54,6 +54,8 @@ int ckpt_state_parse(CkptState *s, const char *text, const char *path, Err *e) {
     if (!rc) rc = int_field_(st, "window", 0, EXACT_INT_MAX, &window, path, e);
     if (!rc) rc = int_field_(st, "seed", 0, EXACT_INT_MAX, &seed, path, e);
     if (!rc) rc = int_field_(st, "threads", 1, 1 << 20, &threads, path, e);
+    // absent in checkpoints older than MPI training: one process
+    if (!rc && cJSON_GetObjectItemCaseSensitive(st, "ranks")) rc = int_field_(st, "ranks", 1, 1 << 24, &ranks, path, e);
     if (!rc) rc = num_field_(st, "tokens", &s->tokens, path, e);
     if (!rc) rc = num_field_(st, "elapsed_s", &s->elapsed_s, path, e);
     const cJSON *v;
@@ -82,6 +84,7 @@ int ckpt_state_parse(CkptState *s, const char *text, const char *path, Err *e) {
     s->epoch = (uint64_t)epoch;
     s->window = (uint64_t)window;
     s->threads = (int)threads;
+    s->ranks = (int)ranks;
     return 0;
 }
 

@@ -26,6 +26,7 @@ typedef struct CkptState {
     uint64_t epoch, window;  // the data cursor
     double tokens, elapsed_s;
     int threads;
+    int ranks;               // MPI processes that trained it (absent: 1)
     char kernels[32];        // "" when absent (checkpoints older than kernel sets)
     int stopped_early;       // absent: 0
     cJSON *config;           // the resolved config at the checkpoint (owned), NULL when absent

@@ -8,6 +8,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "core/dist.h"
 #include "data/eval_windows.h"
 #include "data/loader.h"
 #include "train/run_config.h"
@@ -32,13 +33,17 @@ int evaluate_context(Model *m, Shard *shards, int n_shards, long L, long stride,
     uint64_t *first = xmalloc((size_t)Bmax * sizeof(uint64_t));
     double total = 0;
     int rc = 0;
+    // with several ranks (MPI) each scores every ranks-th batch; the sums are combined at the end
+    uint64_t seen = 0, batch = 0, ranks = (uint64_t)dist_size(), rank = (uint64_t)dist_rank();
     for (int f = 0; f < n_shards && rc == 0; f++) {
         EvalWindows p = eval_windows_plan(shards[f].n_tokens, (uint64_t)L, (uint64_t)stride);
         uint64_t n = p.n_windows;
         for (uint64_t w0 = 0; w0 < n && rc == 0; w0 += (uint64_t)Bmax) {
-            if (max_windows && r->windows >= (uint64_t)max_windows) break;
+            if (max_windows && seen >= (uint64_t)max_windows) break;
             int B = (int)((n - w0) < (uint64_t)Bmax ? (n - w0) : (uint64_t)Bmax);
-            if (max_windows && r->windows + (uint64_t)B > (uint64_t)max_windows) B = (int)(max_windows - (long)r->windows);
+            if (max_windows && seen + (uint64_t)B > (uint64_t)max_windows) B = (int)(max_windows - (long)seen);
+            seen += (uint64_t)B;
+            if (batch++ % ranks != rank) continue;
             for (int b = 0; b < B && rc == 0; b++) {
                 uint64_t w = w0 + (uint64_t)b;
                 rc = shard_read(&shards[f], win, w * p.step, (uint64_t)L + 1, e);
@@ -67,7 +72,14 @@ int evaluate_context(Model *m, Shard *shards, int n_shards, long L, long stride,
     free(tg);
     free(win);
     free(first);
-    if (rc != 0) return -1;
+    if (dist_agree(rc, e) != 0) return -1;
+    dist_sum_f64(&total, 1);
+    dist_sum_f64(r->pos_loss, (size_t)L);
+    dist_sum_u64(r->pos_count, (size_t)L);
+    uint64_t counts[2] = {r->windows, r->tokens};
+    dist_sum_u64(counts, 2);
+    r->windows = counts[0];
+    r->tokens = counts[1];
     if (r->tokens == 0)
         return err_set(e, "no window of %ld+1 tokens fits the evaluation data; use a shorter context", L);
     r->loss = total / (double)r->tokens;
@@ -190,8 +202,10 @@ int evaluate_loss(Model *m, Loader *l, int B, long n_batches, double *loss, uint
     double total = 0;
     uint64_t n = 0, correct = 0;
     int rc = 0;
+    int ranks = dist_size(), rank = dist_rank();
     for (long i = 0; i < nb && rc == 0; i++) {
         rc = loader_next(l, in, tg, B, e);
+        if (i % ranks != rank) continue;  // several ranks (MPI): each scores every ranks-th batch
         m->noise_seed = EVAL_NOISE_SEED + (uint64_t)i;  // KLA+: the same samples at every evaluation
         if (rc == 0) rc = model_forward(m, in, tg, B, T, e);
         if (rc == 0) {
@@ -203,7 +217,12 @@ int evaluate_loss(Model *m, Loader *l, int B, long n_batches, double *loss, uint
     free(in);
     free(tg);
     loader_seek(l, saved, NULL);
-    if (rc != 0) return -1;
+    if (dist_agree(rc, e) != 0) return -1;
+    dist_sum_f64(&total, 1);
+    uint64_t counts[2] = {n, correct};
+    dist_sum_u64(counts, 2);
+    n = counts[0];
+    correct = counts[1];
     *loss = n ? total / (double)n : NAN;
     *tokens = n;
     if (acc) *acc = n ? (double)correct / (double)n : NAN;
@@ -228,7 +247,7 @@ int evaluate_task(Model *m, const RunConfig *c, void *out, double *loss, double 
     int rc = evaluate_loss(m, &l, c->train.batch_size, 0, loss, n, acc, e);
     loader_close(&l);
     char lb[32], ab[32];
-    if (rc == 0)
+    if (rc == 0 && out)
         fprintf((FILE *)out, "{\"task\": \"%s\", \"split\": \"test\", \"examples\": %d, \"positions\": %llu, "
                 "\"loss\": %s, \"accuracy\": %s}\n", c->data.task.kind, c->data.task.test_examples,
                 (unsigned long long)*n, json_num(lb, sizeof lb, *loss, 9, 0), json_num(ab, sizeof ab, *acc, 6, 1));

@@ -43,7 +43,7 @@ int evaluate_loss(Model *m, struct Loader *l, int B, long n_batches, double *los
 struct RunConfig;
 int evaluate_task_open(struct Loader *l, const struct RunConfig *c, int split, int shuffle, Err *e);
 // loss and accuracy over the whole test split of the run's task, printed as one JSON line to out
-// (RUN_DIR/eval/acc.json, and seqeval --task)
+// (RUN_DIR/eval/acc.json, and seqeval --task; out NULL: nothing printed, as on ranks other than 0)
 int evaluate_task(Model *m, const struct RunConfig *c, void *out /* FILE* */, double *loss, double *acc, uint64_t *n,
                   Err *e);
 

@@ -16,10 +16,11 @@
 #endif
 
 #include "core/cpu.h"
+#include "core/dist.h"
 #include "core/timer.h"
 #include "data/tokenizer.h"
-#include "train/ckpt_state.h"
 #include "train/ckptdir.h"
+#include "train/trainer_ckpt.h"
 #include "train/evaluate.h"
 #include "train/safetensors.h"
 
@@ -162,322 +163,6 @@ static void default_run_name_(const char *config_path, char *out, size_t n) {
     snprintf(out, n, "%s", b);
 }
 
-static int write_config_(const Trainer *t, Err *e) {
-    cJSON *j = config_dump(&t->c, &RUN_CONFIG_SCHEMA);
-    char *s = cJSON_Print(j);
-    cJSON_Delete(j);
-    char path[1200];
-    snprintf(path, sizeof path, "%s/config.json", t->run_dir);
-    size_t n = strlen(s);
-    s = xrealloc(s, n + 2);
-    s[n] = '\n';
-    s[n + 1] = '\0';
-    int rc = write_file_atomic(path, s, n + 1, e);
-    free(s);
-    return rc;
-}
-
-// ----------------------------------------------------------------------------
-// checkpoints
-
-// the end of the non-finite stops' messages: which checkpoint is the last good one
-static void last_ckpt_note_(const Trainer *t, char *buf, size_t n) {
-    char ckpt[1200];
-    if (ckptdir_latest(t->run_dir, ckpt, sizeof ckpt, NULL) == 1)
-        snprintf(buf, n, "the last good checkpoint is %s", ckpt);
-    else snprintf(buf, n, "no checkpoint was written yet");
-}
-
-// a checkpoint never holds a NaN or an infinity: an update that overflowed the parameters or the
-// optimizer's moments stops the run here, naming the tensor, and the last good checkpoint stays the latest
-static int check_finite_state_(const Trainer *t, Err *e) {
-    const float *bufs[] = {t->model.params, t->opt.m, t->opt.v};
-    const char *what[] = {"parameter", "optimizer first moment of", "optimizer second moment of"};
-    for (int b = 0; b < 3; b++) {
-        size_t at;
-        int k = params_first_nonfinite(&t->model.pt, bufs[b], &at);
-        if (k < 0) continue;
-        char note[1400];
-        last_ckpt_note_(t, note, sizeof note);
-        return err_set(e, "step %ld: %s '%s' holds a non-finite value (%g at element %zu) after the update: training "
-                       "diverged; no checkpoint written; %s", t->step, what[b], t->model.pt.t[k].name,
-                       (double)bufs[b][t->model.pt.t[k].offset + at], at, note);
-    }
-    return 0;
-}
-
-static int save_checkpoint_(Trainer *t, Err *e) {
-    if (check_finite_state_(t, e) != 0) return -1;
-    CkptDir cd;
-    if (ckptdir_begin(&cd, t->run_dir, t->step, e) != 0) return -1;
-    char path[2048];
-    char step_s[32];
-    snprintf(step_s, sizeof step_s, "%ld", t->step);
-    const char *meta[] = {"format", "seqtrain", "step", step_s};
-    const char *pre[] = {"m.", "v."};
-    const float *bufs[] = {t->opt.m, t->opt.v};
-    int rc = ckptdir_path(&cd, "model.safetensors", path, sizeof path, e);
-    if (rc == 0) rc = safetensors_write_table(path, &t->model.pt, t->model.params, meta, 2, e);
-    if (rc == 0) rc = ckptdir_path(&cd, "optim.safetensors", path, sizeof path, e);
-    if (rc == 0) rc = safetensors_write_tables(path, &t->model.pt, pre, bufs, 2, meta, 2, e);
-    if (rc == 0) {
-        LoaderCursor cur = loader_cursor(&t->train);
-        cJSON *st = cJSON_CreateObject();
-        cJSON_AddNumberToObject(st, "step", (double)t->step);
-        cJSON_AddNumberToObject(st, "total_steps", (double)t->total_steps);
-        cJSON_AddNumberToObject(st, "epoch", (double)cur.epoch);
-        cJSON_AddNumberToObject(st, "window", (double)cur.pos);
-        cJSON_AddNumberToObject(st, "optim_t", (double)t->opt.t);
-        cJSON_AddNumberToObject(st, "tokens", t->tokens);
-        cJSON_AddNumberToObject(st, "elapsed_s", t->elapsed);
-        cJSON_AddNumberToObject(st, "seed", t->c.run.seed);
-        cJSON_AddNumberToObject(st, "threads", t->threads);
-        cJSON_AddStringToObject(st, "kernels", kernel_set_name(kernel_set()));
-        cJSON_AddBoolToObject(st, "stopped_early", t->stopped_early);
-        cJSON_AddItemToObject(st, "config", config_dump(&t->c, &RUN_CONFIG_SCHEMA));
-        char *s = cJSON_Print(st);
-        cJSON_Delete(st);
-        rc = ckptdir_path(&cd, "state.json", path, sizeof path, e);
-        if (rc == 0) rc = write_file_atomic(path, s, strlen(s), e);
-        free(s);
-    }
-    if (rc == 0) rc = ckptdir_commit(&cd, e);
-    if (rc != 0) {
-        ckptdir_abort(&cd);
-        return err_prefix(e, "checkpoint at step %ld: ", t->step);
-    }
-    if (ckptdir_prune(t->run_dir, t->c.train.keep_last, e) < 0) return -1;
-    return 0;
-}
-
-// the "step" metadata of a checkpoint's safetensors file ("" when it has none)
-static int file_step_(const char *path, char *out, size_t n, Err *e) {
-    SafeTensorsFile f;
-    if (safetensors_open(&f, path, e) != 0) return -1;
-    const char *v = safetensors_meta(&f, "step");
-    snprintf(out, n, "%s", v ? v : "");
-    safetensors_close(&f);
-    return 0;
-}
-
-// Everything state.json says must agree with the rest before a byte of the run directory changes: the
-// checkpoint directory's name, the step the model and optimizer files record, the number of steps the
-// config gives, and where the data cursor stands after that many steps. `changed`: the config was changed
-// on purpose (--set), so the step count and cursor may move.
-static int check_state_(const Trainer *t, const char *ckpt, const char *state_path, const CkptState *st, int changed,
-                        Err *e) {
-    const char *base = strrchr(ckpt, '/');
-    long dir_step = ckptdir_parse_name(base ? base + 1 : ckpt);
-    if (dir_step != st->step)
-        return err_set(e, "%s: field 'step' is %ld but the checkpoint directory is %s (step %ld); the file was "
-                       "edited or moved", state_path, st->step, base ? base + 1 : ckpt, dir_step);
-    static const char *files[] = {"model.safetensors", "optim.safetensors"};
-    for (int i = 0; i < 2; i++) {
-        char path[1300], meta[64], want[32];
-        snprintf(path, sizeof path, "%s/%s", ckpt, files[i]);
-        if (file_step_(path, meta, sizeof meta, e) != 0) return -1;
-        snprintf(want, sizeof want, "%ld", st->step);
-        if (meta[0] && strcmp(meta, want) != 0)
-            return err_set(e, "%s: field 'step' is %ld but %s records step %s; the files are of different "
-                           "checkpoints", state_path, st->step, path, meta);
-    }
-    if (st->total_steps != t->total_steps && !changed)
-        return err_set(e, "%s: field 'total_steps': the run was planned for %ld steps but its config now gives %ld; "
-                       "the data or config changed since the checkpoint", state_path, st->total_steps, t->total_steps);
-    if (st->step > t->total_steps)
-        return err_set(e, "%s: field 'step' is %ld, beyond the %ld steps the config gives", state_path, st->step,
-                       t->total_steps);
-    if (!changed) {
-        // the cursor after step * grad_accum * batch_size windows (it moves to the next epoch lazily)
-        unsigned __int128 used = (unsigned __int128)st->step * (unsigned)t->c.train.grad_accum *
-                                 (unsigned)t->c.train.batch_size, N = t->train.n_windows;
-        unsigned __int128 ep = used == 0 || N == 0 ? 0 : (used - 1) / N, pos = used - ep * N;
-        if (N && (ep != st->epoch || pos != st->window))
-            return err_set(e, "%s: fields 'epoch' %llu and 'window' %llu are not where %ld steps of %d x %d windows "
-                           "leave the data (epoch %llu, window %llu of %llu); the file was edited or the data changed",
-                           state_path, (unsigned long long)st->epoch, (unsigned long long)st->window, st->step,
-                           t->c.train.grad_accum, t->c.train.batch_size, (unsigned long long)ep,
-                           (unsigned long long)pos, (unsigned long long)N);
-    }
-    if (st->seed != t->c.run.seed && !changed)
-        return err_set(e, "%s: field 'seed' is %ld but the config's run.seed is %ld", state_path, st->seed,
-                       (long)t->c.run.seed);
-    return 0;
-}
-
-static int load_checkpoint_(Trainer *t, const char *ckpt, const CkptState *st, Err *e) {
-    char path[2048];
-    snprintf(path, sizeof path, "%s/model.safetensors", ckpt);
-    if (safetensors_read_table(path, &t->model.pt, t->model.params, e) != 0) return -1;
-    snprintf(path, sizeof path, "%s/optim.safetensors", ckpt);
-    const char *pre[] = {"m.", "v."};
-    float *bufs[] = {t->opt.m, t->opt.v};
-    if (safetensors_read_tables(path, &t->model.pt, pre, bufs, 2, e) != 0) return -1;
-    snprintf(path, sizeof path, "%s/state.json", ckpt);
-    LoaderCursor cur = {st->epoch, st->window};
-    if (loader_seek(&t->train, cur, e) != 0) return err_prefix(e, "%s: ", path);
-    if (st->threads != t->threads)
-        fprintf(stderr, "seqtrain: note: the run used %d thread%s and resumes with %d; results stay correct but are "
-                "not bit-identical to an uninterrupted run (set OMP_NUM_THREADS=%d for that)\n", st->threads,
-                st->threads == 1 ? "" : "s", t->threads, st->threads);
-    const char *now = kernel_set_name(kernel_set());
-    if (st->kernels[0] && strcmp(st->kernels, now) != 0)
-        fprintf(stderr, "seqtrain: note: the run used the %s kernels and resumes with %s; results stay correct but "
-                "are not bit-identical to an uninterrupted run (set SEQ_KERNELS=%s for that)\n", st->kernels, now,
-                st->kernels);
-    t->stopped_early = st->stopped_early;
-    t->step = st->step;
-    t->opt.t = st->optim_t;
-    t->tokens = st->tokens;
-    t->elapsed = st->elapsed_s;
-    return 0;
-}
-
-// ----------------------------------------------------------------------------
-// the config at resume: config.json (plus --set) against the config stored in the checkpoint
-
-// every leaf where `was` (the checkpoint's) and `now` differ, as "path": {"checkpoint": ..., "now": ...} in
-// out. Keys on one side only are a schema of another version (a newer key binds its default): skipped.
-static void config_diff_(const cJSON *was, const cJSON *now, const char *path, cJSON *out) {
-    if (cJSON_IsObject(was) && cJSON_IsObject(now)) {
-        for (const cJSON *c = now->child; c; c = c->next) {
-            const cJSON *w = cJSON_GetObjectItemCaseSensitive(was, c->string);
-            if (!w) continue;
-            char *sub = xmalloc(strlen(path) + strlen(c->string) + 2);
-            sprintf(sub, "%s%s%s", path, path[0] ? "." : "", c->string);
-            config_diff_(w, c, sub, out);
-            free(sub);
-        }
-        return;
-    }
-    if (cJSON_IsArray(was) && cJSON_IsArray(now) && cJSON_GetArraySize(was) == cJSON_GetArraySize(now)) {
-        int i = 0;
-        for (const cJSON *w = was->child, *c = now->child; w && c; w = w->next, c = c->next, i++) {
-            char *sub = xmalloc(strlen(path) + 24);
-            sprintf(sub, "%s[%d]", path, i);
-            config_diff_(w, c, sub, out);
-            free(sub);
-        }
-        return;
-    }
-    int same = cJSON_IsNumber(was) && cJSON_IsNumber(now) ? was->valuedouble == now->valuedouble
-                                                          : cJSON_Compare(was, now, 1);
-    if (same) return;
-    cJSON *d = cJSON_CreateObject();
-    cJSON_AddItemToObject(d, "checkpoint", cJSON_Duplicate(was, 1));
-    cJSON_AddItemToObject(d, "now", cJSON_Duplicate(now, 1));
-    cJSON_AddItemToObject(out, path, d);
-}
-
-// does one of the --set keys name path or a key above it?
-static int set_covers_(const TrainerOpts *o, const char *path) {
-    for (int i = 0; i < o->n_sets; i++) {
-        const char *eq = strchr(o->sets[i], '=');
-        size_t n = eq ? (size_t)(eq - o->sets[i]) : strlen(o->sets[i]);
-        if (strncmp(path, o->sets[i], n) == 0 && (path[n] == 0 || path[n] == '.' || path[n] == '['))
-            return 1;
-    }
-    return 0;
-}
-
-// "optim.lr (0.002 in the checkpoint, 0.5 now)" for messages, values cut short
-static void describe_change_(const cJSON *d, char *buf, size_t n) {
-    char *w = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(d, "checkpoint"));
-    char *c = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(d, "now"));
-    snprintf(buf, n, "%s (%.40s in the checkpoint, %.40s now)", d->string, w, c);
-    free(w);
-    free(c);
-}
-
-// Compare; refuse changes no --set names; print and return (in *changes, NULL when none) those it names.
-static int config_changes_(const Trainer *t, const TrainerOpts *o, const char *state_path, const CkptState *st,
-                           cJSON **changes, Err *e) {
-    *changes = NULL;
-    if (!st->config) {
-        fprintf(stderr, "seqtrain: note: %s stores no config (an older checkpoint): config.json is not compared "
-                "with it\n", state_path);
-        return 0;
-    }
-    cJSON *now = config_dump(&t->c, &RUN_CONFIG_SCHEMA), *diff = cJSON_CreateObject();
-    config_diff_(st->config, now, "", diff);
-    cJSON_Delete(now);
-    char list[700] = "", fix[400] = "";
-    int n_bad = 0;
-    for (const cJSON *d = diff->child; d; d = d->next) {
-        if (set_covers_(o, d->string)) continue;
-        if (n_bad++ < 4) {
-            char one[200];
-            describe_change_(d, one, sizeof one);
-            size_t l = strlen(list);
-            snprintf(list + l, sizeof list - l, "%s%s", l ? ", " : "", one);
-            char *v = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(d, "now"));
-            l = strlen(fix);
-            snprintf(fix + l, sizeof fix - l, " --set '%s=%.60s'", d->string, v);
-            free(v);
-        }
-    }
-    if (n_bad) {
-        cJSON_Delete(diff);
-        char more[48] = "";
-        if (n_bad > 4) snprintf(more, sizeof more, " and %d more", n_bad - 4);
-        return err_set(e, "%s/config.json differs from the config stored in %s: %s%s; restore config.json, or make "
-                       "the change explicit: seqtrain --resume %s%s", t->run_dir, state_path, list, more, t->run_dir,
-                       fix);
-    }
-    if (!diff->child) {
-        cJSON_Delete(diff);
-        return 0;
-    }
-    for (const cJSON *d = diff->child; d; d = d->next) {
-        char one[200];
-        describe_change_(d, one, sizeof one);
-        printf("seqtrain: resuming with a changed config (--set): %s\n", one);
-    }
-    *changes = diff;
-    return 0;
-}
-
-// keep the log lines up to the checkpoint's step, so a resumed run's log reads as one run
-static int truncate_log_(const char *log_path, long step, Err *e) {
-    FILE *f = fopen(log_path, "rb");
-    if (!f) return 0;
-    char tmp[1300];
-    snprintf(tmp, sizeof tmp, "%s.tmp", log_path);
-    FILE *o = fopen(tmp, "wb");
-    if (!o) { fclose(f); return err_set(e, "cannot write %s: %s", tmp, strerror(errno)); }
-    char line[4096];
-    int bad = 0;
-    while (!bad && fgets(line, sizeof line, f)) {
-        const char *p = strstr(line, "\"step\":");
-        long s = p ? strtol(p + 7, NULL, 10) : 0;
-        if (s <= step && fputs(line, o) == EOF) bad = 1;
-    }
-    fclose(f);
-    errno = 0;
-    if (ferror(o)) bad = 1;
-    if (fclose(o) != 0) bad = 1;
-    if (bad) {
-        int err = errno;
-        remove(tmp);
-        return err_set(e, "cannot rewrite %s: writing %s failed: %s", log_path, tmp, err ? strerror(err) : "write error");
-    }
-    if (rename(tmp, log_path) != 0) return err_set(e, "cannot rewrite %s: %s", log_path, strerror(errno));
-    return 0;
-}
-
-// a resume with --set changes: config.json now holds the new config, and log.jsonl a line
-// {"step": S, "resumed_with_changes": {"optim.lr": {"checkpoint": 0.002, "now": 0.5}, ...}}
-static int record_changes_(const Trainer *t, const char *log_path, const cJSON *changes, Err *e) {
-    if (write_config_(t, e) != 0) return -1;
-    char *s = cJSON_PrintUnformatted(changes);
-    FILE *f = fopen(log_path, "a");
-    int bad = !f || fprintf(f, "{\"step\": %ld, \"resumed_with_changes\": %s}\n", t->step, s) < 0;
-    int err = errno;
-    if (f && fclose(f) != 0 && !bad) bad = 1, err = errno;
-    free(s);
-    if (bad) return err_set(e, "cannot write %s: %s", log_path, strerror(err));
-    return 0;
-}
 
 // ----------------------------------------------------------------------------
 // --check
@@ -654,6 +339,8 @@ static int setup_(Trainer *t, const TrainerOpts *o, Err *e) {
 #else
     t->threads = 1;
 #endif
+    t->ranks = dist_size();
+    t->quiet = o->quiet || !dist_main();  // rank 0 prints for all ranks
     if (o->resume_dir) {
         snprintf(t->run_dir, sizeof t->run_dir, "%s", o->resume_dir);
     } else {
@@ -669,6 +356,10 @@ static int setup_(Trainer *t, const TrainerOpts *o, Err *e) {
                            "--set run.name=NEW", t->run_dir, latest, t->run_dir);
     }
     if (run_config_check(c, e) != 0 || data_source_check_(c, e) != 0) return err_prefix(e, "%s: ", config_path);
+    if (c->train.grad_accum % t->ranks != 0)
+        return err_set(e, "%s: train.grad_accum is %d, not a multiple of the %d MPI ranks, which share every step's "
+                       "micro-batches; set train.grad_accum to a multiple of %d (dividing train.batch_size by as much "
+                       "keeps a step's windows)", config_path, c->train.grad_accum, t->ranks, t->ranks);
     if (run_config_has_task(c)) {
         if (evaluate_task_open(&t->train, c, TASK_TRAIN, c->data.shuffle, e) != 0) return -1;
         if (evaluate_task_open(&t->val, c, TASK_TEST, 0, e) != 0) return -1;
@@ -691,46 +382,37 @@ static int setup_(Trainer *t, const TrainerOpts *o, Err *e) {
     if (optim_setup_(&t->opt, &t->groups, &c->optim, &t->model.pt, e) != 0 ||
         schedule_setup_(&t->sched, c, t->total_steps, e) != 0)
         return -1;
-    if (mkdir_p_(t->run_dir, e) != 0) return -1;
+    return 0;
+}
+
+// every rank must see the same data and build the same model, or the ranks' steps would not line up
+static int same_everywhere_(const Trainer *t, Err *e) {
+    uint64_t x[] = {t->train.n_windows, t->has_val ? t->val.n_windows : 0, t->train.vocab_size,
+                    (uint64_t)t->total_steps, model_num_params(&t->model)};
+    static const char *const names[] = {"training windows", "validation windows", "vocabulary", "total steps",
+                                        "parameters"};
+    return dist_check_same(x, names, 5, "data or model", e);
+}
+
+// the run directory: a fresh run's config.json and empty log, or a resume (rank 0 writes; all ranks agree)
+static int start_run_dir_(Trainer *t, const TrainerOpts *o, Err *e) {
     char log_path[1200];
     snprintf(log_path, sizeof log_path, "%s/log.jsonl", t->run_dir);
-    if (o->resume_dir) {
-        char ckpt[1200], state_path[1300];
-        int has = ckptdir_latest(t->run_dir, ckpt, sizeof ckpt, e);
-        if (has < 0) return -1;
-        if (has == 0) return err_set(e, "%s: no complete checkpoint to resume from", t->run_dir);
-        // everything is read and checked before the log (or anything else in the run directory) changes
-        snprintf(state_path, sizeof state_path, "%s/state.json", ckpt);
-        CkptState st;
-        cJSON *changes = NULL;
-        if (ckpt_state_read(&st, state_path, e) != 0) return -1;
-        int rc = config_changes_(t, o, state_path, &st, &changes, e);
-        if (rc == 0) rc = check_state_(t, ckpt, state_path, &st, changes != NULL, e);
-        if (rc == 0) rc = load_checkpoint_(t, ckpt, &st, e);
-        ckpt_state_free(&st);
-        if (rc == 0) rc = truncate_log_(log_path, t->step, e);
-        char diag_path[1200];
-        snprintf(diag_path, sizeof diag_path, "%s/diag.jsonl", t->run_dir);
-        if (rc == 0) rc = truncate_log_(diag_path, t->step, e);
-        if (rc == 0 && changes) rc = record_changes_(t, log_path, changes, e);
-        cJSON_Delete(changes);
-        if (rc != 0) return -1;
-        if (t->stopped_early)
-            printf("%s stopped early at step %ld of %ld (train.stop_at_acc reached); nothing left to train\n",
-                   t->run_dir, t->step, t->total_steps);
-        else printf("resuming %s from %s (step %ld of %ld)\n", t->run_dir, ckpt, t->step, t->total_steps);
-    } else {
+    int rc = dist_main() ? mkdir_p_(t->run_dir, e) : 0;
+    if (dist_agree(rc, e) != 0) return -1;
+    if (o->resume_dir) return trainer_resume(t, log_path, e);
+    if (dist_main()) {
         struct stat st;
         if (stat(log_path, &st) == 0)
             fprintf(stderr, "seqtrain: note: %s had no checkpoint; starting it over\n", t->run_dir);
-        if (write_config_(t, e) != 0) return -1;
-        FILE *f = fopen(log_path, "w");
-        if (!f) return err_set(e, "cannot write %s: %s", log_path, strerror(errno));
-        fclose(f);
+        rc = trainer_write_config(t, e);
+        FILE *f = rc == 0 ? fopen(log_path, "w") : NULL;
+        if (rc == 0 && !f) rc = err_set(e, "cannot write %s: %s", log_path, strerror(errno));
+        if (f) fclose(f);
         snprintf(log_path, sizeof log_path, "%s/diag.jsonl", t->run_dir);
-        remove(log_path);  // a previous run's diagnostics; ENOENT is fine
+        if (rc == 0) remove(log_path);  // a previous run's diagnostics; ENOENT is fine
     }
-    return 0;
+    return dist_agree(rc, e);
 }
 
 // one line per layer whose mixer reports diagnostics (docs/mixers.md): {"step", "layer", name: [per head]}
@@ -766,7 +448,8 @@ static int diag_write_(const Trainer *t, Err *e) {
     return 0;
 }
 
-// the run's log.jsonl, open for appending; every line is flushed and checked (a full disk is an error)
+// the run's log.jsonl, open for appending (rank 0; NULL on the others); every line is flushed and checked (a full
+// disk is an error)
 typedef struct RunLog_ {
     FILE *f;
     char path[1200];
@@ -774,6 +457,7 @@ typedef struct RunLog_ {
 
 static int log_line_(RunLog_ *log, Err *e, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int log_line_(RunLog_ *log, Err *e, const char *fmt, ...) {
+    if (!log->f) return 0;  // a rank other than 0
     va_list ap;
     va_start(ap, fmt);
     errno = 0;
@@ -792,55 +476,68 @@ static int validate_(Trainer *t, RunLog_ *log, double *acc_out, Err *e) {
     double loss, acc;
     uint64_t n;
     int task = run_config_has_task(&t->c);
+    // every rank scores its share of the batches (evaluate_loss agrees and sums)
     if (evaluate_loss(&t->model, &t->val, t->c.train.batch_size, t->c.train.eval_batches, &loss, &n, task ? &acc : NULL,
                       e) != 0)
         return -1;
     char lb[32], ab[32], pb[32];
+    const char *cr = isatty(1) && t->ranks == 1 ? "\r\033[K" : "";  // over the progress line (not under mpirun)
+    int rc;
     if (task) {
         // a task: accuracy over the supervised positions of its test split is the metric
-        if (log_line_(log, e, "{\"step\": %ld, \"val_loss\": %s, \"val_acc\": %s, \"val_tokens\": %llu}", t->step,
-                      json_num(lb, sizeof lb, loss, 9, 0), json_num(ab, sizeof ab, acc, 6, 1), (unsigned long long)n))
-            return -1;
-        if (!t->o->quiet) printf("%sstep %ld: test loss %.4f, accuracy %.4f (%llu positions)\n",
-                                 isatty(1) ? "\r\033[K" : "", t->step, loss, acc, (unsigned long long)n);
+        rc = log_line_(log, e, "{\"step\": %ld, \"val_loss\": %s, \"val_acc\": %s, \"val_tokens\": %llu}", t->step,
+                       json_num(lb, sizeof lb, loss, 9, 0), json_num(ab, sizeof ab, acc, 6, 1), (unsigned long long)n);
+        if (rc == 0 && !t->quiet) printf("%sstep %ld: test loss %.4f, accuracy %.4f (%llu positions)\n",
+                                         cr, t->step, loss, acc, (unsigned long long)n);
         *acc_out = acc;
     } else {
-        if (log_line_(log, e, "{\"step\": %ld, \"val_loss\": %s, \"val_ppl\": %s, \"val_tokens\": %llu}", t->step,
-                      json_num(lb, sizeof lb, loss, 9, 0), json_num(pb, sizeof pb, exp(loss), 6, 0),
-                      (unsigned long long)n))
-            return -1;
-        if (!t->o->quiet) printf("%sstep %ld: val loss %.4f, ppl %.2f (%llu tokens)\n", isatty(1) ? "\r\033[K" : "",
-                                 t->step, loss, exp(loss), (unsigned long long)n);
+        rc = log_line_(log, e, "{\"step\": %ld, \"val_loss\": %s, \"val_ppl\": %s, \"val_tokens\": %llu}", t->step,
+                       json_num(lb, sizeof lb, loss, 9, 0), json_num(pb, sizeof pb, exp(loss), 6, 0),
+                       (unsigned long long)n);
+        if (rc == 0 && !t->quiet) printf("%sstep %ld: val loss %.4f, ppl %.2f (%llu tokens)\n",
+                                         cr, t->step, loss, exp(loss), (unsigned long long)n);
     }
+    if (dist_agree(rc, e) != 0) return -1;
     if (!isfinite(loss)) {
         char note[1400];
-        last_ckpt_note_(t, note, sizeof note);
+        trainer_last_ckpt_note(t, note, sizeof note);
         return err_set(e, "step %ld: the validation loss is not finite (%g): training diverged; %s", t->step, loss, note);
     }
     return 0;
 }
 
 // a task's final evaluation: loss and accuracy over its whole test split, to RUN_DIR/eval/acc.json
+// a task's final evaluation: every rank scores its share of the test split, rank 0 writes RUN_DIR/eval/acc.json
 static int final_eval_task_(Trainer *t, Err *e) {
     char dir[1200], path[1300];
     snprintf(dir, sizeof dir, "%s/eval", t->run_dir);
-    if (mkdir_p_(dir, e) != 0) return -1;
     snprintf(path, sizeof path, "%s/acc.json", dir);
-    FILE *f = fopen(path, "w");
-    if (!f) return err_set(e, "cannot write %s: %s", path, strerror(errno));
+    FILE *f = NULL;
+    int rc = 0;
+    if (dist_main()) {
+        rc = mkdir_p_(dir, e);
+        if (rc == 0 && !(f = fopen(path, "w"))) rc = err_set(e, "cannot write %s: %s", path, strerror(errno));
+    }
+    if (dist_agree(rc, e) != 0) {
+        if (f) fclose(f);
+        return -1;
+    }
     double loss, acc;
     uint64_t n;
-    int rc = evaluate_task(&t->model, &t->c, f, &loss, &acc, &n, e);
-    errno = 0;
-    int bad = ferror(f);
-    if (fclose(f) != 0) bad = 1;
-    if (bad && rc == 0) rc = err_set(e, "cannot write %s: %s", path, errno ? strerror(errno) : "write error");
-    if (rc == 0)
+    rc = evaluate_task(&t->model, &t->c, f, &loss, &acc, &n, e);
+    if (f) {
+        errno = 0;
+        int bad = ferror(f);
+        if (fclose(f) != 0) bad = 1;
+        if (bad && rc == 0) rc = err_set(e, "cannot write %s: %s", path, errno ? strerror(errno) : "write error");
+    }
+    if (rc == 0 && dist_main())
         printf("\n%s test split: accuracy %.4f, loss %.4f over %llu supervised positions (%s)\n", t->c.data.task.kind,
                acc, loss, (unsigned long long)n, path);
-    return rc;
+    return dist_agree(rc, e);
 }
 
+// perplexity by context over eval.split: every rank scores its share of the windows, rank 0 writes the tables
 static int final_eval_(Trainer *t, Err *e) {
     if (run_config_has_task(&t->c)) return final_eval_task_(t, e);
     const EvalSection *ev = &t->c.eval;
@@ -851,20 +548,26 @@ static int final_eval_(Trainer *t, Err *e) {
     const CfgStrList *files = !strcmp(ev->split, "val") ? &t->c.data.val : &t->c.data.test;
     if (files->n == 0) return err_set(e, "eval.split: data.%s is empty", ev->split);
     Loader l;
-    if (open_split_(&l, !strcmp(ev->split, "val") ? "data.val" : "data.test", files, &t->c, 0, e) != 0) return -1;
+    int rc = open_split_(&l, !strcmp(ev->split, "val") ? "data.val" : "data.test", files, &t->c, 0, e);
+    if (dist_agree(rc, e) != 0) {
+        if (rc == 0) loader_close(&l);
+        return -1;
+    }
     EvalResult *r = xcalloc((size_t)n, sizeof(EvalResult));
-    int rc = 0;
     for (int i = 0; i < n && rc == 0; i++)
         rc = evaluate_context(&t->model, l.shards, l.n_shards, ctx[i], ev->stride, ev->max_windows, &r[i], e);
     char dir[1200];
     snprintf(dir, sizeof dir, "%s/eval", t->run_dir);
-    if (rc == 0) rc = mkdir_p_(dir, e);
-    if (rc == 0) {
+    if (rc == 0 && dist_main()) {
+        rc = mkdir_p_(dir, e);
         char what[800];
         snprintf(what, sizeof what, "%s perplexity by context (trained at %d)", ev->split, t->c.train.seq_len);
         printf("\n");
-        rc = eval_write(dir, what, r, n, stdout, e);
-        printf("\ntables in %s/ (ppl.md, ppl.csv, ppl.json, positions_<L>.csv)\n", dir);
+        if (rc == 0) rc = eval_write(dir, what, r, n, stdout, e);
+        if (rc == 0) printf("\ntables in %s/ (ppl.md, ppl.csv, ppl.json, positions_<L>.csv)\n", dir);
+        rc = dist_agree(rc, e);
+    } else if (rc == 0) {
+        rc = dist_agree(rc, e);
     }
     for (int i = 0; i < n; i++) eval_result_free(&r[i]);
     free(r);
@@ -872,20 +575,43 @@ static int final_eval_(Trainer *t, Err *e) {
     return rc;
 }
 
+// one step's progress line (rank 0)
+static void print_progress_(const Trainer *t, int tty, double loss, float lr, double gnorm, double avg_tps) {
+    char el[32], eta[32];
+    size_t per_step = (size_t)t->c.train.grad_accum * t->c.train.batch_size * t->c.train.seq_len;
+    fmt_duration_(t->elapsed, el, sizeof el);
+    fmt_duration_((double)(t->total_steps - t->step) * (double)per_step / avg_tps, eta, sizeof eta);
+    printf("%sstep %ld/%ld | loss %.4f | lr %.3e | grad %.3f | %.0f tok/s | %s elapsed | ETA %s%s",
+           tty ? "\r\033[K" : "", t->step, t->total_steps, loss, lr, gnorm, avg_tps, el, eta, tty ? "" : "\n");
+    fflush(stdout);
+}
+
+// With several ranks (MPI) every rank reads all of a step's micro-batches (so the data cursor, and resume,
+// stay exactly as with one process) and computes micro-batches rank, rank + ranks, ...; the gradients are
+// summed over the ranks in rank order and every rank applies the same update. Rank 0 writes the log and the
+// checkpoints; wherever a rank can fail on its own, the ranks agree (core/dist.h) before going on.
 static int loop_(Trainer *t, Err *e) {
     const RunConfig *c = &t->c;
     int B = c->train.batch_size, T = c->train.seq_len, A = c->train.grad_accum;
+    int ranks = t->ranks, rank = dist_rank();
     size_t BT = (size_t)B * T;
     int *in = xmalloc((size_t)A * BT * sizeof(int)), *tg = xmalloc((size_t)A * BT * sizeof(int));
     char log_path[1200];
     snprintf(log_path, sizeof log_path, "%s/log.jsonl", t->run_dir);
-    RunLog_ lg = {fopen(log_path, "a"), ""}, *log = &lg;
+    RunLog_ lg = {dist_main() ? fopen(log_path, "a") : NULL, ""}, *log = &lg;
     snprintf(lg.path, sizeof lg.path, "%s", log_path);
-    if (!lg.f) { free(in); free(tg); return err_set(e, "cannot append to %s: %s", log_path, strerror(errno)); }
-    int tty = isatty(1) && !t->o->quiet;
+    int rc = dist_main() && !lg.f ? err_set(e, "cannot append to %s: %s", log_path, strerror(errno)) : 0;
+    if (dist_agree(rc, e) != 0) {
+        if (lg.f) fclose(lg.f);
+        free(in);
+        free(tg);
+        return -1;
+    }
+    // under mpirun rank 0's stdout is a pseudo-terminal even when the job's output goes to a file: plain lines
+    int tty = isatty(1) && !t->quiet && ranks == 1;
     double t_start = time_now_s(), elapsed0 = t->elapsed, last_print = 0;
     long steps_here = 0, first_step = t->step;
-    int rc = 0, status = 0;
+    int status = 0;
     while (t->step < t->total_steps && !t->stopped_early) {
         double t0 = time_now_s();
         // all micro-batches first: the loss is a mean over every supervised token of the step, so each
@@ -895,30 +621,38 @@ static int loop_(Trainer *t, Err *e) {
             rc = loader_next(&t->train, in + a * BT, tg + a * BT, B, e);
             for (size_t i = 0; rc == 0 && i < BT; i++) n_sup += tg[a * BT + i] != -100;
         }
-        if (rc != 0) break;
-        model_zero_grad(&t->model);
+        if (rc == 0) model_zero_grad(&t->model);
         double loss_sum = 0;
-        for (int a = 0; a < A && rc == 0; a++) {
+        for (int a = rank; a < A && rc == 0; a += ranks) {
             // KLA+ samples: fresh per micro-batch, and the same again when a resumed run replays the step
             t->model.noise_seed = ((uint64_t)t->step << 20) ^ (uint64_t)a;
             rc = model_forward_backward(&t->model, in + a * BT, tg + a * BT, B, T, (int)n_sup, e);
             if (rc == 0) loss_sum += t->model.loss * t->model.n_supervised;
-            if (rc == 0 && a == 0 && A > 1 && steps_here == 0 && !t->o->quiet) {
+            if (rc == 0 && a == 0 && A > ranks && steps_here == 0 && !t->quiet) {
                 // a step of many micro-batches can take minutes: estimate from the first one
-                double dt = time_now_s() - t0, tps = (double)BT / dt;
+                double dt = time_now_s() - t0, tps = (double)BT * ranks / dt;
                 char per[32], eta[32];
-                fmt_duration_(dt * A, per, sizeof per);
-                fmt_duration_(dt * A * (double)(t->total_steps - t->step), eta, sizeof eta);
+                fmt_duration_(dt * A / ranks, per, sizeof per);
+                fmt_duration_(dt * A / ranks * (double)(t->total_steps - t->step), eta, sizeof eta);
                 printf("first micro-batch (1 of %d): %.0f tok/s, so about %s per step | ETA %s\n", A, tps, per, eta);
                 fflush(stdout);
             }
         }
-        if (rc != 0) break;
+        if ((rc = dist_agree(rc, e)) != 0) break;
+        // the loss and a Ctrl-C or SIGTERM that reached any rank: every rank stops after the same step
+        int sig = stop_signal_;
+        double red[4] = {loss_sum, sig == SIGUSR1, sig == SIGINT, sig == SIGTERM};
+        dist_sum_f64(red, 4);
+        sig = red[3] > 0 ? SIGTERM : red[2] > 0 ? SIGINT : red[1] > 0 ? SIGUSR1 : 0;
+        loss_sum = red[0];
+        double t_red = time_now_s();
+        dist_sum_f32(t->model.grads, model_num_params(&t->model));
+        t_red = time_now_s() - t_red;  // the all-reduce's share of the step (logged with several ranks)
         double loss = n_sup ? loss_sum / (double)n_sup : 0;
         double gnorm = optim_clip_grads(&t->opt, t->model.grads);
         if (!isfinite(loss) || !isfinite(gnorm)) {
             char note[1400];
-            last_ckpt_note_(t, note, sizeof note);
+            trainer_last_ckpt_note(t, note, sizeof note);
             rc = err_set(e, "step %ld: the %s is not finite (loss %g, gradient norm %g): training diverged; lower "
                          "optim.lr or check the data; %s", t->step + 1, isfinite(loss) ? "gradient norm" : "loss",
                          loss, gnorm, note);
@@ -935,49 +669,48 @@ static int loop_(Trainer *t, Err *e) {
         double tps = (double)(A * BT) / (now - t0);
         double avg_tps = (double)(A * BT) * steps_here / (now - t_start);
         char tb[32];
-        if ((t->step % c->train.log_every == 0 || t->step == t->total_steps) &&
-            (rc = log_line_(log, e, "{\"step\": %ld, \"loss\": %.17g, \"lr\": %.9g, \"beta1\": %.9g, \"grad_norm\": "
-                            "%.9g, \"tokens_per_s\": %s, \"tokens\": %.0f, \"elapsed_s\": %.3f}", t->step, loss, lr,
-                            beta1, gnorm, json_num(tb, sizeof tb, tps, 1, 1), t->tokens, t->elapsed)) != 0)
-            break;
-        if ((t->step % c->train.log_every == 0 || t->step == t->total_steps) && (rc = diag_write_(t, e)) != 0) break;
-        if (!t->o->quiet && (now - last_print > (tty ? 0.2 : 10.0) || t->step == t->total_steps || t->step == first_step + 1)) {
-            last_print = now;
-            char el[32], eta[32];
-            fmt_duration_(t->elapsed, el, sizeof el);
-            fmt_duration_((double)(t->total_steps - t->step) * (double)(A * BT) / avg_tps, eta, sizeof eta);
-            printf("%sstep %ld/%ld | loss %.4f | lr %.3e | grad %.3f | %.0f tok/s | %s elapsed | ETA %s%s",
-                   tty ? "\r\033[K" : "", t->step, t->total_steps, loss, lr, gnorm, avg_tps, el, eta, tty ? "" : "\n");
-            fflush(stdout);
-        }
         int last = t->step == t->total_steps;
+        if (t->step % c->train.log_every == 0 || last) {
+            char red_s[48] = "";
+            if (ranks > 1) snprintf(red_s, sizeof red_s, ", \"allreduce_s\": %.6f", t_red);
+            rc = log_line_(log, e, "{\"step\": %ld, \"loss\": %.17g, \"lr\": %.9g, \"beta1\": %.9g, \"grad_norm\": "
+                           "%.9g, \"tokens_per_s\": %s, \"tokens\": %.0f, \"elapsed_s\": %.3f%s}", t->step, loss, lr,
+                           beta1, gnorm, json_num(tb, sizeof tb, tps, 1, 1), t->tokens, t->elapsed, red_s);
+            if (rc == 0 && dist_main()) rc = diag_write_(t, e);
+            if ((rc = dist_agree(rc, e)) != 0) break;
+        }
+        if (!t->quiet && (now - last_print > (tty ? 0.2 : 10.0) || last || t->step == first_step + 1)) {
+            last_print = now;
+            print_progress_(t, tty, loss, lr, gnorm, avg_tps);
+        }
         double acc = NAN;
         // the final checkpoint comes before the final validation: an error reading the validation data (or a
         // non-finite validation loss) at the end loses no training
-        if (last && (rc = save_checkpoint_(t, e)) != 0) break;
+        if (last && (rc = trainer_save_checkpoint(t, e)) != 0) break;
         if ((c->train.eval_every && t->step % c->train.eval_every == 0) || last)
             if ((rc = validate_(t, log, &acc, e)) != 0) break;
         if (c->train.stop_at_acc > 0 && !last && acc >= c->train.stop_at_acc) {
             t->stopped_early = 1;
-            if ((rc = log_line_(log, e, "{\"step\": %ld, \"stopped_early\": true, \"val_acc\": %.6f}", t->step, acc)))
-                break;
-            if (!t->o->quiet)
+            rc = log_line_(log, e, "{\"step\": %ld, \"stopped_early\": true, \"val_acc\": %.6f}", t->step, acc);
+            if ((rc = dist_agree(rc, e)) != 0) break;
+            if (!t->quiet)
                 printf("%sstep %ld: test accuracy %.4f >= train.stop_at_acc %g: training stops here\n",
                        tty ? "\r\033[K" : "", t->step, acc, c->train.stop_at_acc);
         }
-        int stop = stop_signal_ || (t->o->stop_after && steps_here >= t->o->stop_after);
+        int stop = sig || (t->o->stop_after && steps_here >= t->o->stop_after);
         if (!last && ((c->train.ckpt_every && t->step % c->train.ckpt_every == 0) || stop || t->stopped_early)) {
-            if ((rc = save_checkpoint_(t, e)) != 0) break;
+            if ((rc = trainer_save_checkpoint(t, e)) != 0) break;
         }
         if (stop && !last && !t->stopped_early) {
-            printf("%sstopped at step %ld/%ld%s; checkpoint written. Continue with: seqtrain --resume %s\n",
-                   tty ? "\n" : "", t->step, t->total_steps, stop_signal_ ? " (interrupted)" : "", t->run_dir);
-            status = stop_signal_ ? 128 + stop_signal_ : 130;
+            if (dist_main())
+                printf("%sstopped at step %ld/%ld%s; checkpoint written. Continue with: seqtrain --resume %s\n",
+                       tty ? "\n" : "", t->step, t->total_steps, sig ? " (interrupted)" : "", t->run_dir);
+            status = sig ? 128 + sig : 130;
             break;
         }
     }
     if (tty) printf("\n");
-    if (fclose(lg.f) != 0 && rc == 0) rc = err_set(e, "cannot write %s: %s", lg.path, strerror(errno));
+    if (lg.f && fclose(lg.f) != 0 && rc == 0) rc = err_set(e, "cannot write %s: %s", lg.path, strerror(errno));
     free(in);
     free(tg);
     if (rc != 0) return -1;
@@ -988,16 +721,29 @@ int trainer_main(const TrainerOpts *o, Err *e) {
     Trainer *t = xcalloc(1, sizeof(Trainer));
     t->o = o;
     int status = 1;
-    if (setup_(t, o, e) == 0) {
-        printf("seqtrain: %s | %zu parameters | %d layers, d_model %d, vocab %d | %ld steps of %d x %d x %d tokens | "
-               "%d thread%s, %s kernels\n", t->run_dir, model_num_params(&t->model), t->model.L, t->model.C,
-               t->model.V, t->total_steps, t->c.train.grad_accum, t->c.train.batch_size, t->c.train.seq_len,
-               t->threads, t->threads == 1 ? "" : "s", kernel_set_name(kernel_set()));
-        print_substitutions_(&t->c, &t->train, t->model.V, t->total_steps);
+    // setup_ reads and checks on every rank; start_run_dir_ agrees first, so no rank writes for a failed one
+    int rc = setup_(t, o, e);
+    if (dist_agree(rc, e) == 0 && same_everywhere_(t, e) == 0 && start_run_dir_(t, o, e) == 0) {
+        char procs[64] = "";
+        if (t->ranks > 1) snprintf(procs, sizeof procs, "%d ranks x ", t->ranks);
+        if (dist_main()) {
+            printf("seqtrain: %s | %zu parameters | %d layers, d_model %d, vocab %d | %ld steps of %d x %d x %d tokens | "
+                   "%s%d thread%s, %s kernels\n", t->run_dir, model_num_params(&t->model), t->model.L, t->model.C,
+                   t->model.V, t->total_steps, t->c.train.grad_accum, t->c.train.batch_size, t->c.train.seq_len, procs,
+                   t->threads, t->threads == 1 ? "" : "s", kernel_set_name(kernel_set()));
+            print_substitutions_(&t->c, &t->train, t->model.V, t->total_steps);
+        }
+        int cpus = dist_cpus_allowed();
+        if (t->ranks > 1 && cpus > 0 && t->threads > cpus)
+            fprintf(stderr, "seqtrain: note: rank %d runs %d threads on %d CPU%s (its affinity mask): start mpirun with "
+                    "--bind-to none, or --map-by slot:PE=%d, so that each rank's threads get cores of their own\n",
+                    dist_rank(), t->threads, cpus, cpus == 1 ? "" : "s", t->threads);
         signal(SIGINT, on_signal_);
         signal(SIGTERM, on_signal_);
-        int rc = loop_(t, e);
+        signal(SIGUSR1, on_signal_);  // what mpirun passes on to every rank (it ends the job on SIGINT/SIGTERM)
+        rc = loop_(t, e);
         signal(SIGINT, SIG_DFL);
+        signal(SIGUSR1, SIG_DFL);
         signal(SIGTERM, SIG_DFL);
         if (rc == 0) status = final_eval_(t, e) == 0 ? 0 : 1;
         else if (rc > 1) status = rc;

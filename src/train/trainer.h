@@ -37,7 +37,9 @@ typedef struct Trainer {
     long step, total_steps;
     double tokens;          // tokens trained on, over all processes of the run
     double elapsed;         // seconds of training, over all processes of the run
-    int threads;
+    int threads;            // OpenMP threads of this process
+    int ranks;              // processes training together (MPI ranks; 1 without MPI)
+    int quiet;              // no progress output (--quiet, or a rank other than 0)
     int stopped_early;      // train.stop_at_acc was reached (recorded in the checkpoint: a resume does not train on)
     const TrainerOpts *o;
 } Trainer;
@@ -46,8 +48,8 @@ typedef struct Trainer {
 // print the first training window, build the model (validating every mixer option), print the summary
 int trainer_check(const RunConfig *c, int info, Err *e);
 
-// returns the process exit status: 0 finished; 130 stopped by SIGINT or --stop-after, 143 by SIGTERM
-// (a checkpoint is written in both cases); 1 error (e set)
+// returns the process exit status: 0 finished; 130 stopped by SIGINT or --stop-after, 143 by SIGTERM, 138 by
+// SIGUSR1 (a checkpoint is written in each case); 1 error (e set)
 int trainer_main(const TrainerOpts *o, Err *e);
 
 #endif
