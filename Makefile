@@ -55,8 +55,9 @@ TUNE     := -mtune=generic
 VARIANT  := $(VARIANT)-portable
 BIN      := build/$(VARIANT)/bin
 endif
-# MPI=1: data-parallel training over MPI ranks (Open MPI from Debian, installed on first use); mpicc and mpicxx
-# wrap the same gcc and g++ with MPI's include and library paths
+# MPI=1: data-parallel training over MPI ranks (Open MPI from Debian, installed on first use, with procps, whose
+# pgrep tests/mpi/test_mpi.sh uses); mpicc and mpicxx wrap the same gcc and g++ with MPI's include and library
+# paths
 ifeq ($(MPI),1)
 CC       := mpicc
 CXX      := mpicxx
@@ -122,7 +123,7 @@ build/.deps-installed: scripts/install_deps.sh
 	@bash scripts/install_deps.sh
 	@mkdir -p $(dir $@) && touch $@
 build/.deps-mpi-installed: build/.deps-installed
-	@bash scripts/install_deps.sh libopenmpi-dev openmpi-bin
+	@bash scripts/install_deps.sh libopenmpi-dev openmpi-bin procps
 	@mkdir -p $(dir $@) && touch $@
 
 $(OBJDIR)/%.o: src/%.c | $(DEPS_STAMP)
