@@ -74,6 +74,8 @@ bad_state "total_steps 9 (the config gives 8)" "'total_steps'" "s['total_steps']
 bad_state "tokens NaN-ish (-5)" "'tokens'" "s['tokens'] = -5"
 bad_state "elapsed_s a string" "'elapsed_s'" "s['elapsed_s'] = 'x'"
 bad_state "threads 0" "'threads'" "s['threads'] = 0"
+bad_state "ranks 0" "'ranks'" "s['ranks'] = 0"
+bad_state "ranks 1.5" "'ranks'" "s['ranks'] = 1.5"
 bad_state "stopped_early 1 (not a boolean)" "'stopped_early'" "s['stopped_early'] = 1"
 bad_state "step missing" "'step' is missing" "del s['step']"
 bad_state "a list at the top level" "JSON object" "s = [1]"
