@@ -24,14 +24,15 @@
 #       tiny:  every part at its script's tiny scale (pipeline check, meaningless numbers): MQAR d 16 at
 #              lr 1e-3 and 1e-2, MAD all six tasks, state parity train 8 / A5 length 8 with 1 layer and 1
 #              seed, LM 4 steps of a d 32 model
-#       small: what two shared CPU cores can run in about an hour, one run at a time on 1 thread:
+#       small: CPU-sized (one run at a time on 1 thread of a shared 2-core Xeon: MQAR, MAD and state about
+#              an hour together, LM about 15 minutes a row):
 #              MQAR Zoology T 64, 4 pairs, V 8192, d 64, lr 1e-3 only, 1,250 steps of batch 64, rows
 #              attention, GLA, GLA + Selective RoPE; MAD at mad_table.sh's small scale (640 examples x 10
 #              epochs), lr 1e-3, tasks ICR and selective copy, rows GLA ± Selective RoPE; parity trained
 #              at length 32 and scored at 32, 64, 128 (d 64, 2 layers, 20,000 examples x 2 epochs), rows GLA
 #              ± Selective RoPE, GDN ± Selective RoPE and GDN with negative eigenvalues; A5 (at
-#              length 16, 1-2 layers, 1 seed) only with STATE_PARTS="a5 parity"; LM: configs/lm/cpu (d 128, 4 layers, T 256) for 150 steps,
-#              GLA ± Selective RoPE, scored at L 256-2048
+#              length 16, 1-2 layers, 1 seed) only with STATE_PARTS="a5 parity"; LM: the six rows on
+#              configs/lm/cpu (d 128, 4 layers, T 256, 1 epoch of WikiText-2: 690 steps), scored at L 256-2048
 #       paper: MQAR Zoology T 64-512, d 64-512, the paper's lr grid (8 values evenly spaced from 1e-3 to
 #              1e-2, App. B.2.3); MAD the full MAD protocol (3 lr x 2 wd); parity train 128 / test 128-512 and
 #              A5 length 128 as state_tracking.sh's paper scale; LM the 370M configs (35B tokens; the data
