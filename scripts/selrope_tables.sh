@@ -29,8 +29,8 @@
 #              MQAR Zoology T 64, 4 pairs, V 8192, d 64, lr 1e-3 only, 1,250 steps of batch 64, rows
 #              attention, GLA, GLA + Selective RoPE; MAD at mad_table.sh's small scale (640 examples x 10
 #              epochs), lr 1e-3, tasks ICR and selective copy, rows GLA ± Selective RoPE; parity trained
-#              at length 32 and scored at 32, 64, 128 (d 64, 2 layers, 20,000 examples x 2 epochs), rows GLA
-#              ± Selective RoPE, GDN ± Selective RoPE and GDN with negative eigenvalues; A5 (at
+#              at length 32 and scored at 32, 64, 128 (d 64, 2 layers, 20,000 examples x 2 epochs), rows GLA,
+#              GDN and FoX, each ± Selective RoPE, and GDN with negative eigenvalues; A5 (at
 #              length 16, 1-2 layers, 1 seed) only with STATE_PARTS="a5 parity"; LM: the six rows on
 #              configs/lm/cpu (d 128, 4 layers, T 256, 1 epoch of WikiText-2: 690 steps), scored at L 256-2048
 #       paper: MQAR Zoology T 64-512, d 64-512, the paper's lr grid (8 values evenly spaced from 1e-3 to
@@ -79,7 +79,7 @@ case "$SCALE" in
            st_m="gla gla_selrope gated_deltanet_neg attn_fox_selrope"; st_parts="a5 parity"; st=(L_MAX=1 SEEDS=1) ;;
     small) mq_m="attn_rope gla gla_selrope"; mq_lr="1e-3"; mq_d=64
            mad_rows=gla,gla_selrope; mad_tasks=icr,selective_copy; mad_lrs="1e-3"
-           st_m="gla gla_selrope gated_deltanet gated_deltanet_selrope gated_deltanet_neg"
+           st_m="gla gla_selrope gated_deltanet gated_deltanet_selrope gated_deltanet_neg attn_fox attn_fox_selrope"
            st_parts="parity"; st=(TRAIN_LEN=32 "TEST_LENS=32 64 128" A5_LEN=16 L_MAX=2 SEEDS=1) ;;
     paper) mq_m="attn_rope gla gla_rope gla_selrope"; mq_lr=$PAPER_LRS; mq_d=""
            mad_rows=attn_none,attn_rope,gla,gla_selrope,gdn,gdn_selrope; mad_tasks=""; mad_lrs=""
