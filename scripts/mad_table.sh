@@ -33,7 +33,7 @@ Settings (environment):
              epochs (10), 1,280 test examples, the paper model; grid lr {5e-4, 1e-3} x wd {0}
       tiny:  pipeline check (CI): d 32, batch 4, 2 steps, 8 train / 8 test examples, sequences of at most
              64 tokens; grid lr {1e-3} x wd {0}; the numbers mean nothing
-  ROWS=id,id,...          only these mixer rows (default all): $(printf '%s ' attn_none attn_rope attn_alibi attn_fox rfa sc_rfa kla kla_p0 kla_plus)
+  ROWS=id,id,...          only these mixer rows (default all): $(printf '%s ' attn_none attn_rope attn_alibi attn_fox rfa sc_rfa kla kla_p0 kla_plus gla gla_selrope gdn gdn_selrope)
   TASKS=t,t,...           only these task columns (default all six)
   LRS='a b' WDS='a b'     override the scale's lr / wd grid
   SEEDS=N                 seeds 1..N (PROTOCOL=kla, as SEEDS of the other task sweeps; PROTOCOL=mad trains one run
@@ -55,6 +55,11 @@ position's vector."
 # kla_plus its probabilistic decoding KLA+ (App. G.2: 10 Monte Carlo samples; 10x the compute of kla).
 # The rfa rows take the RFA configs' optimizer group of the SDE parameters (configs/rfa/m1_rfa.json).
 MAD_RFA_GROUPS='optim.groups=[{"match": "blocks.*.mixer.sde_*", "lr": 5e-4, "beta1": 0.0, "eps": 1e-7, "clip": 1e-4}]'
+# The gla and gdn rows are the Selective RoPE paper's MAD setting (reference/seed_mixers.md C.3: 8 heads,
+# GLA expand_k = expand_v = 1, gate normaliser 16, gate rank 16; Selective RoPE of rank 32, conv without
+# activation, θ 500000, temp_max 1: the option's defaults otherwise); GDN keeps its defaults but for 8 heads.
+MAD_GLA='{"kind": "gla", "heads": 8, "expand_k": 1, "expand_v": 1, "gate_normalizer": 16, "gate_rank": 16'
+MAD_SELROPE='"selective_rope": {"enabled": true, "phi_proj_rank": 32}'
 MAD_MIXERS=(
     'attn_none|Attention (no PE)|{"kind": "attention", "pos": "none"}|'
     'attn_rope|Attention (RoPE)|{"kind": "attention", "pos": "rope"}|'
@@ -65,6 +70,10 @@ MAD_MIXERS=(
     'kla|KLA|{"kind": "kla", "d_state": 8}|'
     'kla_p0|KLA (p = 0)|{"kind": "kla", "d_state": 8, "process_noise": false}|'
     'kla_plus|KLA+|{"kind": "kla", "d_state": 8}|model.mc_samples=10'
+    "gla|GLA|$MAD_GLA}|"
+    "gla_selrope|GLA + Selective RoPE|$MAD_GLA, $MAD_SELROPE}|"
+    'gdn|Gated DeltaNet|{"kind": "gated_deltanet", "heads": 8}|'
+    "gdn_selrope|Gated DeltaNet + Selective RoPE|{\"kind\": \"gated_deltanet\", \"heads\": 8, $MAD_SELROPE}|"
 )
 # --- the columns: task | label
 MAD_TASKS=(

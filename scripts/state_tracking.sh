@@ -17,7 +17,9 @@
 #              the paper's early stop, patience 50, is not a seqtrain feature: every run trains all 500
 #              epochs); parity as the config (train 128, test 128,256,384,512)
 #       small and tiny keep a5.json's optimizer and shrink the model (d 64, d 32) and the budget above
-#   L_MAX=N SEEDS=N A5_LEN=N TEST_LENS="128 512"   override the scale's values
+#   L_MAX=N SEEDS=N A5_LEN=N TRAIN_LEN=N TEST_LENS="128 512"   override the scale's values (TRAIN_LEN: parity's
+#                training length)
+#   PARTS="a5 parity"   only these of the two tables (default both)
 #   MIXERS="attn_rope rfa"    only these rows (ids of mixer_rows in scripts/tasks_common.sh)
 #   SEQ_OUT=DIR      output folder (default runs/tasks/state/$SCALE); runs in SEQ_OUT/runs, logs in SEQ_OUT/logs
 #   JOBS, THREADS, BIN   as scripts/mqar_sweep.sh
@@ -42,7 +44,13 @@ case "$SCALE" in
     small) lmax=3; seeds=2; a5len=16;  trlen=128; tlens="128 256 384 512" ;;
     paper) lmax=4; seeds=5; a5len=128; trlen=128; tlens="128 256 384 512" ;;
 esac
-L_MAX=${L_MAX:-$lmax}; SEEDS=${SEEDS:-$seeds}; A5_LEN=${A5_LEN:-$a5len}; TRAIN_LEN=$trlen; TEST_LENS=${TEST_LENS:-$tlens}
+L_MAX=${L_MAX:-$lmax}; SEEDS=${SEEDS:-$seeds}; A5_LEN=${A5_LEN:-$a5len}; TRAIN_LEN=${TRAIN_LEN:-$trlen}; TEST_LENS=${TEST_LENS:-$tlens}
+PARTS=${PARTS:-a5 parity}
+for v in L_MAX SEEDS A5_LEN TRAIN_LEN; do
+    case "${!v}" in ''|*[!0-9]*|0) DIE_RC=2 die "$v must be a positive integer (got '${!v}')" ;; esac
+done
+for p in $PARTS; do case "$p" in a5|parity) ;; *) DIE_RC=2 die "PARTS names a5 and parity only (got '$p')" ;; esac; done
+has_part() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 mixer_rows 2  # the state configs' attention has 2 heads
 
 scale_sets() {  # scale_sets a5|parity
@@ -59,14 +67,15 @@ mixer_sets() {
 add_sets() { local s; while IFS= read -r s; do [ -n "$s" ] && args+=(--set "$s"); done; }
 
 for m in $MIXERS; do
-    for ((L = 1; L <= L_MAX; L++)); do for ((s = 1; s <= SEEDS; s++)); do
+    if has_part a5; then for ((L = 1; L <= L_MAX; L++)); do for ((s = 1; s <= SEEDS; s++)); do
         args=(--config configs/tasks/state/a5.json)
         add_sets < <(mixer_sets "$m"); add_sets < <(scale_sets a5)
         args+=(--set "model.n_layers=$L" --set "run.seed=$s" --set "train.seq_len=$A5_LEN")
         for k in train_len_min train_len_max test_len_min test_len_max; do args+=(--set "data.task.$k=$A5_LEN"); done
         for x in "${EXTRA_SETS[@]+"${EXTRA_SETS[@]}"}"; do args+=(--set "$x"); done
         job "a5_${m}_L${L}_s${s}" "${args[@]}"
-    done; done
+    done; done; fi
+    has_part parity || continue
     args=(--config configs/tasks/state/parity.json)
     add_sets < <(mixer_sets "$m"); add_sets < <(scale_sets parity)
     args+=(--set "train.seq_len=$TRAIN_LEN")
@@ -74,7 +83,10 @@ for m in $MIXERS; do
     for x in "${EXTRA_SETS[@]+"${EXTRA_SETS[@]}"}"; do args+=(--set "$x"); done
     job "parity_${m}" "${args[@]}"
 done
-say "SCALE=$SCALE: ${#JOB_IDS[@]} runs (A5 at length $A5_LEN, layers 1-$L_MAX, $SEEDS seeds; parity train $TRAIN_LEN, test ${TEST_LENS// /,}), $NJOBS at a time, $THREADS threads each; output in $OUTD"
+what=""
+has_part a5 && what="A5 at length $A5_LEN, layers 1-$L_MAX, $SEEDS seeds"
+has_part parity && what+="${what:+; }parity train $TRAIN_LEN, test ${TEST_LENS// /,}"
+say "SCALE=$SCALE: ${#JOB_IDS[@]} runs ($what), $NJOBS at a time, $THREADS threads each; output in $OUTD"
 run_jobs; rc=$?
 [ "$DRY_RUN" = 1 ] && exit 0
 
@@ -101,9 +113,10 @@ PY
 
 commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
 CMDLINE="SCALE=$SCALE"
-for v in MIXERS L_MAX SEEDS A5_LEN TEST_LENS; do [ -n "$(printenv "$v")" ] && CMDLINE+=" $v=\"$(printenv "$v")\""; done
+for v in MIXERS PARTS L_MAX SEEDS A5_LEN TRAIN_LEN TEST_LENS; do [ -n "$(printenv "$v")" ] && CMDLINE+=" $v=\"$(printenv "$v")\""; done
 CMDLINE+=" scripts/state_tracking.sh"; for x in "${EXTRA_SETS[@]+"${EXTRA_SETS[@]}"}"; do CMDLINE+=" --set $x"; done
 # (a) A5
+if has_part a5; then
 md="$OUTD/a5.md"; csv="$OUTD/a5.csv"
 {
     echo "**A5 word problem (length $A5_LEN, SCALE=$SCALE).** Fewest layers whose best of $SEEDS seeds reaches ≥ 90% test accuracy (> $L_MAX: none up to $L_MAX); then the best-seed accuracy per depth."
@@ -127,8 +140,10 @@ for m in $MIXERS; do
 done
 echo >> "$md"; echo "Runs: \`$CMDLINE\` (commit $commit)." >> "$md"
 cat "$md"; echo
+fi
 
 # (b) parity
+has_part parity || exit "$rc"
 md="$OUTD/parity.md"; csv="$OUTD/parity.csv"
 {
     echo "**Parity length generalisation (trained at length $TRAIN_LEN, SCALE=$SCALE).** Test accuracy at each test length."

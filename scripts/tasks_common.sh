@@ -196,8 +196,9 @@ parse_opts() {
 # the config's attention heads (mixer_rows HEADS), since its object replaces the attention one. KLA rows
 # are fused blocks (no separate MLP; the MAD base config says prenorm, so the row says fused; KLA paper Table 12:
 # d_state 16, expand 1). The linear family keeps its reference defaults (heads 4/8, FLA's gates and norms); mamba2 and mlstm
-# are fused blocks too, mamba2 with 16-channel heads so that the sweeps' small widths hold whole heads. A mixer added
-# later is a line here. mixer_rows also sets MIXERS (default: every row) and refuses an unknown id.
+# are fused blocks too, mamba2 with 16-channel heads so that the sweeps' small widths hold whole heads. gla_rope is
+# GLA with RoPE on q, k (the Selective RoPE paper's "RoPE" variant), gated_deltanet_neg the negative-eigenvalue
+# GDN (Grazzi et al.: solves parity; a positive control there). A mixer added later is a line here. mixer_rows also sets MIXERS (default: every row) and refuses an unknown id.
 mixer_rows() {
     MIXER=(
         'attn_rope|Attention (RoPE)|{"kind":"attention","pos":"rope"}|'
@@ -217,7 +218,9 @@ mixer_rows() {
         'gsa|GSA (gated slot attention)|{"kind":"gsa"}|'
         'bla|BLA (blurry window attention)|{"kind":"bla"}|'
         'bla_decay|BLA with decay|{"kind":"bla","decay":true}|'
+        'gla_rope|GLA + RoPE (complex forget gate)|{"kind":"gla","rotate":true}|'
         'gla_selrope|GLA + Selective RoPE|{"kind":"gla","selective_rope":{"enabled":true}}|'
+        'gated_deltanet_neg|Gated DeltaNet (β ∈ (0, 2))|{"kind":"gated_deltanet","allow_neg_eigval":true}|'
         'gated_deltanet_selrope|Gated DeltaNet + Selective RoPE|{"kind":"gated_deltanet","selective_rope":{"enabled":true}}|'
         'attn_fox|Attention (FoX)|{"kind":"attention","pos":"fox"}|'
         'attn_fox_selrope|Attention (FoX) + Selective RoPE|{"kind":"attention","pos":"fox","selective_rope":{"enabled":true}}|'
