@@ -9,6 +9,10 @@
 #   PORTABLE=1           base -march=x86-64 instead of native: runs on any x86-64 CPU (combines with the
 #                        others)                                -> build/<variant>-portable/bin/
 #   WERROR=1             adds -Werror (CI sets it)
+#   CUDA=1               the GPU backend (src/gpu/*.cu with nvcc + cuBLAS, run.device cuda) instead of src/gpu/none.c;
+#                        the C objects are the variant's own (they do not depend on it) -> build/cuda/bin/
+#                        (build/<variant>-cuda/bin/ combined with the others). NVCC=path, CUDA_ARCH=90 (sm_90, H100)
+#   make test-cuda       CUDA=1's tools and the GPU-vs-CPU parity test, run (skipped with a message without a GPU)
 #
 # Kernel sets (src/core/cpu.h, src/nn/isa.h): every src/nn/*.c is compiled once per set, on x86-64 as
 # generic (the base -march), avx2 (x86-64-v3) and avx512 (x86-64-v4) whatever the build host has; at run time
@@ -58,6 +62,15 @@ WARN     += -Werror
 endif
 
 OBJDIR   := build/$(VARIANT)/obj
+
+# the GPU backend: nvcc from PATH, else CUDA's default place; its lib64 beside it
+NVCC      ?= $(or $(shell command -v nvcc 2>/dev/null),/usr/local/cuda/bin/nvcc)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA_ARCH ?= 90
+NVCCFLAGS := -std=c++17 -O3 -arch=sm_$(CUDA_ARCH) -Isrc -MMD -MP -Xcompiler -Wall,-Wextra,-Wno-unused-parameter
+ifeq ($(CUDA),1)
+BIN      := $(if $(filter release,$(VARIANT)),build/cuda/bin,build/$(VARIANT)-cuda/bin)
+endif
 TESTBIN  := build/$(VARIANT)/tests
 # errno is never read after a libm call; without this gcc keeps every loop with a sqrtf scalar (a branch to
 # the errno-setting call), e.g. the AdamW update. Not fast-math: every result stays IEEE and the same.
@@ -89,6 +102,13 @@ LIB_C    := $(filter-out src/cli/seq%.c $(NN_C),$(wildcard src/*/*.c))
 LIB_CC   := $(wildcard src/*/*.cc)
 LIB_OBJ  := $(LIB_C:src/%.c=$(OBJDIR)/%.o) $(LIB_CC:src/%.cc=$(OBJDIR)/%.o) \
             $(foreach set,$(ISA_SETS),$(NN_C:src/nn/%.c=$(OBJDIR)/nn-$(set)/%.o))
+# CUDA=1: gpu/*.cu (into obj/cuda/, linked with cuBLAS) instead of gpu/none.c
+ifeq ($(CUDA),1)
+CU_SRC   := $(wildcard src/gpu/*.cu)
+LIB_OBJ  := $(filter-out $(OBJDIR)/gpu/none.o,$(LIB_OBJ)) $(CU_SRC:src/%.cu=$(OBJDIR)/cuda/%.o)
+LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart
+TESTBIN  := $(TESTBIN)-cuda
+endif
 TOOLS    := seqtrain seqeval seqtok
 TOOL_BIN := $(TOOLS:%=$(BIN)/%)
 TESTS    := $(patsubst tests/%.c,%,$(wildcard tests/test_*.c))
@@ -97,7 +117,7 @@ BENCHES  := $(patsubst bench/%.c,%,$(wildcard bench/*.c))
 BENCH_BIN := $(BENCHES:%=build/$(VARIANT)/bench/%)
 DEPS_STAMP := build/.deps-installed
 
-.PHONY: all tools tests test run deps data clean benches fuzz fuzz-build
+.PHONY: all tools tests test test-cuda run deps data clean benches fuzz fuzz-build
 .SECONDARY:  # keep objects between builds (they are intermediate files of pattern rules)
 all: tools
 tools: $(TOOL_BIN)
@@ -121,6 +141,10 @@ $$(OBJDIR)/nn-$(1)/%.o: src/nn/%.c | $$(DEPS_STAMP)
 	$$(CC) $$(filter-out $$(ARCH),$$(CFLAGS)) $$(ISA_$(1)) -include src/nn/isa.h -c $$< -o $$@
 endef
 $(foreach set,$(ISA_SETS),$(eval $(call ISA_RULE,$(set))))
+
+$(OBJDIR)/cuda/%.o: src/%.cu | $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
 $(OBJDIR)/%.o: src/%.cc | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
@@ -151,6 +175,11 @@ build/$(VARIANT)/bench/%: $(OBJDIR)/bench/%.o $(LIB_OBJ)
 # with "N passed, N failed"
 test: $(DEPS_STAMP)
 	@bash tests/run_all.sh
+
+# the GPU backend's parity test (tests/gpu/run.sh): builds the CUDA=1 tools and test, then compares the GPU with the
+# CPU on small models; says "skipped" and succeeds where nvcc or a GPU is missing
+test-cuda: $(DEPS_STAMP)
+	@bash tests/gpu/run.sh
 
 # prepare WikiText-2 shards, then train the quickstart config (7-9 minutes on 2 cores) and print its
 # perplexity-by-context table; a second `make run` continues (or just re-evaluates) runs/quickstart

@@ -6,6 +6,8 @@
 #   3. PORTABLE=1 (base -march=x86-64): no AVX instruction outside the avx2/avx512 copies of nn/, and the C
 #      unit tests under every kernel set
 #   4. the NO_OMP=1 and DEBUG=1 variants must build
+#   5. CUDA=1 must build where nvcc exists (tests/gpu/run.sh: then the GPU parity test runs what needs no GPU,
+#      all of it on a machine with one); skipped with a message where there is no nvcc
 # Each test prints "ok - ..." / "not ok - ..." lines; this script counts them over everything and
 # ends with the line "N passed, N failed". A test program that dies without reporting counts as failed.
 set -u
@@ -97,5 +99,7 @@ for v in NO_OMP DEBUG; do
         fail=$((fail + 1)); echo "not ok - $v=1 build:"; tail -n 20 "$log_dir/build-$v.log" | sed 's/^/    /'
     fi
 done
+SEQ_JOBS=$JOBS bash tests/gpu/run.sh > "$log_dir/cuda.log" 2>&1; count cuda $? "$log_dir/cuda.log"
+grep '^skipped' "$log_dir/cuda.log"
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

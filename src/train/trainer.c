@@ -207,6 +207,9 @@ static int check_finite_state_(const Trainer *t, Err *e) {
 }
 
 static int save_checkpoint_(Trainer *t, Err *e) {
+    // run.device cuda: the state lives on the GPU; the files are written from the host copies, so they are
+    // the CPU's format byte for byte
+    if (t->gpu) gpu_download(t->gpu, t->model.params, t->opt.m, t->opt.v);
     if (check_finite_state_(t, e) != 0) return -1;
     CkptDir cd;
     if (ckptdir_begin(&cd, t->run_dir, t->step, e) != 0) return -1;
@@ -628,6 +631,7 @@ int trainer_check(const RunConfig *c, int info, Err *e) {
             OptimGroup *groups = NULL;
             if (rc == 0 && (rc = optim_setup_(&opt, &groups, &c->optim, &m.pt, e)) == 0) optim_free(&opt);
             free(groups);
+            if (rc == 0 && !strcmp(c->run.device, "cuda")) rc = gpu_check_model(&m, e);
             model_free(&m);
         }
     }
@@ -691,6 +695,7 @@ static int setup_(Trainer *t, const TrainerOpts *o, Err *e) {
     if (optim_setup_(&t->opt, &t->groups, &c->optim, &t->model.pt, e) != 0 ||
         schedule_setup_(&t->sched, c, t->total_steps, e) != 0)
         return -1;
+    if (!strcmp(c->run.device, "cuda") && gpu_open(&t->gpu, &t->model, &t->opt, c->run.precision, e) != 0) return -1;
     if (mkdir_p_(t->run_dir, e) != 0) return -1;
     char log_path[1200];
     snprintf(log_path, sizeof log_path, "%s/log.jsonl", t->run_dir);
@@ -707,6 +712,7 @@ static int setup_(Trainer *t, const TrainerOpts *o, Err *e) {
         int rc = config_changes_(t, o, state_path, &st, &changes, e);
         if (rc == 0) rc = check_state_(t, ckpt, state_path, &st, changes != NULL, e);
         if (rc == 0) rc = load_checkpoint_(t, ckpt, &st, e);
+        if (rc == 0 && t->gpu) gpu_upload(t->gpu, t->model.params, t->opt.m, t->opt.v);
         ckpt_state_free(&st);
         if (rc == 0) rc = truncate_log_(log_path, t->step, e);
         char diag_path[1200];
@@ -789,6 +795,8 @@ static int log_line_(RunLog_ *log, Err *e, const char *fmt, ...) {
 static int validate_(Trainer *t, RunLog_ *log, double *acc_out, Err *e) {
     *acc_out = NAN;
     if (!t->has_val) return 0;
+    // run.device cuda: evaluation runs on the host model (docs/gpu.md), with the GPU's parameters
+    if (t->gpu) gpu_download(t->gpu, t->model.params, NULL, NULL);
     double loss, acc;
     uint64_t n;
     int task = run_config_has_task(&t->c);
@@ -842,6 +850,7 @@ static int final_eval_task_(Trainer *t, Err *e) {
 }
 
 static int final_eval_(Trainer *t, Err *e) {
+    if (t->gpu) gpu_download(t->gpu, t->model.params, NULL, NULL);
     if (run_config_has_task(&t->c)) return final_eval_task_(t, e);
     const EvalSection *ev = &t->c.eval;
     if (!ev->contexts[0]) return 0;
@@ -896,13 +905,21 @@ static int loop_(Trainer *t, Err *e) {
             for (size_t i = 0; rc == 0 && i < BT; i++) n_sup += tg[a * BT + i] != -100;
         }
         if (rc != 0) break;
-        model_zero_grad(&t->model);
+        if (t->gpu) gpu_zero_grad(t->gpu);
+        else model_zero_grad(&t->model);
         double loss_sum = 0;
         for (int a = 0; a < A && rc == 0; a++) {
-            // KLA+ samples: fresh per micro-batch, and the same again when a resumed run replays the step
-            t->model.noise_seed = ((uint64_t)t->step << 20) ^ (uint64_t)a;
-            rc = model_forward_backward(&t->model, in + a * BT, tg + a * BT, B, T, (int)n_sup, e);
-            if (rc == 0) loss_sum += t->model.loss * t->model.n_supervised;
+            if (t->gpu) {
+                double mb_loss;
+                int mb_sup;
+                rc = gpu_forward_backward(t->gpu, in + a * BT, tg + a * BT, B, T, (int)n_sup, &mb_loss, &mb_sup, e);
+                if (rc == 0) loss_sum += mb_loss * mb_sup;
+            } else {
+                // KLA+ samples: fresh per micro-batch, and the same again when a resumed run replays the step
+                t->model.noise_seed = ((uint64_t)t->step << 20) ^ (uint64_t)a;
+                rc = model_forward_backward(&t->model, in + a * BT, tg + a * BT, B, T, (int)n_sup, e);
+                if (rc == 0) loss_sum += t->model.loss * t->model.n_supervised;
+            }
             if (rc == 0 && a == 0 && A > 1 && steps_here == 0 && !t->o->quiet) {
                 // a step of many micro-batches can take minutes: estimate from the first one
                 double dt = time_now_s() - t0, tps = (double)BT / dt;
@@ -915,7 +932,7 @@ static int loop_(Trainer *t, Err *e) {
         }
         if (rc != 0) break;
         double loss = n_sup ? loss_sum / (double)n_sup : 0;
-        double gnorm = optim_clip_grads(&t->opt, t->model.grads);
+        double gnorm = t->gpu ? gpu_clip_grads(t->gpu, &t->opt) : optim_clip_grads(&t->opt, t->model.grads);
         if (!isfinite(loss) || !isfinite(gnorm)) {
             char note[1400];
             last_ckpt_note_(t, note, sizeof note);
@@ -926,7 +943,8 @@ static int loop_(Trainer *t, Err *e) {
         }
         float lr = schedule_lr(&t->sched, t->step);
         float beta1 = schedule_beta1(&t->sched, t->step, (float)c->optim.beta1);
-        optim_step(&t->opt, t->model.params, t->model.grads, lr, beta1);
+        if (t->gpu) gpu_optim_step(t->gpu, &t->opt, lr, beta1);
+        else optim_step(&t->opt, t->model.params, t->model.grads, lr, beta1);
         t->step++;
         steps_here++;
         t->tokens += (double)(A * BT);
@@ -993,6 +1011,7 @@ int trainer_main(const TrainerOpts *o, Err *e) {
                "%d thread%s, %s kernels\n", t->run_dir, model_num_params(&t->model), t->model.L, t->model.C,
                t->model.V, t->total_steps, t->c.train.grad_accum, t->c.train.batch_size, t->c.train.seq_len,
                t->threads, t->threads == 1 ? "" : "s", kernel_set_name(kernel_set()));
+        if (t->gpu) printf("device: %s\n", gpu_device_name(t->gpu));
         print_substitutions_(&t->c, &t->train, t->model.V, t->total_steps);
         signal(SIGINT, on_signal_);
         signal(SIGTERM, on_signal_);
@@ -1004,6 +1023,7 @@ int trainer_main(const TrainerOpts *o, Err *e) {
     }
     if (t->has_val) loader_close(&t->val);
     loader_close(&t->train);  // a zeroed Loader (setup failed early) closes as a no-op
+    gpu_close(t->gpu);
     if (t->model.params) optim_free(&t->opt);
     model_free(&t->model);
     free(t->groups);
