@@ -176,6 +176,22 @@ build/$(VARIANT)/bench/%: $(OBJDIR)/bench/%.o $(LIB_OBJ)
 test: $(DEPS_STAMP)
 	@bash tests/run_all.sh
 
+# the GPU backend's kernels emulated on the CPU (tests/gpu/emu/: CUDA's runtime, the kernel launch and cuBLAS), so
+# the parity test checks their numbers where there is no GPU (tests/gpu/run.sh runs it): each .cu with its
+# launches k<<<g, b>>>(...) rewritten to emu_launch(g, b, k, ...), compiled by the C++ compiler
+EMU_OBJ  := $(patsubst src/%.cu,$(OBJDIR)/gpuemu/%.o,$(wildcard src/gpu/*.cu))
+EMU_TEST := build/$(VARIANT)/tests-gpuemu/test_gpu_emulated
+$(OBJDIR)/gpuemu/%.o: src/%.cu tests/gpu/emu/cuda_runtime.h tests/gpu/emu/cublas_v2.h | $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	perl -pe 's/(\w+(?:<\w+>)?)<<<(.+?)>>>\(/emu_launch(\2, \1, /g' $< > $(@:.o=.cc)
+	$(CXX) -std=c++17 -O2 -U_FORTIFY_SOURCE -Wall -Wno-unused-function -Wno-unknown-pragmas -Itests/gpu/emu -Isrc -MMD -MP -c $(@:.o=.cc) -o $@
+$(OBJDIR)/tests/gpu/test_gpu_emulated.o: tests/gpu/test_gpu_parity.c | $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests -DSEQ_GPU_EMULATE -c $< -o $@
+$(EMU_TEST): $(OBJDIR)/tests/gpu/test_gpu_emulated.o $(filter-out $(OBJDIR)/gpu/none.o $(OBJDIR)/cuda/%,$(LIB_OBJ)) $(EMU_OBJ)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $^ -o $@ $(filter-out -lcublas -lcudart,$(LDLIBS))
+
 # the GPU backend's parity test (tests/gpu/run.sh): builds the CUDA=1 tools and test, then compares the GPU with the
 # CPU on small models; says "skipped" and succeeds where nvcc or a GPU is missing
 test-cuda: $(DEPS_STAMP)

@@ -6,8 +6,9 @@
 #   3. PORTABLE=1 (base -march=x86-64): no AVX instruction outside the avx2/avx512 copies of nn/, and the C
 #      unit tests under every kernel set
 #   4. the NO_OMP=1 and DEBUG=1 variants must build
-#   5. CUDA=1 must build where nvcc exists (tests/gpu/run.sh: then the GPU parity test runs what needs no GPU,
-#      all of it on a machine with one); skipped with a message where there is no nvcc
+#   5. the GPU backend (tests/gpu/run.sh): its kernels emulated on the CPU against the CPU path, everywhere; where
+#      nvcc exists CUDA=1 must build (and the parity test runs on the GPU where there is one); without nvcc that
+#      part is skipped with a message
 # Each test prints "ok - ..." / "not ok - ..." lines; this script counts them over everything and
 # ends with the line "N passed, N failed". A test program that dies without reporting counts as failed.
 set -u

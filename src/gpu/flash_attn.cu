@@ -33,13 +33,14 @@ static __device__ __forceinline__ float dot_(const float *a, const float *b) {
     return s;
 }
 
-// grid (ceil(T/ROWS), B*NH), ROWS threads: query i = blockIdx.x*ROWS + threadIdx.x of head (b,h) = blockIdx.y
+// grid (B*NH, ceil(T/ROWS)), ROWS threads: query i = blockIdx.y*ROWS + threadIdx.x of head (b,h) = blockIdx.x
+// (heads on x: gridDim.y stops at 65535)
 template <int DM>
 __global__ void __launch_bounds__(ROWS) attn_forward_kernel(float *out, float *lse, const float *q, const float *k,
                                                             const float *v, float scale, int T, int D) {
     __shared__ float ks[TILE][DM], vs[TILE][DM];
-    size_t head = (size_t)blockIdx.y * T;
-    int q0 = blockIdx.x * ROWS, i = q0 + threadIdx.x;
+    size_t head = (size_t)blockIdx.x * T;
+    int q0 = blockIdx.y * ROWS, i = q0 + threadIdx.x;
     float qr[DM], acc[DM];
     if (i < T) load_row_<DM>(qr, q + (head + i) * D, D);
 #pragma unroll
@@ -97,8 +98,8 @@ __global__ void __launch_bounds__(ROWS) attn_dq_kernel(float *dq, const float *d
                                                        const float *delta, const float *q, const float *k,
                                                        const float *v, float scale, int T, int D) {
     __shared__ float ks[TILE][DM], vs[TILE][DM];
-    size_t head = (size_t)blockIdx.y * T;
-    int q0 = blockIdx.x * ROWS, i = q0 + threadIdx.x;
+    size_t head = (size_t)blockIdx.x * T;
+    int q0 = blockIdx.y * ROWS, i = q0 + threadIdx.x;
     float qr[DM], dor[DM], acc[DM], li = 0.0f, di = 0.0f;
     if (i < T) {
         load_row_<DM>(qr, q + (head + i) * D, D);
@@ -131,15 +132,15 @@ __global__ void __launch_bounds__(ROWS) attn_dq_kernel(float *dq, const float *d
 }
 
 // dv_j = sum_i p_ij dout_i, dk_j = scale · sum_i p_ij (dout_i·v_j - delta_i) q_i over queries i >= j;
-// grid (ceil(T/ROWS), B*NH), a thread per key row
+// grid (B*NH, ceil(T/ROWS)), a thread per key row
 template <int DM>
 __global__ void __launch_bounds__(ROWS) attn_dkdv_kernel(float *dk, float *dv, const float *dout, const float *lse,
                                                          const float *delta, const float *q, const float *k,
                                                          const float *v, float scale, int T, int D) {
     __shared__ float qs[TILE][DM], dos[TILE][DM];
     __shared__ float ls[TILE], ds_[TILE];
-    size_t head = (size_t)blockIdx.y * T;
-    int j0 = blockIdx.x * ROWS, j = j0 + threadIdx.x;
+    size_t head = (size_t)blockIdx.x * T;
+    int j0 = blockIdx.y * ROWS, j = j0 + threadIdx.x;
     float kr[DM], vr[DM], dka[DM], dva[DM];
     if (j < T) {
         load_row_<DM>(kr, k + (head + j) * D, D);
@@ -194,7 +195,7 @@ int gpu_attn_supports(int D) { return D >= 1 && D <= GPU_ATTN_MAX_D; }
 
 void gpu_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v, float scale, int B,
                            int NH, int T, int D) {
-    dim3 grid(gpu_blocks(T, ROWS), B * NH);
+    dim3 grid(B * NH, gpu_blocks(T, ROWS));
     DISPATCH_DM_(D, (attn_forward_kernel<DM><<<grid, ROWS>>>(out, lse, q, k, v, scale, T, D)));
     KERNEL_CHECK();
 }
@@ -205,7 +206,7 @@ void gpu_attention_backward(float *dq, float *dk, float *dv, float *delta, const
     size_t rows = (size_t)B * NH * T;
     attn_delta_kernel<<<gpu_blocks(rows, 8), 256>>>(delta, dout, out, rows, D);
     KERNEL_CHECK();
-    dim3 grid(gpu_blocks(T, ROWS), B * NH);
+    dim3 grid(B * NH, gpu_blocks(T, ROWS));
     DISPATCH_DM_(D, (attn_dq_kernel<DM><<<grid, ROWS>>>(dq, dout, lse, delta, q, k, v, scale, T, D)));
     KERNEL_CHECK();
     DISPATCH_DM_(D, (attn_dkdv_kernel<DM><<<grid, ROWS>>>(dk, dv, dout, lse, delta, q, k, v, scale, T, D)));

@@ -67,7 +67,7 @@ enum { COLSUM_PLAIN, COLSUM_LAYERNORM, COLSUM_RMSNORM };
 // partial (n_chunks, 2, C): per chunk, the sum of dout and of dout·xhat (the norms' weight gradient)
 __global__ void colsum_partial_kernel(float *partial, const float *dout, const float *inp, const float *mean,
                                       const float *rstd, int N, int C, int mode) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x, chunk = blockIdx.y;
+    int c = blockIdx.y * blockDim.x + threadIdx.x, chunk = blockIdx.x;  // chunks on x: gridDim.y stops at 65535
     if (c >= C) return;
     int r0 = chunk * COL_CHUNK, r1 = min(N, r0 + COL_CHUNK);
     float s = 0.0f, sx = 0.0f;
@@ -98,7 +98,7 @@ static void colsum_(float *dsum, float *dxhat, const float *dout, const float *i
                     const float *rstd, int N, int C, int mode) {
     int n_chunks = (N + COL_CHUNK - 1) / COL_CHUNK;
     float *partial = tmp_floats_((size_t)n_chunks * 2 * C);
-    dim3 grid(gpu_blocks(C, COL_THREADS), n_chunks);
+    dim3 grid(n_chunks, gpu_blocks(C, COL_THREADS));
     colsum_partial_kernel<<<grid, COL_THREADS>>>(partial, dout, inp, mean, rstd, N, C, mode);
     KERNEL_CHECK();
     colsum_finish_kernel<<<gpu_blocks(C, COL_THREADS), COL_THREADS>>>(dsum, dxhat, partial, n_chunks, C);
@@ -279,7 +279,7 @@ void gpu_embedding_forward(float *out, const int *ids, const float *wte, int N, 
 // block u (of the distinct tokens) adds its positions' rows, in order, to its own row of dwte
 __global__ void embedding_backward_kernel(float *dwte, const float *dout, const int *tokens, const int *offs,
                                           const int *pos, int C) {
-    int u = blockIdx.y, c = blockIdx.x * blockDim.x + threadIdx.x;
+    int u = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;  // tokens on x: gridDim.y stops at 65535
     if (c >= C) return;
     float s = 0.0f;
     for (int k = offs[u]; k < offs[u + 1]; k++) s += dout[(size_t)pos[k] * C + c];
@@ -289,7 +289,7 @@ __global__ void embedding_backward_kernel(float *dwte, const float *dout, const 
 void gpu_embedding_backward(float *dwte, const float *dout, const int *tokens, const int *offs, const int *pos,
                             int n_tok, int C) {
     if (n_tok == 0) return;
-    dim3 grid(gpu_blocks(C, 128), n_tok);
+    dim3 grid(n_tok, gpu_blocks(C, 128));
     embedding_backward_kernel<<<grid, 128>>>(dwte, dout, tokens, offs, pos, C);
     KERNEL_CHECK();
 }
@@ -325,7 +325,7 @@ __global__ void crossentropy_kernel(float *losses, float *logits, const int *tar
 
 void gpu_crossentropy(float *losses, float *logits, const int *targets, int N, int V, int n_norm, int grad) {
     float inv = n_norm > 0 ? 1.0f / (float)n_norm : 0.0f;
-    crossentropy_kernel<<<N, 512>>>(losses, logits, targets, V, inv, grad);
+    crossentropy_kernel<<<N, 256>>>(losses, logits, targets, V, inv, grad);
     KERNEL_CHECK();
 }
 

@@ -1,16 +1,23 @@
 #!/usr/bin/env bash
-# `make test-cuda`: the CUDA build (make CUDA=1), the GPU-vs-CPU parity test (tests/gpu/test_gpu_parity.c), and,
-# with a GPU, training runs through the CLI on both devices: the same loss curve, the same checkpoint layout,
-# a bit-identical --resume on the GPU, and a run continued on the other device in both directions.
-# Without nvcc it says "skipped" and succeeds; without a GPU it runs what needs none (the build, the refusals).
-#   bash tests/gpu/run.sh            (from the repository root; SEQ_JOBS=N compile jobs, default 2; SEQ_NVCC=path)
+# `make test-cuda` (and the last step of `make test`): the GPU backend against the CPU.
+#   1. everywhere: the backend's kernels emulated on the CPU (tests/gpu/emu/) through the parity test
+#      (tests/gpu/test_gpu_parity.c): logits, loss, every gradient, 6 AdamW steps, bit-identical repeats (fp32);
+#   2. where nvcc exists: the CUDA build (make CUDA=1) and the parity test on the GPU (fp32 and tf32), which
+#      runs only what needs no GPU (the refusals) and says "skipped" when there is none;
+#   3. with a GPU: training runs through the CLI on both devices: the same loss curve, the same checkpoint
+#      layout, a bit-identical --resume on the GPU, and a run continued on the other device both ways.
+#   bash tests/gpu/run.sh      (from the repository root; SEQ_JOBS=N compile jobs, default 2; SEQ_NVCC=path)
 set -u
+JOBS=${SEQ_JOBS:-2}
+EMU=build/release/tests-gpuemu/test_gpu_emulated
+make -j"$JOBS" "$EMU" >/dev/null || { echo "not ok - the emulated GPU backend builds"; exit 1; }
+echo "ok - the emulated GPU backend builds"
+OMP_NUM_THREADS=1 "$EMU" || exit 1
 NVCC=${SEQ_NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 if [ ! -x "$NVCC" ]; then
-    echo "skipped - make test-cuda: no nvcc (not on PATH, not $NVCC): the CUDA backend cannot be built here"
+    echo "skipped - make CUDA=1: no nvcc (not on PATH, not $NVCC): the CUDA backend cannot be built here"
     exit 0
 fi
-JOBS=${SEQ_JOBS:-2}
 BIN=build/cuda/bin
 PARITY=build/release/tests-cuda/gpu/test_gpu_parity
 make CUDA=1 NVCC="$NVCC" -j"$JOBS" tools "$PARITY" >/dev/null || { echo "not ok - make CUDA=1 builds"; exit 1; }
