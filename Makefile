@@ -180,7 +180,8 @@ test: $(DEPS_STAMP)
 # the parity test checks their numbers where there is no GPU (tests/gpu/run.sh runs it): each .cu with its
 # launches k<<<g, b>>>(...) rewritten to emu_launch(g, b, k, ...), compiled by the C++ compiler
 EMU_OBJ  := $(patsubst src/%.cu,$(OBJDIR)/gpuemu/%.o,$(wildcard src/gpu/*.cu))
-EMU_TEST := build/$(VARIANT)/tests-gpuemu/test_gpu_emulated
+EMU_DIR  := build/$(VARIANT)/tests-gpuemu
+EMU_LIB  := $(filter-out $(OBJDIR)/gpu/none.o $(OBJDIR)/cuda/%,$(LIB_OBJ)) $(EMU_OBJ)
 $(OBJDIR)/gpuemu/%.o: src/%.cu tests/gpu/emu/cuda_runtime.h tests/gpu/emu/cublas_v2.h | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
 	perl -pe 's/(\w+(?:<\w+>)?)<<<(.+?)>>>\(/emu_launch(\2, \1, /g' $< > $(@:.o=.cc)
@@ -188,7 +189,11 @@ $(OBJDIR)/gpuemu/%.o: src/%.cu tests/gpu/emu/cuda_runtime.h tests/gpu/emu/cublas
 $(OBJDIR)/tests/gpu/test_gpu_emulated.o: tests/gpu/test_gpu_parity.c | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -DSEQ_GPU_EMULATE -c $< -o $@
-$(EMU_TEST): $(OBJDIR)/tests/gpu/test_gpu_emulated.o $(filter-out $(OBJDIR)/gpu/none.o $(OBJDIR)/cuda/%,$(LIB_OBJ)) $(EMU_OBJ)
+# the parity test, and a seqtrain whose run.device cuda runs on the emulator (tests/gpu/run.sh trains with it)
+$(EMU_DIR)/test_gpu_emulated: $(OBJDIR)/tests/gpu/test_gpu_emulated.o $(EMU_LIB)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $^ -o $@ $(filter-out -lcublas -lcudart,$(LDLIBS))
+$(EMU_DIR)/seqtrain: $(OBJDIR)/cli/seqtrain.o $(EMU_LIB)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $^ -o $@ $(filter-out -lcublas -lcudart,$(LDLIBS))
 
