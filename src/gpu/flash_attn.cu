@@ -19,6 +19,16 @@ static __device__ void load_tile_(float (*s)[DM], const float *src, int r0, int 
     }
 }
 
+// the key/value tile at k0 of one head into shared memory, once every thread is done with the previous one
+template <int DM>
+static __device__ void stage_kv_(float (*ks)[DM], float (*vs)[DM], const float *k, const float *v, int k0, int T,
+                                 int D) {
+    __syncthreads();
+    load_tile_<DM>(ks, k, k0, T, D);
+    load_tile_<DM>(vs, v, k0, T, D);
+    __syncthreads();
+}
+
 template <int DM>
 static __device__ void load_row_(float *reg, const float *src, int D) {
 #pragma unroll
@@ -48,10 +58,7 @@ __global__ void __launch_bounds__(ROWS) attn_forward_kernel(float *out, float *l
     float mx = -INFINITY, l = 0.0f;
     int k_end = min(T, q0 + ROWS);  // causal: no key after the block's last query
     for (int k0 = 0; k0 < k_end; k0 += TILE) {
-        __syncthreads();
-        load_tile_<DM>(ks, k + head * D, k0, T, D);
-        load_tile_<DM>(vs, v + head * D, k0, T, D);
-        __syncthreads();
+        stage_kv_<DM>(ks, vs, k + head * D, v + head * D, k0, T, D);
         if (i >= T || k0 > i) continue;
         int n = min(TILE, i - k0 + 1);  // keys k0 .. i of this tile are visible
         float s[TILE], tmax = -INFINITY;
@@ -111,10 +118,7 @@ __global__ void __launch_bounds__(ROWS) attn_dq_kernel(float *dq, const float *d
     for (int d = 0; d < DM; d++) acc[d] = 0.0f;
     int k_end = min(T, q0 + ROWS);
     for (int k0 = 0; k0 < k_end; k0 += TILE) {
-        __syncthreads();
-        load_tile_<DM>(ks, k + head * D, k0, T, D);
-        load_tile_<DM>(vs, v + head * D, k0, T, D);
-        __syncthreads();
+        stage_kv_<DM>(ks, vs, k + head * D, v + head * D, k0, T, D);
         if (i >= T || k0 > i) continue;
         int n = min(TILE, i - k0 + 1);
         for (int j = 0; j < n; j++) {

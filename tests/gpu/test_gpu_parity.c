@@ -4,14 +4,18 @@
  * heads with and without bias, attention pos none and rope in both layouts, head sizes on all three kernel
  * widths, projection biases), in fp32 and tf32:
  *   - logits, loss and every parameter's gradient of one forward/backward (targets with ignored positions),
- *   - the loss curve and the parameters after 6 AdamW steps with parameter groups and clipping active,
+ *   - the losses, gradient norms, parameter updates and Adam moments of 6 AdamW steps with parameter groups and
+ *     local and global clipping active,
  *   - bit-identical gradients from two runs of the same step (what a bit-identical --resume needs),
  * and the refusals of what the GPU has no kernels for (those need no GPU, so they run wherever it builds).
+ * Built twice: against the CUDA backend (make CUDA=1) and, with SEQ_GPU_EMULATE, against its kernels emulated
+ * on the CPU (tests/gpu/emu/, fp32 only), which is how CI checks them.
  *
  * Tolerances are relative to the largest magnitude of the compared tensor (max |gpu - cpu| / max |cpu|):
- * fp32 2e-4 (the two devices add in different orders; measured errors are far smaller), tf32 3e-2 (cuBLAS
- * rounds matmul inputs to 10-bit mantissas, ~5e-4 relative per product, compounded over the layers).
- * Exit status 77 and a "skipped" line when the build has no usable GPU.
+ * fp32 2e-4 (the two devices add in different orders), tf32 3e-2 (cuBLAS rounds matmul inputs to 10-bit
+ * mantissas, ~5e-4 relative per product, compounded over the layers); the loss a tenth of that; the L2
+ * difference of the parameter updates ten times it (see there). Exit status 77 and a "skipped" line when the
+ * build has no usable GPU.
  */
 #include <math.h>
 #include <stdio.h>
