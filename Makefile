@@ -11,6 +11,10 @@
 #   MPI=1                data-parallel training over MPI (mpicc; Open MPI installed when missing); combines
 #                        with the others                   -> build/<variant>-mpi/bin/  (mpirun -np N .../seqtrain)
 #   WERROR=1             adds -Werror (CI sets it)
+#   CUDA=1               the GPU backend (src/gpu/*.cu with nvcc + cuBLAS, run.device cuda) instead of src/gpu/none.c;
+#                        the C objects are the variant's own (they do not depend on it) -> build/cuda/bin/
+#                        (build/<variant>-cuda/bin/ combined with the others). NVCC=path, CUDA_ARCH=90 (sm_90, H100)
+#   make test-cuda       CUDA=1's tools and the GPU-vs-CPU parity test, run (skipped with a message without a GPU)
 #
 # Kernel sets (src/core/cpu.h, src/nn/isa.h): every src/nn/*.c is compiled once per set, on x86-64 as
 # generic (the base -march), avx2 (x86-64-v3) and avx512 (x86-64-v4) whatever the build host has; at run time
@@ -71,6 +75,15 @@ WARN     += -Werror
 endif
 
 OBJDIR   := build/$(VARIANT)/obj
+
+# the GPU backend: nvcc from PATH, else CUDA's default place; its lib64 beside it
+NVCC      ?= $(or $(shell command -v nvcc 2>/dev/null),/usr/local/cuda/bin/nvcc)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA_ARCH ?= 90
+NVCCFLAGS := -std=c++17 -O3 -arch=sm_$(CUDA_ARCH) -Isrc -MMD -MP -Xcompiler -Wall,-Wextra,-Wno-unused-parameter
+ifeq ($(CUDA),1)
+BIN      := $(if $(filter release,$(VARIANT)),build/cuda/bin,build/$(VARIANT)-cuda/bin)
+endif
 TESTBIN  := build/$(VARIANT)/tests
 # errno is never read after a libm call; without this gcc keeps every loop with a sqrtf scalar (a branch to
 # the errno-setting call), e.g. the AdamW update. Not fast-math: every result stays IEEE and the same.
@@ -102,6 +115,13 @@ LIB_C    := $(filter-out src/cli/seq%.c $(NN_C),$(wildcard src/*/*.c))
 LIB_CC   := $(wildcard src/*/*.cc)
 LIB_OBJ  := $(LIB_C:src/%.c=$(OBJDIR)/%.o) $(LIB_CC:src/%.cc=$(OBJDIR)/%.o) \
             $(foreach set,$(ISA_SETS),$(NN_C:src/nn/%.c=$(OBJDIR)/nn-$(set)/%.o))
+# CUDA=1: gpu/*.cu (into obj/cuda/, linked with cuBLAS) instead of gpu/none.c
+ifeq ($(CUDA),1)
+CU_SRC   := $(wildcard src/gpu/*.cu)
+LIB_OBJ  := $(filter-out $(OBJDIR)/gpu/none.o,$(LIB_OBJ)) $(CU_SRC:src/%.cu=$(OBJDIR)/cuda/%.o)
+LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart
+TESTBIN  := $(TESTBIN)-cuda
+endif
 TOOLS    := seqtrain seqeval seqtok
 TOOL_BIN := $(TOOLS:%=$(BIN)/%)
 TESTS    := $(patsubst tests/%.c,%,$(wildcard tests/test_*.c))
@@ -110,7 +130,7 @@ BENCHES  := $(patsubst bench/%.c,%,$(wildcard bench/*.c))
 BENCH_BIN := $(BENCHES:%=build/$(VARIANT)/bench/%)
 DEPS_STAMP ?= build/.deps-installed
 
-.PHONY: all tools tests test run deps data clean benches fuzz fuzz-build
+.PHONY: all tools tests test test-cuda run deps data clean benches fuzz fuzz-build
 .SECONDARY:  # keep objects between builds (they are intermediate files of pattern rules)
 all: tools
 tools: $(TOOL_BIN)
@@ -137,6 +157,10 @@ $$(OBJDIR)/nn-$(1)/%.o: src/nn/%.c | $$(DEPS_STAMP)
 	$$(CC) $$(filter-out $$(ARCH),$$(CFLAGS)) $$(ISA_$(1)) -include src/nn/isa.h -c $$< -o $$@
 endef
 $(foreach set,$(ISA_SETS),$(eval $(call ISA_RULE,$(set))))
+
+$(OBJDIR)/cuda/%.o: src/%.cu | $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
 $(OBJDIR)/%.o: src/%.cc | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
@@ -167,6 +191,32 @@ build/$(VARIANT)/bench/%: $(OBJDIR)/bench/%.o $(LIB_OBJ)
 # with "N passed, N failed"
 test: $(DEPS_STAMP)
 	@bash tests/run_all.sh
+
+# the GPU backend's kernels emulated on the CPU (tests/gpu/emu/: CUDA's runtime, the kernel launch and cuBLAS), so
+# the parity test checks their numbers where there is no GPU (tests/gpu/run.sh runs it): each .cu with its
+# launches k<<<g, b>>>(...) rewritten to emu_launch(g, b, k, ...), compiled by the C++ compiler
+EMU_OBJ  := $(patsubst src/%.cu,$(OBJDIR)/gpuemu/%.o,$(wildcard src/gpu/*.cu))
+EMU_DIR  := build/$(VARIANT)/tests-gpuemu
+EMU_LIB  := $(filter-out $(OBJDIR)/gpu/none.o $(OBJDIR)/cuda/%,$(LIB_OBJ)) $(EMU_OBJ)
+$(OBJDIR)/gpuemu/%.o: src/%.cu tests/gpu/emu/cuda_runtime.h tests/gpu/emu/cublas_v2.h | $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	perl -pe 's/(\w+(?:<\w+>)?)<<<(.+?)>>>\(/emu_launch(\2, \1, /g' $< > $(@:.o=.cc)
+	$(CXX) -std=c++17 -O2 -U_FORTIFY_SOURCE -Wall -Wno-unused-function -Wno-unknown-pragmas -Itests/gpu/emu -Isrc -MMD -MP -c $(@:.o=.cc) -o $@
+$(OBJDIR)/tests/gpu/test_gpu_emulated.o: tests/gpu/test_gpu_parity.c | $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests -DSEQ_GPU_EMULATE -c $< -o $@
+# the parity test, and a seqtrain whose run.device cuda runs on the emulator (tests/gpu/run.sh trains with it)
+$(EMU_DIR)/test_gpu_emulated: $(OBJDIR)/tests/gpu/test_gpu_emulated.o $(EMU_LIB)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $^ -o $@ $(filter-out -lcublas -lcudart,$(LDLIBS))
+$(EMU_DIR)/seqtrain: $(OBJDIR)/cli/seqtrain.o $(EMU_LIB)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $^ -o $@ $(filter-out -lcublas -lcudart,$(LDLIBS))
+
+# the GPU backend's parity test (tests/gpu/run.sh): builds the CUDA=1 tools and test, then compares the GPU with the
+# CPU on small models; says "skipped" and succeeds where nvcc or a GPU is missing
+test-cuda: $(DEPS_STAMP)
+	@bash tests/gpu/run.sh
 
 # prepare WikiText-2 shards, then train the quickstart config (7-9 minutes on 2 cores) and print its
 # perplexity-by-context table; a second `make run` continues (or just re-evaluates) runs/quickstart

@@ -7,6 +7,9 @@
 #      unit tests under every kernel set
 #   4. the NO_OMP=1 and DEBUG=1 variants must build
 #   5. MPI=1: data-parallel training with two ranks (tests/mpi/test_mpi.sh)
+#   6. the GPU backend (tests/gpu/run.sh): its kernels emulated on the CPU against the CPU path, everywhere; where
+#      nvcc exists CUDA=1 must build (and the parity test runs on the GPU where there is one); without nvcc that
+#      part is skipped with a message
 # Each test prints "ok - ..." / "not ok - ..." lines; this script counts them over everything and
 # ends with the line "N passed, N failed". A test program that dies without reporting counts as failed.
 set -u
@@ -108,5 +111,7 @@ if make -s -j"$JOBS" MPI=1 tools > "$log_dir/build-mpi.log" 2>&1; then
 else
     fail=$((fail + 1)); echo "not ok - MPI=1 build:"; tail -n 20 "$log_dir/build-mpi.log" | sed 's/^/    /'
 fi
+SEQ_JOBS=$JOBS bash tests/gpu/run.sh > "$log_dir/cuda.log" 2>&1; count cuda $? "$log_dir/cuda.log"
+grep '^skipped' "$log_dir/cuda.log"
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mixers/attention.h"
 #include "mixers/mixer.h"
 #include "mixers/mixer_kit.h"
 #include "mixers/selrope.h"
@@ -39,10 +40,6 @@
 #include "nn/path_attn.h"
 #include "nn/rotary.h"
 
-#define ATT_MAX_HEADS 64
-#define ATT_MAX_HALF 256  // head_dim / 2
-
-enum { POS_NONE, POS_ROPE, POS_ALIBI, POS_FOX, POS_DECAYED_ROPE, POS_SC_ROPE, POS_PATH, POS_PATH_FOX, POS_COUNT_ };
 static const char *const POS_NAMES_[] = {"none",         "rope",    "alibi", "fox",
                                          "decayed_rope", "sc_rope", "path",  "path_fox"};
 
@@ -51,21 +48,6 @@ static const char *const POS_NAMES_[] = {"none",         "rope",    "alibi", "fo
 #define PATH_RANK_DEFAULT 32    // FLA's low-rank w projection
 #define PATH_CHUNK_DEFAULT 64
 
-typedef struct AttentionOpts {
-    // from the config
-    int heads, head_dim, bias, qk_norm, window;
-    char pos[CFG_STR_MAX], rope_layout[CFG_STR_MAX], decay_mode[CFG_STR_MAX];
-    double rope_base, damping, fgate_bias_init, init_std;
-    int zero_decay_heads, path_rank, path_chunk;
-    SelRopeOpts sr;  // selective_rope (mixers/selrope.h), with pos none or fox
-    // derived by check
-    int H, D, HD, pos_kind, layout, decay_logits, path, fgate, R;  // R = the resolved path rank
-    int k_wqkv, k_bqkv, k_wo, k_bo, k_qn, k_kn, k_fw, k_fb;  // tensor indices (-1 = absent)
-    int k_pw1, k_pw2, k_pconv, k_pbw, k_pbb;                 // path: w projection(s), w conv, beta projection
-    float slopes[ATT_MAX_HEADS];                  // alibi slopes or decays on logits
-    float decays[ATT_MAX_HEADS];                  // mu_h
-    float freqs[ATT_MAX_HEADS * ATT_MAX_HALF];    // (H, D/2) sc_rope spectrum
-} AttentionOpts;
 
 #define KEY_(...) MIXER_KEY(AttentionOpts, __VA_ARGS__)
 

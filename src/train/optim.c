@@ -8,9 +8,6 @@
 #include "nn/adamw.h"
 #include "nn/fastmath.h"
 
-// per-tensor scalars of one update, in tensor_coef[k*OPTIM_COEF + ...]
-enum { COEF_DECAY_MUL, COEF_BETA1, COEF_BETA2, COEF_STEP_SIZE, COEF_INV_SQRT_BC2, COEF_EPS };
-
 OptimGroup optim_group_default(void) {
     OptimGroup g;
     memset(&g, 0, sizeof g);
@@ -187,6 +184,11 @@ double optim_grad_norm(Optim *o, const float *grads) {
         size_t i1 = i0 + OPTIM_NORM_CHUNK < end ? i0 + OPTIM_NORM_CHUNK : end;
         o->chunk_sumsq[c] = sum_sq_dev_(grads + i0, i1 - i0, 0.0);
     }
+    return optim_norms_from_chunks(o);
+}
+
+double optim_norms_from_chunks(Optim *o) {
+    const ParamTable *pt = o->pt;
     // combine in chunk order -> tensors -> groups and total, all sequential
     for (int k = 0; k < pt->n; k++) o->tensor_sumsq[k] = 0.0;
     for (int c = 0; c < o->n_chunks; c++) o->tensor_sumsq[o->chunk_tensor[c]] += o->chunk_sumsq[c];
@@ -202,10 +204,8 @@ double optim_grad_norm(Optim *o, const float *grads) {
     return o->grad_norm;
 }
 
-double optim_clip_grads(Optim *o, float *grads) {
+int optim_clip_scales(Optim *o) {
     const ParamTable *pt = o->pt;
-    double norm = optim_grad_norm(o, grads);
-    if (!isfinite(norm)) return norm;  // nothing sensible to scale by; the trainer decides (skip the update)
     int ng = o->n_groups;
     // local scales, and the global sum of squares they leave behind
     double after = 0.0;
@@ -227,7 +227,14 @@ double optim_clip_grads(Optim *o, float *grads) {
         o->tensor_coef[(size_t)k * OPTIM_COEF] = (float)s;
         any |= s != 1.0;
     }
-    if (!any) return norm;
+    return any;
+}
+
+double optim_clip_grads(Optim *o, float *grads) {
+    const ParamTable *pt = o->pt;
+    double norm = optim_grad_norm(o, grads);
+    if (!isfinite(norm)) return norm;  // nothing sensible to scale by; the trainer decides (skip the update)
+    if (!optim_clip_scales(o)) return norm;
 #pragma omp parallel
     for (int k = 0; k < pt->n; k++) {
         float s = o->tensor_coef[(size_t)k * OPTIM_COEF];
@@ -243,7 +250,7 @@ double optim_clip_grads(Optim *o, float *grads) {
 // ----------------------------------------------------------------------------
 // the update
 
-void optim_step(Optim *o, float *params, const float *grads, float lr, float beta1) {
+void optim_step_coefs(Optim *o, float lr, float beta1) {
     const ParamTable *pt = o->pt;
     o->t++;
     double t = (double)o->t;
@@ -260,6 +267,11 @@ void optim_step(Optim *o, float *params, const float *grads, float lr, float bet
         c[COEF_INV_SQRT_BC2] = (float)(1.0 / sqrt(1.0 - pow(b2, t)));
         c[COEF_EPS] = r->eps;
     }
+}
+
+void optim_step(Optim *o, float *params, const float *grads, float lr, float beta1) {
+    const ParamTable *pt = o->pt;
+    optim_step_coefs(o, lr, beta1);
 #pragma omp parallel
     for (int k = 0; k < pt->n; k++) {
         const float *c = o->tensor_coef + (size_t)k * OPTIM_COEF;

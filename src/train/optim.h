@@ -55,7 +55,11 @@
 
 #define OPTIM_GROUP_PATTERNS 8   // patterns per group; unused entries are NULL
 #define OPTIM_NORM_CHUNK 4096    // floats per partial sum of squares (fixed, so norms ignore thread count)
-#define OPTIM_COEF 6             // scratch scalars per tensor and update (see optim.c)
+#define OPTIM_COEF 6             // scratch scalars per tensor and update (OPTIM_COEF_* below)
+
+// per-tensor scalars of one update, in tensor_coef[k*OPTIM_COEF + ...] (optim_step_coefs); the clip scale of
+// optim_clip_scales sits in slot 0 until then
+enum { COEF_DECAY_MUL, COEF_BETA1, COEF_BETA2, COEF_STEP_SIZE, COEF_INV_SQRT_BC2, COEF_EPS };
 
 typedef struct OptimGroup {
     const char *patterns[OPTIM_GROUP_PATTERNS];  // fnmatch globs on tensor names, NULL-terminated
@@ -121,5 +125,16 @@ double optim_clip_grads(Optim *o, float *grads);
 // one AdamW update of params (pt->numel,) from grads (pt->numel,): lr = global lr of this update
 // (e.g. schedule_lr), beta1 = global β1 of this update (e.g. schedule_beta1(.., cfg.beta1))
 void optim_step(Optim *o, float *params, const float *grads, float lr, float beta1);
+
+// The host halves of the three calls above, for a caller that keeps the buffers elsewhere (the GPU backend,
+// gpu/gpu.h): it fills o->chunk_sumsq itself (the sum of squares of each OPTIM_NORM_CHUNK chunk, chunk c
+// starting at o->chunk_start[c]) and does the elementwise parts with the scalars these leave in
+// o->tensor_coef, so both devices share one definition of groups, clipping and the update's scalars.
+// from o->chunk_sumsq: the group norms and the global norm, as optim_grad_norm (returns the global norm)
+double optim_norms_from_chunks(Optim *o);
+// after the norms: each tensor's combined clip scale into tensor_coef[k*OPTIM_COEF]; 1 when some scale != 1
+int optim_clip_scales(Optim *o);
+// t += 1 and each tensor's update scalars into tensor_coef[k*OPTIM_COEF + COEF_*] (lr, beta1 as optim_step)
+void optim_step_coefs(Optim *o, float lr, float beta1);
 
 #endif

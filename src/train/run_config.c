@@ -18,6 +18,14 @@ static const CfgKey RUN_KEYS_[] = {
     KEY_(RunSection, "threads", CFG_INT, threads, "0", 0, 4096, NULL,
          "OpenMP threads; 0 = OMP_NUM_THREADS, or all cores when that is unset. Runs are bit-identical for a "
          "given seed and thread count on the same kind of CPU (docs/training.md, Determinism)."),
+    KEY_(RunSection, "device", CFG_ENUM, device, "\"cpu\"", 0, 0, "cpu|cuda",
+         "Where training runs: cpu, or cuda (one NVIDIA GPU; needs a `make CUDA=1` build, and a model the GPU "
+         "backend has kernels for: docs/gpu.md). Checkpoints are the same either way, so a run resumes on the "
+         "other device with --resume RUN --set run.device=..."),
+    KEY_(RunSection, "precision", CFG_ENUM, precision, "\"tf32\"", 0, 0, "fp32|tf32|bf16",
+         "GPU matmul precision (run.device cuda): fp32, or tf32 (the tensor cores' 10-bit-mantissa inputs, fp32 "
+         "accumulation); bf16 is not implemented yet and is refused. Parameters, gradients and optimizer state "
+         "are fp32 in every mode. The CPU always computes in fp32 whatever this says."),
 };
 
 #define TK_(name, type, field, def, lo, hi, doc) KEY_(TaskSection, name, type, field, def, lo, hi, NULL, doc)
@@ -165,7 +173,7 @@ static const CfgKey EVAL_KEYS_[] = {
 };
 
 #define SECTION_(name, doc, keys) {name, doc, keys, (int)(sizeof keys / sizeof keys[0])}
-static const CfgSection RUN_SECTION_ = SECTION_("run", "Where the run lives, how it is seeded and threaded.", RUN_KEYS_);
+static const CfgSection RUN_SECTION_ = SECTION_("run", "Where the run lives, how it is seeded and threaded, and the device it trains on.", RUN_KEYS_);
 static const CfgSection DATA_SECTION_ = SECTION_("data", "Token shards and how they are read.", DATA_KEYS_);
 static const CfgSection TRAIN_SECTION_ = SECTION_("train", "The training loop.", TRAIN_KEYS_);
 static const CfgSection OPTIM_SECTION_ = SECTION_("optim", "AdamW and its parameter groups.", OPTIM_KEYS_);
@@ -174,7 +182,7 @@ static const CfgSection EVAL_SECTION_ = SECTION_("eval", "The evaluation at the 
 
 #define SEC_(name, field, sec, def, doc) {name, CFG_SECTION, offsetof(RunConfig, field), def, 0, 0, {NULL}, &sec, doc}
 static const CfgKey ROOT_KEYS_[] = {
-    SEC_("run", run, RUN_SECTION_, "{}", "Where the run lives, how it is seeded and threaded."),
+    SEC_("run", run, RUN_SECTION_, "{}", "Where the run lives, how it is seeded and threaded, and the device it trains on."),
     SEC_("data", data, DATA_SECTION_, NULL, "Token shards and how they are read."),
     SEC_("model", model, MODEL_SECTION, "{}", "The network."),
     SEC_("train", train, TRAIN_SECTION_, "{}", "The training loop."),
@@ -269,6 +277,9 @@ int run_config_eval_contexts(const RunConfig *c, long *ctx, Err *e) {
 
 int run_config_check(const RunConfig *c, Err *e) {
     const TrainSection *tr = &c->train;
+    if (!strcmp(c->run.precision, "bf16"))
+        return err_set(e, "run.precision: bf16 (autocast with fp32 master weights) is not implemented yet "
+                       "(docs/gpu.md); allowed now: fp32, tf32");
     int64_t per_step = (int64_t)tr->grad_accum * tr->batch_size * tr->seq_len;
     if (per_step > RUN_CONFIG_MAX_STEP_TOKENS)
         return err_set(e, "train.grad_accum x train.batch_size x train.seq_len = %d x %d x %d = %lld tokens per step; "

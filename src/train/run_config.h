@@ -17,6 +17,8 @@ typedef struct RunSection {
     char dir[CFG_STR_MAX];
     int seed;
     int threads;
+    char device[CFG_STR_MAX];     // cpu | cuda
+    char precision[CFG_STR_MAX];  // fp32 | tf32 | bf16 (GPU matmuls; the CPU is fp32)
 } RunSection;
 
 // a synthetic task instead of shards (data/tasks.h; docs/tasks.md)

@@ -313,6 +313,7 @@ int trainer_check(const RunConfig *c, int info, Err *e) {
             OptimGroup *groups = NULL;
             if (rc == 0 && (rc = optim_setup_(&opt, &groups, &c->optim, &m.pt, e)) == 0) optim_free(&opt);
             free(groups);
+            if (rc == 0 && !strcmp(c->run.device, "cuda")) rc = gpu_check_model(&m, e);
             model_free(&m);
         }
     }
@@ -382,6 +383,12 @@ static int setup_(Trainer *t, const TrainerOpts *o, Err *e) {
     if (optim_setup_(&t->opt, &t->groups, &c->optim, &t->model.pt, e) != 0 ||
         schedule_setup_(&t->sched, c, t->total_steps, e) != 0)
         return -1;
+    if (!strcmp(c->run.device, "cuda")) {
+        if (t->ranks > 1)
+            return err_set(e, "run.device cuda: the GPU backend trains in one process; start it without mpirun "
+                           "(several GPUs are not supported yet, docs/gpu.md)");
+        if (gpu_open(&t->gpu, &t->model, &t->opt, c->run.precision, e) != 0) return -1;
+    }
     return 0;
 }
 
@@ -473,6 +480,8 @@ static int log_line_(RunLog_ *log, Err *e, const char *fmt, ...) {
 static int validate_(Trainer *t, RunLog_ *log, double *acc_out, Err *e) {
     *acc_out = NAN;
     if (!t->has_val) return 0;
+    // run.device cuda: evaluation runs on the host model (docs/gpu.md), with the GPU's parameters
+    if (t->gpu) gpu_download(t->gpu, t->model.params, NULL, NULL);
     double loss, acc;
     uint64_t n;
     int task = run_config_has_task(&t->c);
@@ -539,6 +548,7 @@ static int final_eval_task_(Trainer *t, Err *e) {
 
 // perplexity by context over eval.split: every rank scores its share of the windows, rank 0 writes the tables
 static int final_eval_(Trainer *t, Err *e) {
+    if (t->gpu) gpu_download(t->gpu, t->model.params, NULL, NULL);
     if (run_config_has_task(&t->c)) return final_eval_task_(t, e);
     const EvalSection *ev = &t->c.eval;
     if (!ev->contexts[0]) return 0;
@@ -621,13 +631,21 @@ static int loop_(Trainer *t, Err *e) {
             rc = loader_next(&t->train, in + a * BT, tg + a * BT, B, e);
             for (size_t i = 0; rc == 0 && i < BT; i++) n_sup += tg[a * BT + i] != -100;
         }
-        if (rc == 0) model_zero_grad(&t->model);
+        if (rc == 0 && t->gpu) gpu_zero_grad(t->gpu);
+        else if (rc == 0) model_zero_grad(&t->model);
         double loss_sum = 0;
         for (int a = rank; a < A && rc == 0; a += ranks) {
-            // KLA+ samples: fresh per micro-batch, and the same again when a resumed run replays the step
-            t->model.noise_seed = ((uint64_t)t->step << 20) ^ (uint64_t)a;
-            rc = model_forward_backward(&t->model, in + a * BT, tg + a * BT, B, T, (int)n_sup, e);
-            if (rc == 0) loss_sum += t->model.loss * t->model.n_supervised;
+            if (t->gpu) {
+                double mb_loss;
+                int mb_sup;
+                rc = gpu_forward_backward(t->gpu, in + a * BT, tg + a * BT, B, T, (int)n_sup, &mb_loss, &mb_sup, e);
+                if (rc == 0) loss_sum += mb_loss * mb_sup;
+            } else {
+                // KLA+ samples: fresh per micro-batch, and the same again when a resumed run replays the step
+                t->model.noise_seed = ((uint64_t)t->step << 20) ^ (uint64_t)a;
+                rc = model_forward_backward(&t->model, in + a * BT, tg + a * BT, B, T, (int)n_sup, e);
+                if (rc == 0) loss_sum += t->model.loss * t->model.n_supervised;
+            }
             if (rc == 0 && a == 0 && A > ranks && steps_here == 0 && !t->quiet) {
                 // a step of many micro-batches can take minutes: estimate from the first one
                 double dt = time_now_s() - t0, tps = (double)BT * ranks / dt;
@@ -646,10 +664,10 @@ static int loop_(Trainer *t, Err *e) {
         sig = red[3] > 0 ? SIGTERM : red[2] > 0 ? SIGINT : red[1] > 0 ? SIGUSR1 : 0;
         loss_sum = red[0];
         double t_red = time_now_s();
-        dist_sum_f32(t->model.grads, model_num_params(&t->model));
+        if (!t->gpu) dist_sum_f32(t->model.grads, model_num_params(&t->model));  // the GPU runs in one process
         t_red = time_now_s() - t_red;  // the all-reduce's share of the step (logged with several ranks)
         double loss = n_sup ? loss_sum / (double)n_sup : 0;
-        double gnorm = optim_clip_grads(&t->opt, t->model.grads);
+        double gnorm = t->gpu ? gpu_clip_grads(t->gpu, &t->opt) : optim_clip_grads(&t->opt, t->model.grads);
         if (!isfinite(loss) || !isfinite(gnorm)) {
             char note[1400];
             trainer_last_ckpt_note(t, note, sizeof note);
@@ -660,7 +678,8 @@ static int loop_(Trainer *t, Err *e) {
         }
         float lr = schedule_lr(&t->sched, t->step);
         float beta1 = schedule_beta1(&t->sched, t->step, (float)c->optim.beta1);
-        optim_step(&t->opt, t->model.params, t->model.grads, lr, beta1);
+        if (t->gpu) gpu_optim_step(t->gpu, &t->opt, lr, beta1);
+        else optim_step(&t->opt, t->model.params, t->model.grads, lr, beta1);
         t->step++;
         steps_here++;
         t->tokens += (double)(A * BT);
@@ -731,6 +750,7 @@ int trainer_main(const TrainerOpts *o, Err *e) {
                    "%s%d thread%s, %s kernels\n", t->run_dir, model_num_params(&t->model), t->model.L, t->model.C,
                    t->model.V, t->total_steps, t->c.train.grad_accum, t->c.train.batch_size, t->c.train.seq_len, procs,
                    t->threads, t->threads == 1 ? "" : "s", kernel_set_name(kernel_set()));
+            if (t->gpu) printf("device: %s\n", gpu_device_name(t->gpu));
             print_substitutions_(&t->c, &t->train, t->model.V, t->total_steps);
         }
         int cpus = dist_cpus_allowed();
@@ -750,6 +770,7 @@ int trainer_main(const TrainerOpts *o, Err *e) {
     }
     if (t->has_val) loader_close(&t->val);
     loader_close(&t->train);  // a zeroed Loader (setup failed early) closes as a no-op
+    gpu_close(t->gpu);
     if (t->model.params) optim_free(&t->opt);
     model_free(&t->model);
     free(t->groups);

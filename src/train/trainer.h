@@ -9,6 +9,7 @@
 
 #include "core/err.h"
 #include "data/loader.h"
+#include "gpu/gpu.h"
 #include "model/model.h"
 #include "train/optim.h"
 #include "train/run_config.h"
@@ -34,6 +35,8 @@ typedef struct Trainer {
     Optim opt;
     OptimGroup *groups;
     Schedule sched;
+    Gpu *gpu;               // run.device cuda: the step runs there (gpu/gpu.h); the host model holds the state
+                            //   only when synced (checkpoints, validation); NULL on the CPU
     long step, total_steps;
     double tokens;          // tokens trained on, over all processes of the run
     double elapsed;         // seconds of training, over all processes of the run

@@ -59,6 +59,9 @@ static int check_finite_state_(const Trainer *t, Err *e) {
 static int write_checkpoint_(Trainer *t, Err *e);
 
 int trainer_save_checkpoint(Trainer *t, Err *e) {
+    // run.device cuda: the state lives on the GPU; the files are written from the host copies, so they are
+    // the CPU's format byte for byte
+    if (t->gpu) gpu_download(t->gpu, t->model.params, t->opt.m, t->opt.v);
     // every rank holds the same state, so every rank checks it (one message when it is not finite)
     int rc = check_finite_state_(t, e);
     if (rc == 0 && dist_main()) rc = write_checkpoint_(t, e);
@@ -363,6 +366,7 @@ int trainer_resume(Trainer *t, const char *log_path, Err *e) {
     if (rc == 0) rc = config_changes_(t, t->o, state_path, &st, &changes, e);
     if (rc == 0) rc = check_state_(t, ckpt, state_path, &st, changes != NULL, e);
     if (rc == 0) rc = load_checkpoint_(t, ckpt, &st, e);
+    if (rc == 0 && t->gpu) gpu_upload(t->gpu, t->model.params, t->opt.m, t->opt.v);
     ckpt_state_free(&st);
     // every rank has read and checked the checkpoint; only then does rank 0 touch the run directory
     if (dist_agree(rc, e) != 0) {

@@ -1,0 +1,36 @@
+/*
+ * What every CUDA file of the backend shares: error checks, the one cuBLAS handle and the matmul precision.
+ * One device and one stream (the default) per process: kernels run in launch order, so no file needs events.
+ */
+#ifndef SEQ_GPU_COMMON_CUH
+#define SEQ_GPU_COMMON_CUH
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <stddef.h>
+
+extern "C" {
+#include "core/err.h"
+}
+
+// a failed runtime or cuBLAS call inside a step stops the program with the call and where (gpu/gpu.h says why)
+void gpu_fail_(const char *what, const char *detail, const char *file, int line);
+#define CUDA_CHECK(call)                                                                                   \
+    do {                                                                                                   \
+        cudaError_t err_ = (call);                                                                         \
+        if (err_ != cudaSuccess) gpu_fail_(#call, cudaGetErrorString(err_), __FILE__, __LINE__);           \
+    } while (0)
+#define CUBLAS_CHECK(call)                                                                                 \
+    do {                                                                                                   \
+        cublasStatus_t st_ = (call);                                                                       \
+        if (st_ != CUBLAS_STATUS_SUCCESS) gpu_fail_(#call, cublasGetStatusString(st_), __FILE__, __LINE__); \
+    } while (0)
+// after a kernel launch: a bad launch configuration shows here, a fault at the next synchronising call
+#define KERNEL_CHECK() CUDA_CHECK(cudaGetLastError())
+
+// the process's cuBLAS handle (created by gpu_open) with its math mode set from run.precision
+cublasHandle_t gpu_blas(void);
+
+static inline unsigned gpu_blocks(size_t n, unsigned threads) { return (unsigned)((n + threads - 1) / threads); }
+
+#endif

@@ -1,0 +1,36 @@
+/*
+ * The device side of a mixer. A mixer trains on the GPU when it has one of these, listed in gpu/model.cu's
+ * table next to its name; MixerOps (mixers/mixer.h) stays the host side and the one place its options are
+ * parsed, checked and its tensors declared. The device side gets the SAME Mixer struct as the CPU's forward
+ * and backward, with every buffer in it (params, grads, acts, scratch) a device pointer of the same layout,
+ * so mixer_param()/mixer_grad() and the option struct work unchanged. The contract is the CPU's: forward
+ * keeps what backward needs in m->acts; backward ACCUMULATES into dx and the parameter gradients; m->scratch
+ * is shared by all layers.
+ *
+ * Adding a mixer's kernels = a gpu/<mixer>.cu with a GpuMixerOps, one line in gpu/model.cu's table, and its
+ * rows in the parity test (tests/gpu/test_gpu_parity.c). docs/gpu.md has the walk-through.
+ */
+#ifndef SEQ_GPU_MIXER_GPU_CUH
+#define SEQ_GPU_MIXER_GPU_CUH
+
+#include <stddef.h>
+
+extern "C" {
+#include "core/err.h"
+#include "mixers/mixer.h"
+}
+
+typedef struct GpuMixerOps {
+    const char *name;  // the MixerOps name it serves
+    // refuse options the kernels do not cover: -1 with e naming layer l's key and value (checked before any
+    // device memory is taken)
+    int (*check)(const MixerSpec *s, int l, Err *e);
+    size_t (*act_size)(const MixerSpec *s, int B, int T);      // device floats kept for backward
+    size_t (*scratch_size)(const MixerSpec *s, int B, int T);  // device floats of temporaries
+    void (*forward)(Mixer *m, float *y, const float *x, int B, int T);                      // y, x (B,T,C)
+    void (*backward)(Mixer *m, float *dx, const float *dy, const float *x, int B, int T);   // dx += ...
+} GpuMixerOps;
+
+extern const GpuMixerOps GPU_MIXER_ATTENTION;
+
+#endif

@@ -1,0 +1,469 @@
+// The model's training step on the GPU (gpu/gpu.h): model/model.c's forward and backward for the parts the
+// backend has kernels for, over device buffers of the host model's layout, and the optimizer's elementwise
+// halves. Reads the host Model for everything that describes the network; never writes it.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu/common.cuh"
+#include "gpu/mixer_gpu.cuh"
+#include "gpu/ops.cuh"
+
+extern "C" {
+#include "gpu/gpu.h"
+#include "nn/embedding.h"
+#include "nn/xent.h"
+}
+
+// the mixers with a device side (gpu/mixer_gpu.cuh)
+static const GpuMixerOps *const GPU_MIXERS_[] = {&GPU_MIXER_ATTENTION};
+
+static const GpuMixerOps *gpu_mixer_lookup_(const char *name) {
+    for (size_t i = 0; i < sizeof GPU_MIXERS_ / sizeof GPU_MIXERS_[0]; i++)
+        if (!strcmp(GPU_MIXERS_[i]->name, name)) return GPU_MIXERS_[i];
+    return NULL;
+}
+
+static cublasHandle_t blas_ = NULL;
+
+cublasHandle_t gpu_blas(void) { return blas_; }
+
+void gpu_fail_(const char *what, const char *detail, const char *file, int line) {
+    fprintf(stderr, "seqtrain: CUDA error: %s failed: %s (%s:%d)\n", what, detail, file, line);
+    exit(1);
+}
+
+typedef struct GpuLayerActs {  // model.h's LayerActs on the device
+    float *res, *ln1, *ln1_mean, *ln1_rstd, *res_mid, *ln2, *ln2_mean, *ln2_rstd, *fc, *act;
+} GpuLayerActs;
+
+struct Gpu {
+    const Model *m;
+    char name[400];
+    float *params, *grads, *adam_m, *adam_v;  // (pt->numel,) each, the host table's layout
+    Mixer *mix;                               // (L,) the host mixers' fields with device buffers
+    const GpuMixerOps **mops;                 // (L,)
+    // activations for the current (B,T), one allocation
+    int B, T;
+    float *arena;
+    GpuLayerActs *la;
+    float *res_out, *lnf, *lnf_mean, *lnf_rstd, *logits, *losses, *mix_out, *dres, *dtmp, *dfc, *dact, *scratch;
+    int *inputs, *targets, *emb_tok, *emb_offs, *emb_pos;  // (B*T,) each, emb_offs (B*T+1,)
+    // host side of the embedding backward's bucket sort, and the losses
+    int *h_count, *h_tok, *h_offs, *h_pos;
+    float *h_losses;
+    // optimizer: the chunks of train/optim.c on the device
+    int n_chunks;
+    size_t *chunk_start;
+    int *chunk_len, *chunk_tensor;
+    double *chunk_sumsq;
+    float *coef;  // (pt->n, OPTIM_COEF)
+};
+
+// ----------------------------------------------------------------------------
+// checks
+
+int gpu_check_model(const Model *m, Err *e) {
+    if (m->ae)
+        return err_set(e, "run.device cuda: model.head \"autoencoder\" has no GPU kernels yet (the GPU takes "
+                       "model.head lm); train it with run.device cpu");
+    if (m->mc > 1)
+        return err_set(e, "run.device cuda: model.mc_samples %d (KLA+) has no GPU kernels yet; set it to 1 or train "
+                       "with run.device cpu", m->mc);
+    for (int l = 0; l < m->L; l++) {
+        const char *name = m->mspec[l].ops->name;
+        const GpuMixerOps *g = gpu_mixer_lookup_(name);
+        if (!g) {
+            char list[256] = "";
+            for (size_t i = 0; i < sizeof GPU_MIXERS_ / sizeof GPU_MIXERS_[0]; i++)
+                snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", GPU_MIXERS_[i]->name);
+            return err_set(e, "run.device cuda: layer %d: mixer \"%s\" has no GPU kernels yet (model.mixer.kind or "
+                           "model.layers; the GPU trains: %s); train it with run.device cpu", l, name, list);
+        }
+        if (m->lp[l].fused)
+            return err_set(e, "run.device cuda: layer %d: block \"fused\" has no GPU path yet (model.block or "
+                           "model.layers[].block; the GPU takes prenorm blocks)", l);
+        if (g->check(&m->mspec[l], l, e) != 0) return err_prefix(e, "run.device cuda: ");
+    }
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// memory
+
+static int dev_alloc_(void *p, size_t bytes, const char *what, Err *e) {
+    cudaError_t err = cudaMalloc((void **)p, bytes ? bytes : 1);
+    if (err != cudaSuccess) {
+        cudaGetLastError();  // clear it: the run stops with this message, not a later check's
+        return err_set(e, "run.device cuda: cannot allocate %.1f MiB of GPU memory for %s: %s", bytes / 1048576.0,
+                       what, cudaGetErrorString(err));
+    }
+    return 0;
+}
+
+static void acts_free_(Gpu *g) {
+    void *bufs[] = {g->arena, g->inputs, g->targets, g->emb_tok, g->emb_offs, g->emb_pos};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) CUDA_CHECK(cudaFree(bufs[i]));
+    g->arena = NULL;
+    g->inputs = g->targets = g->emb_tok = g->emb_offs = g->emb_pos = NULL;
+    free(g->h_tok);
+    free(g->h_offs);
+    free(g->h_pos);
+    free(g->h_losses);
+    g->h_tok = g->h_offs = g->h_pos = NULL;
+    g->h_losses = NULL;
+    g->B = g->T = 0;
+}
+
+// every activation buffer for (B,T), as model.c's model_alloc_acts_ lays out the host's
+static int acts_alloc_(Gpu *g, int B, int T, Err *e) {
+    if (g->B == B && g->T == T) return 0;
+    acts_free_(g);
+    const Model *m = g->m;
+    size_t BT = (size_t)B * T, C = m->C, H = m->hidden, F = m->mlp_kind == MLP_SWIGLU ? 2 * H : H;
+    // two passes: count, then hand out
+    size_t n = 0, scratch = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        n = 0;
+        float *base = pass ? g->arena : NULL;
+#define TAKE_(ptr, count) do { if (pass) (ptr) = base + n; n += ((count) + 63) & ~(size_t)63; } while (0)
+        for (int l = 0; l < m->L; l++) {
+            GpuLayerActs *a = &g->la[l];
+            TAKE_(a->res, BT * C);
+            TAKE_(a->ln1, BT * C);
+            TAKE_(a->ln1_mean, BT);
+            TAKE_(a->ln1_rstd, BT);
+            if (m->lp[l].has_mlp) {
+                TAKE_(a->res_mid, BT * C);
+                TAKE_(a->ln2, BT * C);
+                TAKE_(a->ln2_mean, BT);
+                TAKE_(a->ln2_rstd, BT);
+                TAKE_(a->fc, BT * F);
+                TAKE_(a->act, BT * H);
+            }
+            TAKE_(g->mix[l].acts, g->mops[l]->act_size(&m->mspec[l], B, T));
+            size_t s = g->mops[l]->scratch_size(&m->mspec[l], B, T);
+            if (s > scratch) scratch = s;
+        }
+        TAKE_(g->res_out, BT * C);
+        TAKE_(g->lnf, BT * C);
+        TAKE_(g->lnf_mean, BT);
+        TAKE_(g->lnf_rstd, BT);
+        TAKE_(g->logits, BT * m->V);
+        TAKE_(g->losses, BT);
+        TAKE_(g->mix_out, BT * C);
+        TAKE_(g->dres, BT * C);
+        TAKE_(g->dtmp, BT * C);
+        TAKE_(g->dfc, BT * F);
+        TAKE_(g->dact, BT * H);
+        TAKE_(g->scratch, scratch);
+#undef TAKE_
+        if (!pass) {
+            char what[160];
+            snprintf(what, sizeof what, "the activations of B %d x T %d (train.batch_size, train.seq_len)", B, T);
+            if (dev_alloc_(&g->arena, n * sizeof(float), what, e) != 0) return -1;
+        }
+    }
+    for (int l = 0; l < m->L; l++) {
+        g->mix[l].scratch = g->scratch;
+        g->mix[l].B = B;
+        g->mix[l].T = T;
+    }
+    if (dev_alloc_(&g->inputs, BT * sizeof(int), "the batch", e) || dev_alloc_(&g->targets, BT * sizeof(int), "the batch", e) ||
+        dev_alloc_(&g->emb_tok, BT * sizeof(int), "the batch", e) ||
+        dev_alloc_(&g->emb_offs, (BT + 1) * sizeof(int), "the batch", e) ||
+        dev_alloc_(&g->emb_pos, BT * sizeof(int), "the batch", e)) {
+        acts_free_(g);
+        return -1;
+    }
+    g->h_tok = (int *)xmalloc(BT * sizeof(int));
+    g->h_offs = (int *)xmalloc((BT + 1) * sizeof(int));
+    g->h_pos = (int *)xmalloc(BT * sizeof(int));
+    g->h_losses = (float *)xmalloc(BT * sizeof(float));
+    g->B = B;
+    g->T = T;
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// open, close, copies
+
+int gpu_open(Gpu **out, const Model *m, const Optim *o, const char *precision, Err *e) {
+    *out = NULL;
+    if (!strcmp(precision, "bf16"))
+        return err_set(e, "run.precision bf16: not implemented on the GPU yet (docs/gpu.md); use tf32 or fp32");
+    if (strcmp(precision, "fp32") && strcmp(precision, "tf32"))
+        return err_set(e, "run.precision \"%s\": the GPU takes fp32 or tf32", precision);
+    if (gpu_check_model(m, e) != 0) return -1;
+    int n_dev = 0;
+    cudaError_t err = cudaGetDeviceCount(&n_dev);
+    if (err != cudaSuccess || n_dev == 0) {
+        cudaGetLastError();
+        return err_set(e, "run.device cuda: no CUDA device found (%s); train with run.device cpu",
+                       err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
+    }
+    CUDA_CHECK(cudaSetDevice(0));
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    Gpu *g = (Gpu *)xcalloc(1, sizeof(Gpu));
+    g->m = m;
+    snprintf(g->name, sizeof g->name, "%.256s, cc %d.%d, %.1f GiB, %s matmuls", prop.name, prop.major, prop.minor,
+             prop.totalGlobalMem / 1073741824.0, precision);
+    if (!blas_) CUBLAS_CHECK(cublasCreate(&blas_));
+    // fp32: cuBLAS's default math never uses TF32; tf32: tensor cores with 10-bit-mantissa inputs
+    CUBLAS_CHECK(cublasSetMathMode(blas_, !strcmp(precision, "tf32") ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    const ParamTable *pt = &m->pt;
+    size_t bytes = pt->numel * sizeof(float);
+    if (dev_alloc_(&g->params, bytes, "the parameters", e) || dev_alloc_(&g->grads, bytes, "the gradients", e) ||
+        dev_alloc_(&g->adam_m, bytes, "AdamW's first moments", e) ||
+        dev_alloc_(&g->adam_v, bytes, "AdamW's second moments", e)) {
+        gpu_close(g);
+        return -1;
+    }
+    CUDA_CHECK(cudaMemset(g->grads, 0, bytes));
+    gpu_upload(g, m->params, o->m, o->v);
+    // the optimizer's chunks, with their lengths (a tensor's last chunk is short)
+    g->n_chunks = o->n_chunks;
+    int *len = (int *)xmalloc((o->n_chunks ? o->n_chunks : 1) * sizeof(int));
+    for (int c = 0; c < o->n_chunks; c++) {
+        const ParamTensor *t = &pt->t[o->chunk_tensor[c]];
+        size_t end = t->offset + t->numel;
+        len[c] = (int)(end - o->chunk_start[c] < OPTIM_NORM_CHUNK ? end - o->chunk_start[c] : OPTIM_NORM_CHUNK);
+    }
+    size_t nc = o->n_chunks ? o->n_chunks : 1;
+    int rc = dev_alloc_(&g->chunk_start, nc * sizeof(size_t), "the optimizer's tables", e) ||
+             dev_alloc_(&g->chunk_len, nc * sizeof(int), "the optimizer's tables", e) ||
+             dev_alloc_(&g->chunk_tensor, nc * sizeof(int), "the optimizer's tables", e) ||
+             dev_alloc_(&g->chunk_sumsq, nc * sizeof(double), "the optimizer's tables", e) ||
+             dev_alloc_(&g->coef, (pt->n ? pt->n : 1) * OPTIM_COEF * sizeof(float), "the optimizer's tables", e);
+    if (rc) {
+        free(len);
+        gpu_close(g);
+        return -1;
+    }
+    CUDA_CHECK(cudaMemcpy(g->chunk_start, o->chunk_start, o->n_chunks * sizeof(size_t), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(g->chunk_len, len, o->n_chunks * sizeof(int), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(g->chunk_tensor, o->chunk_tensor, o->n_chunks * sizeof(int), cudaMemcpyHostToDevice));
+    free(len);
+    // the layers: the host's Mixer fields, device buffers
+    g->mix = (Mixer *)xcalloc(m->L ? m->L : 1, sizeof(Mixer));
+    g->mops = (const GpuMixerOps **)xcalloc(m->L ? m->L : 1, sizeof(GpuMixerOps *));
+    g->la = (GpuLayerActs *)xcalloc(m->L ? m->L : 1, sizeof(GpuLayerActs));
+    for (int l = 0; l < m->L; l++) {
+        g->mix[l] = m->mix[l];
+        g->mix[l].params = g->params;
+        g->mix[l].grads = g->grads;
+        g->mix[l].acts = g->mix[l].scratch = NULL;
+        g->mops[l] = gpu_mixer_lookup_(m->mspec[l].ops->name);
+    }
+    g->h_count = (int *)xcalloc((size_t)m->V + 1, sizeof(int));
+    *out = g;
+    return 0;
+}
+
+void gpu_close(Gpu *g) {
+    if (!g) return;
+    acts_free_(g);
+    void *bufs[] = {g->params, g->grads, g->adam_m, g->adam_v, g->chunk_start, g->chunk_len, g->chunk_tensor,
+                    g->chunk_sumsq, g->coef};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) CUDA_CHECK(cudaFree(bufs[i]));
+    free(g->mix);
+    free(g->mops);
+    free(g->la);
+    free(g->h_count);
+    free(g);
+}
+
+const char *gpu_device_name(const Gpu *g) { return g->name; }
+
+static void copy_(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
+    if (dst && src) CUDA_CHECK(cudaMemcpy(dst, src, bytes, kind));
+}
+
+void gpu_upload(Gpu *g, const float *params, const float *adam_m, const float *adam_v) {
+    size_t bytes = g->m->pt.numel * sizeof(float);
+    copy_(g->params, params, bytes, cudaMemcpyHostToDevice);
+    copy_(g->adam_m, adam_m, bytes, cudaMemcpyHostToDevice);
+    copy_(g->adam_v, adam_v, bytes, cudaMemcpyHostToDevice);
+}
+
+void gpu_download(Gpu *g, float *params, float *adam_m, float *adam_v) {
+    size_t bytes = g->m->pt.numel * sizeof(float);
+    copy_(params, g->params, bytes, cudaMemcpyDeviceToHost);
+    copy_(adam_m, g->adam_m, bytes, cudaMemcpyDeviceToHost);
+    copy_(adam_v, g->adam_v, bytes, cudaMemcpyDeviceToHost);
+}
+
+void gpu_download_grads(Gpu *g, float *grads) {
+    copy_(grads, g->grads, g->m->pt.numel * sizeof(float), cudaMemcpyDeviceToHost);
+}
+
+void gpu_zero_grad(Gpu *g) { CUDA_CHECK(cudaMemset(g->grads, 0, g->m->pt.numel * sizeof(float))); }
+
+// ----------------------------------------------------------------------------
+// forward, backward
+
+#define P_(k) ((k) >= 0 ? g->params + m->pt.t[k].offset : NULL)
+#define G_(k) ((k) >= 0 ? g->grads + m->pt.t[k].offset : NULL)
+
+static void norm_fwd_(Gpu *g, float *out, float *mean, float *rstd, const float *inp, int kw, int kb, int N) {
+    const Model *m = g->m;
+    gpu_norm_forward(out, mean, rstd, inp, P_(kw), P_(kb), N, m->C, m->rms);
+}
+
+static void norm_bwd_(Gpu *g, float *dinp, const float *dout, const float *inp, const float *mean, const float *rstd,
+                      int kw, int kb, int N) {
+    const Model *m = g->m;
+    gpu_norm_backward(dinp, G_(kw), G_(kb), dout, inp, P_(kw), mean, rstd, N, m->C, m->rms);
+}
+
+// the batch onto the device, checked first as model.c checks it; the embedding backward's buckets: the
+// positions of each distinct id in increasing order (a counting sort over the vocabulary)
+static int batch_upload_(Gpu *g, const int *inputs, const int *targets, int B, int T, int *n_sup, Err *e) {
+    const Model *m = g->m;
+    int BT = B * T, bad = embedding_check_ids(inputs, BT, m->V);
+    if (bad >= 0)
+        return err_set(e, "input token id %d at position %d is outside the model's vocabulary of %d", inputs[bad], bad,
+                       m->V);
+    if (targets && (bad = crossentropy_check_targets(targets, BT, m->V)) >= 0)
+        return err_set(e, "target %d at position %d is outside the vocabulary of %d (and not the ignore index -100)",
+                       targets[bad], bad, m->V);
+    if (acts_alloc_(g, B, T, e) != 0) return -1;
+    CUDA_CHECK(cudaMemcpy(g->inputs, inputs, BT * sizeof(int), cudaMemcpyHostToDevice));
+    *n_sup = 0;
+    if (targets) {
+        CUDA_CHECK(cudaMemcpy(g->targets, targets, BT * sizeof(int), cudaMemcpyHostToDevice));
+        for (int i = 0; i < BT; i++) *n_sup += targets[i] != XENT_IGNORE_INDEX;
+    }
+    return 0;
+}
+
+static int buckets_upload_(Gpu *g, const int *inputs, int BT) {
+    int V = g->m->V, *cnt = g->h_count, n_tok = 0;
+    memset(cnt, 0, ((size_t)V + 1) * sizeof(int));
+    for (int i = 0; i < BT; i++) cnt[inputs[i]]++;
+    g->h_offs[0] = 0;
+    for (int v = 0; v < V; v++)
+        if (cnt[v]) {
+            g->h_tok[n_tok] = v;
+            g->h_offs[n_tok + 1] = g->h_offs[n_tok] + cnt[v];
+            cnt[v] = g->h_offs[n_tok];  // from here on: the next free slot of v's bucket
+            n_tok++;
+        }
+    for (int i = 0; i < BT; i++) g->h_pos[cnt[inputs[i]]++] = i;
+    CUDA_CHECK(cudaMemcpy(g->emb_tok, g->h_tok, n_tok * sizeof(int), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(g->emb_offs, g->h_offs, (n_tok + 1) * sizeof(int), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(g->emb_pos, g->h_pos, BT * sizeof(int), cudaMemcpyHostToDevice));
+    return n_tok;
+}
+
+// model.c's model_forward_ (the lm head, S = 1); grad: the logits become dlogits (n_norm)
+static void forward_(Gpu *g, int B, int T, int has_targets, int n_norm, int grad) {
+    const Model *m = g->m;
+    int BT = B * T, C = m->C, H = m->hidden, F = m->mlp_kind == MLP_SWIGLU ? 2 * H : H;
+    gpu_embedding_forward(m->L ? g->la[0].res : g->res_out, g->inputs, P_(m->k_wte), BT, C);
+    for (int l = 0; l < m->L; l++) {
+        GpuLayerActs *a = &g->la[l];
+        const LayerParams *lp = &m->lp[l];
+        float *next = l + 1 < m->L ? g->la[l + 1].res : g->res_out;
+        norm_fwd_(g, a->ln1, a->ln1_mean, a->ln1_rstd, a->res, lp->ln1_w, lp->ln1_b, BT);
+        g->mops[l]->forward(&g->mix[l], g->mix_out, a->ln1, B, T);
+        if (!lp->has_mlp) {
+            gpu_residual(next, a->res, g->mix_out, (size_t)BT * C);
+            continue;
+        }
+        gpu_residual(a->res_mid, a->res, g->mix_out, (size_t)BT * C);
+        norm_fwd_(g, a->ln2, a->ln2_mean, a->ln2_rstd, a->res_mid, lp->ln2_w, lp->ln2_b, BT);
+        gpu_matmul_forward(a->fc, a->ln2, P_(lp->fc_w), P_(lp->fc_b), BT, C, F);
+        gpu_act_forward(a->act, a->fc, BT, H, m->mlp_kind);
+        gpu_matmul_forward(g->mix_out, a->act, P_(lp->proj_w), P_(lp->proj_b), BT, H, C);
+        gpu_residual(next, a->res_mid, g->mix_out, (size_t)BT * C);
+    }
+    norm_fwd_(g, g->lnf, g->lnf_mean, g->lnf_rstd, g->res_out, m->k_lnf_w, m->k_lnf_b, BT);
+    gpu_matmul_forward(g->logits, g->lnf, m->tie ? P_(m->k_wte) : P_(m->k_head_w), P_(m->k_head_b), BT, C, m->V);
+    if (has_targets) gpu_crossentropy(g->losses, g->logits, g->targets, BT, m->V, n_norm, grad);
+}
+
+// model.c's model_backward with the logits already dlogits
+static void backward_(Gpu *g, int B, int T, int n_tok) {
+    const Model *m = g->m;
+    int BT = B * T, C = m->C, H = m->hidden, F = m->mlp_kind == MLP_SWIGLU ? 2 * H : H;
+    size_t BTC = (size_t)BT * C;
+    const float *head = m->tie ? P_(m->k_wte) : P_(m->k_head_w);
+    gpu_matmul_backward(g->dtmp, m->tie ? G_(m->k_wte) : G_(m->k_head_w), G_(m->k_head_b), g->logits, g->lnf, head, BT,
+                        C, m->V, 0);
+    CUDA_CHECK(cudaMemset(g->dres, 0, BTC * sizeof(float)));
+    norm_bwd_(g, g->dres, g->dtmp, g->res_out, g->lnf_mean, g->lnf_rstd, m->k_lnf_w, m->k_lnf_b, BT);
+    for (int l = m->L - 1; l >= 0; l--) {
+        GpuLayerActs *a = &g->la[l];
+        const LayerParams *lp = &m->lp[l];
+        if (lp->has_mlp) {
+            // next = res_mid + proj(act(fc(norm(res_mid))))
+            gpu_matmul_backward(g->dact, G_(lp->proj_w), G_(lp->proj_b), g->dres, a->act, P_(lp->proj_w), BT, H, C, 0);
+            gpu_act_backward(g->dfc, a->fc, g->dact, BT, H, m->mlp_kind);
+            gpu_matmul_backward(g->dtmp, G_(lp->fc_w), G_(lp->fc_b), g->dfc, a->ln2, P_(lp->fc_w), BT, C, F, 0);
+            norm_bwd_(g, g->dres, g->dtmp, a->res_mid, a->ln2_mean, a->ln2_rstd, lp->ln2_w, lp->ln2_b, BT);
+        }
+        // res_mid = res + mixer(norm(res))
+        CUDA_CHECK(cudaMemset(g->dtmp, 0, BTC * sizeof(float)));
+        g->mops[l]->backward(&g->mix[l], g->dtmp, g->dres, a->ln1, B, T);
+        norm_bwd_(g, g->dres, g->dtmp, a->res, a->ln1_mean, a->ln1_rstd, lp->ln1_w, lp->ln1_b, BT);
+    }
+    gpu_embedding_backward(G_(m->k_wte), g->dres, g->emb_tok, g->emb_offs, g->emb_pos, n_tok, C);
+}
+
+// the mean over supervised positions of the per-position losses, summed in double in position order as
+// crossentropy_forward does
+static double mean_loss_(Gpu *g, int BT, int n_sup) {
+    CUDA_CHECK(cudaMemcpy(g->h_losses, g->losses, BT * sizeof(float), cudaMemcpyDeviceToHost));
+    double s = 0;
+    for (int i = 0; i < BT; i++) s += g->h_losses[i];
+    return n_sup ? s / n_sup : 0.0;
+}
+
+int gpu_forward_backward(Gpu *g, const int *inputs, const int *targets, int B, int T, int n_norm, double *loss,
+                         int *n_sup, Err *e) {
+    if (batch_upload_(g, inputs, targets, B, T, n_sup, e) != 0) return -1;
+    int n_tok = buckets_upload_(g, inputs, B * T);
+    forward_(g, B, T, 1, n_norm, 1);
+    backward_(g, B, T, n_tok);
+    *loss = mean_loss_(g, B * T, *n_sup);
+    return 0;
+}
+
+int gpu_forward(Gpu *g, const int *inputs, const int *targets, int B, int T, float *logits, double *loss, int *n_sup,
+                Err *e) {
+    if (batch_upload_(g, inputs, targets, B, T, n_sup, e) != 0) return -1;
+    forward_(g, B, T, targets != NULL, 0, 0);
+    if (logits)
+        CUDA_CHECK(cudaMemcpy(logits, g->logits, (size_t)B * T * g->m->V * sizeof(float), cudaMemcpyDeviceToHost));
+    if (loss) *loss = targets ? mean_loss_(g, B * T, *n_sup) : 0.0;
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// optimizer: the host computes every scalar (train/optim.c), the device does the elementwise work
+
+double gpu_clip_grads(Gpu *g, Optim *o) {
+    gpu_chunk_sumsq(g->chunk_sumsq, g->grads, g->chunk_start, g->chunk_len, g->n_chunks);
+    CUDA_CHECK(cudaMemcpy(o->chunk_sumsq, g->chunk_sumsq, g->n_chunks * sizeof(double), cudaMemcpyDeviceToHost));
+    double norm = optim_norms_from_chunks(o);
+    if (!isfinite(norm)) return norm;
+    if (optim_clip_scales(o)) {
+        CUDA_CHECK(cudaMemcpy(g->coef, o->tensor_coef, (size_t)o->pt->n * OPTIM_COEF * sizeof(float),
+                              cudaMemcpyHostToDevice));
+        gpu_chunk_scale(g->grads, g->chunk_start, g->chunk_len, g->chunk_tensor, g->coef, g->n_chunks);
+    }
+    return norm;
+}
+
+void gpu_optim_step(Gpu *g, Optim *o, float lr, float beta1) {
+    optim_step_coefs(o, lr, beta1);
+    CUDA_CHECK(cudaMemcpy(g->coef, o->tensor_coef, (size_t)o->pt->n * OPTIM_COEF * sizeof(float),
+                          cudaMemcpyHostToDevice));
+    gpu_adamw(g->params, g->adam_m, g->adam_v, g->grads, g->chunk_start, g->chunk_len, g->chunk_tensor, g->coef,
+              g->n_chunks);
+}

@@ -1,0 +1,66 @@
+/*
+ * The GPU's nn ops: the device counterparts of nn/matmul.h, norm.h, activation.h, embedding.h, xent.h and
+ * adamw.h, with the same shapes and argument order (outputs, then inputs, then dims). Every pointer is device
+ * memory. Every reduction runs in a fixed order (no atomics), so a step gives the same bits every time on the
+ * same GPU: what `--resume` needs to continue a run exactly.
+ *
+ * Where an op differs from its CPU twin it says so: the activation backwards WRITE their result (=, the CPU's
+ * accumulate), because the model always hands them a buffer it would otherwise have to zero first.
+ */
+#ifndef SEQ_GPU_OPS_CUH
+#define SEQ_GPU_OPS_CUH
+
+#include <stddef.h>
+
+// out (N,OC) = inp (N,IC) @ w (OC,IC)^T + bias (OC,) (bias may be NULL)
+void gpu_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N, int IC, int OC);
+// dinp (N,IC) += (accumulate) or = dout (N,OC) @ w (OC,IC) when dinp is not NULL; dw (OC,IC) += dout^T @ inp;
+// dbias (OC,) += column sums of dout when not NULL
+void gpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,
+                         int N, int IC, int OC, int accumulate);
+
+// LayerNorm (rms 0; bias may be NULL) or RMSNorm (rms 1; mean unused, may be NULL) of rows inp (N,C) with
+// weight (C,): out (N,C), mean, rstd (N,) kept for the backward; eps as nn/norm.h
+void gpu_norm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N,
+                      int C, int rms);
+// dinp (N,C) += ..., dw (C,) += ..., db (C,) += ... (db may be NULL)
+void gpu_norm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+                       const float *mean, const float *rstd, int N, int C, int rms);
+
+// activations of the MLP; kind: MLP_GELU | MLP_RELU | MLP_SWIGLU (model/model.h). out (N,H) from
+// inp (N,H) (gelu, relu) or (N,2H) (swiglu: [gate | value] per row, silu(gate)·value)
+void gpu_act_forward(float *out, const float *inp, int N, int H, int kind);
+// dinp (N,H) or (N,2H) = (WRITTEN, see above) the gradient through the activation of dout (N,H)
+void gpu_act_backward(float *dinp, const float *inp, const float *dout, int N, int H, int kind);
+
+// out (n,) = a + b (out may alias a or b)
+void gpu_residual(float *out, const float *a, const float *b, size_t n);
+// dst (n,) += src
+void gpu_add_inplace(float *dst, const float *src, size_t n);
+
+// out (N,C) = wte[ids[i]] rows; ids (N,) on the device, already checked against V on the host
+void gpu_embedding_forward(float *out, const int *ids, const float *wte, int N, int C);
+// dwte (V,C) += sum over the positions of each token of dout (N,C): tokens (n_tok,) the distinct ids of the
+// batch, their positions pos[offs[u] .. offs[u+1]) in increasing order (a host-side bucket sort of the ids:
+// one block per token sums its rows in that order, so no two threads ever add into the same row)
+void gpu_embedding_backward(float *dwte, const float *dout, const int *tokens, const int *offs, const int *pos,
+                            int n_tok, int C);
+
+// softmax cross-entropy of logits (N,V) against targets (N,) (-100 = ignored): losses (N,) (0 where ignored);
+// with grad, the logits are overwritten by dlogits = (softmax - onehot) / n_norm (0 on ignored rows), as
+// crossentropy_forward_backward does on the CPU
+void gpu_crossentropy(float *losses, float *logits, const int *targets, int N, int V, int n_norm, int grad);
+
+// the optimizer's elementwise parts over a flat buffer cut into chunks (train/optim.h's OPTIM_NORM_CHUNK
+// chunks): chunk c is [start[c], start[c] + len[c]) of tensor tensor[c]; coef (n_tensors, OPTIM_COEF) holds
+// each tensor's scalars from optim_step_coefs / optim_clip_scales.
+// sums (n_chunks,) = each chunk's sum of squares, in double
+void gpu_chunk_sumsq(double *sums, const float *x, const size_t *start, const int *len, int n_chunks);
+// x *= coef[tensor * OPTIM_COEF] (the clip scale) over every chunk
+void gpu_chunk_scale(float *x, const size_t *start, const int *len, const int *tensor, const float *coef,
+                     int n_chunks);
+// AdamW (nn/adamw.h's formula) over every chunk
+void gpu_adamw(float *params, float *m, float *v, const float *grads, const size_t *start, const int *len,
+               const int *tensor, const float *coef, int n_chunks);
+
+#endif

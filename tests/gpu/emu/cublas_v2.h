@@ -1,0 +1,49 @@
+/*
+ * The cuBLAS calls of the GPU backend, emulated on the CPU for tests/gpu/emu/cuda_runtime.h's purpose: SGEMM on
+ * column-major matrices with BLAS's transpose, leading-dimension and alpha/beta conventions, summed in double.
+ * The math mode is recorded and ignored (no TF32 here).
+ */
+#ifndef SEQ_GPU_EMU_CUBLAS_V2_H
+#define SEQ_GPU_EMU_CUBLAS_V2_H
+
+#include "cuda_runtime.h"
+
+typedef struct EmuBlas_ {
+    int math;
+} *cublasHandle_t;
+typedef enum { CUBLAS_STATUS_SUCCESS = 0, CUBLAS_STATUS_INVALID_VALUE = 7 } cublasStatus_t;
+typedef enum { CUBLAS_OP_N, CUBLAS_OP_T } cublasOperation_t;
+typedef enum { CUBLAS_DEFAULT_MATH, CUBLAS_TF32_TENSOR_OP_MATH } cublasMath_t;
+
+static inline cublasStatus_t cublasCreate(cublasHandle_t *h) {
+    *h = (cublasHandle_t)calloc(1, sizeof(struct EmuBlas_));
+    return CUBLAS_STATUS_SUCCESS;
+}
+static inline cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t m) {
+    h->math = m;
+    return CUBLAS_STATUS_SUCCESS;
+}
+static inline const char *cublasGetStatusString(cublasStatus_t s) { return s ? "invalid value (emulated)" : "success"; }
+
+// C (m,n) = alpha op(A) (m,k) op(B) (k,n) + beta C, column-major; beta 0 ignores C's old contents
+static inline cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                                         int k, const float *alpha, const float *A, int lda, const float *B, int ldb,
+                                         const float *beta, float *C, int ldc) {
+    (void)h;
+    if (m < 0 || n < 0 || k < 0 || lda < (ta == CUBLAS_OP_N ? m : k) || ldb < (tb == CUBLAS_OP_N ? k : n) || ldc < m)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < m; i++) {
+            double s = 0;
+            for (int p = 0; p < k; p++) {
+                float a = ta == CUBLAS_OP_N ? A[i + (size_t)p * lda] : A[p + (size_t)i * lda];
+                float b = tb == CUBLAS_OP_N ? B[p + (size_t)j * ldb] : B[j + (size_t)p * ldb];
+                s += (double)a * b;
+            }
+            float *c = &C[i + (size_t)j * ldc];
+            *c = (float)(*alpha * s + (*beta != 0.0f ? (double)*beta * *c : 0.0));
+        }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+#endif

@@ -1,0 +1,293 @@
+/*
+ * The GPU backend against the CPU (`make test-cuda`, tests/gpu/run.sh): for small models covering every
+ * option the GPU takes (LayerNorm/RMSNorm with and without bias, gelu/relu/swiglu/no MLP, tied and untied
+ * heads with and without bias, attention pos none and rope in both layouts, head sizes on all three kernel
+ * widths, projection biases), in fp32 and tf32:
+ *   - logits, loss and every parameter's gradient of one forward/backward (targets with ignored positions),
+ *   - the losses, gradient norms, parameter updates and Adam moments of 6 AdamW steps with parameter groups and
+ *     local and global clipping active,
+ *   - bit-identical gradients from two runs of the same step (what a bit-identical --resume needs),
+ * and the refusals of what the GPU has no kernels for (those need no GPU, so they run wherever it builds).
+ * Built twice: against the CUDA backend (make CUDA=1) and, with SEQ_GPU_EMULATE, against its kernels emulated
+ * on the CPU (tests/gpu/emu/, fp32 only), which is how CI checks them.
+ *
+ * Tolerances are relative to the largest magnitude of the compared tensor (max |gpu - cpu| / max |cpu|):
+ * fp32 2e-4 (the two devices add in different orders), tf32 3e-2 (cuBLAS rounds matmul inputs to 10-bit
+ * mantissas, ~5e-4 relative per product, compounded over the layers); the loss a tenth of that; the L2
+ * difference of the parameter updates ten times it (see there). Exit status 77 and a "skipped" line when the
+ * build has no usable GPU.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../model_json.h"
+#include "../test.h"
+#include "gpu/gpu.h"
+#include "train/optim.h"
+
+// V above the cross-entropy kernel's 256 threads per row; T more than one 64-row block and a partial 32-key tile.
+// The emulator (a fiber per CUDA thread) takes a smaller batch to stay within a minute.
+#ifdef SEQ_GPU_EMULATE
+#define V_ 600
+#define B_ 2
+#define T_ 70
+#else
+#define V_ 1000
+#define B_ 3
+#define T_ 77
+#endif
+
+typedef struct Case {
+    const char *name, *json;
+} Case;
+
+static const Case CASES_[] = {
+    {"layernorm, gelu, rope half, tied, D 16",
+     "{\"d_model\": 32, \"n_layers\": 2, \"mixer\": {\"kind\": \"attention\", \"heads\": 2, \"pos\": \"rope\"}}"},
+    {"rmsnorm, swiglu, pos none, untied + head bias, qkv/out biases, D 48 (kernel width 64)",
+     "{\"d_model\": 48, \"n_layers\": 2, \"norm\": \"rmsnorm\", \"mlp\": {\"kind\": \"swiglu\", \"ratio\": 2.5, "
+     "\"bias\": false}, \"tie_embeddings\": false, \"head_bias\": true, "
+     "\"mixer\": {\"kind\": \"attention\", \"heads\": 3, \"head_dim\": 48, \"pos\": \"none\", \"bias\": true}}"},
+    {"layernorm without bias, relu, rope interleaved, H·D = 2C, D 32",
+     "{\"d_model\": 64, \"n_layers\": 2, \"norm_bias\": false, \"mlp\": {\"kind\": \"relu\"}, "
+     "\"mixer\": {\"kind\": \"attention\", \"heads\": 4, \"head_dim\": 32, \"pos\": \"rope\", "
+     "\"rope_layout\": \"interleaved\", \"rope_base\": 500}}"},
+    {"no MLP, one head of D 128 (kernel width 128), 3 layers",
+     "{\"d_model\": 64, \"n_layers\": 3, \"mlp\": {\"kind\": \"none\"}, "
+     "\"mixer\": {\"kind\": \"attention\", \"heads\": 1, \"head_dim\": 128, \"pos\": \"rope\"}}"},
+};
+
+typedef struct Prec {
+    const char *name;
+    double tol;
+} Prec;
+#ifdef SEQ_GPU_EMULATE
+// the kernels on the CPU (tests/gpu/emu/): cuBLAS's emulation has no TF32
+static const Prec PRECS_[] = {{"fp32", 2e-4}};
+#else
+static const Prec PRECS_[] = {{"fp32", 2e-4}, {"tf32", 3e-2}};
+#endif
+
+static unsigned long long rng_ = 88172645463325252ull;
+static double uniform_(void) {  // xorshift64, [0, 1)
+    rng_ ^= rng_ << 13, rng_ ^= rng_ >> 7, rng_ ^= rng_ << 17;
+    return (double)(rng_ >> 11) / 9007199254740992.0;
+}
+
+// max |a - b| / max |b| over n floats (0/0 = 0)
+static double rel_err_(const float *a, const float *b, size_t n) {
+    double d = 0, s = 0;
+    for (size_t i = 0; i < n; i++) {
+        double x = fabs((double)a[i] - b[i]);
+        if (!(x <= d)) d = x;  // NaN propagates
+        if (fabs(b[i]) > s) s = fabs(b[i]);
+    }
+    return s > 0 ? d / s : d;
+}
+
+static void batch_(int *in, int *tg, int n) {
+    for (int i = 0; i < n; i++) {
+        in[i] = (int)(uniform_() * V_);
+        tg[i] = uniform_() < 0.1 ? -100 : (int)(uniform_() * V_);
+    }
+}
+
+static int optim_make_(Optim *o, const Model *m) {
+    OptimGroup g = optim_group_default();
+    g.patterns[0] = "blocks.*.mixer.*";
+    g.lr_mult = 0.5f;
+    g.weight_decay = 0.2f;
+    g.clip = 0.05f;  // small enough to bind: the local clip runs every step
+    OptimConfig oc = {.lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
+                      .grad_clip = 0.5f, .groups = &g, .n_groups = 1};
+    Err e = {{0}};
+    int rc = optim_init(o, &m->pt, &oc, &e);
+    CHECK(rc == 0, "optimizer (%s)", e.msg);
+    return rc;
+}
+
+// 1 when the build has no GPU to run on (the caller skips)
+static int run_case_(const Case *c, const Prec *p) {
+    Model m;
+    if (!model_json_build_v(c->json, &m, V_, 17)) return 0;
+    // every parameter moved off its init, so biases and norm weights matter
+    for (size_t i = 0; i < m.pt.numel; i++) m.params[i] += (float)(0.05 * (uniform_() - 0.5));
+    Optim o;
+    if (optim_make_(&o, &m)) { model_free(&m); return 0; }
+    Err e = {{0}};
+    Gpu *g;
+    if (gpu_open(&g, &m, &o, p->name, &e) != 0) {
+        int none = strstr(e.msg, "no CUDA device") != NULL;
+        if (!none) CHECK(0, "%s, %s: gpu_open (%s)", c->name, p->name, e.msg);
+        optim_free(&o);
+        model_free(&m);
+        return none;
+    }
+    int BT = B_ * T_;
+    int *in = malloc(BT * sizeof(int)), *tg = malloc(BT * sizeof(int));
+    batch_(in, tg, BT);
+    size_t NL = (size_t)BT * V_, N = m.pt.numel;
+    float *logits_gpu = malloc(NL * sizeof(float)), *logits_cpu = malloc(NL * sizeof(float));
+    float *grads_gpu = malloc(N * sizeof(float)), *p_gpu = malloc(N * sizeof(float));
+    // forward: logits and loss
+    double loss_gpu, loss_cpu;
+    int sup_gpu;
+    CHECK(gpu_forward(g, in, tg, B_, T_, logits_gpu, &loss_gpu, &sup_gpu, &e) == 0, "gpu_forward (%s)", e.msg);
+    CHECK(model_forward(&m, in, tg, B_, T_, &e) == 0, "model_forward (%s)", e.msg);
+    loss_cpu = m.loss;
+    memcpy(logits_cpu, m.logits, NL * sizeof(float));
+    CHECK(sup_gpu == m.n_supervised, "%s, %s: supervised positions %d = %d", c->name, p->name, sup_gpu, m.n_supervised);
+    double el = rel_err_(logits_gpu, logits_cpu, NL);
+    CHECK(el <= p->tol, "%s, %s: logits agree (rel err %.2e <= %.0e)", c->name, p->name, el, p->tol);
+    CHECK_NEAR(loss_gpu, loss_cpu, 0, p->tol * 0.1, "%s, %s: loss", c->name, p->name);
+    // backward: every tensor's gradient
+    model_zero_grad(&m);
+    model_backward(&m, m.n_supervised);
+    gpu_zero_grad(g);
+    double l2;
+    CHECK(gpu_forward_backward(g, in, tg, B_, T_, sup_gpu, &l2, &sup_gpu, &e) == 0, "gpu_forward_backward (%s)", e.msg);
+    CHECK(l2 == loss_gpu, "%s, %s: forward_backward's loss is the forward's (%.9g, %.9g)", c->name, p->name, l2,
+          loss_gpu);
+    gpu_download_grads(g, grads_gpu);
+    double worst = 0;
+    const char *worst_name = "";
+    int bad = 0;
+    for (int k = 0; k < m.pt.n; k++) {
+        const ParamTensor *t = &m.pt.t[k];
+        double r = rel_err_(grads_gpu + t->offset, m.grads + t->offset, t->numel);
+        if (!(r <= p->tol)) {
+            bad++;
+            printf("# %s, %s: gradient of %s: rel err %.3e\n", c->name, p->name, t->name, r);
+        }
+        if (!(r <= worst)) worst = r, worst_name = t->name;
+    }
+    CHECK(!bad, "%s, %s: all %d gradients agree (worst %.2e, %s; tol %.0e)", c->name, p->name, m.pt.n, worst,
+          worst_name, p->tol);
+    // the same step again: the same bits
+    float *grads2 = malloc(N * sizeof(float));
+    gpu_zero_grad(g);
+    CHECK(gpu_forward_backward(g, in, tg, B_, T_, sup_gpu, &l2, &sup_gpu, &e) == 0, "gpu_forward_backward (%s)", e.msg);
+    gpu_download_grads(g, grads2);
+    int same = 1;
+    for (int k = 0; k < m.pt.n; k++)
+        same &= !memcmp(grads2 + m.pt.t[k].offset, grads_gpu + m.pt.t[k].offset, m.pt.t[k].numel * sizeof(float));
+    CHECK(same, "%s, %s: a repeated step gives bit-identical gradients", c->name, p->name);
+    free(grads2);
+    // training: 6 steps on fresh batches, the same on both devices
+    float *p0 = malloc(N * sizeof(float));
+    memcpy(p0, m.params, N * sizeof(float));
+    double worst_loss = 0, worst_norm = 0;
+    for (int s = 0; s < 6; s++) {
+        batch_(in, tg, BT);
+        int n_sup = 0;
+        for (int i = 0; i < BT; i++) n_sup += tg[i] != -100;
+        model_zero_grad(&m);
+        CHECK(model_forward_backward(&m, in, tg, B_, T_, n_sup, &e) == 0, "model_forward_backward (%s)", e.msg);
+        double lc = m.loss, lg;
+        int sg;
+        gpu_zero_grad(g);
+        CHECK(gpu_forward_backward(g, in, tg, B_, T_, n_sup, &lg, &sg, &e) == 0, "gpu step (%s)", e.msg);
+        double nc = optim_clip_grads(&o, m.grads);
+        long t_before = o.t;
+        optim_step(&o, m.params, m.grads, 3e-3f, 0.9f);
+        o.t = t_before;  // the GPU's update is the same update: same t
+        double ng = gpu_clip_grads(g, &o);
+        gpu_optim_step(g, &o, 3e-3f, 0.9f);
+        double dl = fabs(lg - lc) / fabs(lc), dn = fabs(ng - nc) / nc;
+        if (dl > worst_loss) worst_loss = dl;
+        if (dn > worst_norm) worst_norm = dn;
+    }
+    CHECK(worst_loss <= p->tol * 0.1, "%s, %s: 6 training steps' losses agree (worst rel %.2e)", c->name, p->name,
+          worst_loss);
+    CHECK(worst_norm <= p->tol, "%s, %s: their gradient norms agree (worst rel %.2e)", c->name, p->name, worst_norm);
+    float *m_gpu = malloc(N * sizeof(float)), *v_gpu = malloc(N * sizeof(float));
+    gpu_download(g, p_gpu, m_gpu, v_gpu);
+    // the updates, |(p_gpu - p0) - (p_cpu - p0)| / |p_cpu - p0| in L2 over all tensors: Adam normalises each
+    // element, so one whose gradient is at the rounding level may step either way on the two devices; the L2
+    // ratio weighs such elements by their (tiny) share, while a wrong update would make it O(1)
+    double dd = 0, du = 0, wm = 0;
+    for (int k = 0; k < m.pt.n; k++) {
+        const ParamTensor *t = &m.pt.t[k];
+        for (size_t i = t->offset; i < t->offset + t->numel; i++) {
+            double d = (double)p_gpu[i] - m.params[i], u = (double)m.params[i] - p0[i];
+            dd += d * d;
+            du += u * u;
+        }
+        double rm = rel_err_(m_gpu + t->offset, o.m + t->offset, t->numel);
+        if (!(rm <= wm)) wm = rm;
+    }
+    double wp = du > 0 ? sqrt(dd / du) : sqrt(dd);
+    CHECK(wp <= 10 * p->tol, "%s, %s: the 6 steps' parameter updates agree (L2 rel %.2e <= %.0e)", c->name, p->name, wp,
+          10 * p->tol);
+    CHECK(wm <= 5 * p->tol, "%s, %s: Adam first moments agree (worst rel %.2e)", c->name, p->name, wm);
+    free(p0);
+    free(m_gpu);
+    free(v_gpu);
+    gpu_close(g);
+    free(in);
+    free(tg);
+    free(logits_gpu);
+    free(logits_cpu);
+    free(grads_gpu);
+    free(p_gpu);
+    optim_free(&o);
+    model_free(&m);
+    return 0;
+}
+
+// what the GPU refuses, and how it says so
+static void refusals_(void) {
+    static const struct {
+        const char *json, *want;
+    } R[] = {
+        {"{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {\"kind\": \"attention\", \"heads\": 2, \"pos\": \"alibi\"}}",
+         "attention pos \"alibi\" has no GPU kernels yet"},
+        {"{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {\"kind\": \"attention\", \"heads\": 2, \"qk_norm\": true}}",
+         "qk_norm true"},
+        {"{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {\"kind\": \"attention\", \"heads\": 2, \"window\": 8}}",
+         "window 8"},
+        {"{\"d_model\": 32, \"n_layers\": 2, \"layers\": [{\"at\": \"1\", \"mixer\": {\"kind\": \"gla\"}}]}",
+         "layer 1: mixer \"gla\" has no GPU kernels yet"},
+        {"{\"d_model\": 64, \"n_layers\": 1, \"mixer\": {\"kind\": \"attention\", \"heads\": 1, \"head_dim\": 256}}",
+         "head_dim 256"},
+        {"{\"d_model\": 32, \"n_layers\": 1, \"head\": \"autoencoder\"}", "model.head \"autoencoder\""},
+    };
+    for (size_t i = 0; i < sizeof R / sizeof R[0]; i++) {
+        Model m;
+        if (!model_json_build(R[i].json, &m, 3)) continue;
+        Err e = {{0}};
+        CHECK(gpu_check_model(&m, &e) != 0, "refused: %s", R[i].want);
+        CHECK_CONTAINS(e.msg, R[i].want, "the refusal names it");
+        model_free(&m);
+    }
+    Model m;
+    if (model_json_build(CASES_[0].json, &m, 3)) {
+        Err e = {{0}};
+        CHECK(gpu_check_model(&m, &e) == 0, "accepted: %s (%s)", CASES_[0].name, e.msg);
+        Optim o;
+        if (!optim_make_(&o, &m)) {
+            Gpu *g = NULL;
+            CHECK(gpu_open(&g, &m, &o, "bf16", &e) != 0, "run.precision bf16 is refused");
+            CHECK_CONTAINS(e.msg, "bf16", "the refusal names bf16");
+            optim_free(&o);
+        }
+        model_free(&m);
+    }
+}
+
+int main(void) {
+    refusals_();
+#ifdef SEQ_GPU_EMULATE
+    printf("# the GPU backend's kernels emulated on the CPU (tests/gpu/emu): fp32 only; tf32 needs a GPU\n");
+#endif
+    for (size_t p = 0; p < sizeof PRECS_ / sizeof PRECS_[0]; p++)
+        for (size_t c = 0; c < sizeof CASES_ / sizeof CASES_[0]; c++)
+            if (run_case_(&CASES_[c], &PRECS_[p])) {
+                printf("skipped - GPU parity: no CUDA device on this machine (the refusal checks above ran)\n");
+                int rc = test_summary();
+                return rc ? rc : 77;
+            }
+    return test_summary();
+}
