@@ -58,17 +58,20 @@ static void op_reference_(const OpCtx *c, int b, int i, double offset, double *t
 }
 
 // the op against the double reference, carried state across a split, and the gradient checks of q, k, p, the conv
-// weights, exp(bias) and the gate values; full: conv + silu + skip + bias + gate, else the bare cumulative sum
-static void test_op(int full) {
-    int B = 2, T = 9, H = full ? 5 : 3, R = 4, HR = H * R, K = full ? 4 : 0;  // full: two blocks of channels
+// weights, exp(bias) and the gate values. kind 0: the bare cumulative sum (no conv); 1: every step (conv, silu, skip,
+// bias, gate) on 80 channels, one full block of nn/selrope.c's and a partial one; 2: the default chain (conv only) on
+// one full block
+static void test_op(int kind) {
+    int full = kind == 1, conv = kind > 0;
+    int B = 2, T = 9, H = kind == 0 ? 3 : kind == 1 ? 5 : 4, R = kind == 0 ? 4 : 16, HR = H * R, K = conv ? 4 : 0;
     size_t n = (size_t)B * T * H * 2 * R, na = (size_t)B * T * HR;
-    GcRng r = {7 + (uint64_t)full};
+    GcRng r = {7 + (uint64_t)kind};
     OpCtx c = {B, T, H, R, {0}, gc_randn(&r, n, 1), gc_randn(&r, n, 1), gc_randn(&r, na, 1), NULL, NULL, NULL,
                malloc(R * sizeof(float)), malloc(n * sizeof(float)), malloc(n * sizeof(float)), gc_randn(&r, n, 1),
                gc_randn(&r, n, 1), malloc(na * sizeof(float)), malloc(na * sizeof(float)), NULL, NULL};
     for (int i = 0; i < R; i++) c.temp[i] = (float)pow(0.3, i);
+    if (conv) c.conv = gc_randn(&r, (size_t)HR * K, 0.5f);
     if (full) {
-        c.conv = gc_randn(&r, (size_t)HR * K, 0.5f);
         c.ebias = gc_randn(&r, HR, 0.3f);
         for (int i = 0; i < HR; i++) c.ebias[i] = expf(c.ebias[i]);
         c.gate = gc_randn(&r, (size_t)B * T * H, 1);
@@ -78,7 +81,7 @@ static void test_op(int full) {
     }
     c.ch = (SelRopeChain){.H = H, .R = R, .K = K, .silu = full, .skip = full, .conv = c.conv, .ebias = c.ebias,
                           .temp = c.temp};
-    const char *name = full ? "selrope op (conv silu skip bias gate)" : "selrope op";
+    const char *name = kind == 0 ? "selrope op" : full ? "selrope op (conv silu skip bias gate)" : "selrope op (conv)";
     op_loss_(&c);
     double worst = 0, *th = malloc(T * sizeof(double));
     for (int b = 0; b < B; b++)
@@ -160,6 +163,10 @@ static void test_op(int full) {
     // gives -0.0175588), hence atol 1e-3 there; every element is also checked on its own
     snprintf(what, sizeof what, "%s: dp", name);
     gradcheck_buffer(what, c.p, dp, na, op_loss_, &c, 1e-2, 1e-2, full ? 1e-3 : 1e-4, 3, (int)na, 3);
+    if (conv) {
+        snprintf(what, sizeof what, "%s: dconv", name);
+        gradcheck_buffer(what, c.conv, dconv, (size_t)HR * K, op_loss_, &c, 1e-2, 1e-2, 1e-4, 3, 4, 4);
+    }
     if (full) {
         float *dg = malloc((size_t)B * T * H * sizeof(float));
         for (size_t j = 0; j < (size_t)B * T * H; j++) {
@@ -167,8 +174,6 @@ static void test_op(int full) {
             for (int i = 0; i < R; i++) a += dgc[j * R + i];
             dg[j] = (float)a;
         }
-        gradcheck_buffer("selrope op (conv silu skip bias gate): dconv", c.conv, dconv, (size_t)HR * K, op_loss_, &c,
-                         1e-2, 1e-2, 1e-4, 3, 4, 4);
         gradcheck_buffer("selrope op (conv silu skip bias gate): d exp(bias)", c.ebias, dsum, HR, op_loss_, &c, 1e-2,
                          1e-2, 1e-4, 3, 4, 5);
         gradcheck_buffer("selrope op (conv silu skip bias gate): dgate", c.gate, dg, (size_t)B * T * H, op_loss_, &c,
@@ -276,6 +281,7 @@ static void test_bad_options(void) {
 int main(void) {
     test_op(0);
     test_op(1);
+    test_op(2);
     gradients_(CASES_, N_CASES_, 40);
     gradients_(ATT_CASES_, N_ATT_CASES_, 70);
     layer_cases_chunk_invariance(CASES_, N_CASES_, perturb_chunks_);

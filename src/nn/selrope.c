@@ -12,7 +12,7 @@
 
 #include "nn/fastmath.h"
 
-#define SR_BLK_ 16         // channels per work item: one AVX-512 vector of floats
+#define SR_BLK_ 64         // channels per work item
 #define SR_K_ 4            // the conv taps the code is specialised for (mixers/selrope.h's SELROPE_CONV_K)
 #define SR_PAR_MIN_ 4096   // below this many (token, channel) pairs the passes run serially (decoding steps)
 
