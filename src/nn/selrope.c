@@ -23,6 +23,16 @@ size_t selrope_chain_state_size(const SelRopeChain *o) {
 
 size_t selrope_angles_work_size(const SelRopeChain *o, int B) { return (size_t)B * o->H * o->R * (o->K + 1); }
 
+// v <- v - carry, carry <- the old v (the skip's difference with the previous token, and its adjoint with the next)
+static inline __attribute__((always_inline)) void diff_carry_(float *restrict v, float *restrict carry, const int nc) {
+#pragma GCC unroll 1
+    for (int cc = 0; cc < nc; cc++) {
+        float a = v[cc];
+        v[cc] = a - carry[cc];
+        carry[cc] = a;
+    }
+}
+
 // one work item of selrope_angles: sequence b, channels c0 .. c0 + nc - 1, K = o->K taps. Inlined with constants
 // for the common case (nc = SR_BLK_, a full block, and K = SR_K_), where every channel loop is whole vectors and the
 // tap loops unroll with the window in registers, and once with the general values. The channel loops are kept loops
@@ -80,14 +90,7 @@ static inline __attribute__((always_inline)) void angles_block_(float *restrict 
 #pragma GCC unroll 1
             for (int cc = 0; cc < nc; cc++) f[cc] = pt[cc];
         }
-        if (o->skip) {
-#pragma GCC unroll 1
-            for (int cc = 0; cc < nc; cc++) {
-                float a = f[cc];
-                f[cc] = a - prev[cc];
-                prev[cc] = a;
-            }
-        }
+        if (o->skip) diff_carry_(f, prev, nc);
         if (o->ebias) {
 #pragma GCC unroll 1
             for (int cc = 0; cc < nc; cc++) f[cc] += eb[cc];
@@ -168,14 +171,7 @@ static inline __attribute__((always_inline)) void angles_backward_block_(
         }
 #pragma GCC unroll 1
         for (int cc = 0; cc < nc; cc++) ds[cc] += d[cc];  // for the bias gradient (cheap: always formed)
-        if (o->skip) {  // f_t = a_t - a_{t-1}: da_t = df_t - df_{t+1}
-#pragma GCC unroll 1
-            for (int cc = 0; cc < nc; cc++) {
-                float df = d[cc];
-                d[cc] = df - nxt[cc];
-                nxt[cc] = df;
-            }
-        }
+        if (o->skip) diff_carry_(d, nxt, nc);  // f_t = a_t - a_{t-1}: da_t = df_t - df_{t+1}
         if (o->silu) {
 #pragma GCC unroll 1
             for (int cc = 0; cc < nc; cc++) d[cc] *= fast_silu_grad_(csave[row + cc]);
