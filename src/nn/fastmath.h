@@ -83,7 +83,7 @@ static inline float fast_silu_grad_(float x) {
 }
 
 // sin and cos of x, in double and rounded once to float, branch-free so that a loop over it vectorises (libm's
-// sin and cos keep a loop scalar: 30-40 ns an element).
+// sin and cos keep a loop scalar).
 //  - n = round(x 2/pi) by the 1.5 * 2^52 trick (as fast_expf_'s, in double: exact for |x 2/pi| < 2^51), whose
 //    low two mantissa bits are n mod 4, the quadrant, also for negative n (2^51 is a multiple of 4).
 //  - r = x - n pi/2 in [-pi/4, pi/4] (a little beyond where x 2/pi rounds to the tie): pi/2 = PIO2_HI_ + PIO2_LO_
