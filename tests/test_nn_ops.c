@@ -396,6 +396,40 @@ static void test_fast_expf_(void) {
           "fast_expf_ gives inf above 127.5 ln2 and NaN for NaN");
 }
 
+static void test_fast_sincos_(void) {
+    // every 997th float of each sign up to 1e6 (the angles of a long sequence), through the bit patterns: ~2.5e6
+    // points; then every 2^16th float up to 2^50, where the reduction must still keep every bit. Measured (every
+    // 97th float to 1e6): worst 0.50008 ulp, i.e. one rounding from double plus a 1e-4 ulp error before it
+    double worst = 0, worst_big = 0;
+    float worst_x = 0, worst_big_x = 0;
+    for (int sign = 0; sign < 2; sign++) {
+        float lim = 1e6f, lim_big = 1125899906842624.0f;  // 2^50
+        uint32_t top, top_big;
+        memcpy(&top, &lim, sizeof top);
+        memcpy(&top_big, &lim_big, sizeof top_big);
+        for (uint32_t b = 0; b <= top_big; b += b <= top ? 997 : 65536) {
+            uint32_t bits = b | (uint32_t)sign << 31;
+            float x, sn, cs;
+            memcpy(&x, &bits, sizeof x);
+            fast_sincos_(x, &sn, &cs);
+            double u = fmax(ulps_(sn, sin((double)x)), ulps_(cs, cos((double)x)));
+            if (b <= top && u > worst) worst = u, worst_x = x;
+            if (b > top && u > worst_big) worst_big = u, worst_big_x = x;
+        }
+    }
+    CHECK(worst <= 0.501, "fast_sincos_ within 0.501 ulp of sin, cos for |x| <= 1e6 (worst %.5f ulp at %g)", worst,
+          worst_x);
+    CHECK(worst_big <= 0.501, "fast_sincos_ within 0.501 ulp of sin, cos for 1e6 < |x| < 2^50 (worst %.5f ulp at %g)",
+          worst_big, worst_big_x);
+    float sn, cs;
+    fast_sincos_(0.0f, &sn, &cs);
+    CHECK(sn == 0.0f && cs == 1.0f, "fast_sincos_(0) = (0, 1) exactly");
+    fast_sincos_(NAN, &sn, &cs);
+    int nan_ok = isnan(sn) && isnan(cs);
+    fast_sincos_(INFINITY, &sn, &cs);
+    CHECK(nan_ok && isnan(sn) && isnan(cs), "fast_sincos_ gives NaN for NaN and inf");
+}
+
 static void test_gelu_silu_dense_(void) {
     // x from -13 (Phi ~ 6e-39, about where it leaves the normal floats) to 8 in steps of 1e-4, plus
     // tiny |x|: 2e5+ points through the polynomial's whole t range and both branches of Phi
@@ -733,6 +767,7 @@ int main(void) {
     test_residual_grad_();
     test_activation_forward_();
     test_fast_expf_();
+    test_fast_sincos_();
     test_gelu_silu_dense_();
 
     const int t_mixed[6] = {3, XENT_IGNORE_INDEX, 0, 10, XENT_IGNORE_INDEX, 7};

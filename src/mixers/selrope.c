@@ -7,8 +7,6 @@
 #include <string.h>
 
 #include "mixers/mixer_kit.h"
-#include "nn/activation.h"
-#include "nn/conv.h"
 #include "nn/matmul.h"
 #include "nn/norm.h"
 #include "nn/selrope.h"
@@ -107,10 +105,12 @@ int selrope_params(const SelRopeOpts *s, ParamTable *pt, const char *base, Err *
 typedef struct SrActs {
     float *xn, *xnrm;  // (BT,C) (BT*H) the per-head unit input and its norms
     float *u;          // (BT,rank) low rank: W1 xn
+    float *w;          // (HR*Dh + HR) full rank: the effective weight scale_h W_hr / |W_hr| and the row norms
+    float *eb;         // (HR) use_bias: exp(phi_bias)
     float *p;          // (BT,HR) the projection
-    float *c;          // (BT,HR) conv: its output (act's input)
+    float *c;          // (BT,HR) silu: the conv output (its input)
     float *f;          // (BT,HR) use_gate: phi before the gate
-    float *g;          // (BT,H) use_gate: the gate's pre-activation
+    float *g;          // (BT,H) use_gate: the gate values sigmoid(gate_w xn + gate_b)
     float *cs, *sn;    // (BT,HR) cos and sin of the angles
 } SrActs;
 
@@ -122,8 +122,10 @@ static size_t sr_layout_(const SelRopeOpts *s, int B, int T, float *base, SrActs
     a->xn = mixer_take(base, &n, BT * s->C, on);
     a->xnrm = mixer_take(base, &n, BT * s->H, on);
     a->u = mixer_take(base, &n, BT * s->rank, on && !s->full_rank);
+    a->w = mixer_take(base, &n, (size_t)s->HR * s->Dh + s->HR, on && s->full_rank);
+    a->eb = mixer_take(base, &n, s->HR, on && s->use_bias);
     a->p = mixer_take(base, &n, BT * s->HR, on);
-    a->c = mixer_take(base, &n, BT * s->HR, on && s->conv);
+    a->c = mixer_take(base, &n, BT * s->HR, on && s->silu);
     a->f = mixer_take(base, &n, BT * s->HR, on && s->use_gate);
     a->g = mixer_take(base, &n, BT * s->H, on && s->use_gate);
     a->cs = mixer_take(base, &n, BT * s->HR, on);
@@ -149,6 +151,13 @@ void selrope_apply_backward(const SelRopeOpts *s, float *acts, float *dinp, floa
 // ----------------------------------------------------------------------------
 // the pieces forward and step share
 
+// the chain from p to the angles (nn/selrope.h); eb the exp(bias) values or NULL
+static SelRopeChain sr_chain_(const Mixer *m, const SelRopeOpts *s, const float *eb) {
+    return (SelRopeChain){.H = s->H, .R = s->R, .K = s->conv ? SELROPE_CONV_K : 0, .silu = s->silu,
+                          .skip = s->skip_conv, .conv = m && s->conv ? mixer_param(m, s->k_conv) : NULL,
+                          .ebias = eb, .temp = s->temp};
+}
+
 // full rank: the effective weight (HR, Dh) scale_h W_hr / |W_hr|, and the row norms (HR)
 static void sr_full_weight_(const Mixer *m, const SelRopeOpts *s, float *w, float *nrm) {
     const float *W = mixer_param(m, s->k_w2), *sc = mixer_param(m, s->k_scale);
@@ -161,42 +170,36 @@ static void sr_full_weight_(const Mixer *m, const SelRopeOpts *s, float *w, floa
     }
 }
 
-// xn (N,C) and its norms, the projection p (N,HR) (u (N,rank) low rank) of x (N,C)
-static void sr_project_(const Mixer *m, const SelRopeOpts *s, float *xn, float *xnrm, float *u, float *p,
-                        const float *x, int N) {
+// what the angle chain reads, for N rows of x (N,C): xn (N,C) and its norms (N*H), the projection p (N,HR) (u
+// (N,rank) low rank; w the effective weight and norms, full rank), eb exp(bias) (HR), and the gate values g
+// (N,H)
+static void sr_inputs_(const Mixer *m, const SelRopeOpts *s, float *xn, float *xnrm, float *u, float *w, float *eb,
+                       float *p, float *g, const float *x, int N) {
     l2norm_forward(xn, xnrm, x, N * s->H, s->Dh, SR_L2_EPS, L2NORM_ADD);
     if (!s->full_rank) {
         matmul_forward(u, xn, mixer_param(m, s->k_w1), NULL, N, s->C, s->rank);
         matmul_forward(p, u, mixer_param(m, s->k_w2), NULL, N, s->rank, s->HR);
-        return;
-    }
-    float *w = xmalloc(((size_t)s->HR * s->Dh + s->HR) * sizeof(float));
-    sr_full_weight_(m, s, w, w + (size_t)s->HR * s->Dh);
-#pragma omp parallel for
-    for (long r = 0; r < (long)N * s->H; r++) {
-        int h = (int)(r % s->H);
-        const float *xr = xn + (size_t)r * s->Dh;
-        for (int i = 0; i < s->R; i++) {
-            const float *wr = w + ((size_t)h * s->R + i) * s->Dh;
-            float acc = 0;
-            for (int j = 0; j < s->Dh; j++) acc += wr[j] * xr[j];
-            p[(size_t)r * s->R + i] = acc;
+    } else {
+        sr_full_weight_(m, s, w, w + (size_t)s->HR * s->Dh);
+#pragma omp parallel for if ((long)N * s->HR >= 4096)
+        for (long r = 0; r < (long)N * s->H; r++) {
+            int h = (int)(r % s->H);
+            const float *xr = xn + (size_t)r * s->Dh;
+            for (int i = 0; i < s->R; i++) {
+                const float *wr = w + ((size_t)h * s->R + i) * s->Dh;
+                float acc = 0;
+                for (int j = 0; j < s->Dh; j++) acc += wr[j] * xr[j];
+                p[(size_t)r * s->R + i] = acc;
+            }
         }
     }
-    free(w);
-}
-
-// after act (and the skip, done by the caller): phi = (f + exp(bias)) [* sigmoid(g)], f saved first when gated
-static void sr_bias_gate_(const Mixer *m, const SelRopeOpts *s, float *phi, float *f, float *g, const float *xn, int N) {
-    size_t n = (size_t)N * s->HR;
     if (s->use_bias) {
         const float *bias = mixer_param(m, s->k_bias);
-        for (size_t i = 0; i < n; i++) phi[i] += expf(bias[i % s->HR]);
+        for (int i = 0; i < s->HR; i++) eb[i] = expf(bias[i]);
     }
     if (s->use_gate) {
-        memcpy(f, phi, n * sizeof(float));
         matmul_forward(g, xn, mixer_param(m, s->k_gw), mixer_param(m, s->k_gb), N, s->C, s->H);
-        for (size_t i = 0; i < n; i++) phi[i] *= (float)mixer_sigmoid(g[(i / s->HR) * s->H + (i % s->HR) / s->R]);
+        for (size_t i = 0; i < (size_t)N * s->H; i++) g[i] = (float)mixer_sigmoid(g[i]);
     }
 }
 
@@ -206,35 +209,35 @@ static void sr_bias_gate_(const Mixer *m, const SelRopeOpts *s, float *phi, floa
 void selrope_forward(const Mixer *m, const SelRopeOpts *s, float *acts, const float *x, int B, int T) {
     SrActs a;
     sr_layout_(s, B, T, acts, &a);
-    int BT = B * T;
-    size_t n = (size_t)BT * s->HR;
-    sr_project_(m, s, a.xn, a.xnrm, a.u, a.p, x, BT);
-    float *phi = a.cs;  // phi, then the angles (summed in place), then their cos (in place)
-    if (s->conv) {
-        conv1d_causal_forward(a.c, a.p, mixer_param(m, s->k_conv), NULL, B, T, s->HR, SELROPE_CONV_K);
-        if (s->silu) silu_forward(phi, a.c, n);
-        else memcpy(phi, a.c, n * sizeof(float));
-    } else {
-        memcpy(phi, a.p, n * sizeof(float));
-    }
-    if (s->skip_conv)
-        for (int b = 0; b < B; b++)
-            for (int t = T - 1; t > 0; t--) {
-                float *cur = phi + ((size_t)b * T + t) * s->HR;
-                for (int i = 0; i < s->HR; i++) cur[i] -= cur[i - s->HR];
-            }
-    sr_bias_gate_(m, s, phi, a.f, a.g, a.xn, BT);
-    selrope_angles(phi, NULL, phi, s->temp, NULL, B, T, s->H, s->R);
-    selrope_cossin(a.cs, a.sn, phi, n);
+    sr_inputs_(m, s, a.xn, a.xnrm, a.u, a.w, a.eb, a.p, a.g, x, B * T);
+    SelRopeChain ch = sr_chain_(m, s, a.eb);
+    selrope_angles(a.cs, a.sn, a.c, a.f, NULL, 0, a.p, a.g, &ch, B, T);
 }
 
-// the work space: dtheta (n), dxn (BT C), w1, w2 (n each), du (BT rank), dg (BT H), the full-rank weights
-// and their gradient (2 HR Dh + HR)
-size_t selrope_scratch_size(const SelRopeOpts *s, int B, int T) {
-    if (!s->enabled) return 0;
-    size_t BT = (size_t)B * T, n = BT * s->HR;
-    return 3 * n + BT * ((size_t)s->C + s->rank + s->H) + 2 * (size_t)s->HR * s->Dh + s->HR;
+// the work space: dtheta, then dp in its place (n); use_gate: dgate (n); the chain's work and dsum (HR);
+// dxn (BT C), du (BT rank), dg (BT H); full rank: the effective weight's gradient (HR Dh)
+typedef struct SrWork {
+    float *dtheta, *dgate, *chain, *dsum, *dxn, *du, *dg, *dw;
+} SrWork;
+
+static size_t sr_work_(const SelRopeOpts *s, int B, int T, float *base, SrWork *w) {
+    size_t BT = (size_t)B * T, n = 0;
+    SrWork t;
+    if (!w) w = &t;
+    SelRopeChain ch = sr_chain_(NULL, s, NULL);
+    int on = s->enabled;
+    w->dtheta = mixer_take(base, &n, BT * s->HR, on);
+    w->dgate = mixer_take(base, &n, BT * s->HR, on && s->use_gate);
+    w->chain = mixer_take(base, &n, selrope_angles_work_size(&ch, B), on);
+    w->dsum = mixer_take(base, &n, s->HR, on);
+    w->dxn = mixer_take(base, &n, BT * s->C, on);
+    w->du = mixer_take(base, &n, BT * s->rank, on && !s->full_rank);
+    w->dg = mixer_take(base, &n, BT * s->H, on && s->use_gate);
+    w->dw = mixer_take(base, &n, (size_t)s->HR * s->Dh, on && s->full_rank);
+    return n;
 }
+
+size_t selrope_scratch_size(const SelRopeOpts *s, int B, int T) { return sr_work_(s, B, T, NULL, NULL); }
 
 float *selrope_dtheta(const SelRopeOpts *s, float *scratch, int B, int T) {
     memset(scratch, 0, (size_t)B * T * s->HR * sizeof(float));
@@ -244,73 +247,40 @@ float *selrope_dtheta(const SelRopeOpts *s, float *scratch, int B, int T) {
 void selrope_backward(Mixer *m, const SelRopeOpts *s, float *acts, float *scratch, float *dx, const float *x, int B,
                       int T) {
     SrActs a;
+    SrWork w;
     sr_layout_(s, B, T, acts, &a);
+    sr_work_(s, B, T, scratch, &w);
     int BT = B * T, HR = s->HR;
-    size_t n = (size_t)BT * HR;
-    float *dtheta = scratch, *dphi = dtheta;
-    selrope_angles_backward(dphi, dtheta, s->temp, B, T, s->H, s->R);
-    float *dxn = scratch + n, *w1 = dxn + (size_t)BT * s->C;
-    float *w2 = w1 + n, *du = w2 + n, *dg = du + (size_t)BT * s->rank, *wfull = dg + (size_t)BT * s->H;
-    memset(dxn, 0, (size_t)BT * s->C * sizeof(float));
-    if (s->use_gate) {
-        // phi = f sigmoid(g): df = dphi sig, dg = sum_r dphi f sig (1 - sig)
-        for (size_t r = 0; r < (size_t)BT * s->H; r++) {
-            double sg = mixer_sigmoid(a.g[r]), acc = 0;
-            float *d = dphi + r * s->R;
-            const float *f = a.f + r * s->R;
-            for (int i = 0; i < s->R; i++) {
-                acc += (double)d[i] * f[i];
-                d[i] = (float)(d[i] * sg);
-            }
-            dg[r] = (float)(acc * sg * (1.0 - sg));
-        }
-        matmul_backward(dxn, mixer_grad(m, s->k_gw), mixer_grad(m, s->k_gb), dg, a.xn, mixer_param(m, s->k_gw), BT,
-                        s->C, s->H);
-    }
-    if (s->use_bias) {
+    SelRopeChain ch = sr_chain_(m, s, a.eb);
+    float *dp = w.dtheta;  // in place
+    selrope_angles_backward(dp, s->conv ? mixer_grad(m, s->k_conv) : NULL, s->use_bias ? w.dsum : NULL, w.dgate,
+                            w.chain, w.dtheta, a.p, a.c, a.f, a.g, &ch, B, T);
+    if (s->use_bias) {  // phi += exp(bias): dbias = sum df exp(bias)
         const float *bias = mixer_param(m, s->k_bias);
         float *db = mixer_grad(m, s->k_bias);
-        for (int i = 0; i < HR; i++) {  // sequential: independent of the thread count
-            double acc = 0;
-            for (int r = 0; r < BT; r++) acc += dphi[(size_t)r * HR + i];
-            db[i] += (float)(acc * exp((double)bias[i]));
-        }
+        for (int i = 0; i < HR; i++) db[i] += (float)(w.dsum[i] * exp((double)bias[i]));
     }
-    if (s->skip_conv)  // f_t = a_t - a_{t-1}: da_t = df_t - df_{t+1}
-        for (int b = 0; b < B; b++)
-            for (int t = 0; t < T - 1; t++) {
-                float *cur = dphi + ((size_t)b * T + t) * HR;
-                for (int i = 0; i < HR; i++) cur[i] -= cur[i + HR];
-            }
-    const float *dp = dphi;
-    if (s->conv) {
-        const float *dc = dphi;
-        if (s->silu) {
-            memset(w1, 0, n * sizeof(float));
-            silu_backward(w1, a.c, dphi, n);
-            dc = w1;
-        }
-        memset(w2, 0, n * sizeof(float));
-        conv1d_causal_backward(w2, mixer_grad(m, s->k_conv), NULL, dc, a.p, mixer_param(m, s->k_conv), B, T, HR,
-                               SELROPE_CONV_K);
-        dp = w2;
-    }
+    // dxn: written by the projection's backward, then the gate's added
     if (!s->full_rank) {
-        memset(du, 0, (size_t)BT * s->rank * sizeof(float));
-        matmul_backward(du, mixer_grad(m, s->k_w2), NULL, dp, a.u, mixer_param(m, s->k_w2), BT, s->rank, HR);
-        matmul_backward(dxn, mixer_grad(m, s->k_w1), NULL, du, a.xn, mixer_param(m, s->k_w1), BT, s->C, s->rank);
+        const float *W1 = mixer_param(m, s->k_w1), *W2 = mixer_param(m, s->k_w2);
+        matmul(w.du, dp, W2, BT, s->rank, HR, 0, 0, 0);                      // du = dp W2
+        matmul(mixer_grad(m, s->k_w2), dp, a.u, HR, s->rank, BT, 1, 0, 1);  // dW2 += dp^T u
+        matmul(w.dxn, w.du, W1, BT, s->C, s->rank, 0, 0, 0);                 // dxn = du W1
+        matmul(mixer_grad(m, s->k_w1), w.du, a.xn, s->rank, s->C, BT, 1, 0, 1);  // dW1 += du^T xn
     } else {
         int Dh = s->Dh, R = s->R;
-        float *w = wfull, *dw = w + (size_t)HR * Dh, *nrm = dw + (size_t)HR * Dh;
-        sr_full_weight_(m, s, w, nrm);
-        // dxn_h += sum_i dp_hi w_hi; dw_hi = sum_rows dp_hi xn_h (per (h,i): a fixed order)
+        const float *wf = a.w, *nrm = a.w + (size_t)HR * Dh;
+        float *dw = w.dw;
+        // dxn_h = sum_i dp_hi w_hi; dw_hi = sum_rows dp_hi xn_h (per (h,i): a fixed order)
 #pragma omp parallel for
         for (long r = 0; r < (long)BT * s->H; r++) {
             int h = (int)(r % s->H);
+            float *dxr = w.dxn + (size_t)r * Dh;
+            for (int j = 0; j < Dh; j++) dxr[j] = 0.0f;
             for (int i = 0; i < R; i++) {
                 float d = dp[(size_t)r * R + i];
-                const float *wr = w + ((size_t)h * R + i) * Dh;
-                for (int j = 0; j < Dh; j++) dxn[(size_t)r * Dh + j] += d * wr[j];
+                const float *wr = wf + ((size_t)h * R + i) * Dh;
+                for (int j = 0; j < Dh; j++) dxr[j] += d * wr[j];
             }
         }
 #pragma omp parallel for
@@ -334,7 +304,17 @@ void selrope_backward(Mixer *m, const SelRopeOpts *s, float *acts, float *scratc
             for (int j = 0; j < Dh; j++) dW[(size_t)hi * Dh + j] += (float)(f * (dwr[j] - Wr[j] / nrm[hi] * ud));
         }
     }
-    l2norm_backward(dx, dxn, a.xn, a.xnrm, BT * s->H, s->Dh, SR_L2_EPS, L2NORM_ADD);
+    if (s->use_gate) {
+        // phi = f g, g = sigmoid(z): dz = (sum over the head's channels of dphi f) g (1 - g)
+        for (size_t r = 0; r < (size_t)BT * s->H; r++) {
+            double acc = 0, sg = a.g[r];
+            for (int i = 0; i < s->R; i++) acc += w.dgate[r * s->R + i];
+            w.dg[r] = (float)(acc * sg * (1.0 - sg));
+        }
+        matmul_backward(w.dxn, mixer_grad(m, s->k_gw), mixer_grad(m, s->k_gb), w.dg, a.xn, mixer_param(m, s->k_gw), BT,
+                        s->C, s->H);
+    }
+    l2norm_backward(dx, w.dxn, a.xn, a.xnrm, BT * s->H, s->Dh, SR_L2_EPS, L2NORM_ADD);
 }
 
 // ----------------------------------------------------------------------------
@@ -342,7 +322,8 @@ void selrope_backward(Mixer *m, const SelRopeOpts *s, float *acts, float *scratc
 
 size_t selrope_state_size(const SelRopeOpts *s) {
     if (!s->enabled) return 0;
-    return (size_t)s->HR * (1 + (s->conv ? SELROPE_CONV_K - 1 : 0) + (s->skip_conv ? 1 : 0));
+    SelRopeChain ch = sr_chain_(NULL, s, NULL);
+    return selrope_chain_state_size(&ch);
 }
 
 void selrope_state_terms(const SelRopeOpts *s, StateTerms *st) {
@@ -357,36 +338,15 @@ void selrope_state_terms(const SelRopeOpts *s, StateTerms *st) {
 
 void selrope_step(const Mixer *m, const SelRopeOpts *s, float *state, size_t stride, float *q, float *k,
                   const float *x, int B) {
-    int HR = s->HR;
-    size_t bh = (size_t)B * HR;
-    float *buf = xmalloc(((size_t)B * s->C + (size_t)B * s->H * 2 + (size_t)B * s->rank + 4 * bh) * sizeof(float));
+    size_t bh = (size_t)B * s->HR, wn = s->full_rank ? (size_t)s->HR * s->Dh + s->HR : 0;
+    float *buf = xmalloc(((size_t)B * s->C + (size_t)B * s->H * 2 + (size_t)B * s->rank + wn + s->HR + 3 * bh) *
+                         sizeof(float));
     float *xn = buf, *xnrm = xn + (size_t)B * s->C, *g = xnrm + (size_t)B * s->H, *u = g + (size_t)B * s->H;
-    float *p = u + (size_t)B * s->rank, *phi = p + bh, *f = phi + bh, *sn = f + bh;
-    sr_project_(m, s, xn, xnrm, u, p, x, B);
-    for (int b = 0; b < B; b++) {
-        float *st = state + (size_t)b * stride, *pb = p + (size_t)b * HR, *ph = phi + (size_t)b * HR;
-        float *cs = st + HR;
-        if (s->conv) {
-            conv1d_causal_step(ph, cs, pb, mixer_param(m, s->k_conv), NULL, 1, HR, SELROPE_CONV_K);
-            if (s->silu) silu_forward(ph, ph, (size_t)HR);
-            cs += (size_t)HR * (SELROPE_CONV_K - 1);
-        } else {
-            memcpy(ph, pb, (size_t)HR * sizeof(float));
-        }
-        if (s->skip_conv)
-            for (int i = 0; i < HR; i++) {
-                float cur = ph[i];
-                ph[i] -= cs[i];
-                cs[i] = cur;
-            }
-    }
-    sr_bias_gate_(m, s, phi, f, g, xn, B);
-    for (int b = 0; b < B; b++) {
-        float *st = state + (size_t)b * stride;
-        selrope_angles(phi + (size_t)b * HR, st, phi + (size_t)b * HR, s->temp, st, 1, 1, s->H, s->R);
-    }
-    selrope_cossin(phi, sn, phi, bh);
-    selrope_rotate(q, q, phi, sn, B, s->H, s->R);
-    selrope_rotate(k, k, phi, sn, B, s->H, s->R);
+    float *w = u + (size_t)B * s->rank, *eb = w + wn, *p = eb + s->HR, *cs = p + bh, *sn = cs + bh;
+    sr_inputs_(m, s, xn, xnrm, u, w, eb, p, g, x, B);
+    SelRopeChain ch = sr_chain_(m, s, s->use_bias ? eb : NULL);
+    selrope_angles(cs, sn, NULL, NULL, state, stride, p, s->use_gate ? g : NULL, &ch, B, 1);
+    selrope_rotate(q, q, cs, sn, B, s->H, s->R);
+    selrope_rotate(k, k, cs, sn, B, s->H, s->R);
     free(buf);
 }

@@ -58,25 +58,10 @@ void relu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
 // ----------------------------------------------------------------------------
 // SiLU and SwiGLU
 
-// only ever exponentiates a non-positive number, so nothing overflows to inf for large |x|: 1 / (1 + e^-x)
-// for x >= 0, e^x / (1 + e^x) below, written as one select so the loops stay vectorisable
-static inline float sigmoid_(float x) {
-    float e = fast_expf_(-fabsf(x));
-    float num = x >= 0.0f ? 1.0f : e;
-    return num / (1.0f + e);
-}
-
-// d/dx [x * s(x)] = s + x * s * (1 - s) = s * (1 + x * (1 - s)); with s from sigmoid_ this stays
-// finite: for large negative x, s underflows to 0 and the product is 0, for large positive x, 1 - s = 0
-static inline float silu_grad_(float x) {
-    float s = sigmoid_(x);
-    return s * (1.0f + x * (1.0f - s));
-}
-
 void silu_forward(float *out, const float *inp, size_t n) {
     // out, inp are (n,)
 #pragma omp parallel for schedule(static) if (n >= ACT_PAR_MIN_)
-    for (size_t i = 0; i < n; i++) out[i] = inp[i] * sigmoid_(inp[i]);
+    for (size_t i = 0; i < n; i++) out[i] = inp[i] * fast_sigmoidf_(inp[i]);
 }
 
 void silu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
@@ -85,7 +70,7 @@ void silu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
     for (size_t i = 0; i < n; i++) {
         // in the forward pass this was:
         // out[i] = inp[i] * sigmoid(inp[i]);
-        dinp[i] += silu_grad_(inp[i]) * dout[i];
+        dinp[i] += fast_silu_grad_(inp[i]) * dout[i];
     }
 }
 
@@ -97,7 +82,7 @@ void swiglu_forward(float *out, const float *inp, int N, int H) {
         const float *a_n = inp + (size_t)n * 2 * H;
         const float *b_n = a_n + H;
         float *out_n = out + (size_t)n * H;
-        for (int i = 0; i < H; i++) out_n[i] = a_n[i] * sigmoid_(a_n[i]) * b_n[i];
+        for (int i = 0; i < H; i++) out_n[i] = a_n[i] * fast_sigmoidf_(a_n[i]) * b_n[i];
     }
 }
 
@@ -116,8 +101,8 @@ void swiglu_backward(float *dinp, const float *inp, const float *dout, int N, in
             float a = a_n[i];
             // in the forward pass this was:
             // out_n[i] = a * sigmoid(a) * b_n[i];
-            da_n[i] += silu_grad_(a) * b_n[i] * dout_n[i];
-            db_n[i] += a * sigmoid_(a) * dout_n[i];
+            da_n[i] += fast_silu_grad_(a) * b_n[i] * dout_n[i];
+            db_n[i] += a * fast_sigmoidf_(a) * dout_n[i];
         }
     }
 }

@@ -364,12 +364,16 @@ VOID_(rotary_backward_heads_table, (float *dinp, const float *dout, const Rotary
       (dinp, dout, tab, B))
 
 // selrope.h
+RET_(size_t, selrope_chain_state_size, (const SelRopeChain *o), (o))
 VOID_(selrope_angles,
-      (float *theta, float *last, const float *phi, const float *temp, const float *offset, int B, int T, int H, int R),
-      (theta, last, phi, temp, offset, B, T, H, R))
-VOID_(selrope_angles_backward, (float *dphi, const float *dtheta, const float *temp, int B, int T, int H, int R),
-      (dphi, dtheta, temp, B, T, H, R))
-VOID_(selrope_cossin, (float *cs, float *sn, const float *theta, size_t n), (cs, sn, theta, n))
+      (float *cs, float *sn, float *csave, float *fsave, float *state, size_t stride, const float *p,
+       const float *gate, const SelRopeChain *o, int B, int T),
+      (cs, sn, csave, fsave, state, stride, p, gate, o, B, T))
+RET_(size_t, selrope_angles_work_size, (const SelRopeChain *o, int B), (o, B))
+VOID_(selrope_angles_backward,
+      (float *dp, float *dconv, float *dsum, float *dgate, float *work, const float *dtheta, const float *p,
+       const float *csave, const float *fsave, const float *gate, const SelRopeChain *o, int B, int T),
+      (dp, dconv, dsum, dgate, work, dtheta, p, csave, fsave, gate, o, B, T))
 VOID_(selrope_rotate, (float *out, const float *inp, const float *cs, const float *sn, int N, int H, int R),
       (out, inp, cs, sn, N, H, R))
 VOID_(selrope_rotate_backward,

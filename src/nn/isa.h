@@ -120,9 +120,10 @@
 #define path_attn_backward ISA_FN(path_attn_backward)
 #define path_attn_step ISA_FN(path_attn_step)
 // selrope.c
+#define selrope_chain_state_size ISA_FN(selrope_chain_state_size)
 #define selrope_angles ISA_FN(selrope_angles)
+#define selrope_angles_work_size ISA_FN(selrope_angles_work_size)
 #define selrope_angles_backward ISA_FN(selrope_angles_backward)
-#define selrope_cossin ISA_FN(selrope_cossin)
 #define selrope_rotate ISA_FN(selrope_rotate)
 #define selrope_rotate_backward ISA_FN(selrope_rotate_backward)
 // rotary.c
