@@ -199,8 +199,10 @@ static inline __attribute__((always_inline)) void angles_backward_block_(
 #pragma GCC unroll 1
                 for (int cc = 0; cc < nc; cc++) fut[m][cc] = fut[m - 1][cc];
             }
+            if (K > 1) {
 #pragma GCC unroll 1
-            for (int cc = 0; cc < nc && K > 1; cc++) fut[0][cc] = d[cc];
+                for (int cc = 0; cc < nc; cc++) fut[0][cc] = d[cc];
+            }
 #pragma GCC unroll 1
             for (int cc = 0; cc < nc; cc++) dp[row + cc] = s[cc];
         } else {
