@@ -160,7 +160,7 @@ $(foreach set,$(ISA_SETS),$(eval $(call ISA_RULE,$(set))))
 
 $(OBJDIR)/cuda/%.o: src/%.cu | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) $(filter -I%,$(CFLAGS)) -c $< -o $@
 
 $(OBJDIR)/%.o: src/%.cc | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
@@ -201,7 +201,7 @@ EMU_LIB  := $(filter-out $(OBJDIR)/gpu/none.o $(OBJDIR)/cuda/%,$(LIB_OBJ)) $(EMU
 $(OBJDIR)/gpuemu/%.o: src/%.cu tests/gpu/emu/cuda_runtime.h tests/gpu/emu/cublas_v2.h | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
 	perl -pe 's/(\w+(?:<\w+>)?)<<<(.+?)>>>\(/emu_launch(\2, \1, /g' $< > $(@:.o=.cc)
-	$(CXX) -std=c++17 -O2 -U_FORTIFY_SOURCE -Wall -Wno-unused-function -Wno-unknown-pragmas -Itests/gpu/emu -Isrc -MMD -MP -c $(@:.o=.cc) -o $@
+	$(CXX) -std=c++17 -O2 -U_FORTIFY_SOURCE -Wall -Wno-unused-function -Wno-unknown-pragmas -Itests/gpu/emu -Isrc $(filter -I%,$(CFLAGS)) -MMD -MP -c $(@:.o=.cc) -o $@
 $(OBJDIR)/tests/gpu/test_gpu_emulated.o: tests/gpu/test_gpu_parity.c | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -DSEQ_GPU_EMULATE -c $< -o $@

@@ -16,6 +16,12 @@ Prints one line:  torch_train: tokens_per_s=<median over the timed steps> best=<
 With --flops it prints the model's least training work instead (train_flops_per_token, see below) and exits.
 With --eval-context L it times forward passes of single L-token windows (B = 1, inference mode, loss
 included) instead of training: bench/eval_speed.sh compares them with seqeval.
+
+With --device cuda (bench/gpu_speed.sh) the model trains on the GPU: --precision fp32 (PyTorch's default: no TF32
+matmuls), tf32 (TF32 matmuls and convolutions) or bf16 (autocast to bfloat16 around the forward, fp32 master
+weights, as seqtrain's run.precision bf16), --compile wraps the model in torch.compile (its compile time is spent
+in the warmup steps, not timed); each step ends with torch.cuda.synchronize() so its time is the GPU's, and
+the result line adds peak_mem_mib (torch.cuda.max_memory_allocated over the run) and device=<GPU name>.
 """
 import argparse
 import math
@@ -111,7 +117,7 @@ def run(args, fused, attn, steps, warmup):
     """Trains `warmup + steps` steps; returns the per-step tokens/s of the timed steps."""
     torch.manual_seed(1337)
     m = LM(args.vocab, args.d_model, args.layers, args.heads, args.head_dim, args.mlp_ratio, args.seq_len,
-           fused, attn)
+           fused, attn).to(args.device)
     # weight decay on matrices only, like seqtrain's default grouping
     decay = [p for n, p in m.named_parameters() if p.dim() >= 2 and not n.startswith("emb")]
     other = [p for n, p in m.named_parameters() if not (p.dim() >= 2 and not n.startswith("emb"))]
@@ -119,15 +125,22 @@ def run(args, fused, attn, steps, warmup):
                             lr=3e-4, foreach=args.foreach)
     g = torch.Generator().manual_seed(0)
     B, T = args.batch_size, args.seq_len
+    cuda = args.device == "cuda"
+    step_fn = torch.compile(m) if args.compile else m
     rates = []
     for step in range(warmup + steps):
-        tok = torch.randint(0, args.vocab, (B, T + 1), generator=g)
+        tok = torch.randint(0, args.vocab, (B, T + 1), generator=g).to(args.device)
+        if cuda:
+            torch.cuda.synchronize()
         t0 = time.perf_counter()
-        loss = m(tok[:, :-1].contiguous(), tok[:, 1:].contiguous())
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda and args.precision == "bf16"):
+            loss = step_fn(tok[:, :-1].contiguous(), tok[:, 1:].contiguous())
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
         opt.step()
+        if cuda:
+            torch.cuda.synchronize()
         dt = time.perf_counter() - t0
         if step >= warmup:
             rates.append(B * T / dt)
@@ -185,6 +198,10 @@ def main():
                     help="attention formulation; auto times each (sdpa only on torch >= 2.0) and keeps the fastest")
     ap.add_argument("--foreach", type=int, default=1, help="AdamW foreach (multi-tensor) implementation")
     ap.add_argument("--probe-steps", type=int, default=2, help="timed steps per variant when choosing (auto)")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--precision", choices=["fp32", "tf32", "bf16"], default="fp32",
+                    help="with --device cuda: fp32 (no TF32 matmuls), tf32, or bf16 autocast")
+    ap.add_argument("--compile", action="store_true", help="torch.compile the model (the warmup steps compile it)")
     ap.add_argument("--flops", action="store_true", help="print train_flops_per_token for the model and exit")
     ap.add_argument("--eval-context", type=int, default=0,
                     help="time forward passes of one window of this many tokens (B = 1, no grad) instead of training;"
@@ -196,6 +213,11 @@ def main():
 
     torch.set_num_threads(args.threads)
     torch.set_num_interop_threads(1)
+    if args.device == "cuda":
+        if args.eval_context:
+            ap.error("--eval-context times the CPU only")
+        torch.backends.cuda.matmul.allow_tf32 = args.precision == "tf32"
+        torch.backends.cudnn.allow_tf32 = args.precision == "tf32"
 
     have_sdpa = hasattr(F, "scaled_dot_product_attention")
     if args.attn == "sdpa" and not have_sdpa:
@@ -219,6 +241,9 @@ def main():
     rates = eval_rates(args, fused, attn) if args.eval_context else run(args, fused, attn, args.steps, args.warmup)
     blas = os.environ.get("LD_LIBRARY_PATH", "system libblas") or "system libblas"
     what = f"eval_context={args.eval_context} " if args.eval_context else ""
+    if args.device == "cuda":
+        what += (f"device={torch.cuda.get_device_name().replace(' ', '_')} precision={args.precision} "
+                 f"compile={int(args.compile)} peak_mem_mib={torch.cuda.max_memory_allocated() / 2**20:.0f} ")
     print(f"torch_train: {what}tokens_per_s={statistics.median(rates):.1f} best={max(rates):.1f} steps={len(rates)} "
           f"threads={torch.get_num_threads()} qkv={'fused' if fused else 'separate'} attn={attn} "
           f"foreach={args.foreach} torch={torch.__version__} blas={blas} "

@@ -144,21 +144,23 @@ static void attention_gpu_forward_(Mixer *m, float *y, const float *x, int B, in
     GpuAttActs a;
     att_layout_(o, B, T, m->acts, &a);
     float *qkv = m->scratch;  // (BT,3HD)
-    gpu_matmul_forward(qkv, x, mixer_param(m, o->k_wqkv), o->bias ? mixer_param(m, o->k_bqkv) : NULL, BT, C, 3 * HD);
+    GPU_TIMED("attn.qkv.forward", gpu_matmul_forward(qkv, x, mixer_param(m, o->k_wqkv),
+                                                     o->bias ? mixer_param(m, o->k_bqkv) : NULL, BT, C, 3 * HD));
     float *dst[3] = {a.qh, a.kh, a.vh};
-    for (int part = 0; part < 3; part++) permute_(dst[part], qkv, 3 * HD, part * HD, B, T, H, D, 0);
+    for (int part = 0; part < 3; part++) GPU_TIMED("attn.permute", permute_(dst[part], qkv, 3 * HD, part * HD, B, T, H, D, 0));
     if (rotates_(o)) {
         int half = D / 2;
         // the config's base is a double, nn/rotary.h's a float: round it the same way
         rope_table_kernel<<<gpu_blocks((size_t)T * half, 256), 256>>>(a.cos_, a.sin_, T, half,
                                                                      (double)(float)o->rope_base, D);
         KERNEL_CHECK();
-        rope_(a.qh, &a, o, B, T, 1.0f);
-        rope_(a.kh, &a, o, B, T, 1.0f);
+        GPU_TIMED("attn.rope", rope_(a.qh, &a, o, B, T, 1.0f));
+        GPU_TIMED("attn.rope", rope_(a.kh, &a, o, B, T, 1.0f));
     }
-    gpu_attention_forward(a.oh, a.lse, a.qh, a.kh, a.vh, 1.0f / sqrtf((float)D), B, H, T, D);
-    permute_(a.oh, a.o_lin, HD, 0, B, T, H, D, 1);
-    gpu_matmul_forward(y, a.o_lin, mixer_param(m, o->k_wo), o->bias ? mixer_param(m, o->k_bo) : NULL, BT, HD, C);
+    GPU_TIMED("attn.kernel.forward", gpu_attention_forward(a.oh, a.lse, a.qh, a.kh, a.vh, 1.0f / sqrtf((float)D), B, H, T, D));
+    GPU_TIMED("attn.permute", permute_(a.oh, a.o_lin, HD, 0, B, T, H, D, 1));
+    GPU_TIMED("attn.out.forward", gpu_matmul_forward(y, a.o_lin, mixer_param(m, o->k_wo),
+                                                     o->bias ? mixer_param(m, o->k_bo) : NULL, BT, HD, C));
 }
 
 static void attention_gpu_backward_(Mixer *m, float *dx, const float *dy, const float *x, int B, int T) {
@@ -170,18 +172,19 @@ static void attention_gpu_backward_(Mixer *m, float *dx, const float *dy, const 
     float *dqkv = m->scratch, *dq = dqkv + 3 * big, *dk = dq + big, *dv = dk + big, *doh = dv + big;
     float *delta = doh + big, *do_lin = dqkv;
     // y = o_lin wo^T + bo
-    gpu_matmul_backward(do_lin, mixer_grad(m, o->k_wo), o->bias ? mixer_grad(m, o->k_bo) : NULL, dy, a.o_lin,
-                        mixer_param(m, o->k_wo), BT, HD, C, 0);
-    permute_(doh, do_lin, HD, 0, B, T, H, D, 0);
-    gpu_attention_backward(dq, dk, dv, delta, doh, a.oh, a.lse, a.qh, a.kh, a.vh, 1.0f / sqrtf((float)D), B, H, T, D);
+    GPU_TIMED("attn.out.backward", gpu_matmul_backward(do_lin, mixer_grad(m, o->k_wo), o->bias ? mixer_grad(m, o->k_bo) : NULL,
+                                                       dy, a.o_lin, mixer_param(m, o->k_wo), BT, HD, C, 0));
+    GPU_TIMED("attn.permute", permute_(doh, do_lin, HD, 0, B, T, H, D, 0));
+    GPU_TIMED("attn.kernel.backward", gpu_attention_backward(dq, dk, dv, delta, doh, a.oh, a.lse, a.qh, a.kh, a.vh,
+                                                             1.0f / sqrtf((float)D), B, H, T, D));
     if (rotates_(o)) {
-        rope_(dq, &a, o, B, T, -1.0f);  // R^T: the inverse rotation
-        rope_(dk, &a, o, B, T, -1.0f);
+        GPU_TIMED("attn.rope", rope_(dq, &a, o, B, T, -1.0f));  // R^T: the inverse rotation
+        GPU_TIMED("attn.rope", rope_(dk, &a, o, B, T, -1.0f));
     }
     float *src[3] = {dq, dk, dv};
-    for (int part = 0; part < 3; part++) permute_(src[part], dqkv, 3 * HD, part * HD, B, T, H, D, 1);
-    gpu_matmul_backward(dx, mixer_grad(m, o->k_wqkv), o->bias ? mixer_grad(m, o->k_bqkv) : NULL, dqkv, x,
-                        mixer_param(m, o->k_wqkv), BT, C, 3 * HD, 1);
+    for (int part = 0; part < 3; part++) GPU_TIMED("attn.permute", permute_(src[part], dqkv, 3 * HD, part * HD, B, T, H, D, 1));
+    GPU_TIMED("attn.qkv.backward", gpu_matmul_backward(dx, mixer_grad(m, o->k_wqkv), o->bias ? mixer_grad(m, o->k_bqkv) : NULL,
+                                                       dqkv, x, mixer_param(m, o->k_wqkv), BT, C, 3 * HD, 1));
 }
 
 const GpuMixerOps GPU_MIXER_ATTENTION = {

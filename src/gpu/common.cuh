@@ -31,6 +31,21 @@ void gpu_fail_(const char *what, const char *detail, const char *file, int line)
 // the process's cuBLAS handle (created by gpu_open) with its math mode set from run.precision
 cublasHandle_t gpu_blas(void);
 
+// SEQ_PROFILE=1 (gpu/profile.cu): GPU time per op name, from CUDA events around each GPU_TIMED call. Time only
+// leaf calls (a call inside another timed one would be counted twice). gpu_prof_flush reads the intervals
+// recorded so far (it waits for them: call it where the host waits for the GPU anyway); gpu_prof_print prints
+// the table to stderr (gpu_close does)
+int gpu_prof_begin(const char *name);  // -1 when not profiling
+void gpu_prof_end(int slot);
+void gpu_prof_flush(void);
+void gpu_prof_print(void);
+#define GPU_TIMED(name, CALL)                  \
+    do {                                       \
+        int prof_slot_ = gpu_prof_begin(name); \
+        CALL;                                  \
+        gpu_prof_end(prof_slot_);              \
+    } while (0)
+
 static inline unsigned gpu_blocks(size_t n, unsigned threads) { return (unsigned)((n + threads - 1) / threads); }
 
 #endif

@@ -43,6 +43,10 @@ int gpu_open(Gpu **g, const Model *m, const Optim *o, const char *precision, Err
 void gpu_close(Gpu *g);
 // one line naming the device ("NVIDIA H100 80GB HBM3, cc 9.0, 79.1 GiB") for the start-up line
 const char *gpu_device_name(const Gpu *g);
+// the device memory in use now beyond what was in use when gpu_open began (CUDA's context excluded): the
+// backend's buffers, cuBLAS's workspace and anything else this process allocated since. Other processes on
+// the same GPU count too, so on a shared GPU it is an upper bound.
+size_t gpu_mem_used(const Gpu *g);
 
 // state between the devices; any pointer may be NULL (skipped). Each is (pt->numel,) in the table's layout
 void gpu_upload(Gpu *g, const float *params, const float *adam_m, const float *adam_v);

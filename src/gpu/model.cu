@@ -59,6 +59,7 @@ struct Gpu {
     int *chunk_len, *chunk_tensor;
     double *chunk_sumsq;
     float *coef;  // (pt->n, OPTIM_COEF)
+    size_t mem_base;  // the device's used bytes before the backend allocated anything (its context included)
 };
 
 // ----------------------------------------------------------------------------
@@ -209,6 +210,10 @@ int gpu_open(Gpu **out, const Model *m, const Optim *o, const char *precision, E
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     Gpu *g = (Gpu *)xcalloc(1, sizeof(Gpu));
     g->m = m;
+    CUDA_CHECK(cudaFree(0));  // creates the context, so that mem_base counts it and gpu_mem_used does not
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    g->mem_base = total_b - free_b;
     snprintf(g->name, sizeof g->name, "%.256s, cc %d.%d, %.1f GiB, %s matmuls", prop.name, prop.major, prop.minor,
              prop.totalGlobalMem / 1073741824.0, precision);
     if (!blas_) CUBLAS_CHECK(cublasCreate(&blas_));
@@ -265,6 +270,7 @@ int gpu_open(Gpu **out, const Model *m, const Optim *o, const char *precision, E
 
 void gpu_close(Gpu *g) {
     if (!g) return;
+    gpu_prof_print();
     acts_free_(g);
     void *bufs[] = {g->params, g->grads, g->adam_m, g->adam_v, g->chunk_start, g->chunk_len, g->chunk_tensor,
                     g->chunk_sumsq, g->coef};
@@ -278,6 +284,12 @@ void gpu_close(Gpu *g) {
 }
 
 const char *gpu_device_name(const Gpu *g) { return g->name; }
+
+size_t gpu_mem_used(const Gpu *g) {
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    return total_b - free_b > g->mem_base ? total_b - free_b - g->mem_base : 0;
+}
 
 static void copy_(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
     if (dst && src) CUDA_CHECK(cudaMemcpy(dst, src, bytes, kind));
@@ -311,13 +323,13 @@ void gpu_zero_grad(Gpu *g) { CUDA_CHECK(cudaMemset(g->grads, 0, g->m->pt.numel *
 
 static void norm_fwd_(Gpu *g, float *out, float *mean, float *rstd, const float *inp, int kw, int kb, int N) {
     const Model *m = g->m;
-    gpu_norm_forward(out, mean, rstd, inp, P_(kw), P_(kb), N, m->C, m->rms);
+    GPU_TIMED("norm.forward", gpu_norm_forward(out, mean, rstd, inp, P_(kw), P_(kb), N, m->C, m->rms));
 }
 
 static void norm_bwd_(Gpu *g, float *dinp, const float *dout, const float *inp, const float *mean, const float *rstd,
                       int kw, int kb, int N) {
     const Model *m = g->m;
-    gpu_norm_backward(dinp, G_(kw), G_(kb), dout, inp, P_(kw), mean, rstd, N, m->C, m->rms);
+    GPU_TIMED("norm.backward", gpu_norm_backward(dinp, G_(kw), G_(kb), dout, inp, P_(kw), mean, rstd, N, m->C, m->rms));
 }
 
 // the batch onto the device, checked first as model.c checks it; the embedding backward's buckets: the
@@ -364,7 +376,7 @@ static int buckets_upload_(Gpu *g, const int *inputs, int BT) {
 static void forward_(Gpu *g, int B, int T, int has_targets, int n_norm, int grad) {
     const Model *m = g->m;
     int BT = B * T, C = m->C, H = m->hidden, F = m->mlp_kind == MLP_SWIGLU ? 2 * H : H;
-    gpu_embedding_forward(m->L ? g->la[0].res : g->res_out, g->inputs, P_(m->k_wte), BT, C);
+    GPU_TIMED("embedding.forward", gpu_embedding_forward(m->L ? g->la[0].res : g->res_out, g->inputs, P_(m->k_wte), BT, C));
     for (int l = 0; l < m->L; l++) {
         GpuLayerActs *a = &g->la[l];
         const LayerParams *lp = &m->lp[l];
@@ -372,19 +384,20 @@ static void forward_(Gpu *g, int B, int T, int has_targets, int n_norm, int grad
         norm_fwd_(g, a->ln1, a->ln1_mean, a->ln1_rstd, a->res, lp->ln1_w, lp->ln1_b, BT);
         g->mops[l]->forward(&g->mix[l], g->mix_out, a->ln1, B, T);
         if (!lp->has_mlp) {
-            gpu_residual(next, a->res, g->mix_out, (size_t)BT * C);
+            GPU_TIMED("residual", gpu_residual(next, a->res, g->mix_out, (size_t)BT * C));
             continue;
         }
-        gpu_residual(a->res_mid, a->res, g->mix_out, (size_t)BT * C);
+        GPU_TIMED("residual", gpu_residual(a->res_mid, a->res, g->mix_out, (size_t)BT * C));
         norm_fwd_(g, a->ln2, a->ln2_mean, a->ln2_rstd, a->res_mid, lp->ln2_w, lp->ln2_b, BT);
-        gpu_matmul_forward(a->fc, a->ln2, P_(lp->fc_w), P_(lp->fc_b), BT, C, F);
-        gpu_act_forward(a->act, a->fc, BT, H, m->mlp_kind);
-        gpu_matmul_forward(g->mix_out, a->act, P_(lp->proj_w), P_(lp->proj_b), BT, H, C);
-        gpu_residual(next, a->res_mid, g->mix_out, (size_t)BT * C);
+        GPU_TIMED("mlp.fc.forward", gpu_matmul_forward(a->fc, a->ln2, P_(lp->fc_w), P_(lp->fc_b), BT, C, F));
+        GPU_TIMED("mlp.act.forward", gpu_act_forward(a->act, a->fc, BT, H, m->mlp_kind));
+        GPU_TIMED("mlp.proj.forward", gpu_matmul_forward(g->mix_out, a->act, P_(lp->proj_w), P_(lp->proj_b), BT, H, C));
+        GPU_TIMED("residual", gpu_residual(next, a->res_mid, g->mix_out, (size_t)BT * C));
     }
     norm_fwd_(g, g->lnf, g->lnf_mean, g->lnf_rstd, g->res_out, m->k_lnf_w, m->k_lnf_b, BT);
-    gpu_matmul_forward(g->logits, g->lnf, m->tie ? P_(m->k_wte) : P_(m->k_head_w), P_(m->k_head_b), BT, C, m->V);
-    if (has_targets) gpu_crossentropy(g->losses, g->logits, g->targets, BT, m->V, n_norm, grad);
+    GPU_TIMED("head.forward", gpu_matmul_forward(g->logits, g->lnf, m->tie ? P_(m->k_wte) : P_(m->k_head_w),
+                                                 P_(m->k_head_b), BT, C, m->V));
+    if (has_targets) GPU_TIMED("crossentropy", gpu_crossentropy(g->losses, g->logits, g->targets, BT, m->V, n_norm, grad));
 }
 
 // model.c's model_backward with the logits already dlogits
@@ -393,32 +406,36 @@ static void backward_(Gpu *g, int B, int T, int n_tok) {
     int BT = B * T, C = m->C, H = m->hidden, F = m->mlp_kind == MLP_SWIGLU ? 2 * H : H;
     size_t BTC = (size_t)BT * C;
     const float *head = m->tie ? P_(m->k_wte) : P_(m->k_head_w);
-    gpu_matmul_backward(g->dtmp, m->tie ? G_(m->k_wte) : G_(m->k_head_w), G_(m->k_head_b), g->logits, g->lnf, head, BT,
-                        C, m->V, 0);
-    CUDA_CHECK(cudaMemset(g->dres, 0, BTC * sizeof(float)));
+    GPU_TIMED("head.backward", gpu_matmul_backward(g->dtmp, m->tie ? G_(m->k_wte) : G_(m->k_head_w), G_(m->k_head_b),
+                                                   g->logits, g->lnf, head, BT, C, m->V, 0));
+    GPU_TIMED("memset", CUDA_CHECK(cudaMemset(g->dres, 0, BTC * sizeof(float))));
     norm_bwd_(g, g->dres, g->dtmp, g->res_out, g->lnf_mean, g->lnf_rstd, m->k_lnf_w, m->k_lnf_b, BT);
     for (int l = m->L - 1; l >= 0; l--) {
         GpuLayerActs *a = &g->la[l];
         const LayerParams *lp = &m->lp[l];
         if (lp->has_mlp) {
             // next = res_mid + proj(act(fc(norm(res_mid))))
-            gpu_matmul_backward(g->dact, G_(lp->proj_w), G_(lp->proj_b), g->dres, a->act, P_(lp->proj_w), BT, H, C, 0);
-            gpu_act_backward(g->dfc, a->fc, g->dact, BT, H, m->mlp_kind);
-            gpu_matmul_backward(g->dtmp, G_(lp->fc_w), G_(lp->fc_b), g->dfc, a->ln2, P_(lp->fc_w), BT, C, F, 0);
+            GPU_TIMED("mlp.proj.backward", gpu_matmul_backward(g->dact, G_(lp->proj_w), G_(lp->proj_b), g->dres, a->act,
+                                                               P_(lp->proj_w), BT, H, C, 0));
+            GPU_TIMED("mlp.act.backward", gpu_act_backward(g->dfc, a->fc, g->dact, BT, H, m->mlp_kind));
+            GPU_TIMED("mlp.fc.backward", gpu_matmul_backward(g->dtmp, G_(lp->fc_w), G_(lp->fc_b), g->dfc, a->ln2,
+                                                             P_(lp->fc_w), BT, C, F, 0));
             norm_bwd_(g, g->dres, g->dtmp, a->res_mid, a->ln2_mean, a->ln2_rstd, lp->ln2_w, lp->ln2_b, BT);
         }
         // res_mid = res + mixer(norm(res))
-        CUDA_CHECK(cudaMemset(g->dtmp, 0, BTC * sizeof(float)));
+        GPU_TIMED("memset", CUDA_CHECK(cudaMemset(g->dtmp, 0, BTC * sizeof(float))));
         g->mops[l]->backward(&g->mix[l], g->dtmp, g->dres, a->ln1, B, T);
         norm_bwd_(g, g->dres, g->dtmp, a->res, a->ln1_mean, a->ln1_rstd, lp->ln1_w, lp->ln1_b, BT);
     }
-    gpu_embedding_backward(G_(m->k_wte), g->dres, g->emb_tok, g->emb_offs, g->emb_pos, n_tok, C);
+    GPU_TIMED("embedding.backward",
+              gpu_embedding_backward(G_(m->k_wte), g->dres, g->emb_tok, g->emb_offs, g->emb_pos, n_tok, C));
 }
 
 // the mean over supervised positions of the per-position losses, summed in double in position order as
 // crossentropy_forward does
 static double mean_loss_(Gpu *g, int BT, int n_sup) {
     CUDA_CHECK(cudaMemcpy(g->h_losses, g->losses, BT * sizeof(float), cudaMemcpyDeviceToHost));
+    gpu_prof_flush();  // the copy waited for the step's kernels
     double s = 0;
     for (int i = 0; i < BT; i++) s += g->h_losses[i];
     return n_sup ? s / n_sup : 0.0;
@@ -448,14 +465,15 @@ int gpu_forward(Gpu *g, const int *inputs, const int *targets, int B, int T, flo
 // optimizer: the host computes every scalar (train/optim.c), the device does the elementwise work
 
 double gpu_clip_grads(Gpu *g, Optim *o) {
-    gpu_chunk_sumsq(g->chunk_sumsq, g->grads, g->chunk_start, g->chunk_len, g->n_chunks);
+    GPU_TIMED("optim.sumsq", gpu_chunk_sumsq(g->chunk_sumsq, g->grads, g->chunk_start, g->chunk_len, g->n_chunks));
     CUDA_CHECK(cudaMemcpy(o->chunk_sumsq, g->chunk_sumsq, g->n_chunks * sizeof(double), cudaMemcpyDeviceToHost));
     double norm = optim_norms_from_chunks(o);
     if (!isfinite(norm)) return norm;
     if (optim_clip_scales(o)) {
         CUDA_CHECK(cudaMemcpy(g->coef, o->tensor_coef, (size_t)o->pt->n * OPTIM_COEF * sizeof(float),
                               cudaMemcpyHostToDevice));
-        gpu_chunk_scale(g->grads, g->chunk_start, g->chunk_len, g->chunk_tensor, g->coef, g->n_chunks);
+        GPU_TIMED("optim.clip", gpu_chunk_scale(g->grads, g->chunk_start, g->chunk_len, g->chunk_tensor, g->coef,
+                                                g->n_chunks));
     }
     return norm;
 }
@@ -464,6 +482,6 @@ void gpu_optim_step(Gpu *g, Optim *o, float lr, float beta1) {
     optim_step_coefs(o, lr, beta1);
     CUDA_CHECK(cudaMemcpy(g->coef, o->tensor_coef, (size_t)o->pt->n * OPTIM_COEF * sizeof(float),
                           cudaMemcpyHostToDevice));
-    gpu_adamw(g->params, g->adam_m, g->adam_v, g->grads, g->chunk_start, g->chunk_len, g->chunk_tensor, g->coef,
-              g->n_chunks);
+    GPU_TIMED("optim.adamw", gpu_adamw(g->params, g->adam_m, g->adam_v, g->grads, g->chunk_start, g->chunk_len,
+                                       g->chunk_tensor, g->coef, g->n_chunks));
 }

@@ -32,6 +32,7 @@ void gpu_close(Gpu *g) {
     if (g) unreachable_("gpu_close");
 }
 const char *gpu_device_name(const Gpu *g) { (void)g; unreachable_("gpu_device_name"); return ""; }
+size_t gpu_mem_used(const Gpu *g) { (void)g; unreachable_("gpu_mem_used"); return 0; }
 void gpu_upload(Gpu *g, const float *p, const float *m, const float *v) { (void)g, (void)p, (void)m, (void)v; unreachable_("gpu_upload"); }
 void gpu_download(Gpu *g, float *p, float *m, float *v) { (void)g, (void)p, (void)m, (void)v; unreachable_("gpu_download"); }
 void gpu_download_grads(Gpu *g, float *grads) { (void)g, (void)grads; unreachable_("gpu_download_grads"); }

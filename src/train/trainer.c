@@ -690,8 +690,9 @@ static int loop_(Trainer *t, Err *e) {
         char tb[32];
         int last = t->step == t->total_steps;
         if (t->step % c->train.log_every == 0 || last) {
-            char red_s[48] = "";
+            char red_s[96] = "";
             if (ranks > 1) snprintf(red_s, sizeof red_s, ", \"allreduce_s\": %.6f", t_red);
+            if (t->gpu) snprintf(red_s, sizeof red_s, ", \"gpu_mem_mib\": %.1f", gpu_mem_used(t->gpu) / 1048576.0);
             rc = log_line_(log, e, "{\"step\": %ld, \"loss\": %.17g, \"lr\": %.9g, \"beta1\": %.9g, \"grad_norm\": "
                            "%.9g, \"tokens_per_s\": %s, \"tokens\": %.0f, \"elapsed_s\": %.3f%s}", t->step, loss, lr,
                            beta1, gnorm, json_num(tb, sizeof tb, tps, 1, 1), t->tokens, t->elapsed, red_s);

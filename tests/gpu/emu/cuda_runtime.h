@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <ucontext.h>
 
 #include <functional>
@@ -199,6 +200,23 @@ static inline cudaError_t cudaMalloc(T **p, size_t n) {
     return cudaSuccess;
 }
 static inline cudaError_t cudaFree(void *p) { free(p); return cudaSuccess; }
+// events: the host's clock when recorded (kernels run at their launch, so that is when the stream reaches it)
+struct EmuEvent {
+    double ms;
+};
+typedef EmuEvent *cudaEvent_t;
+static inline cudaError_t cudaEventCreate(cudaEvent_t *e) { *e = (EmuEvent *)calloc(1, sizeof(EmuEvent)); return cudaSuccess; }
+static inline cudaError_t cudaEventRecord(cudaEvent_t e, int stream) {
+    (void)stream;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    e->ms = ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+    return cudaSuccess;
+}
+static inline cudaError_t cudaEventSynchronize(cudaEvent_t e) { (void)e; return cudaSuccess; }
+static inline cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) { *ms = (float)(b->ms - a->ms); return cudaSuccess; }
+// no device memory to count: gpu_mem_used reads 0 on the emulator
+static inline cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b) { *free_b = *total_b = 0; return cudaSuccess; }
 static inline cudaError_t cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKind k) {
     (void)k;
     memcpy(d, s, n);

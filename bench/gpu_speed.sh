@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# GPU training-speed benchmark (not a test): seqtrain's CUDA backend against PyTorch 2.x on the same GPU, the same
+# models and batches, in one invocation (issue 23 item 5).
+#
+#   bash bench/gpu_speed.sh                                  # every row below, STEPS=20
+#   ROWS="bench8 gpt2" PRECISIONS="tf32 bf16" TORCH="eager" bash bench/gpu_speed.sh
+#
+# Rows (ROWS, default all three): bench8 = the benchmark model (bench/configs/speed_rope.json: 6 layers, d 256,
+# 8 heads x 64, RoPE, GELU MLP 4x, tied head, vocab 8192) at B 8, T 512; bench64 = the same at B 64; gpt2 = a
+# GPT-2-small-sized model (bench/configs/gpt2_small.json: 12 layers, d 768, 12 heads x 64, T 1024, B 8; the
+# WikiText-2 tokenizer's vocabulary of 8192, not GPT-2's 50257). Each row runs in every precision of PRECISIONS
+# (fp32 tf32 bf16): seqtrain with run.device cuda and run.precision P, PyTorch (bench/torch_train.py --device cuda:
+# fp32 = no TF32 matmuls, tf32 = TF32 matmuls, bf16 = autocast) eager with scaled_dot_product_attention and, with
+# TORCH containing compile, under torch.compile. PyTorch's RoPE, LayerNorm, GELU, tied head, cross-entropy,
+# clipping and AdamW (foreach) are the same model's (bench/torch_train.py).
+#
+# tokens/s: the median over the timed steps (seqtrain: log.jsonl's steps after the first 3; PyTorch: after 3
+# warmup steps, which also compile). Memory: seqtrain's gpu_mem_mib (device memory in use beyond its context)
+# against torch.cuda.max_memory_allocated (its allocator's peak; its context and cache slack not counted).
+# A precision seqtrain refuses (bf16 before it exists) is printed as "refused" with its message.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+STEPS=${STEPS:-20}
+ROWS=${ROWS:-bench8 bench64 gpt2}
+PRECISIONS=${PRECISIONS:-fp32 tf32 bf16}
+TORCH=${TORCH:-eager compile}
+PY=${PY:-python3}
+SEQ=${SEQ:-build/cuda/bin/seqtrain}
+RUN_DIR=$(mktemp -d /tmp/seqtrain_gpu_speed.XXXXXX)
+trap 'rm -rf "$RUN_DIR"' EXIT
+if [ "$STEPS" -le 5 ]; then echo "gpu_speed: STEPS must be > 5 (3 warmup steps)" >&2; exit 1; fi
+[ -x "$SEQ" ] || make -j"$(nproc)" CUDA=1 tools
+[ -f build/data/wikitext2/train.shard ] || make data
+command -v nvidia-smi >/dev/null && echo "gpu_speed: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader)"
+echo "gpu_speed: $(lscpu | sed -n 's/^Model name: *//p'), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $STEPS steps"
+echo "gpu_speed: $("$PY" -c 'import torch; print("PyTorch", torch.__version__, "CUDA", torch.version.cuda)')"
+
+row_of() {  # row -> "config B T"
+    case $1 in
+        bench8) echo "bench/configs/speed_rope.json 8 512";;
+        bench64) echo "bench/configs/speed_rope.json 64 512";;
+        gpt2) echo "bench/configs/gpt2_small.json 8 1024";;
+        *) echo "gpu_speed: unknown row '$1' (bench8, bench64, gpt2)" >&2; exit 1;;
+    esac
+}
+
+# seqtrain ROW_NAME CONFIG B T PRECISION -> "tokens/s mem_mib" or "refused"
+seqtrain_run() {
+    local name=$1 cfg=$2 B=$3 T=$4 p=$5 out="$RUN_DIR/$1-$5.out"
+    if ! "$SEQ" --config "$cfg" --set run.dir="$RUN_DIR" --set run.name="$name-$p" --set run.device=cuda \
+        --set run.precision="$p" --set train.batch_size="$B" --set train.seq_len="$T" --set train.steps="$STEPS" \
+        --set train.ckpt_every=0 --quiet >"$out" 2>&1; then
+        echo "gpu_speed: seqtrain $name $p: $(tail -1 "$out")" >&2
+        echo "refused"
+        return
+    fi
+    "$PY" - "$RUN_DIR/$name-$p/log.jsonl" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"tokens_per_s"' in l]
+tps = [r["tokens_per_s"] for r in rows if r["step"] > 3]
+print(f"{statistics.median(tps):.0f} {max(r['gpu_mem_mib'] for r in rows):.0f}")
+PY
+    rm -rf "$RUN_DIR/$name-$p"
+}
+
+# torch_run CONFIG B T PRECISION MODE(eager|compile) -> "tokens/s mem_mib" or "failed"
+torch_run() {
+    local cfg=$1 B=$2 T=$3 p=$4 mode=$5 args line
+    args=$("$SEQ" --config "$cfg" --set train.batch_size="$B" --set train.seq_len="$T" --print-config \
+        | "$PY" bench/model_cost.py torch-args)
+    line=$("$PY" bench/torch_train.py --device cuda --precision "$p" $args --qkv fused --attn sdpa --warmup 3 \
+        --steps $((STEPS - 3)) $([ "$mode" = compile ] && echo --compile) 2>"$RUN_DIR/torch.err" \
+        | grep '^torch_train: .*tokens_per_s=' || true)
+    if [ -z "$line" ]; then echo "gpu_speed: torch $mode $p: $(tail -1 "$RUN_DIR/torch.err")" >&2; echo "failed"; return; fi
+    echo "$(echo "$line" | sed -n 's/.*tokens_per_s=\([0-9.]*\).*/\1/p') $(echo "$line" | sed -n 's/.*peak_mem_mib=\([0-9]*\).*/\1/p')"
+}
+
+ratio() { "$PY" -c "import sys; a, b = sys.argv[1], sys.argv[2]; print(f'{float(a) / float(b):.2f}x' if a.replace('.', '').isdigit() and b.replace('.', '').isdigit() else '-')" "$1" "$2"; }
+
+TABLE="$RUN_DIR/table.md"
+{
+    echo "| model | B x T | precision | seqtrain tok/s | seqtrain MiB | PyTorch eager tok/s | MiB | seqtrain / eager | torch.compile tok/s | MiB | seqtrain / compile |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|"
+} >"$TABLE"
+for row in $ROWS; do
+    read -r cfg B T < <(row_of "$row")
+    for p in $PRECISIONS; do
+        echo "gpu_speed: $row $p ..."
+        read -r s_tps s_mem < <(seqtrain_run "$row" "$cfg" "$B" "$T" "$p"; echo)
+        e_tps=- e_mem=- c_tps=- c_mem=-
+        case " $TORCH " in *" eager "*) read -r e_tps e_mem < <(torch_run "$cfg" "$B" "$T" "$p" eager; echo);; esac
+        case " $TORCH " in *" compile "*) read -r c_tps c_mem < <(torch_run "$cfg" "$B" "$T" "$p" compile; echo);; esac
+        line="| $row | $B x $T | $p | ${s_tps:--} | ${s_mem:--} | ${e_tps:--} | ${e_mem:--} | $(ratio "${s_tps:--}" "${e_tps:--}") | ${c_tps:--} | ${c_mem:--} | $(ratio "${s_tps:--}" "${c_tps:--}") |"
+        echo "gpu_speed: $line"
+        echo "$line" >>"$TABLE"
+    done
+done
+echo
+cat "$TABLE"
