@@ -194,13 +194,13 @@ test: $(DEPS_STAMP)
 
 # the GPU backend's kernels emulated on the CPU (tests/gpu/emu/: CUDA's runtime, the kernel launch and cuBLAS), so
 # the parity test checks their numbers where there is no GPU (tests/gpu/run.sh runs it): each .cu with its
-# launches k<<<g, b>>>(...) rewritten to emu_launch(g, b, k, ...), compiled by the C++ compiler
+# launches k<<<g, b[, smem]>>>(...) rewritten to emu_launch(emu_cfg(g, b[, smem]), k, ...), compiled by the C++ compiler
 EMU_OBJ  := $(patsubst src/%.cu,$(OBJDIR)/gpuemu/%.o,$(wildcard src/gpu/*.cu))
 EMU_DIR  := build/$(VARIANT)/tests-gpuemu
 EMU_LIB  := $(filter-out $(OBJDIR)/gpu/none.o $(OBJDIR)/cuda/%,$(LIB_OBJ)) $(EMU_OBJ)
-$(OBJDIR)/gpuemu/%.o: src/%.cu tests/gpu/emu/cuda_runtime.h tests/gpu/emu/cublas_v2.h | $(DEPS_STAMP)
+$(OBJDIR)/gpuemu/%.o: src/%.cu tests/gpu/emu/cuda_runtime.h tests/gpu/emu/cublas_v2.h tests/gpu/emu/mma.h | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
-	perl -pe 's/(\w+(?:<\w+>)?)<<<(.+?)>>>\(/emu_launch(\2, \1, /g' $< > $(@:.o=.cc)
+	perl -pe 's/(\w+(?:<[\w, ]+>)?)<<<(.+?)>>>\(/emu_launch(emu_cfg(\2), \1, /g' $< > $(@:.o=.cc)
 	$(CXX) -std=c++17 -O2 -U_FORTIFY_SOURCE -Wall -Wno-unused-function -Wno-unknown-pragmas -Itests/gpu/emu -Isrc $(filter -I%,$(CFLAGS)) -MMD -MP -c $(@:.o=.cc) -o $@
 $(OBJDIR)/tests/gpu/test_gpu_emulated.o: tests/gpu/test_gpu_parity.c | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)

@@ -31,6 +31,20 @@ void gpu_fail_(const char *what, const char *detail, const char *file, int line)
 // the process's cuBLAS handle (created by gpu_open) with its math mode set from run.precision
 cublasHandle_t gpu_blas(void);
 
+// run.precision as the kernels see it (set by gpu_open): how the backend's own tensor-core kernels (attention)
+// multiply. GPU_FP32: fp32 accuracy, each fp32 operand split into two TF32 parts and three products summed
+// (3xTF32: about fp32's rounding, on the tensor cores); GPU_TF32: operands rounded to TF32 (10-bit mantissas);
+// GPU_BF16: bfloat16 operands. Accumulation is fp32 in every mode.
+typedef enum { GPU_FP32, GPU_TF32, GPU_BF16 } GpuMath;
+GpuMath gpu_math(void);
+
+// dynamic shared memory of a kernel launched with <<<grid, block, bytes>>> (the emulator defines its own)
+#ifndef SEQ_GPU_EMU
+#define GPU_DYNAMIC_SMEM(type, name) \
+    extern __shared__ __align__(128) unsigned char name##_raw_[]; \
+    type *name = (type *)name##_raw_
+#endif
+
 // SEQ_PROFILE=1 (gpu/profile.cu): GPU time per op name, from CUDA events around each GPU_TIMED call. Time only
 // leaf calls (a call inside another timed one would be counted twice). gpu_prof_flush reads the intervals
 // recorded so far (it waits for them: call it where the host waits for the GPU anyway); gpu_prof_print prints

@@ -1,91 +1,211 @@
-// Tiled causal attention on the GPU (gpu/flash_attn.cuh). Each kernel is a template on DM, the head size
-// rounded up to 32, 64 or 128: rows are held in registers (q, the accumulators) and padded with zeros to DM
-// in shared memory, so the inner loops have no bounds tests.
+// Tiled causal attention on the tensor cores (gpu/flash_attn.cuh). A block is 4 warps and owns 64 rows (queries
+// in the forward and dq, keys in dk/dv); each warp owns 16 of them. The other side walks in tiles of 64 staged in
+// shared memory. Every product is a 16x16 warp matrix multiply (nvcuda::wmma, m16n16k8 on TF32 operands, fp32
+// accumulators); the softmax and the masks are scalar work on the 16x64 score tile of each warp, two lanes per
+// row, each taking every other column (so the two lanes of a row hit different banks).
+//
+// Precision (gpu_math): GPU_TF32 rounds each operand to TF32; GPU_FP32 splits each fp32 operand x into
+// big = tf32(x) and small = tf32(x - big) and sums small·big + big·small + big·big (3xTF32), which keeps about
+// fp32's accuracy on the tensor cores. The scores, the softmax, the accumulators and every output are fp32.
+//
+// Kernels are templates on DM (the head size rounded up to 32, 64 or 128: tiles are zero-padded past D, so the
+// loops have no bounds tests) and on SPLIT (3xTF32 or not). Tiles are zero-padded past T too; the causal mask
+// and the bounds are applied to the scores.
 #include "gpu/flash_attn.cuh"
 
 #include <math.h>
 
+#include <type_traits>
+#include <mma.h>  // the emulator's tests/gpu/emu/mma.h where it builds the kernels
+
 #include "gpu/common.cuh"
 
-#define ROWS 64  // query rows (forward, dq) or key rows (dk, dv) per block: one thread each
-#define TILE 32  // keys (forward, dq) or queries (dk, dv) staged in shared memory at a time
+using namespace nvcuda;
 
-// rows [r0, r0 + TILE) of a (T,D) matrix into s (TILE, DM), zero-padded past T and past D
+#define ROWS 64   // rows a block owns, and the tile of the other side: 4 warps x 16
+#define WARPS 4
+#define SLD 68    // row stride (floats) of the 64-wide score tiles: 64 + 4, a multiple of 4 as wmma needs
+
+typedef wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major> FragA;
+typedef wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major> FragB;
+typedef wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::col_major> FragBt;
+typedef wmma::fragment<wmma::accumulator, 16, 16, 8, float> FragC;
+
+// row stride of a staged (64, DM) tile: DM + 4 floats (keeps the 32-byte alignment wmma needs and spreads banks)
 template <int DM>
-static __device__ void load_tile_(float (*s)[DM], const float *src, int r0, int T, int D) {
-    for (int i = threadIdx.x; i < TILE * DM; i += blockDim.x) {
-        int r = i / DM, d = i % DM;
-        s[r][d] = (r0 + r < T && d < D) ? src[(size_t)(r0 + r) * D + d] : 0.0f;
+struct Tile {
+    static constexpr int LD = DM + 4;
+    static constexpr int FLOATS = ROWS * LD;
+};
+
+// ----------------------------------------------------------------------------
+// warp matrix multiply-accumulate with the precision's operand rounding
+
+template <typename F>
+static __device__ __forceinline__ void round_tf32_(F &f) {
+#pragma unroll
+    for (int i = 0; i < f.num_elements; i++) f.x[i] = wmma::__float_to_tf32(f.x[i]);
+}
+
+template <typename F>
+static __device__ __forceinline__ void split_tf32_(F &big, F &small) {  // big holds x on entry
+#pragma unroll
+    for (int i = 0; i < big.num_elements; i++) {
+        float x = big.x[i], b = wmma::__float_to_tf32(x);
+        big.x[i] = b;
+        small.x[i] = wmma::__float_to_tf32(x - b);
     }
 }
 
-// the key/value tile at k0 of one head into shared memory, once every thread is done with the previous one
-template <int DM>
-static __device__ void stage_kv_(float (*ks)[DM], float (*vs)[DM], const float *k, const float *v, int k0, int T,
-                                 int D) {
-    __syncthreads();
-    load_tile_<DM>(ks, k, k0, T, D);
-    load_tile_<DM>(vs, v, k0, T, D);
-    __syncthreads();
+// A's 16x8 slice at a, rounded for the precision (hi: tf32(x); lo, with SPLIT: tf32(x - hi))
+template <bool SPLIT, typename F>
+static __device__ __forceinline__ void load_operand_(F &hi, F &lo, const float *p, int ld) {
+    wmma::load_matrix_sync(hi, p, ld);
+    if (SPLIT) split_tf32_(hi, lo);
+    else round_tf32_(hi);
 }
 
-template <int DM>
-static __device__ void load_row_(float *reg, const float *src, int D) {
-#pragma unroll
-    for (int d = 0; d < DM; d++) reg[d] = d < D ? src[d] : 0.0f;
+// acc (16,16) += A B for one k-step of 8, the operands already rounded (3xTF32: lo·hi + hi·lo + hi·hi)
+template <bool SPLIT, typename FA, typename FB>
+static __device__ __forceinline__ void mma_step_(FragC &acc, const FA &ahi, const FA &alo, const FB &bhi,
+                                                 const FB &blo) {
+    if (SPLIT) {
+        wmma::mma_sync(acc, alo, bhi, acc);
+        wmma::mma_sync(acc, ahi, blo, acc);
+    }
+    wmma::mma_sync(acc, ahi, bhi, acc);
 }
 
-template <int DM>
-static __device__ __forceinline__ float dot_(const float *a, const float *b) {
-    float s = 0.0f;
+// acc[n] (16,16), n < N, += A (16,K) · B[:, 16n .. 16n+16). A row-major at a (stride lda). B: with BT, the
+// transpose of a row-major (16N, K) matrix at b (B's column c is row c there: q·k^T against k's rows);
+// else row-major (K, 16N) at b. k outermost: each slice of A is loaded and rounded once for all N products.
+template <int K, int N, bool BT, bool SPLIT>
+static __device__ __forceinline__ void mma_(FragC *acc, const float *a, int lda, const float *b, int ldb) {
+    typedef typename std::conditional<BT, FragBt, FragB>::type FB;
 #pragma unroll
-    for (int d = 0; d < DM; d++) s += a[d] * b[d];
-    return s;
+    for (int k = 0; k < K; k += 8) {
+        FragA ahi, alo;
+        load_operand_<SPLIT>(ahi, alo, a + k, lda);
+#pragma unroll
+        for (int n = 0; n < N; n++) {
+            FB bhi, blo;
+            load_operand_<SPLIT>(bhi, blo, BT ? b + (size_t)n * 16 * ldb + k : b + (size_t)k * ldb + n * 16, ldb);
+            mma_step_<SPLIT>(acc[n], ahi, alo, bhi, blo);
+        }
+    }
 }
 
-// grid (B*NH, ceil(T/ROWS)), ROWS threads: query i = blockIdx.y*ROWS + threadIdx.x of head (b,h) = blockIdx.x
-// (heads on x: gridDim.y stops at 65535)
-template <int DM>
-__global__ void __launch_bounds__(ROWS) attn_forward_kernel(float *out, float *lse, const float *q, const float *k,
-                                                            const float *v, float scale, int T, int D) {
-    __shared__ float ks[TILE][DM], vs[TILE][DM];
-    size_t head = (size_t)blockIdx.x * T;
-    int q0 = blockIdx.y * ROWS, i = q0 + threadIdx.x;
-    float qr[DM], acc[DM];
-    if (i < T) load_row_<DM>(qr, q + (head + i) * D, D);
+// this warp's (16,64) scores: 16 rows of a (row-major, stride LD) against the 64 rows of b (row-major, stride LD),
+// S = A B^T over DM columns, stored row-major into s (stride SLD)
+template <int DM, bool SPLIT>
+static __device__ __forceinline__ void scores_(float *s, const float *a, const float *b) {
+    constexpr int LD = Tile<DM>::LD;
+    FragC c[ROWS / 16];
 #pragma unroll
-    for (int d = 0; d < DM; d++) acc[d] = 0.0f;
+    for (int n = 0; n < ROWS / 16; n++) wmma::fill_fragment(c[n], 0.0f);
+    mma_<DM, ROWS / 16, true, SPLIT>(c, a, LD, b, LD);
+#pragma unroll
+    for (int n = 0; n < ROWS / 16; n++) wmma::store_matrix_sync(s + n * 16, c[n], SLD, wmma::mem_row_major);
+}
+
+// acc[n] (16,16) += P (16,64 at p, stride SLD) · X[:, 16n .. 16n+16) (X (64,DM) row-major at x, stride LD)
+template <int DM, bool SPLIT>
+static __device__ __forceinline__ void accumulate_(FragC *acc, const float *p, const float *x) {
+    mma_<ROWS, DM / 16, false, SPLIT>(acc, p, SLD, x, Tile<DM>::LD);
+}
+
+// rows [r0, r0 + 64) of a (T,D) matrix into s (64, LD), zero-padded past T and past D
+template <int DM>
+static __device__ void load_tile_(float *s, const float *src, int r0, int T, int D) {
+    constexpr int LD = Tile<DM>::LD;
+    if (D % 4 == 0) {  // rows of whole float4s (src's rows start 16-byte aligned: heads are T·D floats apart)
+        for (int i = threadIdx.x; i < ROWS * DM / 4; i += blockDim.x) {
+            int r = i / (DM / 4), d = 4 * (i % (DM / 4));
+            float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (r0 + r < T && d < D) x = *(const float4 *)(src + (size_t)(r0 + r) * D + d);
+            *(float4 *)(s + r * LD + d) = x;
+        }
+        return;
+    }
+    for (int i = threadIdx.x; i < ROWS * DM; i += blockDim.x) {
+        int r = i / DM, d = i % DM;
+        s[r * LD + d] = (r0 + r < T && d < D) ? src[(size_t)(r0 + r) * D + d] : 0.0f;
+    }
+}
+
+// rows of a (64, LD) staged tile times `mul` into dst (T,D) from row r0 (rows past T and columns past D dropped)
+template <int DM>
+static __device__ void store_tile_(float *dst, const float *s, float mul, int r0, int T, int D) {
+    constexpr int LD = Tile<DM>::LD;
+    for (int i = threadIdx.x; i < ROWS * DM; i += blockDim.x) {
+        int r = i / DM, d = i % DM;
+        if (r0 + r < T && d < D) dst[(size_t)(r0 + r) * D + d] = s[r * LD + d] * mul;
+    }
+}
+
+// ----------------------------------------------------------------------------
+// forward: grid (B*NH, ceil(T/64)) (heads on x: gridDim.y stops at 65535), 128 threads. Shared: Q, K, V, O
+// tiles (64, LD) and the scores (64, SLD). The output accumulates in shared memory (each lane rescales its row
+// when the running maximum grows, then the warp adds P·V into it), which is why it is not a register fragment:
+// wmma does not say which lane holds which row.
+template <int DM, bool SPLIT>
+__global__ void __launch_bounds__(WARPS * 32) attn_fwd_kernel(float *out, float *lse, const float *q, const float *k,
+                                                             const float *v, float scale, int T, int D) {
+    constexpr int LD = Tile<DM>::LD, TF = Tile<DM>::FLOATS;
+    GPU_DYNAMIC_SMEM(float, sm);
+    float *qs = sm, *ks = qs + TF, *vs = ks + TF, *os = vs + TF, *ss = os + TF;
+    size_t head = (size_t)blockIdx.x * T * D;
+    // the last query blocks see the most keys: they go first, so the grid's tail is short blocks
+    int q0 = (gridDim.y - 1 - blockIdx.y) * ROWS, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int r = warp * 16 + (lane >> 1), half = lane & 1, i = q0 + r;  // this lane's row and column parity
+    load_tile_<DM>(qs, q + head, q0, T, D);
+    for (int x = threadIdx.x; x < TF; x += blockDim.x) os[x] = 0.0f;
     float mx = -INFINITY, l = 0.0f;
     int k_end = min(T, q0 + ROWS);  // causal: no key after the block's last query
-    for (int k0 = 0; k0 < k_end; k0 += TILE) {
-        stage_kv_<DM>(ks, vs, k + head * D, v + head * D, k0, T, D);
-        if (i >= T || k0 > i) continue;
-        int n = min(TILE, i - k0 + 1);  // keys k0 .. i of this tile are visible
-        float s[TILE], tmax = -INFINITY;
-#pragma unroll
-        for (int j = 0; j < TILE; j++) {
-            s[j] = j < n ? dot_<DM>(qr, ks[j]) * scale : -INFINITY;
-            tmax = fmaxf(tmax, s[j]);
+    for (int k0 = 0; k0 < k_end; k0 += ROWS) {
+        __syncthreads();  // the previous tile is used up (and, the first time, Q and O are in place)
+        load_tile_<DM>(ks, k + head, k0, T, D);
+        load_tile_<DM>(vs, v + head, k0, T, D);
+        __syncthreads();
+        float *sw = ss + warp * 16 * SLD, *srow = ss + r * SLD;
+        scores_<DM, SPLIT>(sw, qs + warp * 16 * LD, ks);
+        __syncwarp();
+        float tmax = -INFINITY;
+        for (int c = half; c < ROWS; c += 2) {
+            int j = k0 + c;
+            float s = (j <= i && j < T) ? srow[c] * scale : -INFINITY;
+            srow[c] = s;
+            tmax = fmaxf(tmax, s);
         }
-        float mnew = fmaxf(mx, tmax), corr = expf(mx - mnew);  // exp(-inf) = 0 on the first tile
-        l *= corr;
-#pragma unroll
-        for (int d = 0; d < DM; d++) acc[d] *= corr;
-#pragma unroll
-        for (int j = 0; j < TILE; j++) {
-            float p = j < n ? expf(s[j] - mnew) : 0.0f;
-            l += p;
-#pragma unroll
-            for (int d = 0; d < DM; d++) acc[d] += p * vs[j][d];
+        tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
+        float mnew = fmaxf(mx, tmax), corr = mnew == -INFINITY ? 1.0f : expf(mx - mnew), psum = 0.0f;
+        for (int c = half; c < ROWS; c += 2) {
+            float p = srow[c] == -INFINITY ? 0.0f : expf(srow[c] - mnew);
+            srow[c] = p;
+            psum += p;
         }
+        psum += __shfl_xor_sync(0xffffffffu, psum, 1);
+        l = l * corr + psum;
         mx = mnew;
-    }
-    if (i >= T) return;
-    float inv = 1.0f / l, *o = out + (head + i) * D;
+        for (int d = half; d < DM; d += 2) os[r * LD + d] *= corr;
+        __syncwarp();
+        // O += P V, read whole before it is written (every lane's load precedes every lane's store)
+        FragC o[DM / 16];
 #pragma unroll
-    for (int d = 0; d < DM; d++)
-        if (d < D) o[d] = acc[d] * inv;
-    lse[head + i] = mx + logf(l);
+        for (int n = 0; n < DM / 16; n++)
+            wmma::load_matrix_sync(o[n], os + warp * 16 * LD + n * 16, LD, wmma::mem_row_major);
+        __syncwarp();
+        accumulate_<DM, SPLIT>(o, sw, vs);
+#pragma unroll
+        for (int n = 0; n < DM / 16; n++)
+            wmma::store_matrix_sync(os + warp * 16 * LD + n * 16, o[n], LD, wmma::mem_row_major);
+        __syncwarp();
+    }
+    if (i < T) {
+        float inv = 1.0f / l;
+        for (int d = half; d < D; d += 2) out[head + (size_t)i * D + d] = os[r * LD + d] * inv;
+        if (!half) lse[(size_t)blockIdx.x * T + i] = mx + logf(l);
+    }
 }
 
 // delta (B*NH*T,) = rowwise dout · out, one warp per row
@@ -99,108 +219,142 @@ __global__ void attn_delta_kernel(float *delta, const float *dout, const float *
     if (lane == 0) delta[r] = s;
 }
 
-// dq_i = scale · sum_j p_ij (dout_i·v_j - delta_i) k_j; grid and threads as the forward
-template <int DM>
-__global__ void __launch_bounds__(ROWS) attn_dq_kernel(float *dq, const float *dout, const float *lse,
-                                                       const float *delta, const float *q, const float *k,
-                                                       const float *v, float scale, int T, int D) {
-    __shared__ float ks[TILE][DM], vs[TILE][DM];
-    size_t head = (size_t)blockIdx.x * T;
-    int q0 = blockIdx.y * ROWS, i = q0 + threadIdx.x;
-    float qr[DM], dor[DM], acc[DM], li = 0.0f, di = 0.0f;
-    if (i < T) {
-        load_row_<DM>(qr, q + (head + i) * D, D);
-        load_row_<DM>(dor, dout + (head + i) * D, D);
-        li = lse[head + i];
-        di = delta[head + i];
-    }
+// dq_i = scale · sum_j p_ij (dout_i·v_j - delta_i) k_j. Grid and threads as the forward; shared: Q, dO, K, V
+// tiles, the scores and dout·v^T (64, SLD) each. dq accumulates in register fragments (no rescaling needed).
+template <int DM, bool SPLIT>
+__global__ void __launch_bounds__(WARPS * 32) attn_dq_kernel(float *dq, const float *dout, const float *lse,
+                                                            const float *delta, const float *q, const float *k,
+                                                            const float *v, float scale, int T, int D) {
+    constexpr int LD = Tile<DM>::LD, TF = Tile<DM>::FLOATS;
+    GPU_DYNAMIC_SMEM(float, sm);
+    float *qs = sm, *dos = qs + TF, *ks = dos + TF, *vs = ks + TF, *ss = vs + TF, *ps = ss + ROWS * SLD;
+    size_t head = (size_t)blockIdx.x * T * D, hrow = (size_t)blockIdx.x * T;
+    int q0 = (gridDim.y - 1 - blockIdx.y) * ROWS, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int r = warp * 16 + (lane >> 1), half = lane & 1, i = q0 + r;
+    float li = i < T ? lse[hrow + i] : 0.0f, di = i < T ? delta[hrow + i] : 0.0f;
+    load_tile_<DM>(qs, q + head, q0, T, D);
+    load_tile_<DM>(dos, dout + head, q0, T, D);
+    FragC acc[DM / 16];
 #pragma unroll
-    for (int d = 0; d < DM; d++) acc[d] = 0.0f;
+    for (int n = 0; n < DM / 16; n++) wmma::fill_fragment(acc[n], 0.0f);
     int k_end = min(T, q0 + ROWS);
-    for (int k0 = 0; k0 < k_end; k0 += TILE) {
-        stage_kv_<DM>(ks, vs, k + head * D, v + head * D, k0, T, D);
-        if (i >= T || k0 > i) continue;
-        int n = min(TILE, i - k0 + 1);
-        for (int j = 0; j < n; j++) {
-            float p = expf(dot_<DM>(qr, ks[j]) * scale - li);
-            float ds = p * (dot_<DM>(dor, vs[j]) - di);
-#pragma unroll
-            for (int d = 0; d < DM; d++) acc[d] += ds * ks[j][d];
+    for (int k0 = 0; k0 < k_end; k0 += ROWS) {
+        __syncthreads();
+        load_tile_<DM>(ks, k + head, k0, T, D);
+        load_tile_<DM>(vs, v + head, k0, T, D);
+        __syncthreads();
+        float *sw = ss + warp * 16 * SLD, *pw = ps + warp * 16 * SLD;
+        scores_<DM, SPLIT>(sw, qs + warp * 16 * LD, ks);   // q k^T
+        scores_<DM, SPLIT>(pw, dos + warp * 16 * LD, vs);  // dout v^T
+        __syncwarp();
+        for (int c = half; c < ROWS; c += 2) {
+            int j = k0 + c;
+            float p = (j <= i && i < T) ? expf(sw[(lane >> 1) * SLD + c] * scale - li) : 0.0f;
+            sw[(lane >> 1) * SLD + c] = p * (pw[(lane >> 1) * SLD + c] - di);  // ds
         }
+        __syncwarp();
+        accumulate_<DM, SPLIT>(acc, sw, ks);
     }
-    if (i >= T) return;
-    float *o = dq + (head + i) * D;
+    __syncthreads();  // every warp is done with qs: it stages the result
 #pragma unroll
-    for (int d = 0; d < DM; d++)
-        if (d < D) o[d] = acc[d] * scale;
+    for (int n = 0; n < DM / 16; n++)
+        wmma::store_matrix_sync(qs + warp * 16 * LD + n * 16, acc[n], LD, wmma::mem_row_major);
+    __syncthreads();
+    store_tile_<DM>(dq + head, qs, scale, q0, T, D);
 }
 
-// dv_j = sum_i p_ij dout_i, dk_j = scale · sum_i p_ij (dout_i·v_j - delta_i) q_i over queries i >= j;
-// grid (B*NH, ceil(T/ROWS)), a thread per key row
-template <int DM>
-__global__ void __launch_bounds__(ROWS) attn_dkdv_kernel(float *dk, float *dv, const float *dout, const float *lse,
-                                                         const float *delta, const float *q, const float *k,
-                                                         const float *v, float scale, int T, int D) {
-    __shared__ float qs[TILE][DM], dos[TILE][DM];
-    __shared__ float ls[TILE], ds_[TILE];
-    size_t head = (size_t)blockIdx.x * T;
-    int j0 = blockIdx.y * ROWS, j = j0 + threadIdx.x;
-    float kr[DM], vr[DM], dka[DM], dva[DM];
-    if (j < T) {
-        load_row_<DM>(kr, k + (head + j) * D, D);
-        load_row_<DM>(vr, v + (head + j) * D, D);
+// dv_j = sum_i p_ij dout_i, dk_j = scale · sum_i p_ij (dout_i·v_j - delta_i) q_i over queries i >= j. Grid
+// (B*NH, ceil(T/64)): a block owns 64 keys and walks the query tiles from its first key on. Shared: K, V, Q, dO
+// tiles, the transposed scores and v·dout^T (64, SLD) each, and the tile's lse and delta.
+template <int DM, bool SPLIT>
+__global__ void __launch_bounds__(WARPS * 32) attn_dkdv_kernel(float *dk, float *dv, const float *dout,
+                                                              const float *lse, const float *delta, const float *q,
+                                                              const float *k, const float *v, float scale, int T,
+                                                              int D) {
+    constexpr int LD = Tile<DM>::LD, TF = Tile<DM>::FLOATS;
+    GPU_DYNAMIC_SMEM(float, sm);
+    float *ks = sm, *vs = ks + TF, *qs = vs + TF, *dos = qs + TF, *ss = dos + TF, *ps = ss + ROWS * SLD;
+    float *ls = ps + ROWS * SLD, *dls = ls + ROWS;
+    size_t head = (size_t)blockIdx.x * T * D, hrow = (size_t)blockIdx.x * T;
+    int j0 = blockIdx.y * ROWS, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int r = lane >> 1, half = lane & 1, j = j0 + warp * 16 + r;  // this lane's key
+    load_tile_<DM>(ks, k + head, j0, T, D);
+    load_tile_<DM>(vs, v + head, j0, T, D);
+    FragC dka[DM / 16], dva[DM / 16];
+#pragma unroll
+    for (int n = 0; n < DM / 16; n++) {
+        wmma::fill_fragment(dka[n], 0.0f);
+        wmma::fill_fragment(dva[n], 0.0f);
     }
-#pragma unroll
-    for (int d = 0; d < DM; d++) dka[d] = dva[d] = 0.0f;
-    for (int i0 = j0; i0 < T; i0 += TILE) {  // causal: no query before the block's first key
+    for (int i0 = j0; i0 < T; i0 += ROWS) {  // causal: no query before the block's first key
         __syncthreads();
-        load_tile_<DM>(qs, q + head * D, i0, T, D);
-        load_tile_<DM>(dos, dout + head * D, i0, T, D);
-        for (int r = threadIdx.x; r < TILE; r += blockDim.x) {
-            ls[r] = i0 + r < T ? lse[head + i0 + r] : 0.0f;
-            ds_[r] = i0 + r < T ? delta[head + i0 + r] : 0.0f;
+        load_tile_<DM>(qs, q + head, i0, T, D);
+        load_tile_<DM>(dos, dout + head, i0, T, D);
+        for (int x = threadIdx.x; x < ROWS; x += blockDim.x) {
+            ls[x] = i0 + x < T ? lse[hrow + i0 + x] : 0.0f;
+            dls[x] = i0 + x < T ? delta[hrow + i0 + x] : 0.0f;
         }
         __syncthreads();
-        if (j >= T || i0 + TILE <= j) continue;
-        int r0 = max(0, j - i0), r1 = min(TILE, T - i0);  // queries i0+r0 .. i0+r1-1 see key j
-        for (int r = r0; r < r1; r++) {
-            float p = expf(dot_<DM>(qs[r], kr) * scale - ls[r]);
-            float dsc = p * (dot_<DM>(dos[r], vr) - ds_[r]);
-#pragma unroll
-            for (int d = 0; d < DM; d++) {
-                dva[d] += p * dos[r][d];
-                dka[d] += dsc * qs[r][d];
-            }
+        float *sw = ss + warp * 16 * SLD, *pw = ps + warp * 16 * SLD;
+        scores_<DM, SPLIT>(sw, ks + warp * 16 * LD, qs);   // (k q^T): row = key, column = query
+        scores_<DM, SPLIT>(pw, vs + warp * 16 * LD, dos);  // (v dout^T)
+        __syncwarp();
+        for (int c = half; c < ROWS; c += 2) {
+            int i = i0 + c;
+            float p = (i >= j && i < T && j < T) ? expf(sw[r * SLD + c] * scale - ls[c]) : 0.0f;
+            sw[r * SLD + c] = p;
+            pw[r * SLD + c] = p * (pw[r * SLD + c] - dls[c]);  // ds
         }
+        __syncwarp();
+        accumulate_<DM, SPLIT>(dva, sw, dos);  // p^T dout
+        accumulate_<DM, SPLIT>(dka, pw, qs);   // ds^T q
     }
-    if (j >= T) return;
-    float *ok = dk + (head + j) * D, *ov = dv + (head + j) * D;
+    __syncthreads();  // every warp is done with the tiles: K and V stage the results
 #pragma unroll
-    for (int d = 0; d < DM; d++)
-        if (d < D) {
-            ok[d] = dka[d] * scale;
-            ov[d] = dva[d];
-        }
+    for (int n = 0; n < DM / 16; n++) {
+        wmma::store_matrix_sync(ks + warp * 16 * LD + n * 16, dka[n], LD, wmma::mem_row_major);
+        wmma::store_matrix_sync(vs + warp * 16 * LD + n * 16, dva[n], LD, wmma::mem_row_major);
+    }
+    __syncthreads();
+    store_tile_<DM>(dk + head, ks, scale, j0, T, D);
+    store_tile_<DM>(dv + head, vs, 1.0f, j0, T, D);
 }
+
+// ----------------------------------------------------------------------------
+// launches
 
 int gpu_attn_supports(int D) { return D >= 1 && D <= GPU_ATTN_MAX_D; }
 
-// calls fn<DM> for the smallest DM of 32, 64, 128 that holds D
-#define DISPATCH_DM_(D, CALL) \
-    do {                      \
-        if ((D) <= 32) {      \
-            constexpr int DM = 32; CALL; \
-        } else if ((D) <= 64) { \
-            constexpr int DM = 64; CALL; \
-        } else {              \
-            constexpr int DM = 128; CALL; \
-        }                     \
+template <int DM>
+static size_t fwd_smem_(void) { return (4 * (size_t)Tile<DM>::FLOATS + ROWS * SLD) * sizeof(float); }
+template <int DM>
+static size_t bwd_smem_(void) { return (4 * (size_t)Tile<DM>::FLOATS + 2 * ROWS * SLD + 2 * ROWS) * sizeof(float); }
+
+// launches KERNEL<DM, SPLIT> (DM: the smallest of 32, 64, 128 that holds D; SPLIT: fp32 mode) with `smem` bytes
+// of dynamic shared memory, raising the kernel's limit above the default 48 KB first
+#define LAUNCH_(KERNEL, SMEM, grid, ...)                                                                        \
+    do {                                                                                                       \
+        if (gpu_math() == GPU_FP32) LAUNCH_DM_(KERNEL, true, SMEM, grid, __VA_ARGS__);                          \
+        else LAUNCH_DM_(KERNEL, false, SMEM, grid, __VA_ARGS__);                                                \
+    } while (0)
+#define LAUNCH_DM_(KERNEL, SPLIT, SMEM, grid, ...)                                                              \
+    do {                                                                                                       \
+        if (D <= 32) LAUNCH_ONE_(KERNEL, 32, SPLIT, SMEM, grid, __VA_ARGS__);                                  \
+        else if (D <= 64) LAUNCH_ONE_(KERNEL, 64, SPLIT, SMEM, grid, __VA_ARGS__);                             \
+        else LAUNCH_ONE_(KERNEL, 128, SPLIT, SMEM, grid, __VA_ARGS__);                                         \
+    } while (0)
+#define LAUNCH_ONE_(KERNEL, DMV, SPLIT, SMEM, grid, ...)                                                        \
+    do {                                                                                                       \
+        size_t bytes_ = SMEM<DMV>();                                                                           \
+        CUDA_CHECK(cudaFuncSetAttribute(KERNEL<DMV, SPLIT>, cudaFuncAttributeMaxDynamicSharedMemorySize,       \
+                                        (int)bytes_));                                                         \
+        KERNEL<DMV, SPLIT><<<grid, WARPS * 32, bytes_>>>(__VA_ARGS__);                                         \
     } while (0)
 
 void gpu_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v, float scale, int B,
                            int NH, int T, int D) {
     dim3 grid(B * NH, gpu_blocks(T, ROWS));
-    DISPATCH_DM_(D, (attn_forward_kernel<DM><<<grid, ROWS>>>(out, lse, q, k, v, scale, T, D)));
+    LAUNCH_(attn_fwd_kernel, fwd_smem_, grid, out, lse, q, k, v, scale, T, D);
     KERNEL_CHECK();
 }
 
@@ -211,8 +365,8 @@ void gpu_attention_backward(float *dq, float *dk, float *dv, float *delta, const
     attn_delta_kernel<<<gpu_blocks(rows, 8), 256>>>(delta, dout, out, rows, D);
     KERNEL_CHECK();
     dim3 grid(B * NH, gpu_blocks(T, ROWS));
-    DISPATCH_DM_(D, (attn_dq_kernel<DM><<<grid, ROWS>>>(dq, dout, lse, delta, q, k, v, scale, T, D)));
+    LAUNCH_(attn_dq_kernel, bwd_smem_, grid, dq, dout, lse, delta, q, k, v, scale, T, D);
     KERNEL_CHECK();
-    DISPATCH_DM_(D, (attn_dkdv_kernel<DM><<<grid, ROWS>>>(dk, dv, dout, lse, delta, q, k, v, scale, T, D)));
+    LAUNCH_(attn_dkdv_kernel, bwd_smem_, grid, dk, dv, dout, lse, delta, q, k, v, scale, T, D);
     KERNEL_CHECK();
 }

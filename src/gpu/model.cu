@@ -26,8 +26,10 @@ static const GpuMixerOps *gpu_mixer_lookup_(const char *name) {
 }
 
 static cublasHandle_t blas_ = NULL;
+static GpuMath math_ = GPU_TF32;
 
 cublasHandle_t gpu_blas(void) { return blas_; }
+GpuMath gpu_math(void) { return math_; }
 
 void gpu_fail_(const char *what, const char *detail, const char *file, int line) {
     fprintf(stderr, "seqtrain: CUDA error: %s failed: %s (%s:%d)\n", what, detail, file, line);
@@ -219,6 +221,7 @@ int gpu_open(Gpu **out, const Model *m, const Optim *o, const char *precision, E
     if (!blas_) CUBLAS_CHECK(cublasCreate(&blas_));
     // fp32: cuBLAS's default math never uses TF32; tf32: tensor cores with 10-bit-mantissa inputs
     CUBLAS_CHECK(cublasSetMathMode(blas_, !strcmp(precision, "tf32") ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    math_ = !strcmp(precision, "tf32") ? GPU_TF32 : GPU_FP32;
     const ParamTable *pt = &m->pt;
     size_t bytes = pt->numel * sizeof(float);
     if (dev_alloc_(&g->params, bytes, "the parameters", e) || dev_alloc_(&g->grads, bytes, "the gradients", e) ||

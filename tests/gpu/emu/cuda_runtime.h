@@ -4,8 +4,8 @@
  * them (tests/gpu/run.sh). It checks the kernels' indexing, tiling, barriers and math, not the GPU's own
  * behaviour (real float rounding of the device's libm, TF32, memory faults, launch limits): that needs a GPU.
  *
- * How: a launch `k<<<grid, block>>>(args)` is rewritten to `emu_launch(grid, block, k, args)` (the Makefile's
- * perl line). The blocks of a grid run one after another; the threads of a block are fibers on one OS thread
+ * How: a launch `k<<<grid, block[, smem]>>>(args)` is rewritten to `emu_launch(emu_cfg(grid, block[, smem]), k,
+ * args)` (the Makefile's perl line). The blocks of a grid run one after another; the threads of a block are fibers on one OS thread
  * (started by makecontext/setcontext, switched by _setjmp/_longjmp, which makes no system call: the Makefile
  * compiles this with -U_FORTIFY_SOURCE, whose longjmp check refuses a jump to another stack), each run until it
  * finishes or waits at a barrier: __syncthreads waits for every live thread of the block, a warp shuffle for
@@ -33,6 +33,13 @@
 #define __launch_bounds__(...)
 #define __shared__ static
 
+struct alignas(16) float4_emu_ {
+    float v[4];
+};
+struct alignas(16) float4 {
+    float x, y, z, w;
+};
+static inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
 struct uint3 {
     unsigned x, y, z;
 };
@@ -75,6 +82,12 @@ static inline void emu_wait_(int state) {
 }
 
 static inline void __syncthreads(void) { emu_wait_(EMU_WAIT_BLOCK); }
+// a warp's lanes wait for each other (what the kernels need between a warp-wide store_matrix_sync and lanes
+// reading it, on the GPU as here, where each fiber runs on to its next barrier before the next one starts)
+static inline void __syncwarp(unsigned mask = 0xffffffffu) {
+    (void)mask;
+    emu_wait_(EMU_WAIT_WARP);
+}
 
 static inline float __shfl_xor_sync(unsigned mask, float v, int lane_mask) {
     (void)mask;
@@ -161,11 +174,28 @@ static inline void emu_run_(dim3 grid, dim3 block, std::function<void()> *body) 
             }
 }
 
+// the launch configuration; smem: the bytes of dynamic shared memory (GPU_DYNAMIC_SMEM), one buffer that the
+// fibers of the running block share
+struct EmuCfg {
+    dim3 grid, block;
+    size_t smem;
+};
+static inline EmuCfg emu_cfg(dim3 grid, dim3 block, size_t smem = 0) { return EmuCfg{grid, block, smem}; }
+inline std::vector<float4_emu_> emu_dyn_smem_;
+
 template <typename K, typename... A>
-static inline void emu_launch(dim3 grid, dim3 block, K kernel, A... args) {
+static inline void emu_launch(EmuCfg cfg, K kernel, A... args) {
+    // the buffer of the dynamic shared memory, 16-byte aligned, filled with NaN bytes as device memory is
+    emu_dyn_smem_.assign((cfg.smem + 15) / 16 + 1, float4_emu_{});
+    memset((void *)emu_dyn_smem_.data(), 0xff, emu_dyn_smem_.size() * sizeof(float4_emu_));
     std::function<void()> body = [&]() { kernel(args...); };
-    emu_run_(grid, block, &body);
+    emu_run_(cfg.grid, cfg.block, &body);
 }
+#define SEQ_GPU_EMU 1
+#define GPU_DYNAMIC_SMEM(type, name) type *name = (type *)emu_dyn_smem_.data()
+template <typename F>
+static inline int cudaFuncSetAttribute(F f, int attr, int value) { (void)f, (void)attr, (void)value; return 0; }
+enum { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 
 // ----------------------------------------------------------------------------
 // the runtime calls the backend makes
