@@ -195,10 +195,8 @@ static int acts_alloc_(Gpu *g, int B, int T, Err *e) {
 
 int gpu_open(Gpu **out, const Model *m, const Optim *o, const char *precision, Err *e) {
     *out = NULL;
-    if (!strcmp(precision, "bf16"))
-        return err_set(e, "run.precision bf16: not implemented on the GPU yet (docs/gpu.md); use tf32 or fp32");
-    if (strcmp(precision, "fp32") && strcmp(precision, "tf32"))
-        return err_set(e, "run.precision \"%s\": the GPU takes fp32 or tf32", precision);
+    if (strcmp(precision, "fp32") && strcmp(precision, "tf32") && strcmp(precision, "bf16"))
+        return err_set(e, "run.precision \"%s\": the GPU takes fp32, tf32 or bf16", precision);
     if (gpu_check_model(m, e) != 0) return -1;
     int n_dev = 0;
     cudaError_t err = cudaGetDeviceCount(&n_dev);
@@ -221,7 +219,7 @@ int gpu_open(Gpu **out, const Model *m, const Optim *o, const char *precision, E
     if (!blas_) CUBLAS_CHECK(cublasCreate(&blas_));
     // fp32: cuBLAS's default math never uses TF32; tf32: tensor cores with 10-bit-mantissa inputs
     CUBLAS_CHECK(cublasSetMathMode(blas_, !strcmp(precision, "tf32") ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
-    math_ = !strcmp(precision, "tf32") ? GPU_TF32 : GPU_FP32;
+    math_ = !strcmp(precision, "tf32") ? GPU_TF32 : !strcmp(precision, "bf16") ? GPU_BF16 : GPU_FP32;
     const ParamTable *pt = &m->pt;
     size_t bytes = pt->numel * sizeof(float);
     if (dev_alloc_(&g->params, bytes, "the parameters", e) || dev_alloc_(&g->grads, bytes, "the gradients", e) ||
@@ -231,6 +229,11 @@ int gpu_open(Gpu **out, const Model *m, const Optim *o, const char *precision, E
         return -1;
     }
     CUDA_CHECK(cudaMemset(g->grads, 0, bytes));
+    if (math_ == GPU_BF16 && gpu_bf16_shadow_init(g->params, pt->numel) != 0) {
+        gpu_close(g);
+        return err_set(e, "run.device cuda: cannot allocate %.1f MiB of GPU memory for the bf16 copy of the parameters",
+                       pt->numel * 2 / 1048576.0);
+    }
     gpu_upload(g, m->params, o->m, o->v);
     // the optimizer's chunks, with their lengths (a tensor's last chunk is short)
     g->n_chunks = o->n_chunks;
@@ -274,6 +277,7 @@ int gpu_open(Gpu **out, const Model *m, const Optim *o, const char *precision, E
 void gpu_close(Gpu *g) {
     if (!g) return;
     gpu_prof_print();
+    if (math_ == GPU_BF16) gpu_bf16_shadow_free();
     acts_free_(g);
     void *bufs[] = {g->params, g->grads, g->adam_m, g->adam_v, g->chunk_start, g->chunk_len, g->chunk_tensor,
                     g->chunk_sumsq, g->coef};
@@ -301,6 +305,7 @@ static void copy_(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind)
 void gpu_upload(Gpu *g, const float *params, const float *adam_m, const float *adam_v) {
     size_t bytes = g->m->pt.numel * sizeof(float);
     copy_(g->params, params, bytes, cudaMemcpyHostToDevice);
+    if (params && math_ == GPU_BF16) gpu_bf16_shadow_refresh();
     copy_(g->adam_m, adam_m, bytes, cudaMemcpyHostToDevice);
     copy_(g->adam_v, adam_v, bytes, cudaMemcpyHostToDevice);
 }
@@ -487,4 +492,5 @@ void gpu_optim_step(Gpu *g, Optim *o, float lr, float beta1) {
                           cudaMemcpyHostToDevice));
     GPU_TIMED("optim.adamw", gpu_adamw(g->params, g->adam_m, g->adam_v, g->grads, g->chunk_start, g->chunk_len,
                                        g->chunk_tensor, g->coef, g->n_chunks));
+    if (math_ == GPU_BF16) GPU_TIMED("optim.bf16_copy", gpu_bf16_shadow_refresh());
 }

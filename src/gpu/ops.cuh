@@ -19,6 +19,14 @@ void gpu_matmul_forward(float *out, const float *inp, const float *w, const floa
 void gpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,
                          int N, int IC, int OC, int accumulate);
 
+// run.precision bf16 (gpu_math GPU_BF16): the matmuls above multiply bfloat16 operands into fp32 results. The
+// weights come from a bf16 copy of the flat parameter buffer: gpu_bf16_shadow_init registers the buffer (params,
+// n floats, device) and allocates the copy (-1: out of memory); gpu_bf16_shadow_refresh rewrites it and must
+// follow every change of the parameters (upload, optimizer step). Activations are converted per call.
+int gpu_bf16_shadow_init(const float *params, size_t n);
+void gpu_bf16_shadow_refresh(void);
+void gpu_bf16_shadow_free(void);
+
 // LayerNorm (rms 0; bias may be NULL) or RMSNorm (rms 1; mean unused, may be NULL) of rows inp (N,C) with
 // weight (C,): out (N,C), mean, rstd (N,) kept for the backward; eps as nn/norm.h
 void gpu_norm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N,

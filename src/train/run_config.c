@@ -23,9 +23,10 @@ static const CfgKey RUN_KEYS_[] = {
          "backend has kernels for: docs/gpu.md). Checkpoints are the same either way, so a run resumes on the "
          "other device with --resume RUN --set run.device=..."),
     KEY_(RunSection, "precision", CFG_ENUM, precision, "\"tf32\"", 0, 0, "fp32|tf32|bf16",
-         "GPU matmul precision (run.device cuda): fp32, or tf32 (the tensor cores' 10-bit-mantissa inputs, fp32 "
-         "accumulation); bf16 is not implemented yet and is refused. Parameters, gradients and optimizer state "
-         "are fp32 in every mode. The CPU always computes in fp32 whatever this says."),
+         "GPU matmul precision (run.device cuda): fp32 (fp32 accuracy), tf32 (the tensor cores' 10-bit-mantissa "
+         "inputs, fp32 accumulation), or bf16 (autocast: the matmuls take bfloat16 operands of fp32 master "
+         "weights and activations, fp32 accumulation and results; attention as tf32). Parameters, gradients and "
+         "optimizer state are fp32 in every mode. The CPU always computes in fp32 whatever this says (docs/gpu.md)."),
 };
 
 #define TK_(name, type, field, def, lo, hi, doc) KEY_(TaskSection, name, type, field, def, lo, hi, NULL, doc)
@@ -277,9 +278,6 @@ int run_config_eval_contexts(const RunConfig *c, long *ctx, Err *e) {
 
 int run_config_check(const RunConfig *c, Err *e) {
     const TrainSection *tr = &c->train;
-    if (!strcmp(c->run.precision, "bf16"))
-        return err_set(e, "run.precision: bf16 (autocast with fp32 master weights) is not implemented yet "
-                       "(docs/gpu.md); allowed now: fp32, tf32");
     int64_t per_step = (int64_t)tr->grad_accum * tr->batch_size * tr->seq_len;
     if (per_step > RUN_CONFIG_MAX_STEP_TOKENS)
         return err_set(e, "train.grad_accum x train.batch_size x train.seq_len = %d x %d x %d = %lld tokens per step; "
