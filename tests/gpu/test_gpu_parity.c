@@ -13,8 +13,8 @@
  *
  * Tolerances are relative to the largest magnitude of the compared tensor (max |gpu - cpu| / max |cpu|):
  * fp32 2e-4 (the two devices add in different orders), tf32 3e-2 (cuBLAS rounds matmul inputs to 10-bit
- * mantissas, ~5e-4 relative per product, compounded over the layers), bf16 5e-2 (8-bit mantissas: ~4e-3 per
- * operand); the loss a tenth of that; the L2
+ * mantissas, ~5e-4 relative per product, compounded over the layers), bf16 2e-2 (8-bit mantissas: ~4e-3 per
+ * operand; measured on an H200: logits 3.9e-3, gradients 8.2e-3); the loss a tenth of that; the L2
  * difference of the parameter updates ten times it (see there). Exit status 77 and a "skipped" line when the
  * build has no usable GPU.
  */
@@ -42,14 +42,13 @@
 
 typedef struct Case {
     const char *name, *json;
-    // relu's derivative jumps at 0: where TF32's rounding moves a pre-activation across 0 the two devices
-    // gate that element differently, an O(1) difference in the gradients upstream of it (and in Adam's
-    // moments). Measured on an H200: fc.weight's gradient 5.1e-2, the first moments 3.4e-1 against 3e-2 and
-    // 1.5e-1. Such a case gets KINK_SLACK_ times the tf32 (and bf16) tolerances of the gradients and moments; fp32 rounds
-    // too little to flip gates at these sizes and keeps its own.
+    // relu's derivative jumps at 0: where TF32's or bf16's rounding moves a pre-activation across 0 the two
+    // devices gate that element differently, an O(1) difference in the gradients upstream of it (and in Adam's
+    // moments). Measured on an H200: fc.weight's gradient 5.1e-2 (tf32) and 1.6e-1 (bf16), the first moments
+    // 3.4e-1 and 5.0e-1. Such a case gets the precision's kink_slack times its tolerances of the gradients and
+    // moments; fp32 rounds too little to flip gates at these sizes and keeps its own.
     int kinked;
 } Case;
-#define KINK_SLACK_ 4.0
 
 static const Case CASES_[] = {
     {"layernorm, gelu, rope half, tied, D 16",
@@ -70,15 +69,16 @@ static const Case CASES_[] = {
 typedef struct Prec {
     const char *name;
     double tol;
-    int n_cases;  // the first n_cases of CASES_ run in this precision
+    double kink_slack;  // the tolerance factor of a kinked case's gradients and moments (see Case)
+    int n_cases;        // the first n_cases of CASES_ run in this precision
 } Prec;
 #define ALL_CASES_ (int)(sizeof CASES_ / sizeof CASES_[0])
 #ifdef SEQ_GPU_EMULATE
 // the kernels on the CPU (tests/gpu/emu/): cuBLAS's emulation has no TF32; bf16 (its GemmEx rounds the operands as
 // the GPU does) on the first case only, to keep the emulated run short
-static const Prec PRECS_[] = {{"fp32", 2e-4, ALL_CASES_}, {"bf16", 5e-2, 1}};
+static const Prec PRECS_[] = {{"fp32", 2e-4, 1, ALL_CASES_}, {"bf16", 2e-2, 10, 1}};
 #else
-static const Prec PRECS_[] = {{"fp32", 2e-4, ALL_CASES_}, {"tf32", 3e-2, ALL_CASES_}, {"bf16", 5e-2, ALL_CASES_}};
+static const Prec PRECS_[] = {{"fp32", 2e-4, 1, ALL_CASES_}, {"tf32", 3e-2, 4, ALL_CASES_}, {"bf16", 2e-2, 10, ALL_CASES_}};
 #endif
 
 static unsigned long long rng_ = 88172645463325252ull;
@@ -162,7 +162,7 @@ static int run_case_(const Case *c, const Prec *p) {
     CHECK(l2 == loss_gpu, "%s, %s: forward_backward's loss is the forward's (%.9g, %.9g)", c->name, p->name, l2,
           loss_gpu);
     gpu_download_grads(g, grads_gpu);
-    double gtol = p->tol * (c->kinked && strcmp(p->name, "fp32") ? KINK_SLACK_ : 1.0);
+    double gtol = p->tol * (c->kinked ? p->kink_slack : 1.0);
     double worst = 0;
     const char *worst_name = "";
     int bad = 0;
