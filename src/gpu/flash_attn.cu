@@ -76,16 +76,41 @@ static __device__ __forceinline__ void mma_step_(FragC &acc, const FA &ahi, cons
     wmma::mma_sync(acc, ahi, bhi, acc);
 }
 
-// acc[n] (16,16), n < N, += A (16,K) · B[:, 16n .. 16n+16). A row-major at a (stride lda). B: with BT, the
-// transpose of a row-major (16N, K) matrix at b (B's column c is row c there: q·k^T against k's rows);
-// else row-major (K, 16N) at b. k outermost: each slice of A is loaded and rounded once for all N products.
-template <int K, int N, bool BT, bool SPLIT>
-static __device__ __forceinline__ void mma_(FragC *acc, const float *a, int lda, const float *b, int ldb) {
+// The left operand of mma_, a row-major (16,K) matrix, handed out one rounded k-slice of 8 at a time: read from
+// shared memory at each step (ASmem), or held in registers, loaded and rounded once (ARegs: rows a warp uses
+// against every tile, e.g. its queries in the forward)
+struct ASmem {
+    const float *a;
+    int lda;
+    template <bool SPLIT>
+    __device__ __forceinline__ void get(int k, FragA &hi, FragA &lo) const {
+        load_operand_<SPLIT>(hi, lo, a + k, lda);
+    }
+};
+template <int K, bool SPLIT>
+struct ARegs {
+    FragA hi[K / 8], lo[SPLIT ? K / 8 : 1];
+    __device__ __forceinline__ void load(const float *a, int lda) {
+#pragma unroll
+        for (int k = 0; k < K; k += 8) load_operand_<SPLIT>(hi[k / 8], lo[SPLIT ? k / 8 : 0], a + k, lda);
+    }
+    template <bool S>
+    __device__ __forceinline__ void get(int k, FragA &h, FragA &l) const {
+        h = hi[k / 8];
+        if (SPLIT) l = lo[k / 8];
+    }
+};
+
+// acc[n] (16,16), n < N, += A (16,K) · B[:, 16n .. 16n+16). B: with BT, the transpose of a row-major (16N, K)
+// matrix at b (B's column c is row c there: q·k^T against k's rows); else row-major (K, 16N) at b. k outermost:
+// each slice of A is rounded once for all N products.
+template <int K, int N, bool BT, bool SPLIT, typename ASrc>
+static __device__ __forceinline__ void mma_(FragC *acc, const ASrc &A, const float *b, int ldb) {
     typedef typename std::conditional<BT, FragBt, FragB>::type FB;
 #pragma unroll
     for (int k = 0; k < K; k += 8) {
         FragA ahi, alo;
-        load_operand_<SPLIT>(ahi, alo, a + k, lda);
+        A.template get<SPLIT>(k, ahi, alo);
 #pragma unroll
         for (int n = 0; n < N; n++) {
             FB bhi, blo;
@@ -95,24 +120,42 @@ static __device__ __forceinline__ void mma_(FragC *acc, const float *a, int lda,
     }
 }
 
-// this warp's (16,64) scores: 16 rows of a (row-major, stride LD) against the 64 rows of b (row-major, stride LD),
-// S = A B^T over DM columns, stored row-major into s (stride SLD)
-template <int DM, bool SPLIT>
-static __device__ __forceinline__ void scores_(float *s, const float *a, const float *b) {
-    constexpr int LD = Tile<DM>::LD;
+// this warp's (16,64) scores: its 16 rows A (DM columns) against the 64 rows of b (row-major, stride LD),
+// S = A B^T, stored row-major into s (stride SLD)
+template <int DM, bool SPLIT, typename ASrc>
+static __device__ __forceinline__ void scores_(float *s, const ASrc &A, const float *b) {
     FragC c[ROWS / 16];
 #pragma unroll
     for (int n = 0; n < ROWS / 16; n++) wmma::fill_fragment(c[n], 0.0f);
-    mma_<DM, ROWS / 16, true, SPLIT>(c, a, LD, b, LD);
+    mma_<DM, ROWS / 16, true, SPLIT>(c, A, b, Tile<DM>::LD);
 #pragma unroll
     for (int n = 0; n < ROWS / 16; n++) wmma::store_matrix_sync(s + n * 16, c[n], SLD, wmma::mem_row_major);
+}
+// ... with the 16 rows read from shared memory (row-major at a, stride LD)
+template <int DM, bool SPLIT>
+static __device__ __forceinline__ void scores_rows_(float *s, const float *a, const float *b) {
+    scores_<DM, SPLIT>(s, ASmem{a, Tile<DM>::LD}, b);
 }
 
 // acc[n] (16,16) += P (16,64 at p, stride SLD) · X[:, 16n .. 16n+16) (X (64,DM) row-major at x, stride LD)
 template <int DM, bool SPLIT>
 static __device__ __forceinline__ void accumulate_(FragC *acc, const float *p, const float *x) {
-    mma_<ROWS, DM / 16, false, SPLIT>(acc, p, SLD, x, Tile<DM>::LD);
+    mma_<ROWS, DM / 16, false, SPLIT>(acc, ASmem{p, SLD}, x, Tile<DM>::LD);
 }
+
+// dq holds its queries and their dout in registers (two tiles of shared memory fewer) for TF32 operands up to
+// 64 wide; 3xTF32 or wider rows would take too many registers
+template <int DM, bool SPLIT>
+struct DqInRegs {
+    static constexpr bool value = !SPLIT && DM <= 64;
+};
+
+// the forward holds its queries in registers (frees a tile of shared memory: more blocks per SM) unless that
+// takes too many registers (3xTF32's two parts of 128-wide rows)
+template <int DM, bool SPLIT>
+struct QInRegs {
+    static constexpr bool value = !(SPLIT && DM > 64);
+};
 
 // rows [r0, r0 + 64) of a (T,D) matrix into s (64, LD), zero-padded past T and past D
 template <int DM>
@@ -152,13 +195,20 @@ template <int DM, bool SPLIT>
 __global__ void __launch_bounds__(WARPS * 32) attn_fwd_kernel(float *out, float *lse, const float *q, const float *k,
                                                              const float *v, float scale, int T, int D) {
     constexpr int LD = Tile<DM>::LD, TF = Tile<DM>::FLOATS;
+    constexpr bool QREG = QInRegs<DM, SPLIT>::value;
     GPU_DYNAMIC_SMEM(float, sm);
-    float *qs = sm, *ks = qs + TF, *vs = ks + TF, *os = vs + TF, *ss = os + TF;
+    float *ks = sm, *vs = ks + TF, *os = vs + TF, *ss = os + TF, *qs = ss + ROWS * SLD;  // qs: without QREG
     size_t head = (size_t)blockIdx.x * T * D;
     // the last query blocks see the most keys: they go first, so the grid's tail is short blocks
     int q0 = (gridDim.y - 1 - blockIdx.y) * ROWS, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int r = warp * 16 + (lane >> 1), half = lane & 1, i = q0 + r;  // this lane's row and column parity
-    load_tile_<DM>(qs, q + head, q0, T, D);
+    ARegs<DM, SPLIT> qa;  // with QREG: this warp's 16 queries, staged through the output's tile
+    load_tile_<DM>(QREG ? os : qs, q + head, q0, T, D);
+    if (QREG) {
+        __syncthreads();
+        qa.load(os + warp * 16 * LD, LD);
+        __syncthreads();
+    }
     for (int x = threadIdx.x; x < TF; x += blockDim.x) os[x] = 0.0f;
     float mx = -INFINITY, l = 0.0f;
     int k_end = min(T, q0 + ROWS);  // causal: no key after the block's last query
@@ -168,7 +218,8 @@ __global__ void __launch_bounds__(WARPS * 32) attn_fwd_kernel(float *out, float 
         load_tile_<DM>(vs, v + head, k0, T, D);
         __syncthreads();
         float *sw = ss + warp * 16 * SLD, *srow = ss + r * SLD;
-        scores_<DM, SPLIT>(sw, qs + warp * 16 * LD, ks);
+        if (QREG) scores_<DM, SPLIT>(sw, qa, ks);
+        else scores_rows_<DM, SPLIT>(sw, qs + warp * 16 * LD, ks);
         __syncwarp();
         float tmax = -INFINITY;
         for (int c = half; c < ROWS; c += 2) {
@@ -226,14 +277,21 @@ __global__ void __launch_bounds__(WARPS * 32) attn_dq_kernel(float *dq, const fl
                                                             const float *delta, const float *q, const float *k,
                                                             const float *v, float scale, int T, int D) {
     constexpr int LD = Tile<DM>::LD, TF = Tile<DM>::FLOATS;
+    constexpr bool QREG = DqInRegs<DM, SPLIT>::value;
     GPU_DYNAMIC_SMEM(float, sm);
-    float *qs = sm, *dos = qs + TF, *ks = dos + TF, *vs = ks + TF, *ss = vs + TF, *ps = ss + ROWS * SLD;
+    float *ks = sm, *vs = ks + TF, *ss = vs + TF, *ps = ss + ROWS * SLD, *qs = ps + ROWS * SLD, *dos = qs + TF;
     size_t head = (size_t)blockIdx.x * T * D, hrow = (size_t)blockIdx.x * T;
     int q0 = (gridDim.y - 1 - blockIdx.y) * ROWS, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int r = warp * 16 + (lane >> 1), half = lane & 1, i = q0 + r;
     float li = i < T ? lse[hrow + i] : 0.0f, di = i < T ? delta[hrow + i] : 0.0f;
-    load_tile_<DM>(qs, q + head, q0, T, D);
-    load_tile_<DM>(dos, dout + head, q0, T, D);
+    ARegs<DM, SPLIT> qa, da;  // with QREG: this warp's queries and their dout, staged through K's and V's tiles
+    load_tile_<DM>(QREG ? ks : qs, q + head, q0, T, D);
+    load_tile_<DM>(QREG ? vs : dos, dout + head, q0, T, D);
+    if (QREG) {
+        __syncthreads();
+        qa.load(ks + warp * 16 * LD, LD);
+        da.load(vs + warp * 16 * LD, LD);
+    }
     FragC acc[DM / 16];
 #pragma unroll
     for (int n = 0; n < DM / 16; n++) wmma::fill_fragment(acc[n], 0.0f);
@@ -244,8 +302,13 @@ __global__ void __launch_bounds__(WARPS * 32) attn_dq_kernel(float *dq, const fl
         load_tile_<DM>(vs, v + head, k0, T, D);
         __syncthreads();
         float *sw = ss + warp * 16 * SLD, *pw = ps + warp * 16 * SLD;
-        scores_<DM, SPLIT>(sw, qs + warp * 16 * LD, ks);   // q k^T
-        scores_<DM, SPLIT>(pw, dos + warp * 16 * LD, vs);  // dout v^T
+        if (QREG) {
+            scores_<DM, SPLIT>(sw, qa, ks);  // q k^T
+            scores_<DM, SPLIT>(pw, da, vs);  // dout v^T
+        } else {
+            scores_rows_<DM, SPLIT>(sw, qs + warp * 16 * LD, ks);
+            scores_rows_<DM, SPLIT>(pw, dos + warp * 16 * LD, vs);
+        }
         __syncwarp();
         for (int c = half; c < ROWS; c += 2) {
             int j = k0 + c;
@@ -255,12 +318,12 @@ __global__ void __launch_bounds__(WARPS * 32) attn_dq_kernel(float *dq, const fl
         __syncwarp();
         accumulate_<DM, SPLIT>(acc, sw, ks);
     }
-    __syncthreads();  // every warp is done with qs: it stages the result
+    __syncthreads();  // every warp is done with K's tile: it stages the result
 #pragma unroll
     for (int n = 0; n < DM / 16; n++)
-        wmma::store_matrix_sync(qs + warp * 16 * LD + n * 16, acc[n], LD, wmma::mem_row_major);
+        wmma::store_matrix_sync(ks + warp * 16 * LD + n * 16, acc[n], LD, wmma::mem_row_major);
     __syncthreads();
-    store_tile_<DM>(dq + head, qs, scale, q0, T, D);
+    store_tile_<DM>(dq + head, ks, scale, q0, T, D);
 }
 
 // dv_j = sum_i p_ij dout_i, dk_j = scale · sum_i p_ij (dout_i·v_j - delta_i) q_i over queries i >= j. Grid
@@ -296,8 +359,8 @@ __global__ void __launch_bounds__(WARPS * 32) attn_dkdv_kernel(float *dk, float 
         }
         __syncthreads();
         float *sw = ss + warp * 16 * SLD, *pw = ps + warp * 16 * SLD;
-        scores_<DM, SPLIT>(sw, ks + warp * 16 * LD, qs);   // (k q^T): row = key, column = query
-        scores_<DM, SPLIT>(pw, vs + warp * 16 * LD, dos);  // (v dout^T)
+        scores_rows_<DM, SPLIT>(sw, ks + warp * 16 * LD, qs);   // (k q^T): row = key, column = query
+        scores_rows_<DM, SPLIT>(pw, vs + warp * 16 * LD, dos);  // (v dout^T)
         __syncwarp();
         for (int c = half; c < ROWS; c += 2) {
             int i = i0 + c;
@@ -325,10 +388,16 @@ __global__ void __launch_bounds__(WARPS * 32) attn_dkdv_kernel(float *dk, float 
 
 int gpu_attn_supports(int D) { return D >= 1 && D <= GPU_ATTN_MAX_D; }
 
-template <int DM>
-static size_t fwd_smem_(void) { return (4 * (size_t)Tile<DM>::FLOATS + ROWS * SLD) * sizeof(float); }
-template <int DM>
-static size_t bwd_smem_(void) { return (4 * (size_t)Tile<DM>::FLOATS + 2 * ROWS * SLD + 2 * ROWS) * sizeof(float); }
+template <int DM, bool SPLIT>
+static size_t fwd_smem_(void) {
+    return ((QInRegs<DM, SPLIT>::value ? 3 : 4) * (size_t)Tile<DM>::FLOATS + ROWS * SLD) * sizeof(float);
+}
+template <int DM, bool SPLIT>
+static size_t dq_smem_(void) {
+    return ((DqInRegs<DM, SPLIT>::value ? 2 : 4) * (size_t)Tile<DM>::FLOATS + 2 * ROWS * SLD) * sizeof(float);
+}
+template <int DM, bool SPLIT>
+static size_t dkdv_smem_(void) { return (4 * (size_t)Tile<DM>::FLOATS + 2 * ROWS * SLD + 2 * ROWS) * sizeof(float); }
 
 // launches KERNEL<DM, SPLIT> (DM: the smallest of 32, 64, 128 that holds D; SPLIT: fp32 mode) with `smem` bytes
 // of dynamic shared memory, raising the kernel's limit above the default 48 KB first
@@ -345,7 +414,7 @@ static size_t bwd_smem_(void) { return (4 * (size_t)Tile<DM>::FLOATS + 2 * ROWS 
     } while (0)
 #define LAUNCH_ONE_(KERNEL, DMV, SPLIT, SMEM, grid, ...)                                                        \
     do {                                                                                                       \
-        size_t bytes_ = SMEM<DMV>();                                                                           \
+        size_t bytes_ = SMEM<DMV, SPLIT>();                                                                           \
         CUDA_CHECK(cudaFuncSetAttribute(KERNEL<DMV, SPLIT>, cudaFuncAttributeMaxDynamicSharedMemorySize,       \
                                         (int)bytes_));                                                         \
         KERNEL<DMV, SPLIT><<<grid, WARPS * 32, bytes_>>>(__VA_ARGS__);                                         \
@@ -365,8 +434,8 @@ void gpu_attention_backward(float *dq, float *dk, float *dv, float *delta, const
     attn_delta_kernel<<<gpu_blocks(rows, 8), 256>>>(delta, dout, out, rows, D);
     KERNEL_CHECK();
     dim3 grid(B * NH, gpu_blocks(T, ROWS));
-    LAUNCH_(attn_dq_kernel, bwd_smem_, grid, dq, dout, lse, delta, q, k, v, scale, T, D);
+    LAUNCH_(attn_dq_kernel, dq_smem_, grid, dq, dout, lse, delta, q, k, v, scale, T, D);
     KERNEL_CHECK();
-    LAUNCH_(attn_dkdv_kernel, bwd_smem_, grid, dk, dv, dout, lse, delta, q, k, v, scale, T, D);
+    LAUNCH_(attn_dkdv_kernel, dkdv_smem_, grid, dk, dv, dout, lse, delta, q, k, v, scale, T, D);
     KERNEL_CHECK();
 }
