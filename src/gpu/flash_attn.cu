@@ -242,8 +242,12 @@ __global__ void __launch_bounds__(WARPS * 32) attn_fwd_kernel(float *out, float 
         float mnew = fmaxf(mx, tmax), corr = mnew == -INFINITY ? 1.0f : expf(mx - mnew), psum = 0.0f;
         for (int c = half; c < ROWS; c += 2) {
             float p = srow[c] == -INFINITY ? 0.0f : expf(srow[c] - mnew);
+            srow[c] = p;
             psum += p;
-            srow[c] = p == 0.0f ? 0.0f : p * decay_(ho, i, k0 + c);
+        }
+        if (ho.decay != 0.0f) {  // P·V takes w = p E; the sum above stays the softmax's
+            for (int c = half; c < ROWS; c += 2)
+                if (srow[c] != 0.0f) srow[c] *= decay_(ho, i, k0 + c);
         }
         psum += __shfl_xor_sync(0xffffffffu, psum, 1);
         l = l * corr + psum;

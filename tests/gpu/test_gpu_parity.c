@@ -4,10 +4,10 @@
  * heads with and without bias, attention with every position scheme the GPU takes (none, rope in both layouts,
  * alibi, fox, decayed_rope and sc_rope with the decay on the logits and after the softmax), a sliding window
  * (longer sequences, so whole key tiles fall outside it) and qk_norm, head sizes on all three kernel widths,
- * projection biases), in fp32 and tf32:
+ * projection biases), in fp32, tf32 and bf16:
  *   - logits, loss and every parameter's gradient of one forward/backward (targets with ignored positions),
  *   - the losses, gradient norms, parameter updates and Adam moments of 6 AdamW steps with parameter groups and
- *     local and global clipping active,
+ *     local and global clipping active (not for the position schemes' cases: Case.grads_only),
  *   - bit-identical gradients from two runs of the same step (what a bit-identical --resume needs),
  * and the refusals of what the GPU has no kernels for (those need no GPU, so they run wherever it builds).
  * Built twice: against the CUDA backend (make CUDA=1) and, with SEQ_GPU_EMULATE, against its kernels emulated
@@ -72,22 +72,23 @@ static const Case CASES_[] = {
     {"no MLP, one head of D 128 (kernel width 128), 3 layers",
      "{\"d_model\": 64, \"n_layers\": 3, \"mlp\": {\"kind\": \"none\"}, "
      "\"mixer\": {\"kind\": \"attention\", \"heads\": 1, \"head_dim\": 128, \"pos\": \"rope\"}}", 0, 0, 0, 0},
-    // the position schemes: one small layer each and no training steps, so they add little to the emulated test's
-    // time (decay on the logits is alibi's bias with other slopes: sc_rope's case has it for the RoPE family)
+    // the position schemes: one small layer each, no training steps and one sequence where the batch adds nothing
+    // (fox's F is per sequence), so they add little to the emulated test's time (decay on the logits is alibi's
+    // bias with other slopes: sc_rope's case has it for the RoPE family)
 #define SCHEME_(MIXER) "{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {\"kind\": \"attention\", " MIXER "}}"
     {"alibi, 3 heads (slopes of a non-power-of-two), D 16",
-     SCHEME_("\"heads\": 3, \"head_dim\": 16, \"pos\": \"alibi\""), 0, 0, 0, 1},
+     SCHEME_("\"heads\": 3, \"head_dim\": 16, \"pos\": \"alibi\""), 0, 1, 0, 1},
     {"fox, qkv/out biases, D 16", SCHEME_("\"heads\": 2, \"pos\": \"fox\", \"bias\": true, "
                                          "\"fgate_bias_init\": 1"), 0, 0, 0, 1},
     {"decayed_rope, post-softmax decay, 4 heads (1 without decay), D 8",
      SCHEME_("\"heads\": 4, \"head_dim\": 8, \"pos\": \"decayed_rope\", \"zero_decay_heads\": 1, "
-             "\"damping\": 0.2"), 0, 0, 0, 1},
+             "\"damping\": 0.2"), 0, 1, 0, 1},
     {"sc_rope, post-softmax decay, interleaved, qk_norm, D 16",
      SCHEME_("\"heads\": 2, \"pos\": \"sc_rope\", \"rope_layout\": \"interleaved\", \"zero_decay_heads\": 0, "
-             "\"damping\": 0.2, \"qk_norm\": true"), 0, 0, 0, 1},
+             "\"damping\": 0.2, \"qk_norm\": true"), 0, 1, 0, 1},
     {"sc_rope, decay on the logits, 4 heads, D 8",
      SCHEME_("\"heads\": 4, \"head_dim\": 8, \"pos\": \"sc_rope\", \"decay_mode\": \"logits\", "
-             "\"zero_decay_heads\": 1"), 0, 0, 0, 1},
+             "\"zero_decay_heads\": 1"), 0, 1, 0, 1},
     // T 150: three key tiles, the window hides the first from the last query block and the last from the first
     // key block
     {"rope, window 40, qk_norm, T 150", SCHEME_("\"heads\": 2, \"pos\": \"rope\", \"window\": 40, "
