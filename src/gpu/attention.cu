@@ -1,7 +1,9 @@
 // The `attention` mixer's device side (mixers/attention.c is the host side and the definition): x (B,T,C) ->
-// qkv = x wqkv^T + bqkv (one (3HD, C) projection, rows [q | k | v]) -> q, k, v (B,H,T,D) -> RoPE on q, k ->
-// tiled causal attention (gpu/flash_attn.cu) -> (B,T,HD) -> the (C, HD) output projection.
-// The GPU takes pos none and rope, without qk_norm, window or selective_rope; attention_gpu_check_ refuses the rest.
+// qkv = x wqkv^T + bqkv (one (3HD, C) projection, rows [q | k | v]) -> q, k, v (B,H,T,D) -> qk_norm (per-head
+// RMSNorm of q and k) -> RoPE on q, k (rope, decayed_rope; sc_rope with its per-head spectrum) -> tiled causal
+// attention with the scheme's logit bias, post-softmax decay and window (gpu/flash_attn.cu) -> (B,T,HD) -> the
+// (C, HD) output projection. fox adds F = cumsum_t logsigmoid(x wf^T + bf) per head, and its gradient back.
+// attention_gpu_check_ refuses pos path / path_fox and selective_rope.
 #include <math.h>
 
 #include "gpu/common.cuh"
@@ -14,26 +16,40 @@ extern "C" {
 #include "nn/rotary.h"
 }
 
-static int rotates_(const AttentionOpts *o) { return o->pos_kind == POS_ROPE; }
+static_assert(ATT_MAX_HEADS <= GPU_ATTN_MAX_HEADS, "the kernels' options hold a constant per head");
+
+static int rotates_(const AttentionOpts *o) {
+    return o->pos_kind == POS_ROPE || o->pos_kind == POS_DECAYED_ROPE || o->pos_kind == POS_SC_ROPE;
+}
+static int per_head_rope_(const AttentionOpts *o) { return o->pos_kind == POS_SC_ROPE; }
 
 static int attention_gpu_check_(const MixerSpec *s, int l, Err *e) {
     const AttentionOpts *o = (const AttentionOpts *)s->opts;
-    if (o->pos_kind != POS_NONE && o->pos_kind != POS_ROPE)
-        return err_set(e, "layer %d: attention pos \"%s\" has no GPU kernels yet; with run.device cuda, "
-                       "model.mixer.pos takes none or rope (or train on run.device cpu)", l, o->pos);
-    if (o->qk_norm)
-        return err_set(e, "layer %d: attention qk_norm true has no GPU kernels yet; with run.device cuda, "
-                       "model.mixer.qk_norm must be false", l);
-    if (o->window)
-        return err_set(e, "layer %d: attention window %d has no GPU kernels yet; with run.device cuda, "
-                       "model.mixer.window must be 0", l, o->window);
+    if (o->path)
+        return err_set(e, "layer %d: attention pos \"%s\" (PaTH) has no GPU kernels yet; with run.device cuda, "
+                       "model.mixer.pos takes none, rope, alibi, fox, decayed_rope or sc_rope (or train on "
+                       "run.device cpu)", l, o->pos);
     if (o->sr.enabled)
         return err_set(e, "layer %d: attention selective_rope has no GPU kernels yet; with run.device cuda, "
-                       "model.mixer.selective_rope must be off", l);
+                       "model.mixer.selective_rope must be off (or train on run.device cpu)", l);
     if (!gpu_attn_supports(o->D))
         return err_set(e, "layer %d: attention head_dim %d: the GPU kernel takes head_dim 1..%d (model.mixer.heads / "
                        "head_dim)", l, o->D, GPU_ATTN_MAX_D);
     return 0;
+}
+
+// the kernels' options: mixers/attention.c's att_kernel_opts_ with the per-head constants copied in
+static GpuAttnOpts kernel_opts_(const AttentionOpts *o, const float *fg_cum) {
+    GpuAttnOpts k = {};
+    k.scale = 1.0f / sqrtf((float)o->D);
+    k.window = o->window;
+    if (o->fgate) k.fgate = fg_cum;
+    int decayed = o->pos_kind == POS_DECAYED_ROPE || o->pos_kind == POS_SC_ROPE;
+    for (int h = 0; h < o->H; h++) {
+        if (o->pos_kind == POS_ALIBI || (decayed && o->decay_logits)) k.slopes[h] = o->slopes[h];
+        if (decayed && !o->decay_logits) k.decay[h] = o->decays[h];
+    }
+    return k;
 }
 
 // ----------------------------------------------------------------------------
@@ -43,17 +59,29 @@ typedef struct GpuAttActs {
     float *qh, *kh, *vh, *oh;  // (B,H,T,D) what the kernel saw, its output
     float *lse;                // (B,H,T)
     float *o_lin;              // (B,T,HD) the output projection's input
-    float *cos_, *sin_;        // (T, D/2) the RoPE table (rope only)
+    float *cos_, *sin_;        // (T, D/2) the RoPE table, (T, H, D/2) with sc_rope's per-head spectrum
+    float *freqs;              // (H, D/2) sc_rope's spectrum (a copy of the host's)
+    float *q_lin, *k_lin;      // (B,H,T,D) q, k before qk_norm
+    float *q_rstd, *k_rstd;    // (B,H,T) their norms' 1/rms
+    float *fg_pre;             // (B,T,H) fox's forget-gate pre-activations
+    float *fg_cum;             // (B,H,T) F = cumsum_t logsigmoid(pre)
 } GpuAttActs;
 
 static size_t att_layout_(const AttentionOpts *o, int B, int T, float *base, GpuAttActs *a) {
-    size_t big = (size_t)B * T * o->HD, heads = (size_t)B * T * o->H, rope = rotates_(o) ? (size_t)T * (o->D / 2) : 0;
+    size_t big = (size_t)B * T * o->HD, heads = (size_t)B * T * o->H, half = o->D / 2;
+    size_t rope = rotates_(o) ? (size_t)T * (per_head_rope_(o) ? o->H : 1) * half : 0;
+    size_t freqs = per_head_rope_(o) ? (size_t)o->H * half : 0, qkn = o->qk_norm ? 1 : 0, fox = o->fgate ? 1 : 0;
+    struct {
+        float **p;
+        size_t n;
+    } slots[] = {{&a->qh, big},        {&a->kh, big},        {&a->vh, big},          {&a->oh, big},
+                 {&a->lse, heads},     {&a->o_lin, big},     {&a->cos_, rope},       {&a->sin_, rope},
+                 {&a->freqs, freqs},   {&a->q_lin, qkn * big}, {&a->k_lin, qkn * big}, {&a->q_rstd, qkn * heads},
+                 {&a->k_rstd, qkn * heads}, {&a->fg_pre, fox * heads}, {&a->fg_cum, fox * heads}};
     size_t n = 0;
-    float **slots[] = {&a->qh, &a->kh, &a->vh, &a->oh, &a->lse, &a->o_lin, &a->cos_, &a->sin_};
-    size_t sizes[] = {big, big, big, big, heads, big, rope, rope};
-    for (int i = 0; i < 8; i++) {
-        *slots[i] = base ? base + n : NULL;
-        n += sizes[i];
+    for (size_t i = 0; i < sizeof slots / sizeof slots[0]; i++) {
+        *slots[i].p = base && slots[i].n ? base + n : NULL;  // NULL for what the options do not use
+        n += slots[i].n;
     }
     return n;
 }
@@ -63,16 +91,16 @@ static size_t attention_gpu_act_size_(const MixerSpec *s, int B, int T) {
     return att_layout_((const AttentionOpts *)s->opts, B, T, NULL, &a);
 }
 
-// forward: qkv (BT,3HD). backward: dqkv (BT,3HD), dq, dk, dv, dout (B,H,T,D) each, delta (B,H,T); do_lin
-// (BT,HD) shares dqkv's space (it is read before dqkv is written)
+// forward: qkv (BT,3HD). backward: dqkv (BT,3HD), dq, dk, dv, dout (B,H,T,D) each, delta (B,H,T), and with fox
+// dF (B,H,T) and dpre (B,T,H); do_lin (BT,HD) shares dqkv's space (it is read before dqkv is written)
 static size_t attention_gpu_scratch_size_(const MixerSpec *s, int B, int T) {
     const AttentionOpts *o = (const AttentionOpts *)s->opts;
-    size_t big = (size_t)B * T * o->HD;
-    return 7 * big + (size_t)B * T * o->H;
+    size_t big = (size_t)B * T * o->HD, heads = (size_t)B * T * o->H;
+    return 7 * big + heads + (o->fgate ? 2 * heads : 0);
 }
 
 // ----------------------------------------------------------------------------
-// kernels: head permutations and RoPE
+// kernels: head permutations, RoPE, fox's forget gates
 
 // dst (B,H,T,D) = columns [col0, col0 + H·D) of src (B,T,stride)
 __global__ void split_heads_kernel(float *dst, const float *src, int stride, int col0, int B, int T, int H, int D) {
@@ -94,31 +122,65 @@ __global__ void merge_heads_kernel(float *dst, int stride, int col0, const float
     dst[bt * stride + col0 + (size_t)h * D + d] = src[(((size_t)b * H + h) * T + t) * D + d];
 }
 
-// cos, sin (T, half) of t·w_i, w_i = base^(-2i/D), in double then rounded, as nn/rotary.c's table
-__global__ void rope_table_kernel(float *cos_, float *sin_, int T, int half, double base, int D) {
+// cos, sin (T, nh, half) of t·w, in double then rounded, as nn/rotary.c's table: w = freqs[h·half + k] (nh = H,
+// sc_rope's per-head spectrum) or base^(-2k/D) (freqs NULL, nh = 1)
+__global__ void rope_table_kernel(float *cos_, float *sin_, const float *freqs, int T, int nh, int half, double base,
+                                  int D) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= T * half) return;
-    int t = i / half, k = i % half;
-    double angle = (double)t * pow(base, -2.0 * k / (double)D);
+    if (i >= T * nh * half) return;
+    int t = i / (nh * half), hk = i % (nh * half);
+    double w = freqs ? (double)freqs[hk] : pow(base, -2.0 * (hk % half) / (double)D);
+    double angle = (double)t * w;
     cos_[i] = (float)cos(angle);
     sin_[i] = (float)sin(angle);
 }
 
-// x (B,H,T,D) rotated in place: pair k = (k, k + D/2) (half) or (2k, 2k+1) (interleaved);
-// forward y0 = x0 c - x1 s, y1 = x0 s + x1 c; inverse (the backward) with s -> -s
-__global__ void rope_kernel(float *x, const float *cos_, const float *sin_, size_t rows, int T, int D, int half_layout,
-                            float sign) {
+// x (B,H,T,D) rotated in place: pair k = (k, k + D/2) (half) or (2k, 2k+1) (interleaved); the table's rows are
+// (T, H, D/2) with per_head, else (T, D/2); forward y0 = x0 c - x1 s, y1 = x0 s + x1 c; inverse (the backward)
+// with s -> -s
+__global__ void rope_kernel(float *x, const float *cos_, const float *sin_, size_t rows, int T, int H, int D,
+                            int per_head, int half_layout, float sign) {
     int half = D / 2;
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= rows * half) return;
     size_t row = i / half;
-    int k = i % half, t = row % T;
-    float c = cos_[(size_t)t * half + k], s = sign * sin_[(size_t)t * half + k];
+    int k = i % half, t = row % T, h = (row / T) % H;
+    size_t ti = ((size_t)t * (per_head ? H : 1) + (per_head ? h : 0)) * half + k;
+    float c = cos_[ti], s = sign * sin_[ti];
     float *p = x + row * D;
     int i0 = half_layout ? k : 2 * k, i1 = half_layout ? k + half : 2 * k + 1;
     float x0 = p[i0], x1 = p[i1];
     p[i0] = x0 * c - x1 * s;
     p[i1] = x0 * s + x1 * c;
+}
+
+// fox: F (B,H,T) = cumsum over t of logsigmoid(pre (B,T,H)), summed in double as mixers/attention.c does (a thread
+// per (b, h); logsigmoid(x) = min(x, 0) - log(1 + e^-|x|), mixer_kit.h's)
+__global__ void fox_cumsum_kernel(float *F, const float *pre, int B, int T, int H) {
+    int bh = blockIdx.x * blockDim.x + threadIdx.x;
+    if (bh >= B * H) return;
+    int b = bh / H, h = bh % H;
+    double acc = 0.0;
+    for (int t = 0; t < T; t++) {
+        double x = pre[((size_t)b * T + t) * H + h];
+        acc += fmin(x, 0.0) - log1p(exp(-fabs(x)));
+        F[(size_t)bh * T + t] = (float)acc;
+    }
+}
+
+// its backward: dpre (B,T,H) = sigmoid(-pre) · sum_{t' >= t} dF[t'] (d logsigmoid(z)/dz = sigmoid(-z)), the
+// suffix sums in double in the CPU's order
+__global__ void fox_backward_kernel(float *dpre, const float *dF, const float *pre, int B, int T, int H) {
+    int bh = blockIdx.x * blockDim.x + threadIdx.x;
+    if (bh >= B * H) return;
+    int b = bh / H, h = bh % H;
+    double acc = 0.0;
+    for (int t = T - 1; t >= 0; t--) {
+        size_t at = ((size_t)b * T + t) * H + h;
+        acc += dF[(size_t)bh * T + t];
+        double x = pre[at], z = exp(-fabs(x));
+        dpre[at] = (float)(acc * ((x <= 0.0 ? 1.0 : z) / (1.0 + z)));  // mixer_sigmoid(-x)
+    }
 }
 
 static void permute_(float *heads, const float *rows, int stride, int col0, int B, int T, int H, int D, int merge) {
@@ -130,8 +192,19 @@ static void permute_(float *heads, const float *rows, int stride, int col0, int 
 
 static void rope_(float *x, const GpuAttActs *a, const AttentionOpts *o, int B, int T, float sign) {
     size_t rows = (size_t)B * o->H * T;
-    rope_kernel<<<gpu_blocks(rows * (o->D / 2), 256), 256>>>(x, a->cos_, a->sin_, rows, T, o->D,
-                                                            o->layout == ROTARY_HALF, sign);
+    rope_kernel<<<gpu_blocks(rows * (o->D / 2), 256), 256>>>(x, a->cos_, a->sin_, rows, T, o->H, o->D,
+                                                            per_head_rope_(o), o->layout == ROTARY_HALF, sign);
+    KERNEL_CHECK();
+}
+
+static void rope_table_(const GpuAttActs *a, const AttentionOpts *o, int T) {
+    int half = o->D / 2, nh = per_head_rope_(o) ? o->H : 1;
+    if (per_head_rope_(o))  // the host's spectrum (mixers/attention.c's check built it); no host wait
+        CUDA_CHECK(cudaMemcpyAsync(a->freqs, o->freqs, (size_t)o->H * half * sizeof(float), cudaMemcpyHostToDevice,
+                                   0));
+    // the config's base is a double, nn/rotary.h's a float: round it the same way
+    rope_table_kernel<<<gpu_blocks((size_t)T * nh * half, 256), 256>>>(a->cos_, a->sin_, a->freqs, T, nh, half,
+                                                                      (double)(float)o->rope_base, o->D);
     KERNEL_CHECK();
 }
 
@@ -146,18 +219,28 @@ static void attention_gpu_forward_(Mixer *m, float *y, const float *x, int B, in
     float *qkv = m->scratch;  // (BT,3HD)
     GPU_TIMED("attn.qkv.forward", gpu_matmul_forward(qkv, x, mixer_param(m, o->k_wqkv),
                                                      o->bias ? mixer_param(m, o->k_bqkv) : NULL, BT, C, 3 * HD));
-    float *dst[3] = {a.qh, a.kh, a.vh};
+    // qk_norm: q, k land in q_lin, k_lin first; the norm writes what the kernel sees (rows of D in either layout)
+    float *dst[3] = {o->qk_norm ? a.q_lin : a.qh, o->qk_norm ? a.k_lin : a.kh, a.vh};
     for (int part = 0; part < 3; part++) GPU_TIMED("attn.permute", permute_(dst[part], qkv, 3 * HD, part * HD, B, T, H, D, 0));
+    if (o->qk_norm) {
+        GPU_TIMED("attn.qk_norm", gpu_norm_forward(a.qh, NULL, a.q_rstd, a.q_lin, mixer_param(m, o->k_qn), NULL,
+                                                   BT * H, D, 1));
+        GPU_TIMED("attn.qk_norm", gpu_norm_forward(a.kh, NULL, a.k_rstd, a.k_lin, mixer_param(m, o->k_kn), NULL,
+                                                   BT * H, D, 1));
+    }
     if (rotates_(o)) {
-        int half = D / 2;
-        // the config's base is a double, nn/rotary.h's a float: round it the same way
-        rope_table_kernel<<<gpu_blocks((size_t)T * half, 256), 256>>>(a.cos_, a.sin_, T, half,
-                                                                     (double)(float)o->rope_base, D);
-        KERNEL_CHECK();
+        rope_table_(&a, o, T);
         GPU_TIMED("attn.rope", rope_(a.qh, &a, o, B, T, 1.0f));
         GPU_TIMED("attn.rope", rope_(a.kh, &a, o, B, T, 1.0f));
     }
-    GPU_TIMED("attn.kernel.forward", gpu_attention_forward(a.oh, a.lse, a.qh, a.kh, a.vh, 1.0f / sqrtf((float)D), B, H, T, D));
+    if (o->fgate) {
+        GPU_TIMED("attn.fgate", gpu_matmul_forward(a.fg_pre, x, mixer_param(m, o->k_fw), mixer_param(m, o->k_fb), BT,
+                                                   C, H));
+        fox_cumsum_kernel<<<gpu_blocks((size_t)B * H, 64), 64>>>(a.fg_cum, a.fg_pre, B, T, H);
+        KERNEL_CHECK();
+    }
+    GpuAttnOpts ko = kernel_opts_(o, a.fg_cum);
+    GPU_TIMED("attn.kernel.forward", gpu_attention_forward(a.oh, a.lse, a.qh, a.kh, a.vh, &ko, B, H, T, D));
     GPU_TIMED("attn.permute", permute_(a.oh, a.o_lin, HD, 0, B, T, H, D, 1));
     GPU_TIMED("attn.out.forward", gpu_matmul_forward(y, a.o_lin, mixer_param(m, o->k_wo),
                                                      o->bias ? mixer_param(m, o->k_bo) : NULL, BT, HD, C));
@@ -166,25 +249,45 @@ static void attention_gpu_forward_(Mixer *m, float *y, const float *x, int B, in
 static void attention_gpu_backward_(Mixer *m, float *dx, const float *dy, const float *x, int B, int T) {
     const AttentionOpts *o = (const AttentionOpts *)m->spec->opts;
     int C = m->spec->C, H = o->H, D = o->D, HD = o->HD, BT = B * T;
-    size_t big = (size_t)BT * HD;
+    size_t big = (size_t)BT * HD, heads = (size_t)BT * H;
     GpuAttActs a;
     att_layout_(o, B, T, m->acts, &a);
     float *dqkv = m->scratch, *dq = dqkv + 3 * big, *dk = dq + big, *dv = dk + big, *doh = dv + big;
-    float *delta = doh + big, *do_lin = dqkv;
+    float *delta = doh + big, *dF = delta + heads, *dpre = dF + heads, *do_lin = dqkv;
     // y = o_lin wo^T + bo
     GPU_TIMED("attn.out.backward", gpu_matmul_backward(do_lin, mixer_grad(m, o->k_wo), o->bias ? mixer_grad(m, o->k_bo) : NULL,
                                                        dy, a.o_lin, mixer_param(m, o->k_wo), BT, HD, C, 0));
     GPU_TIMED("attn.permute", permute_(doh, do_lin, HD, 0, B, T, H, D, 0));
-    GPU_TIMED("attn.kernel.backward", gpu_attention_backward(dq, dk, dv, delta, doh, a.oh, a.lse, a.qh, a.kh, a.vh,
-                                                             1.0f / sqrtf((float)D), B, H, T, D));
+    GpuAttnOpts ko = kernel_opts_(o, a.fg_cum);
+    GPU_TIMED("attn.kernel.backward", gpu_attention_backward(dq, dk, dv, o->fgate ? dF : NULL, delta, doh, a.oh, a.lse,
+                                                             a.qh, a.kh, a.vh, &ko, B, H, T, D));
     if (rotates_(o)) {
         GPU_TIMED("attn.rope", rope_(dq, &a, o, B, T, -1.0f));  // R^T: the inverse rotation
         GPU_TIMED("attn.rope", rope_(dk, &a, o, B, T, -1.0f));
     }
     float *src[3] = {dq, dk, dv};
-    for (int part = 0; part < 3; part++) GPU_TIMED("attn.permute", permute_(src[part], dqkv, 3 * HD, part * HD, B, T, H, D, 1));
+    for (int part = 0; part < 3; part++) {
+        if (part < 2 && o->qk_norm) {
+            // the norm's backward accumulates into its input gradient: doh (free since the kernel's backward) is
+            // zeroed for it, and becomes what goes back through the permutation
+            int kn = part ? o->k_kn : o->k_qn;
+            const float *lin = part ? a.k_lin : a.q_lin, *rstd = part ? a.k_rstd : a.q_rstd;
+            CUDA_CHECK(cudaMemset(doh, 0, big * sizeof(float)));
+            GPU_TIMED("attn.qk_norm", gpu_norm_backward(doh, mixer_grad(m, kn), NULL, src[part], lin,
+                                                        mixer_param(m, kn), NULL, rstd, BT * H, D, 1));
+            src[part] = doh;
+        }
+        GPU_TIMED("attn.permute", permute_(src[part], dqkv, 3 * HD, part * HD, B, T, H, D, 1));
+    }
     GPU_TIMED("attn.qkv.backward", gpu_matmul_backward(dx, mixer_grad(m, o->k_wqkv), o->bias ? mixer_grad(m, o->k_bqkv) : NULL,
                                                        dqkv, x, mixer_param(m, o->k_wqkv), BT, C, 3 * HD, 1));
+    if (o->fgate) {
+        // F = cumsum logsigmoid(x wf^T + bf): dpre from dF, then the projection's gradients and dx
+        fox_backward_kernel<<<gpu_blocks((size_t)B * H, 64), 64>>>(dpre, dF, a.fg_pre, B, T, H);
+        KERNEL_CHECK();
+        GPU_TIMED("attn.fgate", gpu_matmul_backward(dx, mixer_grad(m, o->k_fw), mixer_grad(m, o->k_fb), dpre, x,
+                                                    mixer_param(m, o->k_fw), BT, C, H, 1));
+    }
 }
 
 const GpuMixerOps GPU_MIXER_ATTENTION = {

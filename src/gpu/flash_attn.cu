@@ -1,16 +1,18 @@
 // Tiled causal attention on the tensor cores (gpu/flash_attn.cuh). A block is 4 warps and owns 64 rows (queries
 // in the forward and dq, keys in dk/dv); each warp owns 16 of them. The other side walks in tiles of 64 staged in
 // shared memory. Every product is a 16x16 warp matrix multiply (nvcuda::wmma, m16n16k8 on TF32 operands, fp32
-// accumulators); the softmax and the masks are scalar work on the 16x64 score tile of each warp, two lanes per
-// row, each taking every other column (so the two lanes of a row hit different banks).
+// accumulators); the position scheme, the masks and the softmax are scalar work on the 16x64 score tile of each
+// warp, two lanes per row, each taking every other column (so the two lanes of a row hit different banks). The
+// scheme reaches the kernels as a GpuAttnOpts by value; each block reads its head's constants from it (head_opts_),
+// and F of the tile's columns is staged in shared memory with the tile.
 //
 // Precision (gpu_math): GPU_TF32 rounds each operand to TF32; GPU_FP32 splits each fp32 operand x into
 // big = tf32(x) and small = tf32(x - big) and sums small·big + big·small + big·big (3xTF32), which keeps about
 // fp32's accuracy on the tensor cores. The scores, the softmax, the accumulators and every output are fp32.
 //
 // Kernels are templates on DM (the head size rounded up to 32, 64 or 128: tiles are zero-padded past D, so the
-// loops have no bounds tests) and on SPLIT (3xTF32 or not). Tiles are zero-padded past T too; the causal mask
-// and the bounds are applied to the scores.
+// loops have no bounds tests) and on SPLIT (3xTF32 or not). Tiles are zero-padded past T too; the causal and
+// window masks and the bounds are applied to the scores.
 #include "gpu/flash_attn.cuh"
 
 #include <math.h>
@@ -187,21 +189,80 @@ static __device__ void store_tile_(float *dst, const float *s, float mul, int r0
 }
 
 // ----------------------------------------------------------------------------
+// the position scheme, per block (nn/attention.c's HeadOpts_ and logit_)
+
+// the scheme of the block's (b, h) (blockIdx.x = b·NH + h)
+struct HeadOpts_ {
+    float scale, slope, decay;
+    const float *F;  // (T,) or NULL
+    int W;           // 0 = full causal
+};
+
+static __device__ __forceinline__ HeadOpts_ head_opts_(const GpuAttnOpts &o, int NH, int T) {
+    int h = blockIdx.x % NH;
+    HeadOpts_ ho;
+    ho.scale = o.scale;
+    ho.slope = o.slopes[h];
+    ho.decay = o.decay[h];
+    ho.F = o.fgate ? o.fgate + (size_t)blockIdx.x * T : NULL;
+    ho.W = o.window > 0 && o.window < T ? o.window : 0;  // a window of T or more hides nothing, as on the CPU
+    return ho;
+}
+
+// key j visible from query i < T
+static __device__ __forceinline__ bool visible_(const HeadOpts_ &ho, int i, int j) {
+    return j <= i && (ho.W == 0 || i - j < ho.W);
+}
+
+// the logit of a visible pair from its dot product q_i·k_j, in nn/attention.c's order of operations
+static __device__ __forceinline__ float logit_(const HeadOpts_ &ho, float dot, int i, int j, float Fi, float Fj) {
+    float x = dot * ho.scale;
+    if (ho.slope != 0.0f) x -= ho.slope * (float)(i - j);
+    if (ho.F) x += Fi - Fj;
+    return x;
+}
+
+// the post-softmax factor exp(-decay (i - j)) of a visible pair (only there: masked pairs would overflow)
+static __device__ __forceinline__ float decay_(const HeadOpts_ &ho, int i, int j) {
+    return ho.decay != 0.0f ? expf(-ho.decay * (float)(i - j)) : 1.0f;
+}
+
+// F of rows [r0, r0 + 64) into s (0 past T, and without F)
+static __device__ void load_f_(float *s, const HeadOpts_ &ho, int r0, int T) {
+    for (int x = threadIdx.x; x < ROWS; x += blockDim.x) s[x] = ho.F && r0 + x < T ? ho.F[r0 + x] : 0.0f;
+}
+
+// the first key tile the query block at q0 sees (a window hides the tiles before i - W + 1 of its first row)
+static __device__ __forceinline__ int key_begin_(const HeadOpts_ &ho, int q0) {
+    return ho.W && q0 - ho.W + 1 > 0 ? (q0 - ho.W + 1) / ROWS * ROWS : 0;
+}
+
+// one past the last query that sees a key of the block at j0 (its last key j0 + 63 is seen up to j0 + 62 + W)
+static __device__ __forceinline__ int query_end_(const HeadOpts_ &ho, int j0, int T) {
+    return ho.W ? min(T, j0 + ROWS - 1 + ho.W) : T;
+}
+
+// ----------------------------------------------------------------------------
 // forward: grid (B*NH, ceil(T/64)) (heads on x: gridDim.y stops at 65535), 128 threads. Shared: Q, K, V, O
-// tiles (64, LD) and the scores (64, SLD). The output accumulates in shared memory (each lane rescales its row
-// when the running maximum grows, then the warp adds P·V into it), which is why it is not a register fragment:
-// wmma does not say which lane holds which row.
+// tiles (64, LD), the scores (64, SLD) and F of the key tile. The output accumulates in shared memory (each lane
+// rescales its row when the running maximum grows, then the warp adds P·V into it), which is why it is not a
+// register fragment: wmma does not say which lane holds which row. The running sum l is of the softmax weights
+// p; P·V takes w = p·exp(-decay (i-j)) (nn/attention.c's "second accumulator").
 template <int DM, bool SPLIT>
 __global__ void __launch_bounds__(WARPS * 32) attn_fwd_kernel(float *out, float *lse, const float *q, const float *k,
-                                                             const float *v, float scale, int T, int D) {
+                                                             const float *v, const GpuAttnOpts o, int NH, int T,
+                                                             int D) {
     constexpr int LD = Tile<DM>::LD, TF = Tile<DM>::FLOATS;
     constexpr bool QREG = QInRegs<DM, SPLIT>::value;
     GPU_DYNAMIC_SMEM(float, sm);
-    float *ks = sm, *vs = ks + TF, *os = vs + TF, *ss = os + TF, *qs = ss + ROWS * SLD;  // qs: without QREG
+    float *ks = sm, *vs = ks + TF, *os = vs + TF, *ss = os + TF, *fs = ss + ROWS * SLD;
+    float *qs = fs + ROWS;  // without QREG
     size_t head = (size_t)blockIdx.x * T * D;
+    HeadOpts_ ho = head_opts_(o, NH, T);
     // the last query blocks see the most keys: they go first, so the grid's tail is short blocks
     int q0 = (gridDim.y - 1 - blockIdx.y) * ROWS, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int r = warp * 16 + (lane >> 1), half = lane & 1, i = q0 + r;  // this lane's row and column parity
+    float Fi = ho.F && i < T ? ho.F[i] : 0.0f;
     ARegs<DM, SPLIT> qa;  // with QREG: this warp's 16 queries, staged through the output's tile
     load_tile_<DM>(QREG ? os : qs, q + head, q0, T, D);
     if (QREG) {
@@ -212,10 +273,11 @@ __global__ void __launch_bounds__(WARPS * 32) attn_fwd_kernel(float *out, float 
     for (int x = threadIdx.x; x < TF; x += blockDim.x) os[x] = 0.0f;
     float mx = -INFINITY, l = 0.0f;
     int k_end = min(T, q0 + ROWS);  // causal: no key after the block's last query
-    for (int k0 = 0; k0 < k_end; k0 += ROWS) {
+    for (int k0 = key_begin_(ho, q0); k0 < k_end; k0 += ROWS) {
         __syncthreads();  // the previous tile is used up (and, the first time, Q and O are in place)
         load_tile_<DM>(ks, k + head, k0, T, D);
         load_tile_<DM>(vs, v + head, k0, T, D);
+        load_f_(fs, ho, k0, T);
         __syncthreads();
         float *sw = ss + warp * 16 * SLD, *srow = ss + r * SLD;
         if (QREG) scores_<DM, SPLIT>(sw, qa, ks);
@@ -224,7 +286,7 @@ __global__ void __launch_bounds__(WARPS * 32) attn_fwd_kernel(float *out, float 
         float tmax = -INFINITY;
         for (int c = half; c < ROWS; c += 2) {
             int j = k0 + c;
-            float s = (j <= i && j < T) ? srow[c] * scale : -INFINITY;
+            float s = (i < T && visible_(ho, i, j)) ? logit_(ho, srow[c], i, j, Fi, fs[c]) : -INFINITY;
             srow[c] = s;
             tmax = fmaxf(tmax, s);
         }
@@ -235,21 +297,25 @@ __global__ void __launch_bounds__(WARPS * 32) attn_fwd_kernel(float *out, float 
             srow[c] = p;
             psum += p;
         }
+        if (ho.decay != 0.0f) {  // P·V takes w = p E; the sum above stays the softmax's
+            for (int c = half; c < ROWS; c += 2)
+                if (srow[c] != 0.0f) srow[c] *= decay_(ho, i, k0 + c);
+        }
         psum += __shfl_xor_sync(0xffffffffu, psum, 1);
         l = l * corr + psum;
         mx = mnew;
         for (int d = half; d < DM; d += 2) os[r * LD + d] *= corr;
         __syncwarp();
         // O += P V, read whole before it is written (every lane's load precedes every lane's store)
-        FragC o[DM / 16];
+        FragC of[DM / 16];
 #pragma unroll
         for (int n = 0; n < DM / 16; n++)
-            wmma::load_matrix_sync(o[n], os + warp * 16 * LD + n * 16, LD, wmma::mem_row_major);
+            wmma::load_matrix_sync(of[n], os + warp * 16 * LD + n * 16, LD, wmma::mem_row_major);
         __syncwarp();
-        accumulate_<DM, SPLIT>(o, sw, vs);
+        accumulate_<DM, SPLIT>(of, sw, vs);
 #pragma unroll
         for (int n = 0; n < DM / 16; n++)
-            wmma::store_matrix_sync(os + warp * 16 * LD + n * 16, o[n], LD, wmma::mem_row_major);
+            wmma::store_matrix_sync(os + warp * 16 * LD + n * 16, of[n], LD, wmma::mem_row_major);
         __syncwarp();
     }
     if (i < T) {
@@ -259,7 +325,8 @@ __global__ void __launch_bounds__(WARPS * 32) attn_fwd_kernel(float *out, float 
     }
 }
 
-// delta (B*NH*T,) = rowwise dout · out, one warp per row
+// delta (B*NH*T,) = rowwise dout · out, one warp per row (= sum_j w_ij dout_i·v_j, the softmax backward's term,
+// with the post-softmax decay too)
 __global__ void attn_delta_kernel(float *delta, const float *dout, const float *out, size_t rows, int D) {
     size_t r = (size_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
@@ -270,20 +337,27 @@ __global__ void attn_delta_kernel(float *delta, const float *dout, const float *
     if (lane == 0) delta[r] = s;
 }
 
-// dq_i = scale · sum_j p_ij (dout_i·v_j - delta_i) k_j. Grid and threads as the forward; shared: Q, dO, K, V
-// tiles, the scores and dout·v^T (64, SLD) each. dq accumulates in register fragments (no rescaling needed).
+// ds_ij = p_ij (E_ij dout_i·v_j - delta_i) (E the post-softmax factor, 1 without decay); dq_i = scale · sum_j
+// ds_ij k_j, and with F the row sums dF_i = sum_j ds_ij WRITTEN to dfgate (the dk/dv pass subtracts the column
+// sums). Grid and threads as the forward; shared: Q, dO, K, V tiles, the scores and dout·v^T (64, SLD) each, F of
+// the key tile. dq accumulates in register fragments (no rescaling needed); each lane sums its half of its row's
+// ds in order.
 template <int DM, bool SPLIT>
-__global__ void __launch_bounds__(WARPS * 32) attn_dq_kernel(float *dq, const float *dout, const float *lse,
-                                                            const float *delta, const float *q, const float *k,
-                                                            const float *v, float scale, int T, int D) {
+__global__ void __launch_bounds__(WARPS * 32) attn_dq_kernel(float *dq, float *dfgate, const float *dout,
+                                                            const float *lse, const float *delta, const float *q,
+                                                            const float *k, const float *v, const GpuAttnOpts o,
+                                                            int NH, int T, int D) {
     constexpr int LD = Tile<DM>::LD, TF = Tile<DM>::FLOATS;
     constexpr bool QREG = DqInRegs<DM, SPLIT>::value;
     GPU_DYNAMIC_SMEM(float, sm);
-    float *ks = sm, *vs = ks + TF, *ss = vs + TF, *ps = ss + ROWS * SLD, *qs = ps + ROWS * SLD, *dos = qs + TF;
+    float *ks = sm, *vs = ks + TF, *ss = vs + TF, *ps = ss + ROWS * SLD, *fs = ps + ROWS * SLD;
+    float *qs = fs + ROWS, *dos = qs + TF;  // without QREG
     size_t head = (size_t)blockIdx.x * T * D, hrow = (size_t)blockIdx.x * T;
+    HeadOpts_ ho = head_opts_(o, NH, T);
     int q0 = (gridDim.y - 1 - blockIdx.y) * ROWS, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int r = warp * 16 + (lane >> 1), half = lane & 1, i = q0 + r;
     float li = i < T ? lse[hrow + i] : 0.0f, di = i < T ? delta[hrow + i] : 0.0f;
+    float Fi = ho.F && i < T ? ho.F[i] : 0.0f, dFi = 0.0f;
     ARegs<DM, SPLIT> qa, da;  // with QREG: this warp's queries and their dout, staged through K's and V's tiles
     load_tile_<DM>(QREG ? ks : qs, q + head, q0, T, D);
     load_tile_<DM>(QREG ? vs : dos, dout + head, q0, T, D);
@@ -296,12 +370,13 @@ __global__ void __launch_bounds__(WARPS * 32) attn_dq_kernel(float *dq, const fl
 #pragma unroll
     for (int n = 0; n < DM / 16; n++) wmma::fill_fragment(acc[n], 0.0f);
     int k_end = min(T, q0 + ROWS);
-    for (int k0 = 0; k0 < k_end; k0 += ROWS) {
+    for (int k0 = key_begin_(ho, q0); k0 < k_end; k0 += ROWS) {
         __syncthreads();
         load_tile_<DM>(ks, k + head, k0, T, D);
         load_tile_<DM>(vs, v + head, k0, T, D);
+        load_f_(fs, ho, k0, T);
         __syncthreads();
-        float *sw = ss + warp * 16 * SLD, *pw = ps + warp * 16 * SLD;
+        float *sw = ss + warp * 16 * SLD, *pw = ps + warp * 16 * SLD, *srow = ss + r * SLD, *prow = ps + r * SLD;
         if (QREG) {
             scores_<DM, SPLIT>(sw, qa, ks);  // q k^T
             scores_<DM, SPLIT>(pw, da, vs);  // dout v^T
@@ -312,35 +387,47 @@ __global__ void __launch_bounds__(WARPS * 32) attn_dq_kernel(float *dq, const fl
         __syncwarp();
         for (int c = half; c < ROWS; c += 2) {
             int j = k0 + c;
-            float p = (j <= i && i < T) ? expf(sw[(lane >> 1) * SLD + c] * scale - li) : 0.0f;
-            sw[(lane >> 1) * SLD + c] = p * (pw[(lane >> 1) * SLD + c] - di);  // ds
+            float ds = 0.0f;
+            if (i < T && visible_(ho, i, j)) {
+                float p = expf(logit_(ho, srow[c], i, j, Fi, fs[c]) - li);
+                ds = p * (decay_(ho, i, j) * prow[c] - di);
+            }
+            srow[c] = ds;
+            dFi += ds;
         }
         __syncwarp();
         accumulate_<DM, SPLIT>(acc, sw, ks);
+    }
+    if (dfgate) {  // the row's two halves, then one lane writes
+        dFi += __shfl_xor_sync(0xffffffffu, dFi, 1);
+        if (i < T && !half) dfgate[hrow + i] = dFi;
     }
     __syncthreads();  // every warp is done with K's tile: it stages the result
 #pragma unroll
     for (int n = 0; n < DM / 16; n++)
         wmma::store_matrix_sync(ks + warp * 16 * LD + n * 16, acc[n], LD, wmma::mem_row_major);
     __syncthreads();
-    store_tile_<DM>(dq + head, ks, scale, q0, T, D);
+    store_tile_<DM>(dq + head, ks, ho.scale, q0, T, D);
 }
 
-// dv_j = sum_i p_ij dout_i, dk_j = scale · sum_i p_ij (dout_i·v_j - delta_i) q_i over queries i >= j. Grid
-// (B*NH, ceil(T/64)): a block owns 64 keys and walks the query tiles from its first key on. Shared: K, V, Q, dO
-// tiles, the transposed scores and v·dout^T (64, SLD) each, and the tile's lse and delta.
+// dv_j = sum_i w_ij dout_i, dk_j = scale · sum_i ds_ij q_i over the queries i that see key j, and with F
+// dfgate_j -= sum_i ds_ij (after attn_dq_kernel wrote the row sums). Grid (B*NH, ceil(T/64)): a block owns 64 keys
+// and walks the query tiles from its first key on (up to the window's end). Shared: K, V, Q, dO tiles, the
+// transposed scores and v·dout^T (64, SLD) each, and the query tile's lse, delta and F.
 template <int DM, bool SPLIT>
-__global__ void __launch_bounds__(WARPS * 32) attn_dkdv_kernel(float *dk, float *dv, const float *dout,
+__global__ void __launch_bounds__(WARPS * 32) attn_dkdv_kernel(float *dk, float *dv, float *dfgate, const float *dout,
                                                               const float *lse, const float *delta, const float *q,
-                                                              const float *k, const float *v, float scale, int T,
-                                                              int D) {
+                                                              const float *k, const float *v, const GpuAttnOpts o,
+                                                              int NH, int T, int D) {
     constexpr int LD = Tile<DM>::LD, TF = Tile<DM>::FLOATS;
     GPU_DYNAMIC_SMEM(float, sm);
     float *ks = sm, *vs = ks + TF, *qs = vs + TF, *dos = qs + TF, *ss = dos + TF, *ps = ss + ROWS * SLD;
-    float *ls = ps + ROWS * SLD, *dls = ls + ROWS;
+    float *ls = ps + ROWS * SLD, *dls = ls + ROWS, *fs = dls + ROWS;
     size_t head = (size_t)blockIdx.x * T * D, hrow = (size_t)blockIdx.x * T;
+    HeadOpts_ ho = head_opts_(o, NH, T);
     int j0 = blockIdx.y * ROWS, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int r = lane >> 1, half = lane & 1, j = j0 + warp * 16 + r;  // this lane's key
+    float Fj = ho.F && j < T ? ho.F[j] : 0.0f, dFj = 0.0f;
     load_tile_<DM>(ks, k + head, j0, T, D);
     load_tile_<DM>(vs, v + head, j0, T, D);
     FragC dka[DM / 16], dva[DM / 16];
@@ -349,7 +436,8 @@ __global__ void __launch_bounds__(WARPS * 32) attn_dkdv_kernel(float *dk, float 
         wmma::fill_fragment(dka[n], 0.0f);
         wmma::fill_fragment(dva[n], 0.0f);
     }
-    for (int i0 = j0; i0 < T; i0 += ROWS) {  // causal: no query before the block's first key
+    int i_end = query_end_(ho, j0, T);
+    for (int i0 = j0; i0 < i_end; i0 += ROWS) {  // causal: no query before the block's first key
         __syncthreads();
         load_tile_<DM>(qs, q + head, i0, T, D);
         load_tile_<DM>(dos, dout + head, i0, T, D);
@@ -357,6 +445,7 @@ __global__ void __launch_bounds__(WARPS * 32) attn_dkdv_kernel(float *dk, float 
             ls[x] = i0 + x < T ? lse[hrow + i0 + x] : 0.0f;
             dls[x] = i0 + x < T ? delta[hrow + i0 + x] : 0.0f;
         }
+        load_f_(fs, ho, i0, T);
         __syncthreads();
         float *sw = ss + warp * 16 * SLD, *pw = ps + warp * 16 * SLD;
         scores_rows_<DM, SPLIT>(sw, ks + warp * 16 * LD, qs);   // (k q^T): row = key, column = query
@@ -364,13 +453,23 @@ __global__ void __launch_bounds__(WARPS * 32) attn_dkdv_kernel(float *dk, float 
         __syncwarp();
         for (int c = half; c < ROWS; c += 2) {
             int i = i0 + c;
-            float p = (i >= j && i < T && j < T) ? expf(sw[r * SLD + c] * scale - ls[c]) : 0.0f;
-            sw[r * SLD + c] = p;
-            pw[r * SLD + c] = p * (pw[r * SLD + c] - dls[c]);  // ds
+            float w = 0.0f, ds = 0.0f;
+            if (i < T && visible_(ho, i, j)) {
+                float p = expf(logit_(ho, sw[r * SLD + c], i, j, fs[c], Fj) - ls[c]), E = decay_(ho, i, j);
+                w = p * E;
+                ds = p * (E * pw[r * SLD + c] - dls[c]);
+            }
+            sw[r * SLD + c] = w;
+            pw[r * SLD + c] = ds;
+            dFj += ds;
         }
         __syncwarp();
-        accumulate_<DM, SPLIT>(dva, sw, dos);  // p^T dout
+        accumulate_<DM, SPLIT>(dva, sw, dos);  // w^T dout
         accumulate_<DM, SPLIT>(dka, pw, qs);   // ds^T q
+    }
+    if (dfgate) {
+        dFj += __shfl_xor_sync(0xffffffffu, dFj, 1);
+        if (j < T && !half) dfgate[hrow + j] -= dFj;
     }
     __syncthreads();  // every warp is done with the tiles: K and V stage the results
 #pragma unroll
@@ -379,7 +478,7 @@ __global__ void __launch_bounds__(WARPS * 32) attn_dkdv_kernel(float *dk, float 
         wmma::store_matrix_sync(vs + warp * 16 * LD + n * 16, dva[n], LD, wmma::mem_row_major);
     }
     __syncthreads();
-    store_tile_<DM>(dk + head, ks, scale, j0, T, D);
+    store_tile_<DM>(dk + head, ks, ho.scale, j0, T, D);
     store_tile_<DM>(dv + head, vs, 1.0f, j0, T, D);
 }
 
@@ -390,14 +489,14 @@ int gpu_attn_supports(int D) { return D >= 1 && D <= GPU_ATTN_MAX_D; }
 
 template <int DM, bool SPLIT>
 static size_t fwd_smem_(void) {
-    return ((QInRegs<DM, SPLIT>::value ? 3 : 4) * (size_t)Tile<DM>::FLOATS + ROWS * SLD) * sizeof(float);
+    return ((QInRegs<DM, SPLIT>::value ? 3 : 4) * (size_t)Tile<DM>::FLOATS + ROWS * SLD + ROWS) * sizeof(float);
 }
 template <int DM, bool SPLIT>
 static size_t dq_smem_(void) {
-    return ((DqInRegs<DM, SPLIT>::value ? 2 : 4) * (size_t)Tile<DM>::FLOATS + 2 * ROWS * SLD) * sizeof(float);
+    return ((DqInRegs<DM, SPLIT>::value ? 2 : 4) * (size_t)Tile<DM>::FLOATS + 2 * ROWS * SLD + ROWS) * sizeof(float);
 }
 template <int DM, bool SPLIT>
-static size_t dkdv_smem_(void) { return (4 * (size_t)Tile<DM>::FLOATS + 2 * ROWS * SLD + 2 * ROWS) * sizeof(float); }
+static size_t dkdv_smem_(void) { return (4 * (size_t)Tile<DM>::FLOATS + 2 * ROWS * SLD + 3 * ROWS) * sizeof(float); }
 
 // launches KERNEL<DM, SPLIT> (DM: the smallest of 32, 64, 128 that holds D; SPLIT: fp32 mode) with `smem` bytes
 // of dynamic shared memory, raising the kernel's limit above the default 48 KB first
@@ -414,28 +513,30 @@ static size_t dkdv_smem_(void) { return (4 * (size_t)Tile<DM>::FLOATS + 2 * ROWS
     } while (0)
 #define LAUNCH_ONE_(KERNEL, DMV, SPLIT, SMEM, grid, ...)                                                        \
     do {                                                                                                       \
-        size_t bytes_ = SMEM<DMV, SPLIT>();                                                                           \
+        size_t bytes_ = SMEM<DMV, SPLIT>();                                                                    \
         CUDA_CHECK(cudaFuncSetAttribute(KERNEL<DMV, SPLIT>, cudaFuncAttributeMaxDynamicSharedMemorySize,       \
                                         (int)bytes_));                                                         \
         KERNEL<DMV, SPLIT><<<grid, WARPS * 32, bytes_>>>(__VA_ARGS__);                                         \
     } while (0)
 
-void gpu_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v, float scale, int B,
-                           int NH, int T, int D) {
+void gpu_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
+                           const GpuAttnOpts *o, int B, int NH, int T, int D) {
     dim3 grid(B * NH, gpu_blocks(T, ROWS));
-    LAUNCH_(attn_fwd_kernel, fwd_smem_, grid, out, lse, q, k, v, scale, T, D);
+    LAUNCH_(attn_fwd_kernel, fwd_smem_, grid, out, lse, q, k, v, *o, NH, T, D);
     KERNEL_CHECK();
 }
 
-void gpu_attention_backward(float *dq, float *dk, float *dv, float *delta, const float *dout, const float *out,
-                            const float *lse, const float *q, const float *k, const float *v, float scale, int B,
-                            int NH, int T, int D) {
+void gpu_attention_backward(float *dq, float *dk, float *dv, float *dfgate, float *delta, const float *dout,
+                            const float *out, const float *lse, const float *q, const float *k, const float *v,
+                            const GpuAttnOpts *o, int B, int NH, int T, int D) {
     size_t rows = (size_t)B * NH * T;
+    if (!o->fgate) dfgate = NULL;
     attn_delta_kernel<<<gpu_blocks(rows, 8), 256>>>(delta, dout, out, rows, D);
     KERNEL_CHECK();
     dim3 grid(B * NH, gpu_blocks(T, ROWS));
-    LAUNCH_(attn_dq_kernel, dq_smem_, grid, dq, dout, lse, delta, q, k, v, scale, T, D);
+    // dq first: it writes dfgate's row sums, which dk/dv's pass then takes its column sums from
+    LAUNCH_(attn_dq_kernel, dq_smem_, grid, dq, dfgate, dout, lse, delta, q, k, v, *o, NH, T, D);
     KERNEL_CHECK();
-    LAUNCH_(attn_dkdv_kernel, dkdv_smem_, grid, dk, dv, dout, lse, delta, q, k, v, scale, T, D);
+    LAUNCH_(attn_dkdv_kernel, dkdv_smem_, grid, dk, dv, dfgate, dout, lse, delta, q, k, v, *o, NH, T, D);
     KERNEL_CHECK();
 }

@@ -1,11 +1,13 @@
 /*
  * The GPU backend against the CPU (`make test-cuda`, tests/gpu/run.sh): for small models covering every
  * option the GPU takes (LayerNorm/RMSNorm with and without bias, gelu/relu/swiglu/no MLP, tied and untied
- * heads with and without bias, attention pos none and rope in both layouts, head sizes on all three kernel
- * widths, projection biases), in fp32 and tf32:
+ * heads with and without bias, attention with every position scheme the GPU takes (none, rope in both layouts,
+ * alibi, fox, decayed_rope and sc_rope with the decay on the logits and after the softmax), a sliding window
+ * (longer sequences, so whole key tiles fall outside it) and qk_norm, head sizes on all three kernel widths,
+ * projection biases), in fp32, tf32 and bf16:
  *   - logits, loss and every parameter's gradient of one forward/backward (targets with ignored positions),
  *   - the losses, gradient norms, parameter updates and Adam moments of 6 AdamW steps with parameter groups and
- *     local and global clipping active,
+ *     local and global clipping active (not for the position schemes' cases: Case.grads_only),
  *   - bit-identical gradients from two runs of the same step (what a bit-identical --resume needs),
  * and the refusals of what the GPU has no kernels for (those need no GPU, so they run wherever it builds).
  * Built twice: against the CUDA backend (make CUDA=1) and, with SEQ_GPU_EMULATE, against its kernels emulated
@@ -48,22 +50,51 @@ typedef struct Case {
     // 3.4e-1 and 5.0e-1. Such a case gets the precision's kink_slack times its tolerances of the gradients and
     // moments; fp32 rounds too little to flip gates at these sizes and keeps its own.
     int kinked;
+    int B, T;  // the batch, when not B_ x T_ (0)
+    // 1: only the forward, the gradients and the repeated step; the position schemes' cases skip the 6 AdamW steps
+    // (the optimizer does not depend on the mixer's options, and each step costs seconds on the emulator)
+    int grads_only;
 } Case;
 
 static const Case CASES_[] = {
     {"layernorm, gelu, rope half, tied, D 16",
-     "{\"d_model\": 32, \"n_layers\": 2, \"mixer\": {\"kind\": \"attention\", \"heads\": 2, \"pos\": \"rope\"}}", 0},
+     "{\"d_model\": 32, \"n_layers\": 2, \"mixer\": {\"kind\": \"attention\", \"heads\": 2, \"pos\": \"rope\"}}",
+     0, 0, 0, 0},
     {"rmsnorm, swiglu, pos none, untied + head bias, qkv/out biases, D 48 (kernel width 64)",
      "{\"d_model\": 48, \"n_layers\": 2, \"norm\": \"rmsnorm\", \"mlp\": {\"kind\": \"swiglu\", \"ratio\": 2.5, "
      "\"bias\": false}, \"tie_embeddings\": false, \"head_bias\": true, "
-     "\"mixer\": {\"kind\": \"attention\", \"heads\": 3, \"head_dim\": 48, \"pos\": \"none\", \"bias\": true}}", 0},
+     "\"mixer\": {\"kind\": \"attention\", \"heads\": 3, \"head_dim\": 48, \"pos\": \"none\", \"bias\": true}}",
+     0, 0, 0, 0},
     {"layernorm without bias, relu, rope interleaved, H·D = 2C, D 32",
      "{\"d_model\": 64, \"n_layers\": 2, \"norm_bias\": false, \"mlp\": {\"kind\": \"relu\"}, "
      "\"mixer\": {\"kind\": \"attention\", \"heads\": 4, \"head_dim\": 32, \"pos\": \"rope\", "
-     "\"rope_layout\": \"interleaved\", \"rope_base\": 500}}", 1},
+     "\"rope_layout\": \"interleaved\", \"rope_base\": 500}}", 1, 0, 0, 0},
     {"no MLP, one head of D 128 (kernel width 128), 3 layers",
      "{\"d_model\": 64, \"n_layers\": 3, \"mlp\": {\"kind\": \"none\"}, "
-     "\"mixer\": {\"kind\": \"attention\", \"heads\": 1, \"head_dim\": 128, \"pos\": \"rope\"}}", 0},
+     "\"mixer\": {\"kind\": \"attention\", \"heads\": 1, \"head_dim\": 128, \"pos\": \"rope\"}}", 0, 0, 0, 0},
+    // the position schemes: one small layer each, no training steps and one sequence where the batch adds nothing
+    // (fox's F is per sequence), so they add little to the emulated test's time (decay on the logits is alibi's
+    // bias with other slopes: sc_rope's case has it for the RoPE family)
+#define SCHEME_(MIXER) "{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {\"kind\": \"attention\", " MIXER "}}"
+    {"alibi, 3 heads (slopes of a non-power-of-two), D 16",
+     SCHEME_("\"heads\": 3, \"head_dim\": 16, \"pos\": \"alibi\""), 0, 1, 0, 1},
+    {"fox, qkv/out biases, D 16", SCHEME_("\"heads\": 2, \"pos\": \"fox\", \"bias\": true, "
+                                         "\"fgate_bias_init\": 1"), 0, 0, 0, 1},
+    {"decayed_rope, post-softmax decay, 4 heads (1 without decay), D 8",
+     SCHEME_("\"heads\": 4, \"head_dim\": 8, \"pos\": \"decayed_rope\", \"zero_decay_heads\": 1, "
+             "\"damping\": 0.2"), 0, 1, 0, 1},
+    {"sc_rope, post-softmax decay, interleaved, qk_norm, D 16",
+     SCHEME_("\"heads\": 2, \"pos\": \"sc_rope\", \"rope_layout\": \"interleaved\", \"zero_decay_heads\": 0, "
+             "\"damping\": 0.2, \"qk_norm\": true"), 0, 1, 0, 1},
+    {"sc_rope, decay on the logits, 4 heads, D 8",
+     SCHEME_("\"heads\": 4, \"head_dim\": 8, \"pos\": \"sc_rope\", \"decay_mode\": \"logits\", "
+             "\"zero_decay_heads\": 1"), 0, 1, 0, 1},
+    // T 150: three key tiles, the window hides the first from the last query block and the last from the first
+    // key block
+    {"rope, window 40, qk_norm, T 150", SCHEME_("\"heads\": 2, \"pos\": \"rope\", \"window\": 40, "
+                                                "\"qk_norm\": true"), 0, 1, 150, 1},
+    {"fox, window 40, T 150", SCHEME_("\"heads\": 2, \"pos\": \"fox\", \"window\": 40"), 0, 1, 150, 1},
+#undef SCHEME_
 };
 
 typedef struct Prec {
@@ -119,8 +150,68 @@ static int optim_make_(Optim *o, const Model *m) {
     return rc;
 }
 
+// 6 AdamW steps on fresh batches, the same on both devices: losses, gradient norms, the updates and Adam's first
+// moments
+static void train_steps_(const Case *c, const Prec *p, Model *m, Optim *o, Gpu *g, int *in, int *tg, int B, int T,
+                         double gtol) {
+    int BT = B * T;
+    size_t N = m->pt.numel;
+    Err e = {{0}};
+    float *p0 = malloc(N * sizeof(float));
+    memcpy(p0, m->params, N * sizeof(float));
+    double worst_loss = 0, worst_norm = 0;
+    for (int s = 0; s < 6; s++) {
+        batch_(in, tg, BT);
+        int n_sup = 0;
+        for (int i = 0; i < BT; i++) n_sup += tg[i] != -100;
+        model_zero_grad(m);
+        CHECK(model_forward_backward(m, in, tg, B, T, n_sup, &e) == 0, "model_forward_backward (%s)", e.msg);
+        double lc = m->loss, lg;
+        int sg;
+        gpu_zero_grad(g);
+        CHECK(gpu_forward_backward(g, in, tg, B, T, n_sup, &lg, &sg, &e) == 0, "gpu step (%s)", e.msg);
+        double nc = optim_clip_grads(o, m->grads);
+        long t_before = o->t;
+        optim_step(o, m->params, m->grads, 3e-3f, 0.9f);
+        o->t = t_before;  // the GPU's update is the same update: same t
+        double ng = gpu_clip_grads(g, o);
+        gpu_optim_step(g, o, 3e-3f, 0.9f);
+        double dl = fabs(lg - lc) / fabs(lc), dn = fabs(ng - nc) / nc;
+        if (dl > worst_loss) worst_loss = dl;
+        if (dn > worst_norm) worst_norm = dn;
+    }
+    CHECK(worst_loss <= p->tol * 0.1, "%s, %s: 6 training steps' losses agree (worst rel %.2e)", c->name, p->name,
+          worst_loss);
+    CHECK(worst_norm <= p->tol, "%s, %s: their gradient norms agree (worst rel %.2e)", c->name, p->name, worst_norm);
+    float *p_gpu = malloc(N * sizeof(float)), *m_gpu = malloc(N * sizeof(float)), *v_gpu = malloc(N * sizeof(float));
+    gpu_download(g, p_gpu, m_gpu, v_gpu);
+    // the updates, |(p_gpu - p0) - (p_cpu - p0)| / |p_cpu - p0| in L2 over all tensors: Adam normalises each
+    // element, so one whose gradient is at the rounding level may step either way on the two devices; the L2
+    // ratio weighs such elements by their (tiny) share, while a wrong update would make it O(1)
+    double dd = 0, du = 0, wm = 0;
+    for (int k = 0; k < m->pt.n; k++) {
+        const ParamTensor *t = &m->pt.t[k];
+        for (size_t i = t->offset; i < t->offset + t->numel; i++) {
+            double d = (double)p_gpu[i] - m->params[i], u = (double)m->params[i] - p0[i];
+            dd += d * d;
+            du += u * u;
+        }
+        double rm = rel_err_(m_gpu + t->offset, o->m + t->offset, t->numel);
+        if (!(rm <= wm)) wm = rm;
+    }
+    double wp = du > 0 ? sqrt(dd / du) : sqrt(dd);
+    CHECK(wp <= 10 * p->tol, "%s, %s: the 6 steps' parameter updates agree (L2 rel %.2e <= %.0e)", c->name, p->name, wp,
+          10 * p->tol);
+    CHECK(wm <= 5 * gtol, "%s, %s: Adam first moments agree (worst rel %.2e <= %.1e)", c->name, p->name, wm, 5 * gtol);
+    free(p0);
+    free(p_gpu);
+    free(m_gpu);
+    free(v_gpu);
+}
+
 // 1 when the build has no GPU to run on (the caller skips)
 static int run_case_(const Case *c, const Prec *p) {
+    int B = c->B ? c->B : B_, T = c->T ? c->T : T_;
     Model m;
     if (!model_json_build_v(c->json, &m, V_, 17)) return 0;
     // every parameter moved off its init, so biases and norm weights matter
@@ -136,17 +227,17 @@ static int run_case_(const Case *c, const Prec *p) {
         model_free(&m);
         return none;
     }
-    int BT = B_ * T_;
+    int BT = B * T;
     int *in = malloc(BT * sizeof(int)), *tg = malloc(BT * sizeof(int));
     batch_(in, tg, BT);
     size_t NL = (size_t)BT * V_, N = m.pt.numel;
     float *logits_gpu = malloc(NL * sizeof(float)), *logits_cpu = malloc(NL * sizeof(float));
-    float *grads_gpu = malloc(N * sizeof(float)), *p_gpu = malloc(N * sizeof(float));
+    float *grads_gpu = malloc(N * sizeof(float));
     // forward: logits and loss
     double loss_gpu, loss_cpu;
     int sup_gpu;
-    CHECK(gpu_forward(g, in, tg, B_, T_, logits_gpu, &loss_gpu, &sup_gpu, &e) == 0, "gpu_forward (%s)", e.msg);
-    CHECK(model_forward(&m, in, tg, B_, T_, &e) == 0, "model_forward (%s)", e.msg);
+    CHECK(gpu_forward(g, in, tg, B, T, logits_gpu, &loss_gpu, &sup_gpu, &e) == 0, "gpu_forward (%s)", e.msg);
+    CHECK(model_forward(&m, in, tg, B, T, &e) == 0, "model_forward (%s)", e.msg);
     loss_cpu = m.loss;
     memcpy(logits_cpu, m.logits, NL * sizeof(float));
     CHECK(sup_gpu == m.n_supervised, "%s, %s: supervised positions %d = %d", c->name, p->name, sup_gpu, m.n_supervised);
@@ -158,7 +249,7 @@ static int run_case_(const Case *c, const Prec *p) {
     model_backward(&m, m.n_supervised);
     gpu_zero_grad(g);
     double l2;
-    CHECK(gpu_forward_backward(g, in, tg, B_, T_, sup_gpu, &l2, &sup_gpu, &e) == 0, "gpu_forward_backward (%s)", e.msg);
+    CHECK(gpu_forward_backward(g, in, tg, B, T, sup_gpu, &l2, &sup_gpu, &e) == 0, "gpu_forward_backward (%s)", e.msg);
     CHECK(l2 == loss_gpu, "%s, %s: forward_backward's loss is the forward's (%.9g, %.9g)", c->name, p->name, l2,
           loss_gpu);
     gpu_download_grads(g, grads_gpu);
@@ -180,70 +271,20 @@ static int run_case_(const Case *c, const Prec *p) {
     // the same step again: the same bits
     float *grads2 = malloc(N * sizeof(float));
     gpu_zero_grad(g);
-    CHECK(gpu_forward_backward(g, in, tg, B_, T_, sup_gpu, &l2, &sup_gpu, &e) == 0, "gpu_forward_backward (%s)", e.msg);
+    CHECK(gpu_forward_backward(g, in, tg, B, T, sup_gpu, &l2, &sup_gpu, &e) == 0, "gpu_forward_backward (%s)", e.msg);
     gpu_download_grads(g, grads2);
     int same = 1;
     for (int k = 0; k < m.pt.n; k++)
         same &= !memcmp(grads2 + m.pt.t[k].offset, grads_gpu + m.pt.t[k].offset, m.pt.t[k].numel * sizeof(float));
     CHECK(same, "%s, %s: a repeated step gives bit-identical gradients", c->name, p->name);
     free(grads2);
-    // training: 6 steps on fresh batches, the same on both devices
-    float *p0 = malloc(N * sizeof(float));
-    memcpy(p0, m.params, N * sizeof(float));
-    double worst_loss = 0, worst_norm = 0;
-    for (int s = 0; s < 6; s++) {
-        batch_(in, tg, BT);
-        int n_sup = 0;
-        for (int i = 0; i < BT; i++) n_sup += tg[i] != -100;
-        model_zero_grad(&m);
-        CHECK(model_forward_backward(&m, in, tg, B_, T_, n_sup, &e) == 0, "model_forward_backward (%s)", e.msg);
-        double lc = m.loss, lg;
-        int sg;
-        gpu_zero_grad(g);
-        CHECK(gpu_forward_backward(g, in, tg, B_, T_, n_sup, &lg, &sg, &e) == 0, "gpu step (%s)", e.msg);
-        double nc = optim_clip_grads(&o, m.grads);
-        long t_before = o.t;
-        optim_step(&o, m.params, m.grads, 3e-3f, 0.9f);
-        o.t = t_before;  // the GPU's update is the same update: same t
-        double ng = gpu_clip_grads(g, &o);
-        gpu_optim_step(g, &o, 3e-3f, 0.9f);
-        double dl = fabs(lg - lc) / fabs(lc), dn = fabs(ng - nc) / nc;
-        if (dl > worst_loss) worst_loss = dl;
-        if (dn > worst_norm) worst_norm = dn;
-    }
-    CHECK(worst_loss <= p->tol * 0.1, "%s, %s: 6 training steps' losses agree (worst rel %.2e)", c->name, p->name,
-          worst_loss);
-    CHECK(worst_norm <= p->tol, "%s, %s: their gradient norms agree (worst rel %.2e)", c->name, p->name, worst_norm);
-    float *m_gpu = malloc(N * sizeof(float)), *v_gpu = malloc(N * sizeof(float));
-    gpu_download(g, p_gpu, m_gpu, v_gpu);
-    // the updates, |(p_gpu - p0) - (p_cpu - p0)| / |p_cpu - p0| in L2 over all tensors: Adam normalises each
-    // element, so one whose gradient is at the rounding level may step either way on the two devices; the L2
-    // ratio weighs such elements by their (tiny) share, while a wrong update would make it O(1)
-    double dd = 0, du = 0, wm = 0;
-    for (int k = 0; k < m.pt.n; k++) {
-        const ParamTensor *t = &m.pt.t[k];
-        for (size_t i = t->offset; i < t->offset + t->numel; i++) {
-            double d = (double)p_gpu[i] - m.params[i], u = (double)m.params[i] - p0[i];
-            dd += d * d;
-            du += u * u;
-        }
-        double rm = rel_err_(m_gpu + t->offset, o.m + t->offset, t->numel);
-        if (!(rm <= wm)) wm = rm;
-    }
-    double wp = du > 0 ? sqrt(dd / du) : sqrt(dd);
-    CHECK(wp <= 10 * p->tol, "%s, %s: the 6 steps' parameter updates agree (L2 rel %.2e <= %.0e)", c->name, p->name, wp,
-          10 * p->tol);
-    CHECK(wm <= 5 * gtol, "%s, %s: Adam first moments agree (worst rel %.2e <= %.1e)", c->name, p->name, wm, 5 * gtol);
-    free(p0);
-    free(m_gpu);
-    free(v_gpu);
+    if (!c->grads_only) train_steps_(c, p, &m, &o, g, in, tg, B, T, gtol);
     gpu_close(g);
     free(in);
     free(tg);
     free(logits_gpu);
     free(logits_cpu);
     free(grads_gpu);
-    free(p_gpu);
     optim_free(&o);
     model_free(&m);
     return 0;
@@ -254,12 +295,14 @@ static void refusals_(void) {
     static const struct {
         const char *json, *want;
     } R[] = {
-        {"{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {\"kind\": \"attention\", \"heads\": 2, \"pos\": \"alibi\"}}",
-         "attention pos \"alibi\" has no GPU kernels yet"},
-        {"{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {\"kind\": \"attention\", \"heads\": 2, \"qk_norm\": true}}",
-         "qk_norm true"},
-        {"{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {\"kind\": \"attention\", \"heads\": 2, \"window\": 8}}",
-         "window 8"},
+        {"{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {\"kind\": \"attention\", \"heads\": 2, \"pos\": \"path\"}}",
+         "attention pos \"path\" (PaTH) has no GPU kernels yet"},
+        {"{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {\"kind\": \"attention\", \"heads\": 2, "
+         "\"pos\": \"path_fox\"}}",
+         "attention pos \"path_fox\" (PaTH) has no GPU kernels yet"},
+        {"{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {\"kind\": \"attention\", \"heads\": 2, \"pos\": \"none\", "
+         "\"selective_rope\": {\"enabled\": true}}}",
+         "attention selective_rope has no GPU kernels yet"},
         {"{\"d_model\": 32, \"n_layers\": 2, \"layers\": [{\"at\": \"1\", \"mixer\": {\"kind\": \"gla\"}}]}",
          "layer 1: mixer \"gla\" has no GPU kernels yet"},
         {"{\"d_model\": 64, \"n_layers\": 1, \"mixer\": {\"kind\": \"attention\", \"heads\": 1, \"head_dim\": 256}}",
