@@ -8,8 +8,10 @@
 #   3. with a GPU: the training runs again on it.
 # The training runs: a run on the CPU and the same run with run.device cuda give the same loss curve and
 # checkpoints with the same header; a GPU run stopped and resumed is bit-identical to one that was not; a GPU
-# run finishes on the CPU and a CPU run on the GPU, each on its device's curve; tf32 stays near fp32.
-#   bash tests/gpu/run.sh      (from the repository root; SEQ_JOBS=N compile jobs, default 2; SEQ_NVCC=path)
+# run finishes on the CPU and a CPU run on the GPU, each on its device's curve; tf32 and bf16 stay near fp32
+# (bf16 also across a stop and resume, bit-identically).
+#   bash tests/gpu/run.sh      (from the repository root; SEQ_JOBS=N compile jobs, default 2; SEQ_NVCC=path;
+#                               SEQ_GPU_ONLY=1 skips part 1, for a GPU machine whose emulated run happened elsewhere)
 set -u
 JOBS=${SEQ_JOBS:-2}
 W=$(mktemp -d "${TMPDIR:-/tmp}/seqtrain-cuda.XXXXXX") || exit 2
@@ -69,12 +71,21 @@ JSON
     check "$L: ... on the CPU run's curve (rel 1e-3)" cmp_losses "$R/c2g/log.jsonl" "$R/cpu/log.jsonl" 1e-3
     train --config "$W/tiny.json" --set run.name=tf32 --set run.device=cuda --set run.precision=tf32
     check "$L: tf32: the curve stays within rel 3e-2 of the CPU's" cmp_losses "$R/tf32/log.jsonl" "$R/cpu/log.jsonl" 3e-2
+    train --config "$W/tiny.json" --set run.name=bf16 --set run.device=cuda --set run.precision=bf16 --stop-after 6
+    train --resume "$R/bf16"
+    check "$L: bf16 (stopped at 6, resumed): the curve stays within rel 3e-2 of the CPU's" \
+        cmp_losses "$R/bf16/log.jsonl" "$R/cpu/log.jsonl" 3e-2
+    train --config "$W/tiny.json" --set run.name=bf16b --set run.device=cuda --set run.precision=bf16
+    check "$L: bf16: stopped and resumed, the curve is bit-identical" \
+        eval '[ "$(losses "$R/bf16/log.jsonl")" = "$(losses "$R/bf16b/log.jsonl")" ]'
 }
 
 finish() { echo "$PASS passed, $FAIL failed (tests/gpu/run.sh)"; [ "$FAIL" = 0 ]; exit; }
 
 EMU=build/release/tests-gpuemu
-if make -j"$JOBS" "$EMU/test_gpu_emulated" "$EMU/seqtrain" >"$W/make.log" 2>&1; then
+if [ -n "${SEQ_GPU_ONLY:-}" ]; then
+    echo "# SEQ_GPU_ONLY: the emulated part is skipped"
+elif make -j"$JOBS" "$EMU/test_gpu_emulated" "$EMU/seqtrain" >"$W/make.log" 2>&1; then
     ok "the emulated GPU backend builds"
     OMP_NUM_THREADS=1 "$EMU/test_gpu_emulated" || FAIL=$((FAIL + 1))
     training_runs emulated "$EMU"
