@@ -102,24 +102,26 @@ static size_t attention_gpu_scratch_size_(const MixerSpec *s, int B, int T) {
 // ----------------------------------------------------------------------------
 // kernels: head permutations, RoPE, fox's forget gates
 
-// dst (B,H,T,D) = columns [col0, col0 + H·D) of src (B,T,stride)
-__global__ void split_heads_kernel(float *dst, const float *src, int stride, int col0, int B, int T, int H, int D) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, n = (size_t)B * T * H * D;
-    if (i >= n) return;
-    int d = i % D, h = (i / D) % H;
-    size_t bt = i / ((size_t)H * D);
-    int t = bt % T, b = bt / T;
-    dst[(((size_t)b * H + h) * T + t) * D + d] = src[bt * stride + col0 + (size_t)h * D + d];
+// V consecutive floats (V = 4 when 4 divides D: every row of both layouts then starts 16-byte aligned)
+template <int V>
+static __device__ __forceinline__ void copy_(float *dst, const float *src) {
+    if (V == 4) *(float4 *)dst = *(const float4 *)src;
+    else *dst = *src;
 }
 
-// columns [col0, col0 + H·D) of dst (B,T,stride) = src (B,H,T,D)
-__global__ void merge_heads_kernel(float *dst, int stride, int col0, const float *src, int B, int T, int H, int D) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, n = (size_t)B * T * H * D;
+// between the head layout (B,H,T,D) and columns [col0, col0 + H·D) of the row layout (B,T,stride), V floats
+// per thread: merge 0 splits (heads = rows' columns), merge 1 merges (rows' columns = heads)
+template <int V>
+__global__ void permute_heads_kernel(float *heads, float *rows, int stride, int col0, int B, int T, int H, int D,
+                                     int merge) {
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * V, n = (size_t)B * T * H * D;
     if (i >= n) return;
     int d = i % D, h = (i / D) % H;
     size_t bt = i / ((size_t)H * D);
     int t = bt % T, b = bt / T;
-    dst[bt * stride + col0 + (size_t)h * D + d] = src[(((size_t)b * H + h) * T + t) * D + d];
+    float *hp = heads + (((size_t)b * H + h) * T + t) * D + d, *rp = rows + bt * stride + col0 + (size_t)h * D + d;
+    if (merge) copy_<V>(rp, hp);
+    else copy_<V>(hp, rp);
 }
 
 // cos, sin (T, nh, half) of t·w, in double then rounded, as nn/rotary.c's table: w = freqs[h·half + k] (nh = H,
@@ -185,8 +187,9 @@ __global__ void fox_backward_kernel(float *dpre, const float *dF, const float *p
 
 static void permute_(float *heads, const float *rows, int stride, int col0, int B, int T, int H, int D, int merge) {
     size_t n = (size_t)B * T * H * D;
-    if (merge) merge_heads_kernel<<<gpu_blocks(n, 256), 256>>>((float *)rows, stride, col0, heads, B, T, H, D);
-    else split_heads_kernel<<<gpu_blocks(n, 256), 256>>>(heads, rows, stride, col0, B, T, H, D);
+    if (D % 4 == 0)
+        permute_heads_kernel<4><<<gpu_blocks(n / 4, 256), 256>>>(heads, (float *)rows, stride, col0, B, T, H, D, merge);
+    else permute_heads_kernel<1><<<gpu_blocks(n, 256), 256>>>(heads, (float *)rows, stride, col0, B, T, H, D, merge);
     KERNEL_CHECK();
 }
 
