@@ -81,7 +81,7 @@ static size_t att_layout_(const AttentionOpts *o, int B, int T, float *base, Gpu
     size_t n = 0;
     for (size_t i = 0; i < sizeof slots / sizeof slots[0]; i++) {
         *slots[i].p = base && slots[i].n ? base + n : NULL;  // NULL for what the options do not use
-        n += slots[i].n;
+        n += (slots[i].n + 63) & ~(size_t)63;  // every slot 256-byte aligned (float4 access: permute_, the kernels)
     }
     return n;
 }
