@@ -13,7 +13,7 @@
 #   THREADS=N                run.threads of every run (default max(1, nproc / JOBS))
 #   BIN=DIR                  where seqtrain is (default bin)
 #   PROGRESS_EVERY=S         print the progress of running trainings every S seconds (default 60, 0 = off)
-#   ROWS=ID,ID,...           train and show only these rows (ids as in the table script, e.g. b1_rope,b2_alibi:
+#   RFA_ROWS=ID,ID,...       train and show only these rows (ids as in the table script, e.g. b1_rope,b2_alibi:
 #                            the attention baselines on a GPU build with BIN=build/cuda/bin --set run.device=cuda)
 # Progress goes to stderr; the table goes to stdout and to $SEQ_OUT/<table>.md and $SEQ_OUT/<table>.csv.
 
@@ -130,7 +130,7 @@ rfa_scale_sets_() {
 rfa_row() {
     local id=$1 label=$2 cfg=$3 kind=$4 key=${5:-$2}
     shift 4; [ $# -gt 0 ] && shift
-    if [ -n "${ROWS:-}" ] && [[ ",$ROWS," != *",$id,"* ]]; then return 0; fi
+    if [ -n "${RFA_ROWS:-}" ] && [[ ",$RFA_ROWS," != *",$id,"* ]]; then return 0; fi
     RFA_IDS+=("$id"); RFA_LABELS+=("$label"); RFA_CSVKEYS+=("$key"); RFA_CONFIGS+=("$cfg"); RFA_KINDS+=("$kind")
     local s="" v
     for v in "$@"; do s+="$v"$'\n'; done
