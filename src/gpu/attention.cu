@@ -185,6 +185,24 @@ __global__ void fox_backward_kernel(float *dpre, const float *dF, const float *p
     }
 }
 
+// fox's F into a.fg_cum: the gate projection pre = x wf^T + bf (B,T,H), then the cumulative log-sigmoid
+static void fox_forward_(Mixer *m, const GpuAttActs *a, const float *x, int B, int T) {
+    const AttentionOpts *o = (const AttentionOpts *)m->spec->opts;
+    gpu_matmul_forward(a->fg_pre, x, mixer_param(m, o->k_fw), mixer_param(m, o->k_fb), B * T, m->spec->C, o->H);
+    fox_cumsum_kernel<<<gpu_blocks((size_t)B * o->H, 64), 64>>>(a->fg_cum, a->fg_pre, B, T, o->H);
+    KERNEL_CHECK();
+}
+
+// its backward from dF (B,H,T): dpre (B,T,H) scratch, then the projection's gradients and dx (+=)
+static void fox_backward_(Mixer *m, float *dx, float *dpre, const float *dF, const GpuAttActs *a, const float *x, int B,
+                          int T) {
+    const AttentionOpts *o = (const AttentionOpts *)m->spec->opts;
+    fox_backward_kernel<<<gpu_blocks((size_t)B * o->H, 64), 64>>>(dpre, dF, a->fg_pre, B, T, o->H);
+    KERNEL_CHECK();
+    gpu_matmul_backward(dx, mixer_grad(m, o->k_fw), mixer_grad(m, o->k_fb), dpre, x, mixer_param(m, o->k_fw), B * T,
+                        m->spec->C, o->H, 1);
+}
+
 static void permute_(float *heads, const float *rows, int stride, int col0, int B, int T, int H, int D, int merge) {
     size_t n = (size_t)B * T * H * D;
     if (D % 4 == 0)
@@ -232,16 +250,11 @@ static void attention_gpu_forward_(Mixer *m, float *y, const float *x, int B, in
                                                    BT * H, D, 1));
     }
     if (rotates_(o)) {
-        rope_table_(&a, o, T);
+        GPU_TIMED("attn.rope", rope_table_(&a, o, T));
         GPU_TIMED("attn.rope", rope_(a.qh, &a, o, B, T, 1.0f));
         GPU_TIMED("attn.rope", rope_(a.kh, &a, o, B, T, 1.0f));
     }
-    if (o->fgate) {
-        GPU_TIMED("attn.fgate", gpu_matmul_forward(a.fg_pre, x, mixer_param(m, o->k_fw), mixer_param(m, o->k_fb), BT,
-                                                   C, H));
-        fox_cumsum_kernel<<<gpu_blocks((size_t)B * H, 64), 64>>>(a.fg_cum, a.fg_pre, B, T, H);
-        KERNEL_CHECK();
-    }
+    if (o->fgate) GPU_TIMED("attn.fgate", fox_forward_(m, &a, x, B, T));
     GpuAttnOpts ko = kernel_opts_(o, a.fg_cum);
     GPU_TIMED("attn.kernel.forward", gpu_attention_forward(a.oh, a.lse, a.qh, a.kh, a.vh, &ko, B, H, T, D));
     GPU_TIMED("attn.permute", permute_(a.oh, a.o_lin, HD, 0, B, T, H, D, 1));
@@ -284,13 +297,7 @@ static void attention_gpu_backward_(Mixer *m, float *dx, const float *dy, const 
     }
     GPU_TIMED("attn.qkv.backward", gpu_matmul_backward(dx, mixer_grad(m, o->k_wqkv), o->bias ? mixer_grad(m, o->k_bqkv) : NULL,
                                                        dqkv, x, mixer_param(m, o->k_wqkv), BT, C, 3 * HD, 1));
-    if (o->fgate) {
-        // F = cumsum logsigmoid(x wf^T + bf): dpre from dF, then the projection's gradients and dx
-        fox_backward_kernel<<<gpu_blocks((size_t)B * H, 64), 64>>>(dpre, dF, a.fg_pre, B, T, H);
-        KERNEL_CHECK();
-        GPU_TIMED("attn.fgate", gpu_matmul_backward(dx, mixer_grad(m, o->k_fw), mixer_grad(m, o->k_fb), dpre, x,
-                                                    mixer_param(m, o->k_fw), BT, C, H, 1));
-    }
+    if (o->fgate) GPU_TIMED("attn.fgate", fox_backward_(m, dx, dpre, dF, &a, x, B, T));
 }
 
 const GpuMixerOps GPU_MIXER_ATTENTION = {
