@@ -52,18 +52,18 @@ typedef struct Case {
 
 static const Case CASES_[] = {
     {"layernorm, gelu, rope half, tied, D 16",
-     "{\"d_model\": 32, \"n_layers\": 2, \"mixer\": {\"kind\": \"attention\", \"heads\": 2, \"pos\": \"rope\"}}"},
+     "{\"d_model\": 32, \"n_layers\": 2, \"mixer\": {\"kind\": \"attention\", \"heads\": 2, \"pos\": \"rope\"}}", 0},
     {"rmsnorm, swiglu, pos none, untied + head bias, qkv/out biases, D 48 (kernel width 64)",
      "{\"d_model\": 48, \"n_layers\": 2, \"norm\": \"rmsnorm\", \"mlp\": {\"kind\": \"swiglu\", \"ratio\": 2.5, "
      "\"bias\": false}, \"tie_embeddings\": false, \"head_bias\": true, "
-     "\"mixer\": {\"kind\": \"attention\", \"heads\": 3, \"head_dim\": 48, \"pos\": \"none\", \"bias\": true}}"},
+     "\"mixer\": {\"kind\": \"attention\", \"heads\": 3, \"head_dim\": 48, \"pos\": \"none\", \"bias\": true}}", 0},
     {"layernorm without bias, relu, rope interleaved, H·D = 2C, D 32",
      "{\"d_model\": 64, \"n_layers\": 2, \"norm_bias\": false, \"mlp\": {\"kind\": \"relu\"}, "
      "\"mixer\": {\"kind\": \"attention\", \"heads\": 4, \"head_dim\": 32, \"pos\": \"rope\", "
      "\"rope_layout\": \"interleaved\", \"rope_base\": 500}}", 1},
     {"no MLP, one head of D 128 (kernel width 128), 3 layers",
      "{\"d_model\": 64, \"n_layers\": 3, \"mlp\": {\"kind\": \"none\"}, "
-     "\"mixer\": {\"kind\": \"attention\", \"heads\": 1, \"head_dim\": 128, \"pos\": \"rope\"}}"},
+     "\"mixer\": {\"kind\": \"attention\", \"heads\": 1, \"head_dim\": 128, \"pos\": \"rope\"}}", 0},
 };
 
 typedef struct Prec {
