@@ -205,11 +205,12 @@ $(OBJDIR)/gpuemu/%.o: src/%.cu tests/gpu/emu/cuda_runtime.h tests/gpu/emu/cublas
 $(OBJDIR)/tests/gpu/test_gpu_emulated.o: tests/gpu/test_gpu_parity.c | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -DSEQ_GPU_EMULATE -c $< -o $@
-# the parity test, and a seqtrain whose run.device cuda runs on the emulator (tests/gpu/run.sh trains with it)
+# the parity test, and a seqtrain and seqeval whose run.device cuda runs on the emulator (tests/gpu/run.sh trains
+# and evaluates with them)
 $(EMU_DIR)/test_gpu_emulated: $(OBJDIR)/tests/gpu/test_gpu_emulated.o $(EMU_LIB)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $^ -o $@ $(filter-out -lcublas -lcudart,$(LDLIBS))
-$(EMU_DIR)/seqtrain: $(OBJDIR)/cli/seqtrain.o $(EMU_LIB)
+$(EMU_DIR)/seq%: $(OBJDIR)/cli/seq%.o $(EMU_LIB)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $^ -o $@ $(filter-out -lcublas -lcudart,$(LDLIBS))
 

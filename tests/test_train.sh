@@ -170,6 +170,27 @@ check "--attention-map --layer 5 on a 2-layer model is refused in one line namin
 run "$BIN/seqeval" --run "$A" --data valid --context 0
 check "seqeval --context 0 is refused in one line" eval '[ "$RC" = 1 ] && [ "$(wc -l < "$W/err")" = 1 ]'
 
+# --- run.device cuda in this build (no CUDA backend: tests/gpu/run.sh tests the backend): seqtrain and seqeval
+# refuse it in one line naming `make CUDA=1` before writing anything; seqeval takes a run's run.device unless
+# --device says otherwise
+run "$BIN/seqtrain" --config "$W/tiny.json" --quiet --set run.name=cu --set run.device=cuda
+check "seqtrain --set run.device=cuda without CUDA: refused in one line naming make CUDA=1, no run directory" \
+    eval '[ "$RC" = 1 ] && [ "$(wc -l < "$W/err")" = 1 ] && grep -q "make CUDA=1" "$W/err" && [ ! -e "$W/runs/cu" ]'
+run "$BIN/seqeval" --run "$A" --data valid --context 32 --max-windows 4 --device cuda --out "$W/ev-cu"
+check "seqeval --device cuda without CUDA: refused in one line naming make CUDA=1 and --device cpu, nothing written" \
+    eval '[ "$RC" = 1 ] && [ "$(wc -l < "$W/err")" = 1 ] && grep -q "make CUDA=1" "$W/err" && grep -q -- "--device cpu" "$W/err" && [ ! -e "$W/ev-cu" ]'
+run "$BIN/seqeval" --run "$A" --task --device gpu
+check "seqeval --device gpu is refused naming the option and its values" \
+    eval '[ "$RC" = 1 ] && grep -q -- "--device: \"gpu\" is not cpu or cuda" "$W/err"'
+cp -r "$A" "$W/runs/acu" && sed -i 's/"device":\t"cpu"/"device":\t"cuda"/' "$W/runs/acu/config.json"
+check "fixture: a copy of the run whose config.json says run.device cuda" grep -qP '"device":\t"cuda"' "$W/runs/acu/config.json"
+run "$BIN/seqeval" --run "$W/runs/acu" --probe "$W/probe.npy" --out "$W/probe-acu.safetensors"
+check "seqeval takes the run's run.device: cuda, refused here naming --device cpu" \
+    eval '[ "$RC" = 1 ] && grep -q -- "--device cpu" "$W/err" && [ ! -e "$W/probe-acu.safetensors" ]'
+run "$BIN/seqeval" --run "$W/runs/acu" --device cpu --data valid --context 32,64 --max-windows 12 --out "$W/ev-acu"
+check "... and with --device cpu evaluates it on the CPU: the original run's tables" \
+    eval '[ "$RC" = 0 ] && diff "$W/ev/ppl.csv" "$W/ev-acu/ppl.csv"'
+
 
 # --- rfa: per-head diagnostics in diag.jsonl every log_every steps, identical after an interrupted run resumes
 # (the same tiny config with the rfa mixer: a --set would merge into the attention options)

@@ -93,6 +93,8 @@ static int load_model_(Model *m, RunConfig *c, int vocab) {
 // the reference
 
 static void check_reference_(Model *m, const Tokenizer *tok, int T) {
+    Forward f;  // the host model (the GPU's scoring runs through the same loops: tests/gpu/run.sh)
+    forward_init(&f, m, NULL);
     int nr = 0;
     RefRow *ref = read_ref_(CASE_DIR "/ref.tsv", &nr);
     CHECK(ref && nr > 1000, "read %s: %d rows", CASE_DIR "/ref.tsv", nr);
@@ -136,7 +138,7 @@ static void check_reference_(Model *m, const Tokenizer *tok, int T) {
                 }
                 rll[c] = r->ll;
             }
-            if (zeroshot_score(m, z, nc, ll, greedy, &e) != 0 && failed++ < 3) printf("# score: %.200s\n", e.msg);
+            if (zeroshot_score(&f, z, nc, ll, greedy, &e) != 0 && failed++ < 3) printf("# score: %.200s\n", e.msg);
             int best = 0, best_n = 0;
             for (int c = 0; c < nc; c++) {
                 const RefRow *r = &ref[k - nc + c];
@@ -166,7 +168,7 @@ static void check_reference_(Model *m, const Tokenizer *tok, int T) {
         // the batched run: several items per forward, padded rows
         ZeroshotOpts o = {0, T, 0};
         ZeroshotResult r;
-        CHECK(zeroshot_run(m, tok, &s, &o, &r, &e) == 0, "%s: zeroshot_run: %.200s", t->name, e.msg);
+        CHECK(zeroshot_run(&f, tok, &s, &o, &r, &e) == 0, "%s: zeroshot_run: %.200s", t->name, e.msg);
         CHECK_NEAR(r.acc, acc / s.n, 1e-12, 0, "%s: batched acc = the reference's", t->name);
         if (t->cloze) {
             CHECK_NEAR(r.ppl, exp(-ll_sum / s.n), 0, LL_RTOL, "%s: perplexity = the reference's", t->name);
@@ -253,13 +255,15 @@ static void check_tokens_(const Tokenizer *tok) {
 // padding rows to the longest one in a batch changes nothing (causal masking)
 static void check_padding_(Model *m, const Tokenizer *tok) {
     Err e = {{0}};
+    Forward f;
+    forward_init(&f, m, NULL);
     ZeroshotTokens z[2];
     zeroshot_tokens(&z[0], tok, "A short one", " here", 64, &e);
     zeroshot_tokens(&z[1], tok, "A much longer context, with many more words in it than the first has", " there", 64,
                     &e);
     double alone, both[2];
-    zeroshot_score(m, z, 1, &alone, NULL, &e);
-    zeroshot_score(m, z, 2, both, NULL, &e);
+    zeroshot_score(&f, z, 1, &alone, NULL, &e);
+    zeroshot_score(&f, z, 2, both, NULL, &e);
     CHECK_NEAR(both[0], alone, 0, PAD_RTOL, "a request padded in a batch scores as alone");
     zeroshot_tokens_free(&z[0]);
     zeroshot_tokens_free(&z[1]);
@@ -329,7 +333,9 @@ static void check_vocab_mismatch_(void) {
     if (load_model_(&m, &c, 64) != 0) { CHECK(0, "build a 64-token model"); return; }
     ZeroshotCmd z = {"runs/none", "piqa", 2, EVAL_DIR, TOKENIZER, "/nonexistent/out"};
     Err e = {{0}};
-    CHECK(zeroshot_cmd_run(&m, &c, &z, &e) != 0, "vocab 64 vs the 8192-piece tokenizer refused");
+    Forward f;
+    forward_init(&f, &m, NULL);
+    CHECK(zeroshot_cmd_run(&f, &c, &z, &e) != 0, "vocab 64 vs the 8192-piece tokenizer refused");
     CHECK_CONTAINS(e.msg, "not trained with this tokenizer", "... saying why: %.200s", e.msg);
     model_free(&m);
     run_config_free(&c);

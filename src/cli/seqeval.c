@@ -17,6 +17,9 @@
  *       text generation (cli/generate.c has its own options: seqeval --generate --help)
  *   seqeval --run RUN_DIR --zeroshot lambada,hellaswag,...|all|paper [--limit N]
  *       zero-shot multiple-choice accuracy on data/eval (the KLA paper's Table 4; cli/zeroshot_cmd.c)
+ *
+ * Perplexity, --task, --probe and --zeroshot run their forward passes on the run's run.device (the GPU backend
+ * for cuda, train/forward.h) unless --device says otherwise; --attention-map and --generate run on the CPU.
  */
 #include <errno.h>
 #include <math.h>
@@ -39,6 +42,7 @@
 #include "data/shard.h"
 #include "train/ckptdir.h"
 #include "train/evaluate.h"
+#include "train/forward.h"
 #include "train/run_load.h"
 #include "train/run_config.h"
 #include "train/safetensors.h"
@@ -88,7 +92,8 @@ static int attention_maps_(Model *m, Shard *sh, int L, int layer, const char *di
     return rc;
 }
 
-static int probe_(Model *m, const char *npy, const char *out, Err *e) {
+static int probe_(Forward *f, const char *npy, const char *out, Err *e) {
+    const Model *m = f->m;
     long *tok = NULL, B = 0, T1 = 0;
     int nd = 0;
     if (npy_read_ints(npy, &tok, &B, &T1, &nd, e) != 0) return -1;
@@ -104,21 +109,16 @@ static int probe_(Model *m, const char *npy, const char *out, Err *e) {
             tg[b * T + t] = (int)tok[b * T1 + t + 1];
         }
     free(tok);
-    int rc = model_forward(m, in, tg, (int)B, T, e);
-    float *logits = NULL;
-    if (rc == 0) {
-        size_t nl = (size_t)B * T * m->V;
-        logits = xmalloc(nl * sizeof(float));
-        memcpy(logits, m->logits, nl * sizeof(float));  // backward turns the logits buffer into dlogits
-        model_zero_grad(m);
-        model_backward(m, m->n_supervised);
-    }
+    // logits and gradients from the forward's device (the host model's or the GPU's)
+    float *logits = xmalloc((size_t)B * T * m->V * sizeof(float)), *grads = xmalloc(m->pt.numel * sizeof(float));
+    double loss_d = 0;
+    int rc = forward_probe(f, in, tg, (int)B, T, logits, grads, &loss_d, e);
     if (rc == 0) {
         int n = m->pt.n + 2;
         SafeTensor *ts = xcalloc((size_t)n, sizeof(SafeTensor));
         int64_t *shapes = xcalloc((size_t)n * PARAM_NDIM_MAX, sizeof(int64_t));
         char **names = xcalloc((size_t)n, sizeof(char *));
-        float loss = (float)m->loss;
+        float loss = (float)loss_d;
         shapes[0] = B; shapes[1] = T; shapes[2] = m->V;
         ts[0] = (SafeTensor){"logits", 3, shapes, logits, ST_F32};
         shapes[PARAM_NDIM_MAX] = 1;
@@ -129,20 +129,40 @@ static int probe_(Model *m, const char *npy, const char *out, Err *e) {
             sprintf(names[k + 2], "grad.%s", pt->name);
             int64_t *s = shapes + (size_t)(k + 2) * PARAM_NDIM_MAX;
             for (int d = 0; d < pt->ndim; d++) s[d] = pt->shape[d];
-            ts[k + 2] = (SafeTensor){names[k + 2], pt->ndim, s, m->grads + pt->offset, ST_F32};
+            ts[k + 2] = (SafeTensor){names[k + 2], pt->ndim, s, grads + pt->offset, ST_F32};
         }
         const char *meta[] = {"format", "seqtrain-probe"};
         rc = safetensors_write(out, ts, n, meta, 1, e);
-        if (rc == 0) printf("wrote %s: logits (%ld, %d, %d), loss %.6f, %d gradients\n", out, B, T, m->V, m->loss, m->pt.n);
+        if (rc == 0)
+            printf("wrote %s: logits (%ld, %d, %d), loss %.6f, %d gradients (%s)\n", out, B, T, m->V, loss_d, m->pt.n,
+                   forward_device(f));
         for (int k = 0; k < n; k++) free(names[k]);
         free(names);
         free(shapes);
         free(ts);
     }
     free(logits);
+    free(grads);
     free(in);
     free(tg);
     return rc;
+}
+
+// perplexity, --task, --probe and --zeroshot run their forward passes on c->run.device (the run's, or --device)
+static void forward_open_(Forward *f, Model *m, const RunConfig *c, const char *run) {
+    Err e = {{0}};
+    int cuda = !strcmp(c->run.device, "cuda");
+    if (cuda && dist_size() > 1) {
+        err_set(&e, "run.device cuda (the run's config.json or --device cuda): the GPU backend evaluates in one "
+                "process; start seqeval without mpirun, or evaluate on the CPU with --device cpu");
+        dist_die(PROG, &e);
+    }
+    if (forward_open(f, m, c->run.device, c->run.precision, &e) != 0) {
+        err_prefix(&e, "%s: evaluating on the GPU (run.device cuda of its config.json, or --device cuda; --device cpu "
+                   "evaluates on the CPU): ", run);
+        dist_die(PROG, &e);
+    }
+    if (cuda) fprintf(stderr, "seqeval: device %s\n", forward_device(f));
 }
 
 // the perplexity tables (rank 0): RUN_DIR/eval-<data>/ or --out, and the Markdown table on stdout
@@ -165,7 +185,7 @@ static void write_tables_(const RunConfig *c, const EvalResult *r, int n_ctx, co
 
 int main(int argc, char **argv) {
     const char *run = NULL, *ckpt = NULL, *data = NULL, *contexts = "512,1024,2048,4096", *format = "auto";
-    const char *out = NULL, *probe = NULL, *attn_dir = NULL;
+    const char *out = NULL, *probe = NULL, *attn_dir = NULL, *device = NULL, *precision = NULL;
     int task = 0;
     long attn_layer = -1;  // ARG_INT stores a long
     long stride = 0, vocab = 0, max_windows = 0;
@@ -187,6 +207,8 @@ int main(int argc, char **argv) {
         {"--limit", ARG_INT, &zs.limit, "N", "--zeroshot: score the first N items of each task (default 0 = all)", 0, 1e12},
         {"--eval-data", ARG_STR, &zs.eval_dir, "DIR", "--zeroshot: folder of the evaluation sets (default data/eval)", 0, 0},
         {"--tokenizer", ARG_STR, &zs.tokenizer, "FILE", "--zeroshot: the run's SentencePiece .model (default: its data.tokenizer)", 0, 0},
+        {"--device", ARG_STR, &device, "cpu|cuda", "where perplexity, --task, --probe and --zeroshot run their forward passes (default: the run's run.device; cuda needs a `make CUDA=1` build and a GPU; --attention-map and --generate run on the CPU)", 0, 0},
+        {"--precision", ARG_STR, &precision, "fp32|tf32|bf16", "the GPU's matmul precision (default: the run's run.precision)", 0, 0},
         {"--plan", ARG_FLAG, &plan, NULL, "print only the windows and tokens each length would score (no model)", 0, 0},
         {"--format", ARG_STR, &format, "FMT", "shard format of a FILE (default auto)", 0, 0},
         {"--vocab", ARG_INT, &vocab, "N", "vocab size of a raw FILE", 0, 1 << 30},
@@ -221,15 +243,29 @@ int main(int argc, char **argv) {
                    "       seqeval --run RUN_DIR --data valid|test|FILE --context L --attention-map DIR [--layer N]\n"
                    "       seqeval --data FILE --context L1,L2,... --plan\n"
                    "       seqeval --run RUN_DIR --generate --prompt TEXT|--prompt-file FILE [...]  (seqeval --generate --help)\n"
+                   "perplexity, --task, --probe and --zeroshot run on the run's run.device (cpu or cuda): --device picks\n"
+                   "another\n"
                    "\noptions:\n");
         if (dist_main()) args_usage(f, specs, ns);
         return dist_exit(help ? 0 : 2);
+    }
+    if (device && strcmp(device, "cpu") && strcmp(device, "cuda")) {
+        err_set(&e, "--device: \"%s\" is not cpu or cuda", device);
+        dist_die(PROG, &e);
+    }
+    if (precision && strcmp(precision, "fp32") && strcmp(precision, "tf32") && strcmp(precision, "bf16")) {
+        err_set(&e, "--precision: \"%s\" is not fp32, tf32 or bf16", precision);
+        dist_die(PROG, &e);
     }
     RunConfig c;
     memset(&c, 0, sizeof c);
     Model m;
     memset(&m, 0, sizeof m);
     if (dist_agree(run ? run_load_model(&m, &c, run, ckpt, &e) : 0, &e) != 0) dist_die(PROG, &e);
+    if (run && device) snprintf(c.run.device, sizeof c.run.device, "%s", device);
+    if (run && precision) snprintf(c.run.precision, sizeof c.run.precision, "%s", precision);
+    Forward fw;
+    memset(&fw, 0, sizeof fw);
     if (task) {
         if (!run) { err_set(&e, "--task needs --run"); dist_die(PROG, &e); }
         if (!run_config_has_task(&c)) {
@@ -238,7 +274,9 @@ int main(int argc, char **argv) {
         }
         double loss, acc;
         uint64_t n;
-        if (evaluate_task(&m, &c, dist_main() ? stdout : NULL, &loss, &acc, &n, &e) != 0) dist_die(PROG, &e);
+        forward_open_(&fw, &m, &c, run);
+        if (evaluate_task(&fw, &c, dist_main() ? stdout : NULL, &loss, &acc, &n, &e) != 0) dist_die(PROG, &e);
+        forward_close(&fw);
         if (!isfinite(loss)) {
             err_set(&e, "%s: the test loss is not finite (%g): the model's outputs overflow", run, loss);
             dist_die(PROG, &e);
@@ -251,14 +289,18 @@ int main(int argc, char **argv) {
         if (!run) { err_set(&e, "--zeroshot needs --run"); dist_die(PROG, &e); }
         zs.run = run;
         zs.out = out;
-        if (zeroshot_cmd_run(&m, &c, &zs, &e) != 0) dist_die(PROG, &e);
+        forward_open_(&fw, &m, &c, run);
+        if (zeroshot_cmd_run(&fw, &c, &zs, &e) != 0) dist_die(PROG, &e);
+        forward_close(&fw);
         model_free(&m);
         run_config_free(&c);
         return dist_exit(0);
     }
     if (probe) {
         if (!out) { err_set(&e, "--probe needs --out FILE.safetensors"); dist_die(PROG, &e); }
-        if (probe_(&m, probe, out, &e) != 0) dist_die(PROG, &e);
+        forward_open_(&fw, &m, &c, run);
+        if (probe_(&fw, probe, out, &e) != 0) dist_die(PROG, &e);
+        forward_close(&fw);
         model_free(&m);
         run_config_free(&c);
         return dist_exit(0);
@@ -321,11 +363,12 @@ int main(int argc, char **argv) {
 #endif
         char procs[64] = "";
         if (dist_size() > 1) snprintf(procs, sizeof procs, "%d ranks x ", dist_size());
+        forward_open_(&fw, &m, &c, run);  // first: a refused device stops before anything is printed
         if (dist_main())
             fprintf(stderr, "seqeval: %s, %s%d thread%s, %s kernels\n", run, procs, threads, threads == 1 ? "" : "s",
                     kernel_set_name(kernel_set()));
         for (int i = 0; i < n_ctx; i++) {
-            if (evaluate_context(&m, shards, n_files, ctx[i], stride, max_windows, &r[i], &e) != 0) dist_die(PROG, &e);
+            if (evaluate_context(&fw, shards, n_files, ctx[i], stride, max_windows, &r[i], &e) != 0) dist_die(PROG, &e);
             if (!isfinite(r[i].loss)) {
                 err_set(&e, "%s: the loss at context %ld is not finite (%g): the model's outputs overflow", run, ctx[i],
                         r[i].loss);
@@ -335,6 +378,7 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "  context %ld: %llu tokens, ppl %.2f\n", ctx[i], (unsigned long long)r[i].tokens,
                         r[i].ppl);
         }
+        forward_close(&fw);
         if (dist_main()) write_tables_(&c, r, n_ctx, run, data, split, stride, out);
         for (int i = 0; i < n_ctx; i++) eval_result_free(&r[i]);
         free(r);

@@ -40,7 +40,8 @@ static int check_tokenizer_(const Model *m, const RunConfig *c, const Tokenizer 
     return rc;
 }
 
-int zeroshot_cmd_run(Model *m, const RunConfig *c, const ZeroshotCmd *z, Err *e) {
+int zeroshot_cmd_run(Forward *f, const RunConfig *c, const ZeroshotCmd *z, Err *e) {
+    const Model *m = f->m;
     const EvalTask *tasks[EVAL_TASKS_MAX];
     int nt = evalset_parse_list(z->tasks, tasks, EVAL_TASKS_MAX, e);
     if (nt < 0) return -1;
@@ -66,15 +67,15 @@ int zeroshot_cmd_run(Model *m, const RunConfig *c, const ZeroshotCmd *z, Err *e)
 #ifdef _OPENMP
     threads = omp_get_max_threads();
 #endif
-    fprintf(stderr, "seqeval: zero-shot on %d task%s, %s, context %d, %d thread%s\n", nt, nt == 1 ? "" : "s", z->run,
-            c->train.seq_len, threads, threads == 1 ? "" : "s");
+    fprintf(stderr, "seqeval: zero-shot on %d task%s, %s, context %d, %d thread%s, device %s\n", nt, nt == 1 ? "" : "s",
+            z->run, c->train.seq_len, threads, threads == 1 ? "" : "s", forward_device(f));
     ZeroshotResult *r = xcalloc((size_t)nt, sizeof(ZeroshotResult));
     ZeroshotOpts o = {z->limit, c->train.seq_len, 1};
     for (int i = 0; i < nt && rc == 0; i++) {
         EvalSet s;
         rc = evalset_load(&s, tasks[i], z->eval_dir, z->limit, e);
         if (rc == 0) {
-            rc = zeroshot_run(m, tok, &s, &o, &r[i], e);
+            rc = zeroshot_run(f, tok, &s, &o, &r[i], e);
             evalset_free(&s);
         }
     }

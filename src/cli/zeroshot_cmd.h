@@ -7,6 +7,7 @@
 
 #include "core/err.h"
 #include "model/model.h"
+#include "train/forward.h"
 #include "train/run_config.h"
 
 typedef struct ZeroshotCmd {
@@ -18,7 +19,8 @@ typedef struct ZeroshotCmd {
     const char *out;        // NULL: RUN_DIR/eval-zeroshot
 } ZeroshotCmd;
 
-// score the tasks and write the tables; prints the Markdown to stdout, progress to stderr
-int zeroshot_cmd_run(Model *m, const RunConfig *c, const ZeroshotCmd *z, Err *e);
+// score the tasks (forward passes on f's device) and write the tables; prints the Markdown to stdout, progress
+// to stderr
+int zeroshot_cmd_run(Forward *f, const RunConfig *c, const ZeroshotCmd *z, Err *e);
 
 #endif

@@ -38,7 +38,9 @@ typedef struct Gpu Gpu;
 int gpu_check_model(const Model *m, Err *e);
 // a backend for m (borrowed; it must outlive *g) and o's table: checks the model, opens the first CUDA device,
 // allocates params, grads, m, v on it and uploads m's parameters and o's moments. precision: "fp32" | "tf32"
-// ("bf16" is refused). -1 with e set (no device, out of memory, a model it cannot train)
+// ("bf16" is refused). o NULL: a backend for evaluation (seqeval), params and grads only, no optimizer state
+// (gpu_clip_grads and gpu_optim_step must not be called). -1 with e set (no device, out of memory, a model it
+// cannot train)
 int gpu_open(Gpu **g, const Model *m, const Optim *o, const char *precision, Err *e);
 void gpu_close(Gpu *g);
 // one line naming the device ("NVIDIA H100 80GB HBM3, cc 9.0, 79.1 GiB") for the start-up line
@@ -62,6 +64,15 @@ int gpu_forward_backward(Gpu *g, const int *inputs, const int *targets, int B, i
 // model_forward on the GPU: logits (B,T,V) copied to the host when not NULL; with targets, *loss and *n_sup
 int gpu_forward(Gpu *g, const int *inputs, const int *targets, int B, int T, float *logits, double *loss,
                 int *n_sup, Err *e);
+
+// model_forward on the GPU for evaluation (train/forward.h), copying back nothing of the (B,T,V) logits: inputs,
+// targets (B,T) on the host (targets may be NULL). losses (B*T,): the per-position losses (0 where the target is
+// ignored), *loss their mean over the *n_sup supervised positions, as gpu_forward's; argmax (B*T,): each
+// position's predicted token, model_argmax's rule (the first index of the largest logit; 0 when the first logit
+// is NaN). losses, argmax, loss may be NULL. The activations are sized for (B,T) as in training: a call with
+// another shape frees them and allocates the new ones (the peak is the larger, never the sum).
+int gpu_forward_eval(Gpu *g, const int *inputs, const int *targets, int B, int T, float *losses, int *argmax,
+                     double *loss, int *n_sup, Err *e);
 
 // optim_clip_grads on the device's gradients (o's norms and scales, the same order and rule); returns the
 // global norm before clipping (non-finite: gradients untouched)

@@ -222,9 +222,10 @@ int gpu_open(Gpu **out, const Model *m, const Optim *o, const char *precision, E
     math_ = !strcmp(precision, "tf32") ? GPU_TF32 : !strcmp(precision, "bf16") ? GPU_BF16 : GPU_FP32;
     const ParamTable *pt = &m->pt;
     size_t bytes = pt->numel * sizeof(float);
+    // o NULL (evaluation): no moments, no optimizer chunks
     if (dev_alloc_(&g->params, bytes, "the parameters", e) || dev_alloc_(&g->grads, bytes, "the gradients", e) ||
-        dev_alloc_(&g->adam_m, bytes, "AdamW's first moments", e) ||
-        dev_alloc_(&g->adam_v, bytes, "AdamW's second moments", e)) {
+        (o && dev_alloc_(&g->adam_m, bytes, "AdamW's first moments", e)) ||
+        (o && dev_alloc_(&g->adam_v, bytes, "AdamW's second moments", e))) {
         gpu_close(g);
         return -1;
     }
@@ -234,16 +235,16 @@ int gpu_open(Gpu **out, const Model *m, const Optim *o, const char *precision, E
         return err_set(e, "run.device cuda: cannot allocate %.1f MiB of GPU memory for the bf16 copy of the parameters",
                        pt->numel * 2 / 1048576.0);
     }
-    gpu_upload(g, m->params, o->m, o->v);
+    gpu_upload(g, m->params, o ? o->m : NULL, o ? o->v : NULL);
     // the optimizer's chunks, with their lengths (a tensor's last chunk is short)
-    g->n_chunks = o->n_chunks;
-    int *len = (int *)xmalloc((o->n_chunks ? o->n_chunks : 1) * sizeof(int));
-    for (int c = 0; c < o->n_chunks; c++) {
+    g->n_chunks = o ? o->n_chunks : 0;
+    int *len = (int *)xmalloc((g->n_chunks ? g->n_chunks : 1) * sizeof(int));
+    for (int c = 0; c < g->n_chunks; c++) {
         const ParamTensor *t = &pt->t[o->chunk_tensor[c]];
         size_t end = t->offset + t->numel;
         len[c] = (int)(end - o->chunk_start[c] < OPTIM_NORM_CHUNK ? end - o->chunk_start[c] : OPTIM_NORM_CHUNK);
     }
-    size_t nc = o->n_chunks ? o->n_chunks : 1;
+    size_t nc = g->n_chunks ? g->n_chunks : 1;
     int rc = dev_alloc_(&g->chunk_start, nc * sizeof(size_t), "the optimizer's tables", e) ||
              dev_alloc_(&g->chunk_len, nc * sizeof(int), "the optimizer's tables", e) ||
              dev_alloc_(&g->chunk_tensor, nc * sizeof(int), "the optimizer's tables", e) ||
@@ -254,9 +255,11 @@ int gpu_open(Gpu **out, const Model *m, const Optim *o, const char *precision, E
         gpu_close(g);
         return -1;
     }
-    CUDA_CHECK(cudaMemcpy(g->chunk_start, o->chunk_start, o->n_chunks * sizeof(size_t), cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(g->chunk_len, len, o->n_chunks * sizeof(int), cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(g->chunk_tensor, o->chunk_tensor, o->n_chunks * sizeof(int), cudaMemcpyHostToDevice));
+    if (o) {
+        CUDA_CHECK(cudaMemcpy(g->chunk_start, o->chunk_start, o->n_chunks * sizeof(size_t), cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(g->chunk_len, len, o->n_chunks * sizeof(int), cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(g->chunk_tensor, o->chunk_tensor, o->n_chunks * sizeof(int), cudaMemcpyHostToDevice));
+    }
     free(len);
     // the layers: the host's Mixer fields, device buffers
     g->mix = (Mixer *)xcalloc(m->L ? m->L : 1, sizeof(Mixer));
@@ -493,4 +496,61 @@ void gpu_optim_step(Gpu *g, Optim *o, float lr, float beta1) {
     GPU_TIMED("optim.adamw", gpu_adamw(g->params, g->adam_m, g->adam_v, g->grads, g->chunk_start, g->chunk_len,
                                        g->chunk_tensor, g->coef, g->n_chunks));
     if (math_ == GPU_BF16) GPU_TIMED("optim.bf16_copy", gpu_bf16_shadow_refresh());
+}
+
+// ----------------------------------------------------------------------------
+// evaluation
+
+#define ARGMAX_THREADS_ 128  // a power of two (the tree below)
+
+// out (N,) = each row of logits (N,V)'s predicted token by model_argmax's rule: the first index of the largest
+// value, NaNs never chosen; a NaN first value gives 0 (the CPU's scan never leaves it: nothing compares greater).
+// A selection, not a sum: the (value, lower index) order picks one element whatever order the tree combines in.
+__global__ void argmax_rows_kernel(int *out, const float *logits, int V) {
+    __shared__ float sv[ARGMAX_THREADS_];
+    __shared__ int si[ARGMAX_THREADS_];
+    const float *x = logits + (size_t)blockIdx.x * V;
+    float bv = -INFINITY;
+    int bi = -1;  // -1: no candidate yet (every value seen so far NaN)
+    for (int i = threadIdx.x; i < V; i += blockDim.x)
+        if (x[i] > bv || (bi < 0 && x[i] == bv)) bv = x[i], bi = i;  // strict: this thread's first of equals
+    sv[threadIdx.x] = bv;
+    si[threadIdx.x] = bi;
+    __syncthreads();
+    for (int o = blockDim.x / 2; o > 0; o >>= 1) {
+        if ((int)threadIdx.x < o) {
+            float ov = sv[threadIdx.x + o];
+            int oi = si[threadIdx.x + o], mi = si[threadIdx.x];
+            if (oi >= 0 && (mi < 0 || ov > sv[threadIdx.x] || (ov == sv[threadIdx.x] && oi < mi))) {
+                sv[threadIdx.x] = ov;
+                si[threadIdx.x] = oi;
+            }
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[blockIdx.x] = isnan(x[0]) || si[0] < 0 ? 0 : si[0];
+}
+
+static void argmax_rows_(int *out, const float *logits, int N, int V) {
+    argmax_rows_kernel<<<N, ARGMAX_THREADS_>>>(out, logits, V);
+    KERNEL_CHECK();
+}
+
+int gpu_forward_eval(Gpu *g, const int *inputs, const int *targets, int B, int T, float *losses, int *argmax,
+                     double *loss, int *n_sup, Err *e) {
+    int sup;
+    if (batch_upload_(g, inputs, targets, B, T, &sup, e) != 0) return -1;
+    int BT = B * T;
+    forward_(g, B, T, targets != NULL, 0, 0);
+    if (argmax) {
+        // into the embedding backward's position list: (B*T,) ints that an evaluation forward does not use
+        GPU_TIMED("eval.argmax", argmax_rows_(g->emb_pos, g->logits, BT, g->m->V));
+        CUDA_CHECK(cudaMemcpy(argmax, g->emb_pos, BT * sizeof(int), cudaMemcpyDeviceToHost));
+    }
+    double mean = targets ? mean_loss_(g, BT, sup) : 0.0;  // the losses land in g->h_losses
+    if (!targets) memset(g->h_losses, 0, BT * sizeof(float));
+    if (losses) memcpy(losses, g->h_losses, BT * sizeof(float));
+    if (loss) *loss = mean;
+    if (n_sup) *n_sup = sup;
+    return 0;
 }

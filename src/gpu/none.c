@@ -49,5 +49,11 @@ int gpu_forward(Gpu *g, const int *inputs, const int *targets, int B, int T, flo
     unreachable_("gpu_forward");
     return err_set(e, "%s", NO_CUDA_);
 }
+int gpu_forward_eval(Gpu *g, const int *inputs, const int *targets, int B, int T, float *losses, int *argmax,
+                     double *loss, int *n_sup, Err *e) {
+    (void)g, (void)inputs, (void)targets, (void)B, (void)T, (void)losses, (void)argmax, (void)loss, (void)n_sup;
+    unreachable_("gpu_forward_eval");
+    return err_set(e, "%s", NO_CUDA_);
+}
 double gpu_clip_grads(Gpu *g, Optim *o) { (void)g, (void)o; unreachable_("gpu_clip_grads"); return 0; }
 void gpu_optim_step(Gpu *g, Optim *o, float lr, float beta1) { (void)g, (void)o, (void)lr, (void)beta1; unreachable_("gpu_optim_step"); }

@@ -21,7 +21,7 @@ static int eval_batch_(long L) {
     return (int)(b < 1 ? 1 : b > 16 ? 16 : b);
 }
 
-int evaluate_context(Model *m, Shard *shards, int n_shards, long L, long stride, long max_windows, EvalResult *r,
+int evaluate_context(Forward *f, Shard *shards, int n_shards, long L, long stride, long max_windows, EvalResult *r,
                      Err *e) {
     memset(r, 0, sizeof *r);
     r->context = L;
@@ -35,8 +35,8 @@ int evaluate_context(Model *m, Shard *shards, int n_shards, long L, long stride,
     int rc = 0;
     // with several ranks (MPI) each scores every ranks-th batch; the sums are combined at the end
     uint64_t seen = 0, batch = 0, ranks = (uint64_t)dist_size(), rank = (uint64_t)dist_rank();
-    for (int f = 0; f < n_shards && rc == 0; f++) {
-        EvalWindows p = eval_windows_plan(shards[f].n_tokens, (uint64_t)L, (uint64_t)stride);
+    for (int sh = 0; sh < n_shards && rc == 0; sh++) {
+        EvalWindows p = eval_windows_plan(shards[sh].n_tokens, (uint64_t)L, (uint64_t)stride);
         uint64_t n = p.n_windows;
         for (uint64_t w0 = 0; w0 < n && rc == 0; w0 += (uint64_t)Bmax) {
             if (max_windows && seen >= (uint64_t)max_windows) break;
@@ -46,7 +46,7 @@ int evaluate_context(Model *m, Shard *shards, int n_shards, long L, long stride,
             if (batch++ % ranks != rank) continue;
             for (int b = 0; b < B && rc == 0; b++) {
                 uint64_t w = w0 + (uint64_t)b;
-                rc = shard_read(&shards[f], win, w * p.step, (uint64_t)L + 1, e);
+                rc = shard_read(&shards[sh], win, w * p.step, (uint64_t)L + 1, e);
                 first[b] = eval_windows_first_scored(&p, (uint64_t)L, w);
                 for (long t = 0; t < L; t++) {
                     in[(size_t)b * L + t] = (int)win[t];
@@ -54,12 +54,12 @@ int evaluate_context(Model *m, Shard *shards, int n_shards, long L, long stride,
                     tg[(size_t)b * L + t] = (uint64_t)t >= first[b] ? (int)win[t + 1] : -100;
                 }
             }
-            m->noise_seed = EVAL_NOISE_SEED + w0;  // KLA+: the same samples at every evaluation
-            if (rc == 0) rc = model_forward(m, in, tg, B, (int)L, e);
+            f->m->noise_seed = EVAL_NOISE_SEED + w0;  // KLA+: the same samples at every evaluation
+            if (rc == 0) rc = forward_run(f, in, tg, B, (int)L, 0, e);
             if (rc != 0) break;
             for (int b = 0; b < B; b++)
                 for (long t = (long)first[b]; t < L; t++) {
-                    double l = m->losses[(size_t)b * L + t];
+                    double l = f->losses[(size_t)b * L + t];
                     r->pos_loss[t] += l;
                     r->pos_count[t]++;
                     total += l;
@@ -182,15 +182,15 @@ int eval_write(const char *dir, const char *what, const EvalResult *r, int n, vo
 }
 
 // positions of the batch whose target is not ignored and whose argmax logit equals it
-static uint64_t count_correct_(const Model *m, const int *tg, int B, int T) {
-    // logits (B,T,V) of the last forward
+static uint64_t count_correct_(const Forward *f, const int *tg, int B, int T) {
+    // the predictions of the last forward
     uint64_t correct = 0;
     for (size_t i = 0; i < (size_t)B * T; i++)
-        if (tg[i] >= 0) correct += model_argmax(m, i) == tg[i];
+        if (tg[i] >= 0) correct += forward_argmax(f, i) == tg[i];
     return correct;
 }
 
-int evaluate_loss(Model *m, Loader *l, int B, long n_batches, double *loss, uint64_t *tokens, double *acc, Err *e) {
+int evaluate_loss(Forward *f, Loader *l, int B, long n_batches, double *loss, uint64_t *tokens, double *acc, Err *e) {
     LoaderCursor saved = loader_cursor(l);
     LoaderCursor start = {0, 0};
     if (loader_seek(l, start, e) != 0) return -1;
@@ -206,12 +206,12 @@ int evaluate_loss(Model *m, Loader *l, int B, long n_batches, double *loss, uint
     for (long i = 0; i < nb && rc == 0; i++) {
         rc = loader_next(l, in, tg, B, e);
         if (i % ranks != rank) continue;  // several ranks (MPI): each scores every ranks-th batch
-        m->noise_seed = EVAL_NOISE_SEED + (uint64_t)i;  // KLA+: the same samples at every evaluation
-        if (rc == 0) rc = model_forward(m, in, tg, B, T, e);
+        f->m->noise_seed = EVAL_NOISE_SEED + (uint64_t)i;  // KLA+: the same samples at every evaluation
+        if (rc == 0) rc = forward_run(f, in, tg, B, T, acc != NULL, e);
         if (rc == 0) {
-            total += m->loss * m->n_supervised;
-            n += (uint64_t)m->n_supervised;
-            if (acc) correct += count_correct_(m, tg, B, T);
+            total += f->loss * f->n_supervised;
+            n += (uint64_t)f->n_supervised;
+            if (acc) correct += count_correct_(f, tg, B, T);
         }
     }
     free(in);
@@ -241,10 +241,10 @@ int evaluate_task_open(Loader *l, const RunConfig *c, int split, int shuffle, Er
     return loader_open(l, &lo, e);
 }
 
-int evaluate_task(Model *m, const RunConfig *c, void *out, double *loss, double *acc, uint64_t *n, Err *e) {
+int evaluate_task(Forward *f, const RunConfig *c, void *out, double *loss, double *acc, uint64_t *n, Err *e) {
     Loader l;
     if (evaluate_task_open(&l, c, TASK_TEST, 0, e) != 0) return -1;
-    int rc = evaluate_loss(m, &l, c->train.batch_size, 0, loss, n, acc, e);
+    int rc = evaluate_loss(f, &l, c->train.batch_size, 0, loss, n, acc, e);
     loader_close(&l);
     char lb[32], ab[32];
     if (rc == 0 && out)

@@ -12,6 +12,7 @@
 #include "core/err.h"
 #include "data/shard.h"
 #include "model/model.h"
+#include "train/forward.h"
 
 typedef struct EvalResult {
     long context;
@@ -26,8 +27,9 @@ typedef struct EvalResult {
 const char *json_num(char *buf, size_t n, double v, int prec, int fixed);
 // the first non-finite entry of a parameter table's buffer (the tensor's index, *at its element), or -1
 int params_first_nonfinite(const ParamTable *pt, const float *buf, size_t *at);
-// score the windows of every shard for context L (stride 0 = non-overlapping); max_windows 0 = all
-int evaluate_context(Model *m, Shard *shards, int n_shards, long L, long stride, long max_windows,
+// score the windows of every shard for context L (stride 0 = non-overlapping); max_windows 0 = all. Every
+// evaluation runs its forward passes through f: on the host model or the GPU (train/forward.h)
+int evaluate_context(Forward *f, Shard *shards, int n_shards, long L, long stride, long max_windows,
                      EvalResult *r, Err *e);
 void eval_result_free(EvalResult *r);
 // ppl.md / ppl.csv / ppl.json and positions_<L>.csv into dir; the Markdown table also to out (may be NULL)
@@ -35,7 +37,7 @@ int eval_write(const char *dir, const char *what, const EvalResult *r, int n, vo
 // the mean loss over the first n_batches batches of (B, T) windows of a loader (0 = all), in order, and
 // (acc not NULL) the fraction of supervised positions whose argmax logit is the target
 struct Loader;
-int evaluate_loss(Model *m, struct Loader *l, int B, long n_batches, double *loss, uint64_t *tokens, double *acc,
+int evaluate_loss(Forward *f, struct Loader *l, int B, long n_batches, double *loss, uint64_t *tokens, double *acc,
                   Err *e);
 
 // a split of the run's data.task as a loader (split TASK_TRAIN: train_examples per epoch; TASK_TEST:
@@ -44,7 +46,7 @@ struct RunConfig;
 int evaluate_task_open(struct Loader *l, const struct RunConfig *c, int split, int shuffle, Err *e);
 // loss and accuracy over the whole test split of the run's task, printed as one JSON line to out
 // (RUN_DIR/eval/acc.json, and seqeval --task; out NULL: nothing printed, as on ranks other than 0)
-int evaluate_task(Model *m, const struct RunConfig *c, void *out /* FILE* */, double *loss, double *acc, uint64_t *n,
+int evaluate_task(Forward *f, const struct RunConfig *c, void *out /* FILE* */, double *loss, double *acc, uint64_t *n,
                   Err *e);
 
 #endif

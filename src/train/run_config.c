@@ -19,9 +19,10 @@ static const CfgKey RUN_KEYS_[] = {
          "OpenMP threads; 0 = OMP_NUM_THREADS, or all cores when that is unset. Runs are bit-identical for a "
          "given seed and thread count on the same kind of CPU (docs/training.md, Determinism)."),
     KEY_(RunSection, "device", CFG_ENUM, device, "\"cpu\"", 0, 0, "cpu|cuda",
-         "Where training runs: cpu, or cuda (one NVIDIA GPU; needs a `make CUDA=1` build, and a model the GPU "
-         "backend has kernels for: docs/gpu.md). Checkpoints are the same either way, so a run resumes on the "
-         "other device with --resume RUN --set run.device=..."),
+         "Where training runs, with its validation and final evaluation (and seqeval's, unless its --device says "
+         "otherwise): cpu, or cuda (one NVIDIA GPU; needs a `make CUDA=1` build, and a model the GPU backend has "
+         "kernels for: docs/gpu.md). Checkpoints are the same either way, so a run resumes on the other device "
+         "with --resume RUN --set run.device=..."),
     KEY_(RunSection, "precision", CFG_ENUM, precision, "\"tf32\"", 0, 0, "fp32|tf32|bf16",
          "GPU matmul precision (run.device cuda): fp32 (fp32 accuracy), tf32 (the tensor cores' 10-bit-mantissa "
          "inputs, fp32 accumulation), or bf16 (autocast: the matmuls take bfloat16 operands of fp32 master "

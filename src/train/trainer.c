@@ -480,18 +480,18 @@ static int log_line_(RunLog_ *log, Err *e, const char *fmt, ...) {
 static int validate_(Trainer *t, RunLog_ *log, double *acc_out, Err *e) {
     *acc_out = NAN;
     if (!t->has_val) return 0;
-    // run.device cuda: evaluation runs on the host model (docs/gpu.md), with the GPU's parameters
-    if (t->gpu) gpu_download(t->gpu, t->model.params, NULL, NULL);
+    // run.device cuda: the forward passes run on the GPU, with its parameters (train/forward.h)
+    Forward f;
+    forward_init(&f, &t->model, t->gpu);
     double loss, acc;
     uint64_t n;
     int task = run_config_has_task(&t->c);
     // every rank scores its share of the batches (evaluate_loss agrees and sums)
-    if (evaluate_loss(&t->model, &t->val, t->c.train.batch_size, t->c.train.eval_batches, &loss, &n, task ? &acc : NULL,
-                      e) != 0)
-        return -1;
+    int rc = evaluate_loss(&f, &t->val, t->c.train.batch_size, t->c.train.eval_batches, &loss, &n, task ? &acc : NULL, e);
+    forward_close(&f);
+    if (rc != 0) return -1;
     char lb[32], ab[32], pb[32];
     const char *cr = isatty(1) && t->ranks == 1 ? "\r\033[K" : "";  // over the progress line (not under mpirun)
-    int rc;
     if (task) {
         // a task: accuracy over the supervised positions of its test split is the metric
         rc = log_line_(log, e, "{\"step\": %ld, \"val_loss\": %s, \"val_acc\": %s, \"val_tokens\": %llu}", t->step,
@@ -515,8 +515,8 @@ static int validate_(Trainer *t, RunLog_ *log, double *acc_out, Err *e) {
     return 0;
 }
 
-// a task's final evaluation: loss and accuracy over its whole test split, to RUN_DIR/eval/acc.json
-// a task's final evaluation: every rank scores its share of the test split, rank 0 writes RUN_DIR/eval/acc.json
+// a task's final evaluation: loss and accuracy over its whole test split (on the GPU with run.device cuda): every
+// rank scores its share of the test split, rank 0 writes RUN_DIR/eval/acc.json
 static int final_eval_task_(Trainer *t, Err *e) {
     char dir[1200], path[1300];
     snprintf(dir, sizeof dir, "%s/eval", t->run_dir);
@@ -533,7 +533,10 @@ static int final_eval_task_(Trainer *t, Err *e) {
     }
     double loss, acc;
     uint64_t n;
-    rc = evaluate_task(&t->model, &t->c, f, &loss, &acc, &n, e);
+    Forward fw;
+    forward_init(&fw, &t->model, t->gpu);
+    rc = evaluate_task(&fw, &t->c, f, &loss, &acc, &n, e);
+    forward_close(&fw);
     if (f) {
         errno = 0;
         int bad = ferror(f);
@@ -546,9 +549,9 @@ static int final_eval_task_(Trainer *t, Err *e) {
     return dist_agree(rc, e);
 }
 
-// perplexity by context over eval.split: every rank scores its share of the windows, rank 0 writes the tables
+// perplexity by context over eval.split: every rank scores its share of the windows, rank 0 writes the tables;
+// with run.device cuda on the GPU
 static int final_eval_(Trainer *t, Err *e) {
-    if (t->gpu) gpu_download(t->gpu, t->model.params, NULL, NULL);
     if (run_config_has_task(&t->c)) return final_eval_task_(t, e);
     const EvalSection *ev = &t->c.eval;
     if (!ev->contexts[0]) return 0;
@@ -564,8 +567,11 @@ static int final_eval_(Trainer *t, Err *e) {
         return -1;
     }
     EvalResult *r = xcalloc((size_t)n, sizeof(EvalResult));
+    Forward f;
+    forward_init(&f, &t->model, t->gpu);
     for (int i = 0; i < n && rc == 0; i++)
-        rc = evaluate_context(&t->model, l.shards, l.n_shards, ctx[i], ev->stride, ev->max_windows, &r[i], e);
+        rc = evaluate_context(&f, l.shards, l.n_shards, ctx[i], ev->stride, ev->max_windows, &r[i], e);
+    forward_close(&f);
     char dir[1200];
     snprintf(dir, sizeof dir, "%s/eval", t->run_dir);
     if (rc == 0 && dist_main()) {

@@ -35,8 +35,8 @@ typedef struct Trainer {
     Optim opt;
     OptimGroup *groups;
     Schedule sched;
-    Gpu *gpu;               // run.device cuda: the step runs there (gpu/gpu.h); the host model holds the state
-                            //   only when synced (checkpoints, validation); NULL on the CPU
+    Gpu *gpu;               // run.device cuda: the step and evaluation run there (gpu/gpu.h, train/forward.h); the
+                            //   host model holds the state only when synced (checkpoints); NULL on the CPU
     long step, total_steps;
     double tokens;          // tokens trained on, over all processes of the run
     double elapsed;         // seconds of training, over all processes of the run

@@ -86,7 +86,7 @@ uint64_t zeroshot_ids_hash(const uint32_t *ids, int n) {
 // ----------------------------------------------------------------------------------------------------
 // scoring
 
-int zeroshot_score(Model *m, const ZeroshotTokens *r, int n, double *ll, int *greedy, Err *e) {
+int zeroshot_score(Forward *f, const ZeroshotTokens *r, int n, double *ll, int *greedy, Err *e) {
     // r (n,) requests, one batch row each; T = the longest's inputs
     int T = 1;
     for (int b = 0; b < n; b++)
@@ -101,14 +101,14 @@ int zeroshot_score(Model *m, const ZeroshotTokens *r, int n, double *ll, int *gr
             tg[(size_t)b * T + t] = t >= first && t < nb ? (int)r[b].ids[t + 1] : -100;
         }
     }
-    int rc = model_forward(m, in, tg, n, T, e);
+    int rc = forward_run(f, in, tg, n, T, greedy != NULL, e);
     for (int b = 0; b < n && rc == 0; b++) {
         int nb = r[b].n - 1, first = nb - r[b].n_scored, all = 1;
         double s = 0;
         for (int t = first; t < nb; t++) {
             size_t i = (size_t)b * T + t;
-            s -= m->losses[i];
-            if (greedy && all) all = model_argmax(m, i) == tg[i];
+            s -= f->losses[i];
+            if (greedy && all) all = forward_argmax(f, i) == tg[i];
         }
         ll[b] = s;
         if (greedy) greedy[b] = all;
@@ -145,13 +145,13 @@ static void progress_(const ZeroshotResult *r, long done, long total, double sec
 }
 
 // the items [i0, i1) of one forward: their choices' requests, scores into acc/norm/ppl sums
-static int score_items_(Model *m, const EvalSet *s, long i0, long i1, ZeroshotTokens *req, const int *row0,
+static int score_items_(Forward *f, const EvalSet *s, long i0, long i1, ZeroshotTokens *req, const int *row0,
                         Moments *acc, Moments *norm, Moments *llm, Err *e) {
     int rows = row0[i1 - i0];
     double *ll = xmalloc((size_t)rows * sizeof(double));
     int *greedy = xmalloc((size_t)rows * sizeof(int));
-    m->noise_seed = ZS_NOISE_SEED + (uint64_t)i0;
-    int rc = zeroshot_score(m, req, rows, ll, greedy, e);
+    f->m->noise_seed = ZS_NOISE_SEED + (uint64_t)i0;
+    int rc = zeroshot_score(f, req, rows, ll, greedy, e);
     for (long i = i0; i < i1 && rc == 0; i++) {
         const EvalItem *it = &s->items[i];
         const double *l = ll + row0[i - i0];
@@ -176,7 +176,7 @@ static int score_items_(Model *m, const EvalSet *s, long i0, long i1, ZeroshotTo
     return rc;
 }
 
-int zeroshot_run(Model *m, const Tokenizer *tok, const EvalSet *s, const ZeroshotOpts *o, ZeroshotResult *r,
+int zeroshot_run(Forward *f, const Tokenizer *tok, const EvalSet *s, const ZeroshotOpts *o, ZeroshotResult *r,
                  Err *e) {
     memset(r, 0, sizeof *r);
     r->task = s->task;
@@ -216,7 +216,7 @@ int zeroshot_run(Model *m, const Tokenizer *tok, const EvalSet *s, const Zerosho
             i1++;
         }
         row0[i1 - i0] = rows;
-        if (rc == 0) rc = score_items_(m, s, i0, i1, req, row0, &acc, &norm, &llm, e);
+        if (rc == 0) rc = score_items_(f, s, i0, i1, req, row0, &acc, &norm, &llm, e);
         for (int k = 0; k < rows; k++) zeroshot_tokens_free(&req[k]);
         i0 = i1;
         double now = time_now_s();

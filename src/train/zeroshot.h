@@ -28,6 +28,7 @@
 #include "data/evalsets.h"
 #include "data/tokenizer.h"
 #include "model/model.h"
+#include "train/forward.h"
 
 // the tokens of one request after truncation: ids (n,) = the kept context tokens, then the continuation's;
 // the last n_scored of them are scored (each predicted from everything before it)
@@ -64,10 +65,10 @@ void zeroshot_tokens_free(ZeroshotTokens *z);
 // 64-bit FNV-1a of the ids: the committed reference dump records it instead of the ids themselves
 uint64_t zeroshot_ids_hash(const uint32_t *ids, int n);
 // one batched forward of requests r (n,): ll (n,) the log-likelihood of each scored continuation, greedy
-// (n,) 1 when the argmax at every scored position is the target (greedy may be NULL)
-int zeroshot_score(Model *m, const ZeroshotTokens *r, int n, double *ll, int *greedy, Err *e);
+// (n,) 1 when the argmax at every scored position is the target (greedy may be NULL); on f's device
+int zeroshot_score(Forward *f, const ZeroshotTokens *r, int n, double *ll, int *greedy, Err *e);
 // every item of a set (o->limit of them)
-int zeroshot_run(Model *m, const Tokenizer *tok, const EvalSet *s, const ZeroshotOpts *o, ZeroshotResult *r,
+int zeroshot_run(Forward *f, const Tokenizer *tok, const EvalSet *s, const ZeroshotOpts *o, ZeroshotResult *r,
                  Err *e);
 // zeroshot.md / zeroshot.csv / zeroshot.json into dir (the Markdown also to out, may be NULL): the paper's
 // Table 4 layout (one row: model) and a per-task table with items, standard errors and chance levels

@@ -10,6 +10,10 @@
 # checkpoints with the same header; a GPU run stopped and resumed is bit-identical to one that was not; a GPU
 # run finishes on the CPU and a CPU run on the GPU, each on its device's curve; tf32 and bf16 stay near fp32
 # (bf16 also across a stop and resume, bit-identically).
+# Evaluation on the GPU: the GPU run's validation (on the GPU, as its SEQ_PROFILE table shows) gives the CPU
+# run's validation losses and accuracies; seqeval --device cuda on one checkpoint gives --device cpu's
+# perplexity tables (contexts up to one window of 4096, and sliding windows), per-position curves and --task
+# accuracy, and its --probe dump (logits, loss, every gradient) is the CPU's for every position scheme.
 #   bash tests/gpu/run.sh      (from the repository root; SEQ_JOBS=N compile jobs, default 2; SEQ_NVCC=path;
 #                               SEQ_GPU_ONLY=1 skips part 1, for a GPU machine whose emulated run happened elsewhere)
 set -u
@@ -19,7 +23,16 @@ trap '[ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
 PASS=0; FAIL=0
 ok() { PASS=$((PASS + 1)); echo "ok - $1"; }
 not_ok() { FAIL=$((FAIL + 1)); echo "not ok - $1 ($2)"; }
-check() { local what=$1; shift; if "$@" >"$W/check.out" 2>&1; then ok "$what"; else not_ok "$what" "$(tail -3 "$W/check.out" | tr '\n' ' ')"; fi; }
+# check WHAT CMD...: CMD's first line of output (a comparison's measured differences) goes with its "ok" line
+check() {
+    local what=$1; shift
+    if "$@" >"$W/check.out" 2>&1; then
+        [ -s "$W/check.out" ] && what="$what [$(head -1 "$W/check.out")]"
+        ok "$what"
+    else
+        not_ok "$what" "$(tail -3 "$W/check.out" | tr '\n' ' ')"
+    fi
+}
 losses() { grep '"loss"' "$1" | sed 's/, "tokens_per_s.*//'; }
 header() { python3 -c 'import struct,sys; f=open(sys.argv[1],"rb"); n=struct.unpack("<Q",f.read(8))[0]; sys.stdout.write(f.read(n).decode())' "$1"; }
 cmp_losses() {  # cmp_losses LOG REFERENCE_LOG TOL: every step's loss within relative TOL
@@ -31,6 +44,78 @@ assert len(a) == len(b) == 12, (len(a), len(b))
 worst = max(abs(x - y) / abs(y) for x, y in zip(a, b))
 print("worst relative loss difference %.3e" % worst)
 assert worst <= float(sys.argv[3]), worst
+PY
+}
+
+cmp_val() {  # cmp_val LOG REFERENCE_LOG TOL: the validation lines' losses within relative TOL, their accuracies
+    # within one supervised position (a prediction may flip at a near-tie of two logits), the same token counts
+    python3 - "$1" "$2" "$3" <<'PY'
+import json, sys
+a = [json.loads(x) for x in open(sys.argv[1]) if '"val_loss"' in x]
+b = [json.loads(x) for x in open(sys.argv[2]) if '"val_loss"' in x]
+assert len(a) == len(b) == 2, (len(a), len(b))
+worst = max(abs(x["val_loss"] - y["val_loss"]) / abs(y["val_loss"]) for x, y in zip(a, b))
+acc = max(abs(x["val_acc"] - y["val_acc"]) * y["val_tokens"] for x, y in zip(a, b))
+print("worst relative validation loss difference %.3e, accuracy %.0f positions" % (worst, acc))
+assert all(x["val_tokens"] == y["val_tokens"] and x["step"] == y["step"] for x, y in zip(a, b))
+assert worst <= float(sys.argv[3]) and acc <= 1 + 1e-9, (worst, acc)
+PY
+}
+# the tolerances of one model on two devices (tests/gpu/test_gpu_parity.c): fp32 2e-4 of a tensor's largest
+# magnitude, the loss a tenth of that
+cmp_ppl() {  # cmp_ppl DIR REFERENCE_DIR: seqeval's ppl.json and positions_<L>.csv of the same checkpoint
+    python3 - "$1" "$2" <<'PY'
+import csv, json, sys
+a, b = (json.load(open(d + "/ppl.json"))["results"] for d in sys.argv[1:3])
+assert [(x["context"], x["windows"], x["tokens"]) for x in a] == [(x["context"], x["windows"], x["tokens"]) for x in b]
+worst = max(abs(x["loss"] - y["loss"]) / abs(y["loss"]) for x, y in zip(a, b))
+curve = 0
+for r in b:
+    pa, pb = ([(int(x["position"]), int(x["count"]), float(x["loss"])) for x in csv.DictReader(open(
+        "%s/positions_%d.csv" % (d, r["context"])))] for d in sys.argv[1:3])
+    assert [x[:2] for x in pa] == [x[:2] for x in pb], r["context"]
+    curve = max(curve, max(abs(x[2] - y[2]) for x, y in zip(pa, pb)) / max(abs(y[2]) for y in pb))
+print("contexts %s: worst relative loss difference %.3e, per-position curves %.3e" % (
+    ",".join(str(x["context"]) for x in b), worst, curve))
+assert worst <= 2e-5 and curve <= 2e-4, (worst, curve)
+PY
+}
+cmp_task() {  # cmp_task OUT REFERENCE_OUT: seqeval --task's JSON lines
+    python3 - "$1" "$2" <<'PY'
+import json, sys
+a, b = (json.loads(open(f).read().strip().splitlines()[-1]) for f in sys.argv[1:3])
+assert b["accuracy"] > 0, b  # some predictions right: the GPU's argmax must find them
+d = abs(a["loss"] - b["loss"]) / abs(b["loss"])
+flips = abs(a["accuracy"] - b["accuracy"]) * b["positions"]
+print("loss %.9g vs %.9g (relative %.3e), accuracy %.6f vs %.6f" % (a["loss"], b["loss"], d, a["accuracy"], b["accuracy"]))
+assert a["positions"] == b["positions"] and d <= 2e-5 and flips <= 1 + 1e-9, (d, flips)
+PY
+}
+cmp_probe() {  # cmp_probe DUMP REFERENCE_DUMP TOL: the same tensors, each within TOL of its largest magnitude
+    PYTHONPATH=scripts python3 - "$1" "$2" "$3" <<'PY'
+import struct, sys
+from safetensors_read import read_header  # checks the format; numpy is not needed
+def load(path):  # {name: (shape, flat floats)} of an F32 safetensors file, and its metadata
+    header, meta, data = read_header(path)
+    out = {}
+    for k, t in header.items():
+        assert t["dtype"] == "F32", (k, t["dtype"])
+        o0, o1 = t["data_offsets"]
+        out[k] = (t["shape"], struct.unpack("<%df" % ((o1 - o0) // 4), data[o0:o1]))
+    return out, meta
+a, ma = load(sys.argv[1])
+b, mb = load(sys.argv[2])
+assert ma == mb and sorted(a) == sorted(b) and "logits" in b and "loss" in b, (ma, mb, sorted(a)[:4], sorted(b)[:4])
+assert sum(k.startswith("grad.") for k in b) == len(b) - 2
+rel = {}
+for k in b:
+    assert a[k][0] == b[k][0], (k, a[k][0], b[k][0])
+    scale = max(abs(y) for y in b[k][1])
+    rel[k] = max(abs(x - y) for x, y in zip(a[k][1], b[k][1])) / (scale if scale > 0 else 1.0)
+g = max((v, k) for k, v in rel.items() if k.startswith("grad."))
+print("logits %.3e, loss %.3e, worst of %d gradients %.3e (%s)" % (rel["logits"], rel["loss"], len(b) - 2, g[0], g[1]))
+bad = {k: v for k, v in rel.items() if not v <= float(sys.argv[3])}
+assert not bad, bad
 PY
 }
 
@@ -49,9 +134,16 @@ training_runs() {
 }
 JSON
     train --config "$W/tiny.json" --set run.name=cpu
-    train --config "$W/tiny.json" --set run.name=gpu --set run.device=cuda
+    SEQ_PROFILE=1 OMP_NUM_THREADS=2 "$B/seqtrain" --config "$W/tiny.json" --set run.name=gpu --set run.device=cuda \
+        --quiet >>"$W/train.log" 2>"$W/gpu-prof.txt"
     check "$L: a 12-step run with run.device cuda (fp32) finishes" test -f "$R/gpu/ckpt-00000012/model.safetensors"
     check "$L: its loss curve is the CPU run's (rel 1e-3)" cmp_losses "$R/gpu/log.jsonl" "$R/cpu/log.jsonl" 1e-3
+    check "$L: its validation losses are the CPU run's (rel 1e-3), accuracies within one position" \
+        cmp_val "$R/gpu/log.jsonl" "$R/cpu/log.jsonl" 1e-3
+    # the predictions of validation at steps 6 and 12 and of the final evaluation, 4 batches of the 16 test
+    # examples each, ran on the GPU
+    check "$L: ... computed on the GPU (SEQ_PROFILE: 12 eval.argmax calls)" \
+        grep -qE '^eval\.argmax +12 ' "$W/gpu-prof.txt"
     local f
     for f in model optim; do
         check "$L: its $f.safetensors has the CPU run's header (names, shapes, offsets)" \
@@ -78,6 +170,79 @@ JSON
     train --config "$W/tiny.json" --set run.name=bf16b --set run.device=cuda --set run.precision=bf16
     check "$L: bf16: stopped and resumed, the curve is bit-identical" \
         eval '[ "$(losses "$R/bf16/log.jsonl")" = "$(losses "$R/bf16b/log.jsonl")" ]'
+    # --task's accuracy on a checkpoint that predicts some of the values (12 steps predict none): 1000 CPU steps
+    train --config "$W/tiny.json" --set run.name=acc --set data.task.train_examples=20000 --set train.steps=1000 \
+        --set train.eval_every=0 --set train.ckpt_every=0
+    # every other position scheme the GPU takes, for --probe (the gpu run is rope): 4 CPU steps each
+    local s
+    for s in "${!SCHEMES[@]}"; do
+        # shellcheck disable=SC2086  # the scheme's --set arguments, split on purpose
+        train --config "$W/tiny.json" --set run.name="pos-$s" --set train.steps=4 --set train.eval_every=0 \
+            --set train.ckpt_every=0 ${SCHEMES[$s]}
+    done
+    seqeval_runs "$L" "$B" "$R/gpu" "$R/acc" "$R"
+}
+
+# the position schemes of the probe parity (item 4 of issue 23) besides the gpu run's rope, as --set arguments;
+# the probe's T = 40 puts window 24 across two key tiles
+declare -A SCHEMES=(
+    [none]="--set model.mixer.pos=none"
+    [alibi]="--set model.mixer.pos=alibi"
+    [fox]="--set model.mixer.pos=fox --set model.mixer.bias=true"
+    [decayed_rope]="--set model.mixer.pos=decayed_rope --set model.mixer.zero_decay_heads=1"
+    [sc_rope_logits]="--set model.mixer.pos=sc_rope --set model.mixer.decay_mode=logits"
+    [sc_rope_interleaved]="--set model.mixer.pos=sc_rope --set model.mixer.rope_layout=interleaved"
+    [window]="--set model.mixer.window=24"
+    [fox_window]="--set model.mixer.pos=fox --set model.mixer.window=24"
+    [qk_norm]="--set model.mixer.qk_norm=true"
+)
+
+# seqeval_runs LABEL BIN RUN TASK_RUN RUNS: BIN/seqeval --device cuda against --device cpu on RUN's last
+# checkpoint (fp32), --task on TASK_RUN's, --probe on RUN's (pos rope) and on RUNS/pos-<scheme>'s, in fp32 and,
+# on a real GPU, tf32 and bf16 (the emulator has no TF32 rounding)
+seqeval_runs() {
+    local L=$1 B=$2 RUN=$3 TASK_RUN=$4 RUNS=$5 E="$W/eval-$1" d
+    mkdir -p "$E"
+    # perplexity data: 4200 tokens of the task's 128-token vocabulary (one window of 4096, B = 1),
+    # and a probe batch (3, 41): T = 40 is one partial 64-row query block and a partial 32-key tile
+    python3 - "$E" <<'PY'
+import random, struct, sys
+r = random.Random(7)
+open(sys.argv[1] + "/tokens.u16", "wb").write(struct.pack("<4200H", *(r.randrange(128) for _ in range(4200))))
+hdr = "{'descr': '<i4', 'fortran_order': False, 'shape': (3, 41), }"
+hdr += " " * (63 - (10 + len(hdr)) % 64) + "\n"
+body = struct.pack("<123i", *(r.randrange(128) for _ in range(123)))
+open(sys.argv[1] + "/probe.npy", "wb").write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(hdr)) + hdr.encode() + body)
+PY
+    for d in cpu cuda; do
+        OMP_NUM_THREADS=2 "$B/seqeval" --run "$RUN" --device "$d" --data "$E/tokens.u16" --format raw_u16 \
+            --vocab 128 --context 16,40,4096 --max-windows 40 --out "$E/ppl-$d" >"$E/ppl-$d.out" 2>"$E/ppl-$d.err"
+        OMP_NUM_THREADS=2 "$B/seqeval" --run "$RUN" --device "$d" --data "$E/tokens.u16" --format raw_u16 \
+            --vocab 128 --context 40 --stride 8 --max-windows 64 --out "$E/slide-$d" >"$E/slide-$d.out" 2>&1
+        OMP_NUM_THREADS=2 "$B/seqeval" --run "$TASK_RUN" --device "$d" --task >"$E/task-$d.out" 2>"$E/task-$d.err"
+    done
+    check "$L: seqeval --device cuda runs on the GPU (it names the device)" grep -q "^seqeval: device " "$E/ppl-cuda.err"
+    check "$L: seqeval --device cuda: perplexity at contexts 16, 40 (16 windows a forward) and 4096 (one) is the CPU's" \
+        cmp_ppl "$E/ppl-cuda" "$E/ppl-cpu"
+    check "$L: ... and with sliding windows (context 40, stride 8: only the last 8 positions count)" \
+        cmp_ppl "$E/slide-cuda" "$E/slide-cpu"
+    check "$L: seqeval --device cuda --task: the CPU's loss and accuracy" cmp_task "$E/task-cuda.out" "$E/task-cpu.out"
+    # --probe: logits, loss and every gradient of each scheme's checkpoint against the CPU's dump, per precision
+    # with test_gpu_parity's tolerances (of a tensor's largest magnitude)
+    local precs="fp32:2e-4" p s r
+    [ "$L" = emulated ] || precs="fp32:2e-4 tf32:3e-2 bf16:2e-2"
+    for s in rope "${!SCHEMES[@]}"; do
+        r="$RUNS/pos-$s"
+        [ "$s" = rope ] && r=$RUN
+        probe() { OMP_NUM_THREADS=2 "$B/seqeval" --run "$r" --probe "$E/probe.npy" --out "$E/probe-$s-$1.safetensors" \
+            "${@:2}" >"$E/probe-$s-$1.out" 2>&1; }
+        probe cpu --device cpu
+        for p in $precs; do
+            probe "${p%:*}" --device cuda --precision "${p%:*}"
+            check "$L: seqeval --probe, $s, ${p%:*} on the GPU: logits, loss and every gradient within ${p#*:} of the CPU's" \
+                cmp_probe "$E/probe-$s-${p%:*}.safetensors" "$E/probe-$s-cpu.safetensors" "${p#*:}"
+        done
+    done
 }
 
 finish() { echo "$PASS passed, $FAIL failed (tests/gpu/run.sh)"; [ "$FAIL" = 0 ]; exit; }
@@ -85,7 +250,7 @@ finish() { echo "$PASS passed, $FAIL failed (tests/gpu/run.sh)"; [ "$FAIL" = 0 ]
 EMU=build/release/tests-gpuemu
 if [ -n "${SEQ_GPU_ONLY:-}" ]; then
     echo "# SEQ_GPU_ONLY: the emulated part is skipped"
-elif make -j"$JOBS" "$EMU/test_gpu_emulated" "$EMU/seqtrain" >"$W/make.log" 2>&1; then
+elif make -j"$JOBS" "$EMU/test_gpu_emulated" "$EMU/seqtrain" "$EMU/seqeval" >"$W/make.log" 2>&1; then
     ok "the emulated GPU backend builds"
     OMP_NUM_THREADS=1 "$EMU/test_gpu_emulated" || FAIL=$((FAIL + 1))
     training_runs emulated "$EMU"

@@ -221,15 +221,32 @@ static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d) {
     p->totalGlobalMem = 0;
     return cudaSuccess;
 }
+// device memory: host blocks with their size in a 16-byte header (malloc's alignment kept), counted in
+// emu_mem_used_ so that cudaMemGetInfo, and with it gpu_mem_used, reads the bytes the backend holds (the parity
+// test checks with it that re-sized activations free the old ones)
+#define EMU_MEM_HEADER 16
+#define EMU_MEM_TOTAL ((size_t)80 << 30)  // what cudaMemGetInfo calls the device's total
+inline size_t emu_mem_used_ = 0;
 template <typename T>
 static inline cudaError_t cudaMalloc(T **p, size_t n) {
+    char *b = (char *)malloc(EMU_MEM_HEADER + (n ? n : 1));
+    if (!b) return cudaErrorMemoryAllocation;
+    memcpy(b, &n, sizeof n);
+    emu_mem_used_ += n;
     // filled with NaN bytes: a kernel that reads memory nobody wrote shows up in the results
-    *p = (T *)malloc(n ? n : 1);
-    if (!*p) return cudaErrorMemoryAllocation;
-    memset((void *)*p, 0xff, n);
+    memset(b + EMU_MEM_HEADER, 0xff, n);
+    *p = (T *)(void *)(b + EMU_MEM_HEADER);
     return cudaSuccess;
 }
-static inline cudaError_t cudaFree(void *p) { free(p); return cudaSuccess; }
+static inline cudaError_t cudaFree(void *p) {
+    if (!p) return cudaSuccess;  // cudaFree(0): CUDA's idiom for creating the context
+    char *b = (char *)p - EMU_MEM_HEADER;
+    size_t n;
+    memcpy(&n, b, sizeof n);
+    emu_mem_used_ -= n;
+    free(b);
+    return cudaSuccess;
+}
 // events: the host's clock when recorded (kernels run at their launch, so that is when the stream reaches it)
 struct EmuEvent {
     double ms;
@@ -245,8 +262,11 @@ static inline cudaError_t cudaEventRecord(cudaEvent_t e, int stream) {
 }
 static inline cudaError_t cudaEventSynchronize(cudaEvent_t e) { (void)e; return cudaSuccess; }
 static inline cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) { *ms = (float)(b->ms - a->ms); return cudaSuccess; }
-// no device memory to count: gpu_mem_used reads 0 on the emulator
-static inline cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b) { *free_b = *total_b = 0; return cudaSuccess; }
+static inline cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b) {
+    *total_b = EMU_MEM_TOTAL;
+    *free_b = EMU_MEM_TOTAL - emu_mem_used_;
+    return cudaSuccess;
+}
 static inline cudaError_t cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKind k) {
     (void)k;
     memcpy(d, s, n);
