@@ -275,8 +275,8 @@ static void attention_gpu_backward_(Mixer *m, float *dx, const float *dy, const 
                                                        dy, a.o_lin, mixer_param(m, o->k_wo), BT, HD, C, 0));
     GPU_TIMED("attn.permute", permute_(doh, do_lin, HD, 0, B, T, H, D, 0));
     GpuAttnOpts ko = kernel_opts_(o, a.fg_cum);
-    GPU_TIMED("attn.kernel.backward", gpu_attention_backward(dq, dk, dv, o->fgate ? dF : NULL, delta, doh, a.oh, a.lse,
-                                                             a.qh, a.kh, a.vh, &ko, B, H, T, D));
+    // timed inside, per kernel (attn.kernel.delta, .dq, .dkdv)
+    gpu_attention_backward(dq, dk, dv, o->fgate ? dF : NULL, delta, doh, a.oh, a.lse, a.qh, a.kh, a.vh, &ko, B, H, T, D);
     if (rotates_(o)) {
         GPU_TIMED("attn.rope", rope_(dq, &a, o, B, T, -1.0f));  // R^T: the inverse rotation
         GPU_TIMED("attn.rope", rope_(dk, &a, o, B, T, -1.0f));

@@ -53,10 +53,10 @@ int gpu_prof_begin(const char *name);  // -1 when not profiling
 void gpu_prof_end(int slot);
 void gpu_prof_flush(void);
 void gpu_prof_print(void);
-#define GPU_TIMED(name, CALL)                  \
+#define GPU_TIMED(name, ...)  /* the call: variadic, for a launch's <<<grid, block>>> commas */ \
     do {                                       \
         int prof_slot_ = gpu_prof_begin(name); \
-        CALL;                                  \
+        __VA_ARGS__;                           \
         gpu_prof_end(prof_slot_);              \
     } while (0)
 

@@ -1,7 +1,9 @@
 // SEQ_PROFILE=1 on the GPU (gpu/common.cuh's GPU_TIMED): each timed op is bracketed by two CUDA events on the
 // one stream, so timing adds no synchronisation; the intervals are read back at the step's own sync points
 // (gpu_prof_flush) and summed per op name. Printed to stderr when the backend closes, like nn/dispatch.c's
-// SEQ_PROFILE table for the CPU's ops.
+// SEQ_PROFILE table for the CPU's ops. The first flush's intervals (the run's first forward and backward) are
+// left out of the table: they carry one-time costs (CUDA loads each kernel at its first launch, cuBLAS sets up
+// its workspace and picks algorithms), which inflated a 10-step profile's first matmul about tenfold.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +25,8 @@ static int n_ops_ = 0;
 static cudaEvent_t ev_[PROF_PENDING_][2];
 static int op_of_[PROF_PENDING_];
 static int n_pending_ = 0, n_events_ = 0;
+static int warm_ = 0;       // 1 after the first flush
+static double warmup_ms_;   // the first flush's intervals, summed
 
 static int op_id_(const char *name) {
     for (int i = 0; i < n_ops_; i++)
@@ -62,9 +66,14 @@ void gpu_prof_flush(void) {
     for (int s = 0; s < n_pending_; s++) {
         float ms = 0;
         CUDA_CHECK(cudaEventElapsedTime(&ms, ev_[s][0], ev_[s][1]));
+        if (!warm_) {
+            warmup_ms_ += ms;
+            continue;
+        }
         ops_[op_of_[s]].calls++;
         ops_[op_of_[s]].ms += ms;
     }
+    warm_ = 1;
     n_pending_ = 0;
 }
 
@@ -79,7 +88,8 @@ void gpu_prof_print(void) {
     double total = 0;
     for (int i = 0; i < n_ops_; i++) total += ops_[i].ms;
     qsort(ops_, (size_t)n_ops_, sizeof ops_[0], by_time_);
-    fprintf(stderr, "\nSEQ_PROFILE: GPU ops (CUDA events), %.3f s of GPU time in timed ops\n", total * 1e-3);
+    fprintf(stderr, "\nSEQ_PROFILE: GPU ops (CUDA events), %.3f s of GPU time in timed ops (the first forward and "
+            "backward, %.3f s with one-time setup, not counted)\n", total * 1e-3, warmup_ms_ * 1e-3);
     fprintf(stderr, "%-28s %10s %11s %7s\n", "op", "calls", "seconds", "% ops");
     for (int i = 0; i < n_ops_; i++)
         fprintf(stderr, "%-28s %10llu %11.4f %6.1f%%\n", ops_[i].name, ops_[i].calls, ops_[i].ms * 1e-3,
