@@ -26,7 +26,9 @@ using namespace nvcuda;
 
 #define ROWS 64   // rows a block owns, and the tile of the other side: 4 warps x 16
 #define WARPS 4
-#define SLD 68    // row stride (floats) of the 64-wide score tiles: 64 + 4, a multiple of 4 as wmma needs
+#define SLD_OF(NC) ((NC) + 4)  // row stride (floats) of NC-wide score tiles: a multiple of 4 as wmma needs
+#define SLD SLD_OF(ROWS)
+#define QT 32     // dk/dv's query tile: half of ROWS keeps its shared memory under a third of an SM's
 
 typedef wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major> FragA;
 typedef wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major> FragB;
@@ -122,27 +124,27 @@ static __device__ __forceinline__ void mma_(FragC *acc, const ASrc &A, const flo
     }
 }
 
-// this warp's (16,64) scores: its 16 rows A (DM columns) against the 64 rows of b (row-major, stride LD),
-// S = A B^T, stored row-major into s (stride SLD)
-template <int DM, bool SPLIT, typename ASrc>
+// this warp's (16,NC) scores: its 16 rows A (DM columns) against the NC rows of b (row-major, stride LD),
+// S = A B^T, stored row-major into s (stride SLD_OF(NC))
+template <int DM, bool SPLIT, int NC = ROWS, typename ASrc>
 static __device__ __forceinline__ void scores_(float *s, const ASrc &A, const float *b) {
-    FragC c[ROWS / 16];
+    FragC c[NC / 16];
 #pragma unroll
-    for (int n = 0; n < ROWS / 16; n++) wmma::fill_fragment(c[n], 0.0f);
-    mma_<DM, ROWS / 16, true, SPLIT>(c, A, b, Tile<DM>::LD);
+    for (int n = 0; n < NC / 16; n++) wmma::fill_fragment(c[n], 0.0f);
+    mma_<DM, NC / 16, true, SPLIT>(c, A, b, Tile<DM>::LD);
 #pragma unroll
-    for (int n = 0; n < ROWS / 16; n++) wmma::store_matrix_sync(s + n * 16, c[n], SLD, wmma::mem_row_major);
+    for (int n = 0; n < NC / 16; n++) wmma::store_matrix_sync(s + n * 16, c[n], SLD_OF(NC), wmma::mem_row_major);
 }
 // ... with the 16 rows read from shared memory (row-major at a, stride LD)
-template <int DM, bool SPLIT>
+template <int DM, bool SPLIT, int NC = ROWS>
 static __device__ __forceinline__ void scores_rows_(float *s, const float *a, const float *b) {
-    scores_<DM, SPLIT>(s, ASmem{a, Tile<DM>::LD}, b);
+    scores_<DM, SPLIT, NC>(s, ASmem{a, Tile<DM>::LD}, b);
 }
 
-// acc[n] (16,16) += P (16,64 at p, stride SLD) · X[:, 16n .. 16n+16) (X (64,DM) row-major at x, stride LD)
-template <int DM, bool SPLIT>
+// acc[n] (16,16) += P (16,KR at p, stride SLD_OF(KR)) · X[:, 16n .. 16n+16) (X (KR,DM) row-major at x, stride LD)
+template <int DM, bool SPLIT, int KR = ROWS>
 static __device__ __forceinline__ void accumulate_(FragC *acc, const float *p, const float *x) {
-    mma_<ROWS, DM / 16, false, SPLIT>(acc, ASmem{p, SLD}, x, Tile<DM>::LD);
+    mma_<KR, DM / 16, false, SPLIT>(acc, ASmem{p, SLD_OF(KR)}, x, Tile<DM>::LD);
 }
 
 // dq holds its queries and their dout in registers (two tiles of shared memory fewer) for TF32 operands up to
@@ -152,6 +154,16 @@ struct DqInRegs {
     static constexpr bool value = !SPLIT && DM <= 64;
 };
 
+// Blocks per SM the kernels ask the compiler to fit in registers (__launch_bounds__'s second argument): at
+// DM <= 64, shared memory fits 4 forward blocks and 3 dq and dk/dv blocks (TF32; dk/dv in 3xTF32 too), and capping
+// registers to match (128 and 170 a thread) measured the forward 12% faster on an H200 (the kernels are
+// latency-bound: more warps hide more of it); the others keep the compiler's choice (3xTF32 and DM 128 need
+// their registers).
+template <int DM, bool SPLIT>
+struct MinBlocks {
+    static constexpr int fwd = !SPLIT && DM <= 64 ? 4 : 1, dq = !SPLIT && DM <= 64 ? 3 : 1, dkdv = DM <= 64 ? 3 : 1;
+};
+
 // the forward holds its queries in registers (frees a tile of shared memory: more blocks per SM) unless that
 // takes too many registers (3xTF32's two parts of 128-wide rows)
 template <int DM, bool SPLIT>
@@ -159,12 +171,12 @@ struct QInRegs {
     static constexpr bool value = !(SPLIT && DM > 64);
 };
 
-// rows [r0, r0 + 64) of a (T,D) matrix into s (64, LD), zero-padded past T and past D
-template <int DM>
+// rows [r0, r0 + NR) of a (T,D) matrix into s (NR, LD), zero-padded past T and past D
+template <int DM, int NR = ROWS>
 static __device__ void load_tile_(float *s, const float *src, int r0, int T, int D) {
     constexpr int LD = Tile<DM>::LD;
     if (D % 4 == 0) {  // rows of whole float4s (src's rows start 16-byte aligned: heads are T·D floats apart)
-        for (int i = threadIdx.x; i < ROWS * DM / 4; i += blockDim.x) {
+        for (int i = threadIdx.x; i < NR * DM / 4; i += blockDim.x) {
             int r = i / (DM / 4), d = 4 * (i % (DM / 4));
             float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             if (r0 + r < T && d < D) x = *(const float4 *)(src + (size_t)(r0 + r) * D + d);
@@ -172,7 +184,7 @@ static __device__ void load_tile_(float *s, const float *src, int r0, int T, int
         }
         return;
     }
-    for (int i = threadIdx.x; i < ROWS * DM; i += blockDim.x) {
+    for (int i = threadIdx.x; i < NR * DM; i += blockDim.x) {
         int r = i / DM, d = i % DM;
         s[r * LD + d] = (r0 + r < T && d < D) ? src[(size_t)(r0 + r) * D + d] : 0.0f;
     }
@@ -227,9 +239,9 @@ static __device__ __forceinline__ float decay_(const HeadOpts_ &ho, int i, int j
     return ho.decay != 0.0f ? expf(-ho.decay * (float)(i - j)) : 1.0f;
 }
 
-// F of rows [r0, r0 + 64) into s (0 past T, and without F)
-static __device__ void load_f_(float *s, const HeadOpts_ &ho, int r0, int T) {
-    for (int x = threadIdx.x; x < ROWS; x += blockDim.x) s[x] = ho.F && r0 + x < T ? ho.F[r0 + x] : 0.0f;
+// F of rows [r0, r0 + n) into s (0 past T, and without F)
+static __device__ void load_f_(float *s, const HeadOpts_ &ho, int r0, int T, int n = ROWS) {
+    for (int x = threadIdx.x; x < n; x += blockDim.x) s[x] = ho.F && r0 + x < T ? ho.F[r0 + x] : 0.0f;
 }
 
 // the first key tile the query block at q0 sees (a window hides the tiles before i - W + 1 of its first row)
@@ -243,43 +255,57 @@ static __device__ __forceinline__ int query_end_(const HeadOpts_ &ho, int j0, in
 }
 
 // ----------------------------------------------------------------------------
-// forward: grid (B*NH, ceil(T/64)) (heads on x: gridDim.y stops at 65535), 128 threads. Shared: Q, K, V, O
-// tiles (64, LD), the scores (64, SLD) and F of the key tile. The output accumulates in shared memory (each lane
-// rescales its row when the running maximum grows, then the warp adds P·V into it), which is why it is not a
-// register fragment: wmma does not say which lane holds which row. The running sum l is of the softmax weights
-// p; P·V takes w = p·exp(-decay (i-j)) (nn/attention.c's "second accumulator").
+// The row, within its 16x16 tile, of each element of this lane's accumulator fragment: wmma leaves the layout
+// unspecified, so it is learnt by loading a tile of row numbers (tmp: a (16, ld) float scratch of the warp's own,
+// overwritten). Every accumulator fragment of the kernel has this layout.
+static __device__ __forceinline__ void row_map_(FragC &map, float *tmp, int ld) {
+    int lane = threadIdx.x & 31;
+    for (int x = lane; x < 256; x += 32) tmp[(x >> 4) * ld + (x & 15)] = (float)(x >> 4);
+    __syncwarp();
+    wmma::load_matrix_sync(map, tmp, ld, wmma::mem_row_major);
+    __syncwarp();
+}
+
+// forward: grid (B*NH, ceil(T/64)) (heads on x: gridDim.y stops at 65535), 128 threads. Shared: K, V tiles
+// (64, LD) (and Q's without QREG), the scores (64, SLD), F of the key tile and each row's rescaling factor. The
+// output accumulates in register fragments; when the running maximum grows, each element is rescaled by its
+// row's factor, found through row_map_ (wmma does not say which lane holds which element). The running sum l is
+// of the softmax weights p; P·V takes w = p·exp(-decay (i-j)) (nn/attention.c's "second accumulator").
 template <int DM, bool SPLIT>
-__global__ void __launch_bounds__(WARPS * 32) attn_fwd_kernel(float *out, float *lse, const float *q, const float *k,
+__global__ void __launch_bounds__(WARPS * 32, (MinBlocks<DM, SPLIT>::fwd)) attn_fwd_kernel(float *out, float *lse, const float *q, const float *k,
                                                              const float *v, const GpuAttnOpts o, int NH, int T,
                                                              int D) {
     constexpr int LD = Tile<DM>::LD, TF = Tile<DM>::FLOATS;
     constexpr bool QREG = QInRegs<DM, SPLIT>::value;
     GPU_DYNAMIC_SMEM(float, sm);
-    float *ks = sm, *vs = ks + TF, *os = vs + TF, *ss = os + TF, *fs = ss + ROWS * SLD;
-    float *qs = fs + ROWS;  // without QREG
+    float *ks = sm, *vs = ks + TF, *ss = vs + TF, *fs = ss + ROWS * SLD, *cs = fs + ROWS;
+    float *qs = cs + ROWS;  // without QREG
     size_t head = (size_t)blockIdx.x * T * D;
     HeadOpts_ ho = head_opts_(o, NH, T);
     // the last query blocks see the most keys: they go first, so the grid's tail is short blocks
     int q0 = (gridDim.y - 1 - blockIdx.y) * ROWS, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int r = warp * 16 + (lane >> 1), half = lane & 1, i = q0 + r;  // this lane's row and column parity
     float Fi = ho.F && i < T ? ho.F[i] : 0.0f;
-    ARegs<DM, SPLIT> qa;  // with QREG: this warp's 16 queries, staged through the output's tile
-    load_tile_<DM>(QREG ? os : qs, q + head, q0, T, D);
+    float *sw = ss + warp * 16 * SLD, *srow = ss + r * SLD, *cw = cs + warp * 16;
+    FragC rmap;
+    row_map_(rmap, sw, SLD);
+    ARegs<DM, SPLIT> qa;  // with QREG: this warp's 16 queries, staged through K's tile
+    load_tile_<DM>(QREG ? ks : qs, q + head, q0, T, D);
     if (QREG) {
         __syncthreads();
-        qa.load(os + warp * 16 * LD, LD);
-        __syncthreads();
+        qa.load(ks + warp * 16 * LD, LD);
     }
-    for (int x = threadIdx.x; x < TF; x += blockDim.x) os[x] = 0.0f;
+    FragC of[DM / 16];  // this warp's 16 rows of the output, unnormalised
+#pragma unroll
+    for (int n = 0; n < DM / 16; n++) wmma::fill_fragment(of[n], 0.0f);
     float mx = -INFINITY, l = 0.0f;
     int k_end = min(T, q0 + ROWS);  // causal: no key after the block's last query
     for (int k0 = key_begin_(ho, q0); k0 < k_end; k0 += ROWS) {
-        __syncthreads();  // the previous tile is used up (and, the first time, Q and O are in place)
+        __syncthreads();  // the previous tile is used up (and, the first time, Q is in place)
         load_tile_<DM>(ks, k + head, k0, T, D);
         load_tile_<DM>(vs, v + head, k0, T, D);
         load_f_(fs, ho, k0, T);
         __syncthreads();
-        float *sw = ss + warp * 16 * SLD, *srow = ss + r * SLD;
         if (QREG) scores_<DM, SPLIT>(sw, qa, ks);
         else scores_rows_<DM, SPLIT>(sw, qs + warp * 16 * LD, ks);
         __syncwarp();
@@ -304,23 +330,24 @@ __global__ void __launch_bounds__(WARPS * 32) attn_fwd_kernel(float *out, float 
         psum += __shfl_xor_sync(0xffffffffu, psum, 1);
         l = l * corr + psum;
         mx = mnew;
-        for (int d = half; d < DM; d += 2) os[r * LD + d] *= corr;
+        if (!half) cw[lane >> 1] = corr;
         __syncwarp();
-        // O += P V, read whole before it is written (every lane's load precedes every lane's store)
-        FragC of[DM / 16];
+        // O = O corr (each element by its row's factor) + P V
 #pragma unroll
         for (int n = 0; n < DM / 16; n++)
-            wmma::load_matrix_sync(of[n], os + warp * 16 * LD + n * 16, LD, wmma::mem_row_major);
-        __syncwarp();
+#pragma unroll
+            for (int e = 0; e < of[n].num_elements; e++) of[n].x[e] *= cw[(int)rmap.x[e]];
         accumulate_<DM, SPLIT>(of, sw, vs);
-#pragma unroll
-        for (int n = 0; n < DM / 16; n++)
-            wmma::store_matrix_sync(os + warp * 16 * LD + n * 16, of[n], LD, wmma::mem_row_major);
-        __syncwarp();
+        __syncwarp();  // every lane's reads of the scores and factors precede the next tile's writes
     }
+    __syncthreads();  // every warp is done with K's tile: it stages the output
+#pragma unroll
+    for (int n = 0; n < DM / 16; n++)
+        wmma::store_matrix_sync(ks + warp * 16 * LD + n * 16, of[n], LD, wmma::mem_row_major);
+    __syncwarp();
     if (i < T) {
         float inv = 1.0f / l;
-        for (int d = half; d < D; d += 2) out[head + (size_t)i * D + d] = os[r * LD + d] * inv;
+        for (int d = half; d < D; d += 2) out[head + (size_t)i * D + d] = ks[r * LD + d] * inv;
         if (!half) lse[(size_t)blockIdx.x * T + i] = mx + logf(l);
     }
 }
@@ -343,7 +370,7 @@ __global__ void attn_delta_kernel(float *delta, const float *dout, const float *
 // the key tile. dq accumulates in register fragments (no rescaling needed); each lane sums its half of its row's
 // ds in order.
 template <int DM, bool SPLIT>
-__global__ void __launch_bounds__(WARPS * 32) attn_dq_kernel(float *dq, float *dfgate, const float *dout,
+__global__ void __launch_bounds__(WARPS * 32, (MinBlocks<DM, SPLIT>::dq)) attn_dq_kernel(float *dq, float *dfgate, const float *dout,
                                                             const float *lse, const float *delta, const float *q,
                                                             const float *k, const float *v, const GpuAttnOpts o,
                                                             int NH, int T, int D) {
@@ -412,17 +439,19 @@ __global__ void __launch_bounds__(WARPS * 32) attn_dq_kernel(float *dq, float *d
 
 // dv_j = sum_i w_ij dout_i, dk_j = scale · sum_i ds_ij q_i over the queries i that see key j, and with F
 // dfgate_j -= sum_i ds_ij (after attn_dq_kernel wrote the row sums). Grid (B*NH, ceil(T/64)): a block owns 64 keys
-// and walks the query tiles from its first key on (up to the window's end). Shared: K, V, Q, dO tiles, the
-// transposed scores and v·dout^T (64, SLD) each, and the query tile's lse, delta and F.
+// and walks the query tiles of QT from its first key on (up to the window's end). Shared: K, V tiles (64, LD), Q,
+// dO tiles (QT, LD), the transposed scores and v·dout^T (64, SLD_OF(QT)) each, and the query tile's lse, delta
+// and F. Query tiles of 64 held it to 2 blocks per SM by shared memory (105 KB at D 64); QT 32 fits 3 (69 KB).
+// (Its keys and values in registers, as dq holds its queries, took 254 registers a thread at D 64, with spills.)
 template <int DM, bool SPLIT>
-__global__ void __launch_bounds__(WARPS * 32) attn_dkdv_kernel(float *dk, float *dv, float *dfgate, const float *dout,
+__global__ void __launch_bounds__(WARPS * 32, (MinBlocks<DM, SPLIT>::dkdv)) attn_dkdv_kernel(float *dk, float *dv, float *dfgate, const float *dout,
                                                               const float *lse, const float *delta, const float *q,
                                                               const float *k, const float *v, const GpuAttnOpts o,
                                                               int NH, int T, int D) {
-    constexpr int LD = Tile<DM>::LD, TF = Tile<DM>::FLOATS;
+    constexpr int LD = Tile<DM>::LD, TF = Tile<DM>::FLOATS, QLD = SLD_OF(QT);
     GPU_DYNAMIC_SMEM(float, sm);
-    float *ks = sm, *vs = ks + TF, *qs = vs + TF, *dos = qs + TF, *ss = dos + TF, *ps = ss + ROWS * SLD;
-    float *ls = ps + ROWS * SLD, *dls = ls + ROWS, *fs = dls + ROWS;
+    float *ks = sm, *vs = ks + TF, *qs = vs + TF, *dos = qs + QT * LD, *ss = dos + QT * LD, *ps = ss + ROWS * QLD;
+    float *ls = ps + ROWS * QLD, *dls = ls + QT, *fs = dls + QT;
     size_t head = (size_t)blockIdx.x * T * D, hrow = (size_t)blockIdx.x * T;
     HeadOpts_ ho = head_opts_(o, NH, T);
     int j0 = blockIdx.y * ROWS, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -437,35 +466,35 @@ __global__ void __launch_bounds__(WARPS * 32) attn_dkdv_kernel(float *dk, float 
         wmma::fill_fragment(dva[n], 0.0f);
     }
     int i_end = query_end_(ho, j0, T);
-    for (int i0 = j0; i0 < i_end; i0 += ROWS) {  // causal: no query before the block's first key
+    for (int i0 = j0; i0 < i_end; i0 += QT) {  // causal: no query before the block's first key
         __syncthreads();
-        load_tile_<DM>(qs, q + head, i0, T, D);
-        load_tile_<DM>(dos, dout + head, i0, T, D);
-        for (int x = threadIdx.x; x < ROWS; x += blockDim.x) {
+        load_tile_<DM, QT>(qs, q + head, i0, T, D);
+        load_tile_<DM, QT>(dos, dout + head, i0, T, D);
+        for (int x = threadIdx.x; x < QT; x += blockDim.x) {
             ls[x] = i0 + x < T ? lse[hrow + i0 + x] : 0.0f;
             dls[x] = i0 + x < T ? delta[hrow + i0 + x] : 0.0f;
         }
-        load_f_(fs, ho, i0, T);
+        load_f_(fs, ho, i0, T, QT);
         __syncthreads();
-        float *sw = ss + warp * 16 * SLD, *pw = ps + warp * 16 * SLD;
-        scores_rows_<DM, SPLIT>(sw, ks + warp * 16 * LD, qs);   // (k q^T): row = key, column = query
-        scores_rows_<DM, SPLIT>(pw, vs + warp * 16 * LD, dos);  // (v dout^T)
+        float *sw = ss + warp * 16 * QLD, *pw = ps + warp * 16 * QLD;
+        scores_rows_<DM, SPLIT, QT>(sw, ks + warp * 16 * LD, qs);   // (k q^T): row = key, column = query
+        scores_rows_<DM, SPLIT, QT>(pw, vs + warp * 16 * LD, dos);  // (v dout^T)
         __syncwarp();
-        for (int c = half; c < ROWS; c += 2) {
+        for (int c = half; c < QT; c += 2) {
             int i = i0 + c;
             float w = 0.0f, ds = 0.0f;
             if (i < T && visible_(ho, i, j)) {
-                float p = expf(logit_(ho, sw[r * SLD + c], i, j, fs[c], Fj) - ls[c]), E = decay_(ho, i, j);
+                float p = expf(logit_(ho, sw[r * QLD + c], i, j, fs[c], Fj) - ls[c]), E = decay_(ho, i, j);
                 w = p * E;
-                ds = p * (E * pw[r * SLD + c] - dls[c]);
+                ds = p * (E * pw[r * QLD + c] - dls[c]);
             }
-            sw[r * SLD + c] = w;
-            pw[r * SLD + c] = ds;
+            sw[r * QLD + c] = w;
+            pw[r * QLD + c] = ds;
             dFj += ds;
         }
         __syncwarp();
-        accumulate_<DM, SPLIT>(dva, sw, dos);  // w^T dout
-        accumulate_<DM, SPLIT>(dka, pw, qs);   // ds^T q
+        accumulate_<DM, SPLIT, QT>(dva, sw, dos);  // w^T dout
+        accumulate_<DM, SPLIT, QT>(dka, pw, qs);   // ds^T q
     }
     if (dfgate) {
         dFj += __shfl_xor_sync(0xffffffffu, dFj, 1);
@@ -489,14 +518,16 @@ int gpu_attn_supports(int D) { return D >= 1 && D <= GPU_ATTN_MAX_D; }
 
 template <int DM, bool SPLIT>
 static size_t fwd_smem_(void) {
-    return ((QInRegs<DM, SPLIT>::value ? 3 : 4) * (size_t)Tile<DM>::FLOATS + ROWS * SLD + ROWS) * sizeof(float);
+    return ((QInRegs<DM, SPLIT>::value ? 2 : 3) * (size_t)Tile<DM>::FLOATS + ROWS * SLD + 2 * ROWS) * sizeof(float);
 }
 template <int DM, bool SPLIT>
 static size_t dq_smem_(void) {
     return ((DqInRegs<DM, SPLIT>::value ? 2 : 4) * (size_t)Tile<DM>::FLOATS + 2 * ROWS * SLD + ROWS) * sizeof(float);
 }
 template <int DM, bool SPLIT>
-static size_t dkdv_smem_(void) { return (4 * (size_t)Tile<DM>::FLOATS + 2 * ROWS * SLD + 3 * ROWS) * sizeof(float); }
+static size_t dkdv_smem_(void) {
+    return (2 * (size_t)Tile<DM>::FLOATS + 2 * QT * Tile<DM>::LD + 2 * ROWS * SLD_OF(QT) + 3 * QT) * sizeof(float);
+}
 
 // launches KERNEL<DM, SPLIT> (DM: the smallest of 32, 64, 128 that holds D; SPLIT: fp32 mode) with `smem` bytes
 // of dynamic shared memory, raising the kernel's limit above the default 48 KB first
@@ -531,12 +562,13 @@ void gpu_attention_backward(float *dq, float *dk, float *dv, float *dfgate, floa
                             const GpuAttnOpts *o, int B, int NH, int T, int D) {
     size_t rows = (size_t)B * NH * T;
     if (!o->fgate) dfgate = NULL;
-    attn_delta_kernel<<<gpu_blocks(rows, 8), 256>>>(delta, dout, out, rows, D);
+    GPU_TIMED("attn.kernel.delta", attn_delta_kernel<<<gpu_blocks(rows, 8), 256>>>(delta, dout, out, rows, D));
     KERNEL_CHECK();
     dim3 grid(B * NH, gpu_blocks(T, ROWS));
     // dq first: it writes dfgate's row sums, which dk/dv's pass then takes its column sums from
-    LAUNCH_(attn_dq_kernel, dq_smem_, grid, dq, dfgate, dout, lse, delta, q, k, v, *o, NH, T, D);
+    GPU_TIMED("attn.kernel.dq", LAUNCH_(attn_dq_kernel, dq_smem_, grid, dq, dfgate, dout, lse, delta, q, k, v, *o, NH, T, D));
     KERNEL_CHECK();
-    LAUNCH_(attn_dkdv_kernel, dkdv_smem_, grid, dk, dv, dfgate, dout, lse, delta, q, k, v, *o, NH, T, D);
+    GPU_TIMED("attn.kernel.dkdv",
+              LAUNCH_(attn_dkdv_kernel, dkdv_smem_, grid, dk, dv, dfgate, dout, lse, delta, q, k, v, *o, NH, T, D));
     KERNEL_CHECK();
 }

@@ -117,16 +117,17 @@ __global__ void add_bias_kernel(float *out, const float *bias, size_t n, int OC)
 
 // ---- run.precision bf16: bfloat16 operands, fp32 results (cublasGemmEx, fp32 accumulation)
 // The parameters' bf16 copy (gpu_bf16_shadow_*): a weight operand inside the registered buffer is read from it;
-// any other operand is converted into one of two scratch buffers, grown on demand (one stream: a later
-// matmul reuses them only after the earlier one ran).
+// any other operand is converted into one of three scratch buffers, grown on demand (one stream: a later
+// matmul reuses them only after the earlier one ran). Slot 2 holds a matmul backward's dout, converted once for
+// both of its products.
 
 static struct {
     const float *params;  // the registered fp32 buffer (device), n floats
     size_t n;
     __nv_bfloat16 *copy;  // its bf16 copy
-    __nv_bfloat16 *scratch[2];
-    size_t cap[2];
-} bf16_ = {NULL, 0, NULL, {NULL, NULL}, {0, 0}};
+    __nv_bfloat16 *scratch[3];
+    size_t cap[3];
+} bf16_ = {NULL, 0, NULL, {NULL, NULL, NULL}, {0, 0, 0}};
 
 __global__ void to_bf16_kernel(__nv_bfloat16 *dst, const float *src, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -157,7 +158,7 @@ void gpu_bf16_shadow_refresh(void) {
 
 void gpu_bf16_shadow_free(void) {
     if (bf16_.copy) CUDA_CHECK(cudaFree(bf16_.copy));
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 3; i++)
         if (bf16_.scratch[i]) CUDA_CHECK(cudaFree(bf16_.scratch[i]));
     memset(&bf16_, 0, sizeof bf16_);
 }
@@ -175,22 +176,22 @@ static const __nv_bfloat16 *bf16_of_(const float *x, size_t n, int slot) {
 }
 
 // cublasSgemm's arguments (column-major), in bf16 when run.precision is bf16: A (lda x ka) and B (ldb x kb) are
-// the column-major extents of the operands as stored
+// the column-major extents of the operands as stored; Bh, when not NULL, is B already in bf16
 static void gemm_(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float *A, int lda, size_t ka,
-                  const float *B, int ldb, size_t kb, float beta, float *C, int ldc) {
+                  const float *B, const __nv_bfloat16 *Bh, int ldb, size_t kb, float beta, float *C, int ldc) {
     const float one = 1.0f;
     if (gpu_math() != GPU_BF16) {
         CUBLAS_CHECK(cublasSgemm(gpu_blas(), ta, tb, m, n, k, &one, A, lda, B, ldb, &beta, C, ldc));
         return;
     }
-    const __nv_bfloat16 *a = bf16_of_(A, (size_t)lda * ka, 0), *b = bf16_of_(B, (size_t)ldb * kb, 1);
+    const __nv_bfloat16 *a = bf16_of_(A, (size_t)lda * ka, 0), *b = Bh ? Bh : bf16_of_(B, (size_t)ldb * kb, 1);
     CUBLAS_CHECK(cublasGemmEx(gpu_blas(), ta, tb, m, n, k, &one, a, CUDA_R_16BF, lda, b, CUDA_R_16BF, ldb, &beta, C,
                               CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 void gpu_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N, int IC, int OC) {
     // out^T (OC,N) = w (OC,IC) @ inp^T (IC,N): w is the column-major (IC,OC) matrix, transposed
-    gemm_(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, w, IC, OC, inp, IC, N, 0.0f, out, OC);
+    gemm_(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, w, IC, OC, inp, NULL, IC, N, 0.0f, out, OC);
     if (bias) {
         size_t n = (size_t)N * OC;
         add_bias_kernel<<<gpu_blocks(n, 256), 256>>>(out, bias, n, OC);
@@ -200,10 +201,12 @@ void gpu_matmul_forward(float *out, const float *inp, const float *w, const floa
 
 void gpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,
                          int N, int IC, int OC, int accumulate) {
+    // bf16: dout (N,OC) converted once for both products
+    const __nv_bfloat16 *douth = gpu_math() == GPU_BF16 ? bf16_of_(dout, (size_t)N * OC, 2) : NULL;
     if (dinp)  // dinp^T (IC,N) = w^T (IC,OC) @ dout^T (OC,N)
-        gemm_(CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, w, IC, OC, dout, OC, N, accumulate ? 1.0f : 0.0f, dinp, IC);
+        gemm_(CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, w, IC, OC, dout, douth, OC, N, accumulate ? 1.0f : 0.0f, dinp, IC);
     // dw^T (IC,OC) += inp^T (IC,N) @ dout (N,OC)
-    gemm_(CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, inp, IC, N, dout, OC, N, 1.0f, dw, IC);
+    gemm_(CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, inp, IC, N, dout, douth, OC, N, 1.0f, dw, IC);
     if (dbias) colsum_(dbias, NULL, dout, NULL, NULL, NULL, N, OC, COLSUM_PLAIN);
 }
 
