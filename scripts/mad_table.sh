@@ -8,6 +8,9 @@
 # Resumable: finished runs are reused, interrupted ones resumed (run the same command again).
 # The run queue, locking, resuming and settings come from scripts/rfa_common.sh.
 source "$(dirname "${BASH_SOURCE[0]}")/rfa_common.sh"
+# SCALE=medium's rows when ROWS is not given: the positive control (attention) and the KLA paper's Fig. 5a /
+# Table 6 mixers that fit its half hour (kla_plus costs 10x kla)
+MAD_MEDIUM_ROWS=attn_rope,kla,kla_p0,gla,gdn
 
 RFA_USAGE="usage: scripts/mad_table.sh [--set KEY=VALUE ...] [--dry-run]
 
@@ -26,11 +29,17 @@ Settings (environment):
            autoencoder head (hidden widths d_model, d_model), not the paper's [240, 120].
            SCALE paper: as the configs, 5 seeds; small: 640 training examples (memorization its 256),
            38 epochs (1/20 of 750), 2 seeds; tiny: as PROTOCOL=mad's tiny, 2 seeds. Grid: lr {1e-3} x wd {0}
-  SCALE=tiny|small|paper  (default small)  (the values below are PROTOCOL=mad's)
+  SCALE=tiny|small|medium|paper  (default small)  (the values below are PROTOCOL=mad's)
       paper: the MAD protocol: configs/tasks/mad/*.json as they are (d 128, 2 x [mixer, swiglu], 12,800 train /
              1,280 test examples, batch 128, 200 epochs, cosine to 1e-6), grid lr {1e-4, 5e-4, 1e-3} x wd {0, 0.1}
       small: CPU-sized: 1/20 of the training examples (640; memorization keeps its 256) and 1/20 of the
              epochs (10), 1,280 test examples, the paper model; grid lr {5e-4, 1e-3} x wd {0}
+      medium: a table that separates mixers in about half an hour on 16 cores (PROTOCOL=mad only): the paper
+             model and data, batch 32, lr 2e-3 (100 warmup steps, cosine to 1e-6), wd 0; steps: ICR, noisy and
+             fuzzy ICR 3,200 (8 epochs), selective copy 1,200 (3), memorization 800 (100 epochs of 256),
+             compression 1,600 (4); an evaluation on 256 test examples every 200 steps, stopping at 0.99
+             (Zoology's early stop); scored on the 1,280 test examples. Rows by default: $MAD_MEDIUM_ROWS.
+             JOBS defaults to nproc (THREADS 1)
       tiny:  pipeline check (CI): d 32, batch 4, 2 steps, 8 train / 8 test examples, sequences of at most
              64 tokens; grid lr {1e-3} x wd {0}; the numbers mean nothing
   ROWS=id,id,...          only these mixer rows (default all): $(printf '%s ' attn_none attn_rope attn_alibi attn_fox rfa sc_rfa kla kla_p0 kla_plus gla gla_selrope gdn gdn_selrope)
@@ -89,6 +98,11 @@ rfa_parse_opts mad_table "$@"
 SCALE=${SCALE:-small}
 PROTOCOL=${PROTOCOL:-mad}
 case "$PROTOCOL" in mad|kla) ;; *) RFA_DIE_RC=2 rfa_die "PROTOCOL must be mad or kla (got '$PROTOCOL')" ;; esac
+RFA_SCALES="tiny small medium paper"
+if [ "$SCALE" = medium ]; then
+    [ "$PROTOCOL" = mad ] || RFA_DIE_RC=2 rfa_die "SCALE=medium is PROTOCOL=mad's (no budget was probed for PROTOCOL=kla)"
+    ROWS=${ROWS:-$MAD_MEDIUM_ROWS}
+fi
 if [ -z "${SEQ_OUT:-}" ]; then
     if [ "$PROTOCOL" = kla ]; then SEQ_OUT="$RFA_ROOT/runs/mad_table/kla_$SCALE"; else SEQ_OUT="$RFA_ROOT/runs/mad_table/$SCALE"; fi
 fi
@@ -103,6 +117,7 @@ else
     case "$SCALE" in
         paper) MAD_LRS=${LRS:-"1e-4 5e-4 1e-3"}; MAD_WDS=${WDS:-"0 0.1"} ;;
         small) MAD_LRS=${LRS:-"5e-4 1e-3"};      MAD_WDS=${WDS:-"0"} ;;
+        medium) MAD_LRS=${LRS:-"2e-3"};          MAD_WDS=${WDS:-"0"} ;;
         tiny)  MAD_LRS=${LRS:-"1e-3"};           MAD_WDS=${WDS:-"0"} ;;
     esac
     [ -z "${SEEDS:-}" ] || RFA_DIE_RC=2 rfa_die "SEEDS is for PROTOCOL=kla (PROTOCOL=mad trains one run per grid point)"
@@ -126,6 +141,13 @@ rfa_scale_sets_() {
         small)
             [ "$1" = memorization ] || echo data.task.train_examples=640
             if [ "$PROTOCOL" = kla ]; then echo train.epochs=38; else echo train.epochs=10; fi ;;
+        medium)
+            printf '%s\n' train.batch_size=32 schedule.warmup_steps=100 train.eval_every=200 train.eval_batches=8 \
+                train.stop_at_acc=0.99
+            case "$1" in  # 12,800 examples (memorization 256) / batch 32: 400 (8) steps an epoch
+                selective_copy) echo train.epochs=3 ;; memorization) echo train.epochs=100 ;;
+                compression) echo train.epochs=4 ;; *) echo train.epochs=8 ;;
+            esac ;;
         tiny)
             printf '%s\n' model.d_model=32 train.batch_size=4 train.steps=2 train.ckpt_every=0 \
                 data.task.train_examples=8 data.task.test_examples=8
@@ -182,6 +204,14 @@ for m in "${MAD_MIXERS[@]}"; do
     done
 done
 
+# start the long runs first: selective copy, then the recall tasks (compression and memorization are short)
+RFA_ORDER=()
+for t in selective_copy fuzzy_icr noisy_icr icr other; do
+    for ((i = 0; i < ${#RFA_IDS[@]}; i++)); do
+        case "${RFA_CONFIGS[$i]}" in selective_copy|fuzzy_icr|noisy_icr|icr) [ "${RFA_CONFIGS[$i]}" = "$t" ] ;; *) [ "$t" = other ] ;; esac &&
+            RFA_ORDER+=("$i")
+    done
+done
 rfa_run_all; rc=$?
 [ "$RFA_DRY_RUN" = 0 ] || exit 0
 
@@ -246,6 +276,7 @@ mad_render() {
         case "$SCALE" in
             paper) echo "Scale \`paper\`: the MAD protocol (configs/tasks/mad/*.json: d 128, 2 × [mixer, SwiGLU], 12,800 train / 1,280 test examples, batch 128, 200 epochs, cosine to 1e-6)." ;;
             small) echo "Scale \`small\`: CPU-sized: the paper model, 640 training examples (memorization 256), 10 epochs, batch 128, 1,280 test examples." ;;
+            medium) echo "Scale \`medium\`: the paper model and data (12,800 train / 1,280 test examples, memorization 256), batch 32, 100 warmup steps then cosine to 1e-6; 3,200 steps (ICR, noisy ICR, fuzzy ICR), 1,200 (selective copy), 800 (memorization), 1,600 (compression), stopping early at the first evaluation (256 test examples, every 200 steps) at ≥ 0.99." ;;
             tiny)  echo "Scale \`tiny\`: a pipeline check (d 32, 2 steps of batch 4, 8 test examples, sequences ≤ 64); the numbers mean nothing." ;;
         esac
         fi

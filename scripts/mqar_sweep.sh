@@ -14,13 +14,18 @@
 #                 lr 1e-3 without schedule, wd 0, clip 5, 750 epochs (no early stop: the paper's patience 70
 #                 is not a seqtrain feature), batch by width (64, 32, 16 at d 64, 128, 256)
 #       bla:      V 8192, T 512, N 64 (BLA paper Fig. 3a / Table 2: 32 epochs, batch 32, wd 0.01)
-#   SCALE=tiny|small|paper   (default small)
+#   SCALE=tiny|small|medium|paper   (default small)
 #       tiny:  d 16,32; lr 1e-3,3e-3; T 16, N 2, V 64, 4 steps of 16 examples (pipeline check, meaningless numbers)
 #       small: d 64,128; lr 2.15e-3,1e-2 (the upper half of Zoology's grid: short runs favour large rates);
 #              zoology at T 64 only; 20,000 train / 1,000 test examples,
 #              4 epochs (1,250 steps), batch 64 (a CPU-sized version; kla_long/bla keep their T, N and V);
 #              evaluations every 200 steps, stopping at 0.99 (Zoology's early stop). About 80 s (d 64) and
 #              3 min (d 128) per zoology attention run on 2 cores
+#       medium: zoology only, a table that separates mixers in about half an hour on 16 cores: rows attn_rope
+#              kla gla gated_deltanet mamba2 unless MIXERS says otherwise (attention the positive control; the
+#              others KLA Fig. 6a's); d 64,128; lr 3e-4,1e-3; T 64, N 4, 20,000 train / 1,000 test examples,
+#              8 epochs (2,500 steps) of batch 64, Zoology's early stop at 0.99 (evaluations every 200 steps);
+#              2 threads a run, JOBS nproc / 2, the d 128 runs queued first
 #       paper: d 64,128,256,512; lr logspace(-4,-2,4); the config's examples and epochs; Zoology's batch
 #              size by T (512 for T <= 128, 256, 128, 64 for T = 256, 512, 1024; 32 for T = 2048).
 #              kla_long: the KLA paper's Table 12: d 64,128,256 with batch 64,32,16; lr 1e-3; 5 seeds
@@ -31,8 +36,10 @@
 #                runs ..._s<seed> and makes each cell the mean over the seeds
 #   MIXERS="attn_rope rfa"                      only these rows (ids of mixer_rows in scripts/tasks_common.sh)
 #   SEQ_OUT=DIR      output folder (default runs/tasks/mqar/$SCALE); runs in SEQ_OUT/runs, logs in SEQ_OUT/logs
-#   JOBS=N       runs trained at the same time (default: tiny nproc, else 1); OMP_WAIT_POLICY=passive if > 1
-#   THREADS=N    run.threads of every run (default max(1, nproc / JOBS))
+#   JOBS=N       runs trained at the same time (default: tiny nproc, medium nproc / THREADS, else 1);
+#                OMP_WAIT_POLICY=passive if > 1
+#   THREADS=N    run.threads of every run (default: medium 2, else max(1, nproc / JOBS)); a run's numbers are
+#                the same only on the same kind of CPU with the same THREADS (docs/training.md#determinism)
 #   BIN=DIR      where seqtrain is (default bin)
 # Resumable: finished runs (RUN_DIR/eval/acc.json) are reused, interrupted ones resumed from their
 # checkpoint; run the same command again after Ctrl-C. The tables go to stdout and to
@@ -46,14 +53,17 @@ USAGE=$(sed -n '2,/^set -u/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//')
 # the run queue, option parsing and setup shared with the other task sweep
 source "$ROOT/scripts/tasks_common.sh"
 parse_opts "$@"
-setup mqar
+setup mqar "tiny small medium paper" 2  # medium: 2 threads a run (its d 128 runs are the longest)
 SETTING=${SETTING:-zoology}
 CFG="configs/tasks/mqar/$SETTING.json"
 [ -f "$CFG" ] || DIE_RC=2 die "SETTING must be zoology, kla_long or bla (no $CFG)"
+[ "$SCALE" != medium ] || [ "$SETTING" = zoology ] ||
+    DIE_RC=2 die "SCALE=medium is the zoology setting's (kla_long and bla runs are 8-20x the tokens of a T 64 run)"
 
 case "$SCALE" in
     tiny)  dims="16 32"; lrs="1e-3 3e-3"; ts="16" ;;
     small) dims="64 128"; lrs="2.15e-3 1e-2"; ts="64" ;;
+    medium) dims="64 128"; lrs="3e-4 1e-3"; ts="64"; MIXERS=${MIXERS:-attn_rope kla gla gated_deltanet mamba2} ;;
     paper) dims="64 128 256 512"; lrs="1e-4 4.64e-4 2.15e-3 1e-2"; ts="64 128 256 512" ;;
 esac
 seeds=1
@@ -85,6 +95,9 @@ scale_sets() {
                     elif [ "$T" -le 512 ]; then echo train.batch_size=128; else echo train.batch_size=64; fi
                 fi
             fi
+            if [ "$SCALE" = medium ]; then
+                printf '%s\n' data.task.train_examples=20000 data.task.test_examples=1000 train.batch_size=64 train.epochs=8
+            fi
             if [ "$SCALE" = small ]; then
                 printf '%s\n' data.task.test_examples=1000 train.epochs=4
                 # kla_long keeps its 12,800 training examples (Table 9) and the batch by width below
@@ -96,7 +109,8 @@ scale_sets() {
     esac
 }
 
-for T in $TS; do for m in $MIXERS; do for d in $DIMS; do for lr in $LRS; do for ((sd = 1; sd <= SEEDS; sd++)); do
+# queued widest first: with JOBS runs at a time the long runs start early and the short ones fill the end
+for T in $TS; do for d in $(printf '%s\n' $DIMS | sort -rn); do for m in $MIXERS; do for lr in $LRS; do for ((sd = 1; sd <= SEEDS; sd++)); do
     args=(--config "$CFG" --set "model.mixer=$(mixer_field "$m" 3)")
     while IFS= read -r s; do [ -n "$s" ] && args+=(--set "$s"); done < <(mixer_field "$m" 4 | tr ';' '\n')
     while IFS= read -r s; do [ -n "$s" ] && args+=(--set "$s"); done < <(scale_sets "$T" "$d")
@@ -175,7 +189,7 @@ for T in $TS; do
         printf '%s\t| %s | %s | %s | %s |\n' "${st:-0}" "$(mixer_field "$m" 2)" "$d" "${st:-—}" "${best:-—}"
     done; done | sort -n -s -k1,1 | cut -f2- >> "$md"
     echo >> "$md"
-    echo "Runs: \`$CMDLINE\` (commit $commit); per-run accuracies in $(basename "$allcsv"), state sizes in $(basename "$scsv")." >> "$md"
+    echo "Runs: \`$CMDLINE\` (commit $commit; $(run_host)); per-run accuracies in $(basename "$allcsv"), state sizes in $(basename "$scsv")." >> "$md"
     cat "$md"; echo
 done
 exit "$rc"

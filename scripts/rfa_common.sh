@@ -45,15 +45,21 @@ rfa_json_str() {
     printf '"%s"' "$s"
 }
 
-# rfa_setup: read the settings, check the tools, cd to the repository root (after rfa_parse_opts).
+# rfa_setup: read the settings, check the tools, cd to the repository root (after rfa_parse_opts). The scales
+# a script knows are RFA_SCALES (default "tiny small paper"; mad_table.sh adds medium). tiny and medium are many
+# short runs, so JOBS defaults to nproc there; medium's THREADS defaults to 1 whatever JOBS is, so that every
+# machine of one CPU kind trains the same runs (the same bits) whatever its number of cores.
 rfa_setup() {
     SCALE=${SCALE:-small}
-    case "$SCALE" in tiny|small|paper) ;; *) RFA_DIE_RC=2 rfa_die "SCALE must be tiny, small or paper (got '$SCALE')" ;; esac
+    local sc=${RFA_SCALES:-tiny small paper}
+    case " $sc " in *" $SCALE "*) ;; *) local l=${sc% *}
+        RFA_DIE_RC=2 rfa_die "SCALE must be ${l// /, } or ${sc##* } (got '$SCALE')" ;; esac
     if [ -n "${SEQ_OUT:-}" ]; then RFA_OUT=$(rfa_abspath_ "$SEQ_OUT"); else RFA_OUT="$RFA_ROOT/runs/rfa_tables/$SCALE"; fi
     if [ -n "${BIN:-}" ]; then RFA_BIN=$(rfa_abspath_ "$BIN"); else RFA_BIN="$RFA_ROOT/bin"; fi
-    if [ "$SCALE" = tiny ]; then RFA_JOBS=${JOBS:-$RFA_NPROC}; else RFA_JOBS=${JOBS:-1}; fi
+    case "$SCALE" in tiny|medium) RFA_JOBS=${JOBS:-$RFA_NPROC} ;; *) RFA_JOBS=${JOBS:-1} ;; esac
     case "$RFA_JOBS" in ''|*[!0-9]*|0) RFA_DIE_RC=2 rfa_die "JOBS must be a positive integer (got '$RFA_JOBS')" ;; esac
     local t=$((RFA_NPROC / RFA_JOBS)); [ "$t" -ge 1 ] || t=1
+    [ "$SCALE" = medium ] && t=1
     RFA_THREADS=${THREADS:-$t}
     case "$RFA_THREADS" in ''|*[!0-9]*) RFA_DIE_RC=2 rfa_die "THREADS must be a non-negative integer (got '$RFA_THREADS')" ;; esac
     RFA_PROGRESS_EVERY=${PROGRESS_EVERY:-60}
@@ -269,7 +275,9 @@ rfa_on_signal_() {  # INT reaches the trainings from the terminal already; TERM 
     fi
 }
 
-# train every row that is not finished, JOBS at a time. Returns 0 when every row has its table.
+# train every row that is not finished, JOBS at a time, started in the order RFA_ORDER when the script sets it (a
+# permutation of the row indices 0..n-1: with runs of very different lengths, the long ones first keep every job
+# slot busy to the end), else as declared. Returns 0 when every row has its table.
 rfa_run_all() {
     local n=${#RFA_IDS[@]} i id st err
     RFA_STATE=$(mktemp -d "${TMPDIR:-/tmp}/rfa_tables.XXXXXX") || rfa_die "cannot create a temporary folder"
@@ -312,9 +320,10 @@ rfa_run_all() {
     if [ "$RFA_PROGRESS_EVERY" != 0 ]; then rfa_ticker_ & ticker=$!; fi
     trap 'rfa_on_signal_ 130' INT
     trap 'rfa_on_signal_ 143' TERM
-    local -a running=()
+    local -a running=() order=()
     local done_pid p st
-    for ((i = 0; i < n; i++)); do
+    if [ -n "${RFA_ORDER+x}" ]; then order=("${RFA_ORDER[@]}"); else for ((i = 0; i < n; i++)); do order+=("$i"); done; fi
+    for i in "${order[@]}"; do
         [ "$RFA_INTERRUPTED" = 0 ] || break
         case "${RFA_STATES[$i]}" in invalid|conflict) continue ;; esac
         while [ "${#running[@]}" -ge "$RFA_JOBS" ]; do

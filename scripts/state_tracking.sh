@@ -8,10 +8,17 @@
 #   scripts/state_tracking.sh [--set KEY=VALUE ...] [--dry-run]
 #
 # Settings (environment):
-#   SCALE=tiny|small|paper   (default small)
+#   SCALE=tiny|small|medium|paper   (default small)
 #       tiny:  A5 length 8, layers 1-2, 2 seeds, d 32; parity train 8, test 8,16,32; 4 steps (pipeline check)
 #       small: A5 length 16, layers 1-3, 2 seeds, d 64, 20,000 examples x 4 epochs; parity d 64 train 128,
 #              test 128,256,384,512, 20,000 examples x 2 epochs
+#       medium: a table that separates mixers in about half an hour on 16 cores: rows attn_rope kla mamba2 gla
+#              gated_deltanet gated_deltanet_neg unless MIXERS says otherwise (the last is the parity control:
+#              negative eigenvalues, Grazzi et al.); A5 length 16, layers 1-2, 2 seeds, d 128, 20,000 examples x
+#              20 epochs (6,250 steps of 64) at lr 1e-3 (a5.json's constant schedule, wd 0, clip 5); parity d 64
+#              trained at 64 on 20,000 examples x 2 epochs (625 steps of 64), lr 1e-3, wd 1e-6 (the Selective
+#              RoPE paper's App. B.2.2 optimizer; parity.json's cosine), test 64,128,256,512; JOBS defaults
+#              to nproc (THREADS 1)
 #       paper: A5 length 128, layers 1-4, 5 seeds, configs/tasks/state/a5.json as it is: the KLA paper's
 #              G.5 / Table 10 (d_model 1024, lr 3e-4 constant, wd 0, clip 5, 500 epochs of 100,000 examples;
 #              the paper's early stop, patience 50, is not a seqtrain feature: every run trains all 500
@@ -38,10 +45,12 @@ THRESH=0.9
 # the run queue, option parsing and setup shared with the other task sweep
 source "$ROOT/scripts/tasks_common.sh"
 parse_opts "$@"
-setup state
+setup state "tiny small medium paper"
 case "$SCALE" in
     tiny)  lmax=2; seeds=2; a5len=8;   trlen=8;   tlens="8 16 32" ;;
     small) lmax=3; seeds=2; a5len=16;  trlen=128; tlens="128 256 384 512" ;;
+    medium) lmax=2; seeds=2; a5len=16; trlen=64;  tlens="64 128 256 512"
+            MIXERS=${MIXERS:-attn_rope kla mamba2 gla gated_deltanet gated_deltanet_neg} ;;
     paper) lmax=4; seeds=5; a5len=128; trlen=128; tlens="128 256 384 512" ;;
 esac
 L_MAX=${L_MAX:-$lmax}; SEEDS=${SEEDS:-$seeds}; A5_LEN=${A5_LEN:-$a5len}; TRAIN_LEN=${TRAIN_LEN:-$trlen}; TEST_LENS=${TEST_LENS:-$tlens}
@@ -58,6 +67,9 @@ scale_sets() {  # scale_sets a5|parity
         tiny)  printf '%s\n' model.d_model=32 data.task.train_examples=64 data.task.test_examples=16 train.batch_size=16 train.steps=4 ;;
         small) printf '%s\n' model.d_model=64 data.task.train_examples=20000 data.task.test_examples=500
                if [ "$1" = a5 ]; then echo train.epochs=4; else echo train.epochs=2; fi ;;
+        medium) printf '%s\n' data.task.train_examples=20000 data.task.test_examples=500 optim.lr=1e-3
+               if [ "$1" = a5 ]; then printf '%s\n' model.d_model=128 train.epochs=20
+               else printf '%s\n' model.d_model=64 train.epochs=2 optim.weight_decay=1e-6; fi ;;
     esac
 }
 mixer_sets() {
@@ -138,7 +150,7 @@ for m in $MIXERS; do
     done
     echo "| $label | ${fewest:->$L_MAX} |$cells" >> "$md"; echo "$m,\"$label\",${fewest:->$L_MAX}$ccells" >> "$csv"
 done
-echo >> "$md"; echo "Runs: \`$CMDLINE\` (commit $commit)." >> "$md"
+echo >> "$md"; echo "Runs: \`$CMDLINE\` (commit $commit; $(run_host))." >> "$md"
 cat "$md"; echo
 fi
 
@@ -160,6 +172,6 @@ for m in $MIXERS; do
     done
     echo "$line" >> "$md"; echo "$cline" >> "$csv"
 done
-echo >> "$md"; echo "Runs: \`$CMDLINE\` (commit $commit)." >> "$md"
+echo >> "$md"; echo "Runs: \`$CMDLINE\` (commit $commit; $(run_host))." >> "$md"
 cat "$md"
 exit "$rc"

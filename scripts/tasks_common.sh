@@ -75,6 +75,10 @@ job_state() {
     [ -n "${2:-}" ] && STATE_CACHE_[$2]=$JOB_STATE
     printf '%s\n' "$JOB_STATE"
 }
+# run_host: the CPU and the thread count of the runs, for a table's provenance (a run's bits depend on both)
+run_host() {
+    printf '%s, THREADS=%s per run' "$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -n 1)" "$THREADS"
+}
 # run_jobs: every queued job, JOBS at a time; returns 1 if any failed
 run_jobs() {
     mkdir -p "$RUNS" "$LOGS"
@@ -97,14 +101,29 @@ run_jobs() {
     done
     [ "$failed" = 0 ] || { say "$failed of $n runs failed"; return 1; }
 }
-# common settings: SCALE, SEQ_OUT (default runs/tasks/$1/$SCALE), JOBS, THREADS, BIN
+# scale_check SCALE "S1 S2 ...": whether SCALE is one of the list; if not, the message "SCALE must be S1, S2 or
+# S3 (got 'X')" on stdout (the scripts that know a scale call this one check)
+scale_check() {
+    case " $2 " in *" $1 "*) return 0 ;; esac
+    local l=${2% *}; printf "SCALE must be %s or %s (got '%s')\n" "${l// /, }" "${2##* }" "$1"; return 1
+}
+# common settings: SCALE (one of $2, default "tiny small paper"), SEQ_OUT (default runs/tasks/$1/$SCALE), JOBS,
+# THREADS, BIN. tiny runs nproc jobs at a time. medium is many short runs of a fixed thread count ($3, default
+# 1): THREADS defaults to it and JOBS to nproc / THREADS, so every machine of one CPU kind trains the same runs
+# (the same bits, training.md#determinism) whatever its number of cores
 setup() {
     SCALE=${SCALE:-small}
-    case "$SCALE" in tiny|small|paper) ;; *) DIE_RC=2 die "SCALE must be tiny, small or paper (got '$SCALE')" ;; esac
+    local msg; msg=$(scale_check "$SCALE" "${2:-tiny small paper}") || DIE_RC=2 die "$msg"
     if [ -n "${SEQ_OUT:-}" ]; then OUTD=$(abspath "$SEQ_OUT"); else OUTD="$ROOT/runs/tasks/$1/$SCALE"; fi
     if [ -n "${BIN:-}" ]; then BIND=$(abspath "$BIN"); else BIND="$ROOT/bin"; fi
     local np; np=$(nproc 2>/dev/null || echo 2)
-    if [ "$SCALE" = tiny ]; then NJOBS=${JOBS:-$np}; else NJOBS=${JOBS:-1}; fi
+    case "$SCALE" in
+        tiny) NJOBS=${JOBS:-$np} ;;
+        medium) THREADS=${THREADS:-${3:-1}}
+                case "$THREADS" in ''|*[!0-9]*|0) DIE_RC=2 die "THREADS must be a positive integer at SCALE=medium (got '$THREADS')" ;; esac
+                local j=$((np / THREADS)); [ "$j" -ge 1 ] || j=1; NJOBS=${JOBS:-$j} ;;
+        *) NJOBS=${JOBS:-1} ;;
+    esac
     case "$NJOBS" in ''|*[!0-9]*|0) DIE_RC=2 die "JOBS must be a positive integer (got '$NJOBS')" ;; esac
     local t=$((np / NJOBS)); [ "$t" -ge 1 ] || t=1
     THREADS=${THREADS:-$t}

@@ -23,7 +23,7 @@ O="$W/out"
 rows() { awk -F'|' '/^\|---/ { on = 1; next } on && /^\|/ { s = ""; for (i = 2; i < NF; i++) { gsub(/^ +| +$/, "", $i); s = s (i > 2 ? "|" : "") $i }; print s }' "$1"; }
 
 # --- usage
-check "--help exits 0 and describes the scales" eval '"$S" --help | grep -q "SCALE=tiny|small|paper"'
+check "--help exits 0 and describes the scales" eval '"$S" --help | grep -q "SCALE=tiny|small|medium|paper"'
 check "a bad SCALE exits 2" eval 'SCALE=huge SEQ_OUT=$O "$S" 2>/dev/null; [ $? = 2 ]'
 check "an unknown option exits 2" eval 'SEQ_OUT=$O "$S" --frobnicate 2>/dev/null; [ $? = 2 ]'
 check "ROWS that select nothing exit 2" eval 'ROWS=nope SEQ_OUT=$O "$S" 2>/dev/null; [ $? = 2 ]'
@@ -43,6 +43,35 @@ cmd=$(grep "run.name=attn_rope__icr__lr1e-3_wd0_s1 " "$W/dry_kla"); eval "$cmd -
 check "PROTOCOL=kla: one block, a fused KLA block (no MLP) for kla and attention + MLP for attention" \
     eval 'grep -q "^model .* 1 layers," "$W/info_kla" && grep -q "^| 0 | kla (no MLP) |" "$W/info_kla" &&
           grep -q "^model .* 1 layers," "$W/info_attn" && grep -q "^| 0 | attention |" "$W/info_attn" && ! grep -q "^| 1 |" "$W/info_attn"'
+# SCALE=medium: 5 rows (attention, KLA, KLA p = 0, GLA, GDN) x 6 tasks x lr {2e-3}; batch 32, warmup, per-task
+# epochs, evaluation every 200 steps on 8 batches with Zoology's stop at 0.99; JOBS defaults to nproc, THREADS to 1
+(unset JOBS THREADS; SCALE=medium SEQ_OUT=$W/med "$S" --dry-run > "$W/dry_med" 2> "$W/dry_med.err")
+med_cfg() {  # med_cfg RUN: the resolved config of a medium run of the dry run, as JSON
+    local c; c=$(grep "run.name=$1 " "$W/dry_med") || return 1
+    eval "${c/ --set run.dir=/ --print-config --set run.dir=}" 2>/dev/null
+}
+check "SCALE=medium --dry-run lists 30 runs (5 rows x 6 tasks x lr 2e-3), 1 thread each, nproc at a time, trains nothing" \
+    eval '[ "$(grep -c "^$BIN/seqtrain --config configs/tasks/mad/" "$W/dry_med")" = 30 ] && [ ! -d "$W/med/runs" ] &&
+          [ "$(grep -o "run.name=[a-z0-9_]*__icr__" "$W/dry_med" | sort | tr "\n" " ")" = "run.name=attn_rope__icr__ run.name=gdn__icr__ run.name=gla__icr__ run.name=kla__icr__ run.name=kla_p0__icr__ " ] &&
+          [ "$(grep -c "lr2e-3_wd0 --set run.threads=1$" "$W/dry_med")" = 30 ] &&
+          grep -q "JOBS=$(nproc) THREADS=1" "$W/dry_med.err"'
+check "SCALE=medium run configs: batch 32, lr 2e-3 with 100 warmup steps, cosine to 1e-6, the tasks' epochs, eval every 200 on 8 batches, stop at 0.99" \
+    python3 - <(med_cfg attn_rope__icr__lr2e-3_wd0) <(med_cfg kla__selective_copy__lr2e-3_wd0) \
+        <(med_cfg gdn__memorization__lr2e-3_wd0) <(med_cfg gla__compression__lr2e-3_wd0) <<'PY'
+import json, sys
+want_epochs = [8, 3, 100, 4]
+want_examples = [12800, 12800, 256, 12800]
+cfgs = [json.load(open(path)) for path in sys.argv[1:]]
+for c, ep, nex in zip(cfgs, want_epochs, want_examples):
+    t, o, s = c["train"], c["optim"], c["schedule"]
+    assert t["batch_size"] == 32 and t["epochs"] == ep and t["eval_every"] == 200 and t["eval_batches"] == 8, t
+    assert abs(t["stop_at_acc"] - 0.99) < 1e-12 and abs(o["lr"] - 2e-3) < 1e-12 and o["weight_decay"] == 0, (t, o)
+    assert s["kind"] == "cosine" and s["warmup_steps"] == 100 and abs(s["min_lr_frac"] - 5e-4) < 1e-12, s
+    task = c["data"]["task"]
+    assert task["test_examples"] == 1280 and (task["train_examples"] == nex or task.get("n_train") == nex), task
+assert len(cfgs) == 4 and cfgs[1]["model"]["mixer"]["kind"] == "kla", len(cfgs)
+PY
+check "SCALE=medium with PROTOCOL=kla exits 2" eval 'SCALE=medium PROTOCOL=kla SEQ_OUT=$O "$S" --dry-run 2>/dev/null; [ $? = 2 ]'
 check "a bad PROTOCOL exits 2" eval 'PROTOCOL=maybe SEQ_OUT=$O "$S" --dry-run 2>/dev/null; [ $? = 2 ]'
 check "SEEDS with PROTOCOL=mad exits 2" eval 'SEEDS=1 SEQ_OUT=$O "$S" --dry-run 2>/dev/null; [ $? = 2 ]'
 cmd=$(grep "run.name=attn_rope__icr__" "$W/dry")
@@ -85,6 +114,8 @@ for x in r[1:]:
     assert all(0 <= float(v) <= 1 for v in x[2:])' "$O/mad_table.csv" "$W/t.md"
 check "each cell's run wrote eval/acc.json" eval '[ "$(ls "$O"/runs/*/eval/acc.json | wc -l)" = 78 ]'
 check "the interrupted run was resumed, not restarted" grep -q "attn_rope__icr__lr1e-3_wd0: resuming" "$W/t.err"
+check "the long runs start first: the first 10 runs started are selective copy" \
+    eval '[ "$(grep -E "\] [a-z0-9_]+__[a-z_]+__lr[^ ]*: (training|resuming)" "$W/t.err" | head -n 10 | grep -c "__selective_copy__")" = 10 ]'
 check "rows trained their mixer (FoX pos, SC-RFA with the SDE group, KLA p = 0, KLA+ 10 samples)" \
     eval 'grep -q "\"pos\":.\"fox\"" "$O/runs/attn_fox__memorization__lr1e-3_wd0/config.json" && grep -q "\"spectral_coupling\":.true" "$O/runs/sc_rfa__icr__lr1e-3_wd0/config.json" && grep -q "mixer.sde_" "$O/runs/sc_rfa__icr__lr1e-3_wd0/config.json" && grep -q "\"process_noise\":.false" "$O/runs/kla_p0__icr__lr1e-3_wd0/config.json" && grep -q "\"mc_samples\":.10" "$O/runs/kla_plus__icr__lr1e-3_wd0/config.json"'
 

@@ -52,6 +52,51 @@ check "kla_long paper --dry-run: 15 runs (3 widths x 5 seeds), batch by width, l
           [ ! -d "$W/kl/runs/kla_long_T2048_kla_d64_lr1e-3_s1" ]'
 check "a bad SEEDS exits 2" eval 'SEEDS=0 SEQ_OUT=$O "$MQ" --dry-run 2>/dev/null; [ $? = 2 ]'
 
+# --- SCALE=medium: the default rows, widths and lr grid, the budget of every run (resolved configs), nproc jobs
+# of 1 thread; zoology only
+# the resolved config (JSON) of run $2 of dry run $1
+dry_cfg() { local c; c=$(grep "run.name=$2 " "$1") || return 1; eval "${c/ --set run.dir=/ --print-config --set run.dir=}" 2>/dev/null; }
+(unset MIXERS JOBS THREADS; SCALE=medium SEQ_OUT=$W/mm "$MQ" --dry-run > "$W/dry_mm" 2> "$W/dry_mm.err")
+jobs2=$(( $(nproc) / 2 )); [ "$jobs2" -ge 1 ] || jobs2=1
+check "mqar SCALE=medium --dry-run: 20 runs (5 mixers x d 64, 128 x lr 3e-4, 1e-3) at T 64, 2 threads each, nproc / 2 at a time, d 128 first" \
+    eval '[ "$(grep -c "^$BIN/seqtrain --config configs/tasks/mqar/zoology.json " "$W/dry_mm")" = 20 ] && [ -z "$(ls -A "$W/mm/runs")" ] &&
+          [ "$(grep -o "run.name=[^ ]*" "$W/dry_mm" | sed "s/_d[0-9]*_lr.*//" | sort -u | tr "\n" " ")" = "run.name=zoology_T64_attn_rope run.name=zoology_T64_gated_deltanet run.name=zoology_T64_gla run.name=zoology_T64_kla run.name=zoology_T64_mamba2 " ] &&
+          [ "$(grep -c -E "_d(64|128)_lr(3e-4|1e-3) --set run.threads=2$" "$W/dry_mm")" = 20 ] && grep -q "20 runs.*$jobs2 at a time, 2 threads each" "$W/dry_mm.err" &&
+          [ "$(grep -o "run.name=[^ ]*" "$W/dry_mm" | head -n 10 | grep -c _d128_)" = 10 ]'
+check "mqar SCALE=medium run configs: T 64, 4 pairs, 20,000 / 1,000 examples, batch 64, 8 epochs, eval every 200, stop at 0.99" \
+    python3 - <(dry_cfg "$W/dry_mm" zoology_T64_attn_rope_d128_lr3e-4) <(dry_cfg "$W/dry_mm" zoology_T64_kla_d64_lr1e-3) <<'PY'
+import json, sys
+cfgs = [json.load(open(p)) for p in sys.argv[1:]]
+assert len(cfgs) == 2
+for c, d, lr in zip(cfgs, (128, 64), (3e-4, 1e-3)):
+    t, task = c["train"], c["data"]["task"]
+    assert t["seq_len"] == 64 and t["batch_size"] == 64 and t["epochs"] == 8 and t["eval_every"] == 200, t
+    assert abs(t["stop_at_acc"] - 0.99) < 1e-12 and abs(c["optim"]["lr"] - lr) < 1e-12 and c["model"]["d_model"] == d
+    assert task["num_kv_pairs"] == 4 and task["train_examples"] == 20000 and task["test_examples"] == 1000, task
+assert cfgs[1]["model"]["mixer"]["kind"] == "kla" and cfgs[1]["model"]["block"] == "fused"
+PY
+check "mqar SCALE=medium with SETTING=kla_long exits 2" eval 'SETTING=kla_long SCALE=medium SEQ_OUT=$O "$MQ" --dry-run 2>/dev/null; [ $? = 2 ]'
+check "a bad SCALE names medium among the scales" eval 'SCALE=huge SEQ_OUT=$O "$MQ" 2>&1 >/dev/null | grep -q "SCALE must be tiny, small, medium or paper"'
+(unset MIXERS JOBS THREADS; SCALE=medium SEQ_OUT=$W/sm "$ST" --dry-run > "$W/dry_sm" 2> "$W/dry_sm.err")
+check "state SCALE=medium --dry-run: 30 runs (6 mixers x (A5 at 1-2 layers x 2 seeds + parity)), 1 thread each" \
+    eval '[ "$(grep -c "^$BIN/seqtrain --config configs/tasks/state/a5.json " "$W/dry_sm")" = 24 ] &&
+          [ "$(grep -c "^$BIN/seqtrain --config configs/tasks/state/parity.json " "$W/dry_sm")" = 6 ] &&
+          grep -q "run.name=parity_gated_deltanet_neg " "$W/dry_sm" && grep -q "run.name=a5_kla_L2_s2 " "$W/dry_sm" &&
+          ! grep -q "run.name=a5_[a-z0-9_]*_L3_" "$W/dry_sm" && [ "$(grep -c -- "--set run.threads=1$" "$W/dry_sm")" = 30 ] &&
+          grep -q "A5 at length 16, layers 1-2, 2 seeds; parity train 64, test 64,128,256,512" "$W/dry_sm.err"'
+check "state SCALE=medium run configs: A5 d 128, length 16, 20 epochs of 20,000, lr 1e-3; parity d 64, length 64, 2 epochs, lr 1e-3, wd 1e-6" \
+    python3 - <(dry_cfg "$W/dry_sm" a5_attn_rope_L2_s1) <(dry_cfg "$W/dry_sm" parity_gated_deltanet_neg) <<'PY'
+import json, sys
+a5, par = [json.load(open(p)) for p in sys.argv[1:]]
+t, task = a5["train"], a5["data"]["task"]
+assert a5["model"]["d_model"] == 128 and a5["model"]["n_layers"] == 2 and t["seq_len"] == 16 and t["epochs"] == 20, (a5["model"], t)
+assert task["train_len_max"] == 16 and task["train_examples"] == 20000 and abs(a5["optim"]["lr"] - 1e-3) < 1e-12, task
+t, task = par["train"], par["data"]["task"]
+assert par["model"]["d_model"] == 64 and t["seq_len"] == 64 and t["epochs"] == 2 and task["train_len_max"] == 64, (par["model"], t)
+assert abs(par["optim"]["lr"] - 1e-3) < 1e-12 and abs(par["optim"]["weight_decay"] - 1e-6) < 1e-15, par["optim"]
+assert par["model"]["mixer"]["kind"] == "gated_deltanet" and par["model"]["mixer"]["allow_neg_eigval"] is True
+PY
+
 # --- an interrupted run: the sweep's own command for one run, stopped after 2 of its 4 steps
 SEQ_OUT=$O "$MQ" --dry-run > "$W/dry" 2>/dev/null
 check "--dry-run lists 24 runs (6 mixers x 2 widths x 2 lrs) and trains nothing" \
