@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # scripts/plot_rfa.sh on fabricated inputs: a diag.jsonl of 2 RFA layers x 3 steps x 4 heads (with a
-# null value and a half-written last line, as a run still training leaves it) and seqeval-format ppl.json
+# null value and a half-written last line, as a run still training leaves it), seqeval-format ppl.json
 # files, one given as a file, one inside a run folder's eval/ and two in seqeval's default output folders
-# (RUN/eval-test/, RUN/eval-valid-sliding/). Checks that every PNG is written, starts with the PNG
+# (RUN/eval-test/, RUN/eval-valid-sliding/), log.jsonl files with validation lines (a null, a val_loss
+# without val_ppl, a step logged twice by a resume), run folders whose config.json holds an rfa damping,
+# and attention-map PNGs in seqeval's format. Checks that every PNG is written, starts with the PNG
 # signature and has the size the script asks gnuplot for, and that bad input fails with a message that
-# says what is wrong.
+# says what is wrong. tests/test_plot_rfa_run.sh draws every figure from real tiny runs.
 #
 # gnuplot is a dependency like the compilers: when it is missing this test installs it the way the
 # Makefile does (scripts/install_deps.sh) and fails, saying so, if that is not possible. It never skips.
@@ -31,14 +33,7 @@ trap '[ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
 PLOT=scripts/plot_rfa.sh
 QUANTS="mu sigma_tilde2 eta2 gamma2 alpha nu_over_d tau"
 
-# is_png FILE W H: the signature, an IHDR first, and that width and height
-is_png() {
-    [ -s "$1" ] || return 1
-    [ "$(head -c 8 "$1" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ] || return 1
-    [ "$(head -c 16 "$1" | tail -c 4)" = IHDR ] || return 1
-    local wh; wh=$(head -c 24 "$1" | tail -c 8 | od -An -tu1 | tr -s ' ' | sed 's/^ //')
-    [ "$wh" = "$(printf '0 0 %d %d 0 0 %d %d' $(($2 >> 8)) $(($2 & 255)) $(($3 >> 8)) $(($3 & 255)))" ]
-}
+source tests/png_check.sh  # is_png FILE W H
 
 mkdir -p "$W/run"
 /usr/bin/python3 - "$W" <<'PY'
@@ -71,13 +66,53 @@ ppl(os.path.join(w, "evalrun", "eval-test", "ppl.json"), "evalrun: test perplexi
     [(128, 45.0), (256, 44.1), (512, 44.0)])
 ppl(os.path.join(w, "slidrun", "eval-valid-sliding", "ppl.json"), "slidrun: valid perplexity by context",
     [(128, 46.0), (256, 45.1)])
+# log.jsonl: training lines, validation lines (one null, one with val_loss only, step 20 logged twice)
+def log(path, lines):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        for d in lines: f.write(json.dumps(d) + "\n")
+train = [{"step": s, "loss": 7.0 - s / 100, "lr": 1e-3, "tokens": 1024 * s} for s in (10, 20, 30, 40)]
+log(os.path.join(w, "va", "log.jsonl"), train[:2] + [{"step": 20, "val_loss": 6.9, "val_ppl": 992.3, "val_tokens": 512},
+    {"step": 20, "val_loss": 6.8, "val_ppl": 897.8, "val_tokens": 512}] + train[2:] +
+    [{"step": 40, "val_loss": 6.1, "val_tokens": 512}, {"step": 60, "val_loss": None, "val_ppl": None}])
+log(os.path.join(w, "vb", "log.jsonl"), train + [{"step": s, "val_loss": 7.0 - s / 50, "val_ppl": math.exp(7.0 - s / 50)} for s in (20, 40)])
+log(os.path.join(w, "vtask", "log.jsonl"), train + [{"step": 40, "val_loss": 0.3, "val_acc": 0.9}])
+log(os.path.join(w, "vnone", "log.jsonl"), train)
+with open(os.path.join(w, "va", "config.json"), "w") as f: json.dump({"train": {"batch_size": 8, "seq_len": 128}}, f)
+# run folders for damping: an rfa mixer's damping in config.json, the result in eval/ppl.json
+def run(name, model):
+    with open(os.path.join(w, name, "config.json"), "w") as f: json.dump({"model": model}, f)
+for name, b in (("d5", 5.0), ("d05", 0.05)):
+    ppl(os.path.join(w, name, "eval", "ppl.json"), "test perplexity by context (trained at 128)",
+        [(128, 50.0 + b), (256, 52.0 + b), (512, 60.0 - b)])
+    run(name, {"mixer": {"kind": "rfa", "damping": b}})
+ppl(os.path.join(w, "dnone", "eval", "ppl.json"), "test perplexity by context", [(128, 50.0)])
+run("dnone", {"mixer": {"kind": "attention", "pos": "rope"}})
+ppl(os.path.join(w, "dtwo", "eval", "ppl.json"), "test perplexity by context", [(128, 50.0)])
+run("dtwo", {"mixer": {"kind": "attention"}, "layers": [{"kind": "rfa", "damping": 0.5}, {"kind": "rfa", "damping": 5}]})
+# attention maps as seqeval writes them (src/core/png.c): 8-bit RGB, filter 0 on every row, stored
+# deflate blocks; layer 0 has 2 heads of 40 x 40, layer 1 one head; and a gray PNG that is refused
+import struct, zlib
+def png(path, w_, h_, ctype=2):
+    ch = 3 if ctype == 2 else 1
+    raw = b"".join(b"\0" + bytes((x * 7 + y * 3 + c) % 256 for x in range(w_) for c in range(ch)) for y in range(h_))
+    def chunk(kind, body): return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+    with open(path, "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w_, h_, 8, ctype, 0, 0, 0)) +
+                chunk(b"IDAT", zlib.compress(raw, 0)) + chunk(b"IEND", b""))
+os.makedirs(os.path.join(w, "maps"))
+for name in ("layer0_head0", "layer0_head1", "layer1_head0"): png(os.path.join(w, "maps", name + ".png"), 40, 40)
+os.makedirs(os.path.join(w, "graymaps"))
+png(os.path.join(w, "graymaps", "layer0_head0.png"), 40, 40, ctype=0)
 PY
 
 # --help
 "$PLOT" --help > "$W/help" 2>&1; rc=$?
 check $rc "--help exits 0" "exit $rc"
-grep -q "plot_rfa.sh params RUN_DIR" "$W/help" && grep -q "plot_rfa.sh ppl OUT.png" "$W/help"
-check $? "--help shows both modes" "$(head -c 300 "$W/help")"
+n=0; for m in "params RUN_DIR" "ppl OUT.png" "val OUT.png" "damping OUT.png" "attn OUT.png MAP_DIR"; do
+    grep -q "plot_rfa.sh $m" "$W/help" && n=$((n+1))
+done
+[ $n -eq 5 ]; check $? "--help shows all five modes" "$(head -c 300 "$W/help")"
 
 # params, default layer (the deepest, 1) into RUN_DIR/plots
 "$PLOT" params "$W/run" > "$W/out" 2> "$W/err"; rc=$?
@@ -109,6 +144,30 @@ is_png "$W/ppl2.png" 900 540; check $? "ppl accepts a seqeval --out folder" "exi
 is_png "$W/ppl3.png" 900 540
 check $? "ppl finds seqeval's default output folders RUN/eval-test/ and RUN/eval-*/" "exit $rc: $(head -c 300 "$W/err")"
 
+# params --grid: one image, 900 wide, 250 pixels per row of 2 panels (7 quantities and the key: 4 rows)
+"$PLOT" params "$W/run" --grid --out "$W/grid" > "$W/out" 2> "$W/err"; rc=$?
+is_png "$W/grid/rfa_layer1_params.png" 900 1000
+check $? "params --grid: rfa_layer1_params.png is a 900x1000 PNG" "exit $rc: $(head -c 300 "$W/err")"
+[ "$(ls "$W/grid")" = rfa_layer1_params.png ]; check $? "params --grid writes that image only" "$(ls "$W/grid" | tr '\n' ' ')"
+
+# val: a run folder (with its config: the x label gets B x T) and a labelled log.jsonl
+"$PLOT" val "$W/val.png" "$W/va" "B=$W/vb/log.jsonl" > "$W/out" 2> "$W/err"; rc=$?
+is_png "$W/val.png" 900 540; check $? "val OUT.png RUN LABEL=LOG succeeds with a 900x540 PNG" "exit $rc: $(head -c 300 "$W/err")"
+
+# damping: run folders, lines sorted by b whatever the order given
+"$PLOT" damping "$W/damp1.png" "$W/d5" "$W/d05" > /dev/null 2> "$W/err"; rc=$?
+is_png "$W/damp1.png" 900 540; check $? "damping OUT.png RUN RUN succeeds with a 900x540 PNG" "exit $rc: $(head -c 300 "$W/err")"
+"$PLOT" damping "$W/damp2.png" "$W/d05" "$W/d5" > /dev/null 2>&1
+cmp -s "$W/damp1.png" "$W/damp2.png"; check $? "damping sorts the runs by b (the same image for either order)" "the images differ"
+
+# attn: the panels of one layer, 300 pixels each (+ 40 for the title)
+"$PLOT" attn "$W/attn.png" "$W/maps" --layer 0 > "$W/out" 2> "$W/err"; rc=$?
+is_png "$W/attn.png" 600 340; check $? "attn --layer 0: 2 heads side by side, a 600x340 PNG" "exit $rc: $(head -c 300 "$W/err")"
+"$PLOT" attn "$W/attn1.png" "$W/maps" --layer 1 --px 16 > /dev/null 2> "$W/err"; rc=$?
+is_png "$W/attn1.png" 300 340; check $? "attn --layer 1 --px 16: one head, a 300x340 PNG" "exit $rc: $(head -c 300 "$W/err")"
+"$PLOT" attn "$W/attn2.png" "$W/maps" --layer 0 --cols 1 --run "$W/run" > /dev/null 2> "$W/err"; rc=$?
+is_png "$W/attn2.png" 300 640; check $? "attn --cols 1 --run RUN: the heads one under the other" "exit $rc: $(head -c 300 "$W/err")"
+
 # bad input: a non-zero exit and a message that names the problem
 expect_fail() {  # expect_fail WHAT NEEDLE ARGS...
     local what=$1 needle=$2; shift 2
@@ -126,6 +185,20 @@ expect_fail "ppl into a missing folder fails" "$W/none: no such folder" ppl "$W/
 echo '{"results": []}' > "$W/empty.json"
 expect_fail "ppl of a JSON without results fails" "seqeval's ppl.json" ppl "$W/p.png" "$W/empty.json"
 expect_fail "an unknown mode fails" "unknown mode" heads "$W/run"
+expect_fail "val of a log without validation lines fails" "no validation lines" val "$W/p.png" "$W/vnone"
+expect_fail "val of a task run fails" "a task run" val "$W/p.png" "$W/vtask"
+expect_fail "val of a folder without log.jsonl fails" "$W/maps/log.jsonl: no such file" val "$W/p.png" "$W/maps"
+expect_fail "damping of a run without an rfa mixer fails" "no rfa mixer" damping "$W/p.png" "$W/dnone"
+expect_fail "damping of a run with two dampings fails, naming them" "different dampings (0.5, 5)" damping "$W/p.png" "$W/dtwo"
+expect_fail "damping of a ppl.json (not a run folder) fails" "not a run folder" damping "$W/p.png" "$W/rfa-eval/ppl.json"
+expect_fail "attn of maps of two layers needs --layer" "layers 0, 1: choose one with --layer" attn "$W/p.png" "$W/maps"
+expect_fail "attn --layer 4 fails, listing the layers present" "layers present: 0, 1" attn "$W/p.png" "$W/maps" --layer 4
+expect_fail "attn --px 8 is refused" "from 16 to 1024" attn "$W/p.png" "$W/maps" --layer 0 --px 8
+expect_fail "attn --cols 0 is refused" "not a positive number" attn "$W/p.png" "$W/maps" --layer 0 --cols 0
+expect_fail "attn of a gray PNG fails" "not an 8-bit RGB PNG" attn "$W/p.png" "$W/graymaps"
+expect_fail "attn of a folder without maps fails" "no layer<l>_head<h>.png" attn "$W/p.png" "$W/run"
+expect_fail "attn --run without diag.jsonl fails" "diag.jsonl not found" attn "$W/p.png" "$W/maps" --layer 0 --run "$W/maps"
+expect_fail "params --cols is refused (attn's option)" "attn's option" params "$W/run" --cols 2
 [ ! -e "$W/p.png" ]; check $? "failed runs write no image" "$W/p.png exists"
 
 echo "$pass passed, $fail failed" >&2
