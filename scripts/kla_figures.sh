@@ -38,7 +38,8 @@ USAGE=$(sed -n '2,/^set -u/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//')
 source "$ROOT/scripts/tasks_common.sh"
 parse_opts "$@"
 setup kla_figures
-command -v gnuplot > /dev/null 2>&1 || die "gnuplot not found: apt-get install gnuplot-nox (or scripts/install_deps.sh)"
+[ "$DRY_RUN" = 1 ] || command -v gnuplot > /dev/null 2>&1 ||
+    die "gnuplot not found: apt-get install gnuplot-nox (or scripts/install_deps.sh)"
 case "$SCALE" in tiny) depths="1 2" ;; *) depths="1 2 4" ;; esac
 DEPTHS=${DEPTHS:-$depths}
 for d in $DEPTHS; do case "$d" in ''|*[!0-9]*|0) DIE_RC=2 die "DEPTHS must be positive integers (got '$DEPTHS')" ;; esac; done
@@ -193,7 +194,7 @@ PY
 )
     T=$(head -n 1 "$OUTD/maps/$task/layer0_head${chans%% *}.tsv" | wc -w)
     {
-        term 1200,360
+        term 1100,320
         echo "set output '$OUTD/attn_$task.png'"
         echo "set multiplot layout 1,4 title 'Kalman attention maps, $task, 1 fused KLA block (SCALE=$SCALE, commit $commit): rows = output position, columns = input position'"
         echo "set palette defined (-1 '#2166ac', 0 '#f7f7f7', 1 '#b2182b'); set cbrange [-$range:$range]"
