@@ -41,7 +41,7 @@ for spec in "${ALL[@]}"; do
     args=(--config "$cfg" --set "run.threads=$THREADS")
     while IFS= read -r s; do [ -n "$s" ] && args+=(--set "$s"); done < <(tr ';' '\n' <<< "$sets")
     if ! "$BIN/seqtrain" "${args[@]}" --set "run.dir=$W" --set "run.name=$name" --set "train.steps=$STEPS" \
-        --set train.log_every=1 --set train.eval_every=0 --set train.ckpt_every=0 --set train.stop_at_acc=0 \
+        --set train.log_every=1 --set train.eval_every=0 --set train.ckpt_every=0 --set train.stop_at_acc=0 --set train.patience=0 \
         --set data.task.test_examples=1 --quiet > "$W/$name.out" 2>&1; then
         echo "step_overhead.sh: $name: seqtrain failed:" >&2; tail -n 5 "$W/$name.out" >&2; rc=1; continue
     fi

@@ -11,8 +11,9 @@
 #       zoology:  V 8192, T/N = 64/4, 128/8, 256/16, 512/64 (one table per T), 100,000 / 3,000 examples
 #       kla_long: V 256, T 2048, N 64, 12,800 / 1,280 examples (KLA paper Fig. 6a / Table 9; N is not
 #                 given there, 64 is our choice), trained by the KLA paper's protocol (Tables 10, 12):
-#                 lr 1e-3 without schedule, wd 0, clip 5, 750 epochs (no early stop: the paper's patience 70
-#                 is not a seqtrain feature), batch by width (64, 32, 16 at d 64, 128, 256)
+#                 lr 1e-3 without schedule, wd 0, clip 5, up to 750 epochs with early stopping at patience
+#                 70 epochs (train.patience on the test loss, evaluated once an epoch at paper scale),
+#                 batch by width (64, 32, 16 at d 64, 128, 256)
 #       bla:      V 8192, T 512, N 64 (BLA paper Fig. 3a / Table 2: 32 epochs, batch 32, wd 0.01)
 #   SCALE=tiny|small|medium|paper   (default small)
 #       tiny:  d 16,32; lr 1e-3,3e-3; T 16, N 2, V 64, 4 steps of 16 examples (pipeline check, meaningless numbers)
@@ -104,7 +105,11 @@ scale_sets() {
                 [ "$SETTING" = kla_long ] || printf '%s\n' data.task.train_examples=20000 train.batch_size=64
             fi
             if [ "$SETTING" = kla_long ]; then  # Table 12: batch 64, 32, 16 at d 64, 128, 256
-                case "$d" in 64) echo train.batch_size=64 ;; 128) echo train.batch_size=32 ;; 256) echo train.batch_size=16 ;; esac
+                local b=""
+                case "$d" in 64) b=64 ;; 128) b=32 ;; 256) b=16 ;; esac
+                [ -n "$b" ] && echo "train.batch_size=$b"
+                # an evaluation (and patience check) once an epoch of the 12,800 examples at that batch
+                [ -n "$b" ] && [ "$SCALE" = paper ] && echo "train.eval_every=$((12800 / b))"
             fi ;;
     esac
 }

@@ -143,6 +143,34 @@ rfa_row() {
     RFA_ROWSETS+=("$s")
 }
 
+# rfa_rows_select ROW...: each ROW "id|label|config name|kind|csv key[|set...]" (rfa_row's arguments); the
+# caller's setting ROWS=id,... must name only these (exit 2 otherwise) and keeps only them (default all)
+rfa_rows_select() {
+    local known="" r id
+    local -a f
+    for r in "$@"; do known+="${r%%|*} "; done
+    for id in ${ROWS//,/ }; do
+        case " $known" in *" $id "*) ;; *) RFA_DIE_RC=2 rfa_die "ROWS: unknown row '$id' (known: $known)" ;; esac
+    done
+    for r in "$@"; do
+        IFS='|' read -ra f <<< "$r"
+        [ -z "${ROWS:-}" ] || case ",$ROWS," in *",${f[0]},"*) ;; *) continue ;; esac
+        rfa_row "${f[@]}"
+    done
+}
+
+# rfa_main TABLE TITLE: train the rows (rfa_run_all), render the table (rows = models) and exit with the table
+# scripts' status: 0 every row has its numbers, 1 some row failed, 130/143 interrupted (--dry-run: 0 after the plan)
+rfa_main() {
+    local rc
+    rfa_run_all; rc=$?
+    [ "$RFA_DRY_RUN" = 1 ] && exit 0
+    rfa_render "$1" Model model "$2" || rc=1
+    [ "$RFA_INTERRUPTED" != 0 ] && { rfa_say "interrupted; run the same command again to resume"; exit "$RFA_INTERRUPTED"; }
+    [ "$rc" = 0 ] || { rfa_say "$RFA_FAILED of ${#RFA_IDS[@]} rows have no result"; exit 1; }
+    exit 0
+}
+
 # a separator line (e.g. "Structural Ablations (Relative to M2)") before the next row
 rfa_separator() { RFA_SEP_AT+=("${#RFA_IDS[@]}:$1"); }
 

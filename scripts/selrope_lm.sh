@@ -67,21 +67,7 @@ rows_=(
     "fox|FoX (NoPE)|fox|attention|fox|model.mixer.pos=fox"
     "fox_selrope|FoX + Selective RoPE|fox|attention|fox_selrope|model.mixer.pos=fox|$SR"
 )
-known=""; for r in "${rows_[@]}"; do known+="${r%%|*} "; done
 ROWS=${ROWS:-}
-for id in ${ROWS//,/ }; do
-    case " $known" in *" $id "*) ;; *) RFA_DIE_RC=2 rfa_die "ROWS: unknown row '$id' (known: $known)" ;; esac
-done
-for r in "${rows_[@]}"; do
-    IFS='|' read -ra f <<< "$r"
-    [ -z "${ROWS:-}" ] || case ",$ROWS," in *",${f[0]},"*) ;; *) continue ;; esac
-    rfa_row "${f[@]}"
-done
-
-rfa_run_all; rc=$?
-[ "$RFA_DRY_RUN" = 1 ] && exit 0
-rfa_render selrope_lm Model model \
-    "**Selective RoPE, language modelling.** Test perplexity by context length L (trained at the first L)." || rc=1
-[ "$RFA_INTERRUPTED" != 0 ] && { rfa_say "interrupted; run the same command again to resume"; exit "$RFA_INTERRUPTED"; }
-[ "$rc" = 0 ] || { rfa_say "$RFA_FAILED of ${#RFA_IDS[@]} rows have no result"; exit 1; }
-exit 0
+rfa_rows_select "${rows_[@]}"
+rfa_main selrope_lm \
+    "**Selective RoPE, language modelling.** Test perplexity by context length L (trained at the first L)."

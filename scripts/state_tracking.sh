@@ -20,9 +20,9 @@
 #              RoPE paper's App. B.2.2 optimizer; parity.json's cosine), test 64,128,256,512; JOBS defaults
 #              to nproc (THREADS 1)
 #       paper: A5 length 128, layers 1-4, 5 seeds, configs/tasks/state/a5.json as it is: the KLA paper's
-#              G.5 / Table 10 (d_model 1024, lr 3e-4 constant, wd 0, clip 5, 500 epochs of 100,000 examples;
-#              the paper's early stop, patience 50, is not a seqtrain feature: every run trains all 500
-#              epochs); parity as the config (train 128, test 128,256,384,512)
+#              G.5 / Table 10 (d_model 1024, lr 3e-4 constant, wd 0, clip 5, up to 500 epochs of 100,000
+#              examples with early stopping at patience 50 epochs: train.patience on the test loss,
+#              evaluated once an epoch); parity as the config (train 128, test 128,256,384,512)
 #       small and tiny keep a5.json's optimizer and shrink the model (d 64, d 32) and the budget above
 #   L_MAX=N SEEDS=N A5_LEN=N TRAIN_LEN=N TEST_LENS="128 512"   override the scale's values (TRAIN_LEN: parity's
 #                training length)

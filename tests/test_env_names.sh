@@ -31,7 +31,7 @@ fi
 
 # the table and sweep scripts: --dry-run with OUT set and SEQ_OUT set plans under SEQ_OUT only
 for s in scripts/rfa_table1.sh scripts/mad_table.sh scripts/mqar_sweep.sh scripts/state_tracking.sh scripts/selrope_tables.sh \
-         scripts/selrope_lm.sh; do
+         scripts/selrope_lm.sh scripts/kla_lm.sh scripts/kla_figures.sh; do
     OUT="$decoy" SEQ_OUT="$W/out" SCALE=tiny BIN=$BIN bash "$s" --dry-run > "$W/d.out" 2>&1; rc=$?
     if [ "$rc" = 0 ] && grep -q "$W/out" "$W/d.out" && ! grep -q "$decoy" "$W/d.out" && [ ! -e "$decoy" ]; then
         ok "$s --dry-run plans under SEQ_OUT with OUT set"

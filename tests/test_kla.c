@@ -6,7 +6,9 @@
  *     with the dynamics moved to where their gradients are well above the tolerance;
  *   - the chunked backward gives the same outputs and gradients for any checkpoint interval;
  *   - recurrent decoding (step) matches the full-sequence forward to 1e-4;
- *   - the no-process-noise ablation stays finite at long T (the 1e-12 floor on pbar).
+ *   - the no-process-noise ablation stays finite at long T (the 1e-12 floor on pbar);
+ *   - the Kalman attention matrix (App. E.4): P v reproduces the scan's output for every channel, and the
+ *     mixer's attn_map and posterior_var read the right batch row and channel of the saved activations.
  */
 #include <math.h>
 #include <stdio.h>
@@ -151,7 +153,131 @@ static void test_no_noise_long(void) {
     layer_free_(&L);
 }
 
+// ----------------------------------------------------------------------------
+// the Kalman attention matrix: y = P v for the scan's own output
+
+static void test_attention_matrix(void) {
+    int T = 41, M = 3, S = 4;
+    GcRng r = {31};
+    size_t TM = (size_t)T * M, TS = (size_t)T * S, MS = (size_t)M * S;
+    float *v = gc_randn(&r, TM, 1.0f), *prec = malloc(TM * sizeof(float)), *k = gc_randn(&r, TS, 1.0f);
+    float *q = gc_randn(&r, TS, 1.0f), *abar = malloc(MS * sizeof(float)), *pbar = malloc(MS * sizeof(float));
+    for (size_t i = 0; i < TM; i++) prec[i] = 0.2f + 3.0f * gc_uniform(&r);
+    for (size_t i = 0; i < MS; i++) {
+        abar[i] = 0.5f + 0.49f * gc_uniform(&r);
+        pbar[i] = i % 5 ? 0.01f + 0.5f * gc_uniform(&r) : 0.0f;  // some slots without process noise (the floor)
+    }
+    float *y = malloc(TM * sizeof(float)), *P = malloc((size_t)T * T * sizeof(float));
+    kalman_scan_forward(y, NULL, NULL, v, prec, k, q, abar, pbar, 1, T, M, S, 8);
+    double worst = 0, scale = 0;
+    int masked = 1;
+    for (int m = 0; m < M; m++) {
+        kalman_attention_matrix(P, prec, k, q, abar, pbar, T, M, S, m);
+        for (int i = 0; i < T; i++) {
+            double acc = 0;
+            for (int j = 0; j < T; j++) {
+                if (j > i) masked &= isnan(P[(size_t)i * T + j]);
+                else acc += (double)P[(size_t)i * T + j] * v[(size_t)j * M + m];
+            }
+            worst = fmax(worst, fabs(acc - y[(size_t)i * M + m]));
+            scale = fmax(scale, fabs(y[(size_t)i * M + m]));
+        }
+    }
+    CHECK(worst < 1e-5 * (1.0 + scale) && scale > 0.1,
+          "Kalman attention matrix: sum_j P[i,j] v_j = the scan's y for %d channels x %d steps (max|d| %.2g, max|y| %.2g)",
+          M, T, worst, scale);
+    CHECK(masked, "Kalman attention matrix: NaN above the diagonal (causal)");
+    free(v); free(prec); free(k); free(q); free(abar); free(pbar); free(y); free(P);
+}
+
+// the tensor of a layer by the end of its name
+static float *layer_tensor_(Layer *L, const char *suffix, size_t *numel) {
+    for (int k = 0; k < L->pt.n; k++) {
+        const char *n = L->pt.t[k].name;
+        size_t a = strlen(n), b = strlen(suffix);
+        if (a >= b && !strcmp(n + a - b, suffix)) {
+            if (numel) *numel = L->pt.t[k].numel;
+            return L->params + L->pt.t[k].offset;
+        }
+    }
+    return NULL;
+}
+
+// The mixer's attn_map on its saved activations, with the block reduced to the scan: no gate, out_proj = I (C = M),
+// so y is y_mean plus lambda_skip u. A first forward with the value rows of sensor_proj zeroed (v = 0, so y_mean = 0)
+// and lambda_skip 1 gives u; a second with value rows W and lambda_skip 0 gives y_mean = P (u W^T), with the same
+// k, q, Lambda^v (their rows are untouched), so every channel of every batch row can be checked.
+static void test_attn_map_mixer(void) {
+    int C = 6, B = 2, T = 19, M = C;
+    Layer L;
+    if (layer_build_(&L, "{\"kind\": \"kla\", \"d_state\": 3, \"gate\": false}", C, 5)) return;
+    layer_shape_(&L, B, T);
+    GcRng r = {9};
+    perturb_(&L, &r);
+    size_t n_out, n_sens;
+    float *wout = layer_tensor_(&L, "out_proj", &n_out), *ws = layer_tensor_(&L, "sensor_proj", &n_sens);
+    float *lsk = layer_tensor_(&L, "lambda_skip", NULL);
+    CHECK(wout && ws && lsk && n_out == (size_t)C * M, "kla layer has out_proj (C, M), sensor_proj, lambda_skip");
+    if (!wout || !ws || !lsk) { layer_free_(&L); return; }
+    for (int i = 0; i < C; i++)
+        for (int j = 0; j < M; j++) wout[(size_t)i * M + j] = i == j;
+    float *wv = malloc((size_t)M * M * sizeof(float));  // the value rows (the first M of sensor_proj)
+    memcpy(wv, ws, (size_t)M * M * sizeof(float));
+    size_t BTC = (size_t)B * T * C;
+    float *x = gc_randn(&r, BTC, 1.0f), *u = malloc(BTC * sizeof(float)), *y = malloc(BTC * sizeof(float));
+    memset(ws, 0, (size_t)M * M * sizeof(float));
+    *lsk = 1.0f;
+    L.spec.ops->forward(&L.m, u, x, B, T);
+    memcpy(ws, wv, (size_t)M * M * sizeof(float));
+    *lsk = 0.0f;
+    L.spec.ops->forward(&L.m, y, x, B, T);
+    CHECK(L.spec.ops->attn_heads(&L.spec) == M, "kla: one attention map per channel (%d)", M);
+    float *P = malloc((size_t)T * T * sizeof(float));
+    double worst = 0, scale = 0;
+    for (int b = 0; b < B; b++)
+        for (int m = 0; m < M; m++) {
+            L.spec.ops->attn_map(&L.m, b, m, P);
+            for (int i = 0; i < T; i++) {
+                double acc = 0;
+                for (int j = 0; j <= i; j++) {
+                    const float *uj = u + ((size_t)b * T + j) * C;
+                    double vj = 0;
+                    for (int c = 0; c < M; c++) vj += (double)wv[(size_t)m * M + c] * uj[c];
+                    acc += P[(size_t)i * T + j] * vj;
+                }
+                double yi = y[((size_t)b * T + i) * C + m];
+                worst = fmax(worst, fabs(acc - yi));
+                scale = fmax(scale, fabs(yi));
+            }
+        }
+    CHECK(worst < 1e-4 * (1.0 + scale) && scale > 1e-3,
+          "kla attn_map: sum_j P[i,j] v_j = the block's scan output for %d rows x %d channels (max|d| %.2g, max|y| %.2g)",
+          B, M, worst, scale);
+    // posterior_var: row 1 of a batch whose two rows are the same sequence equals row 0, and a batch of one
+    size_t n = L.spec.ops->posterior_var(&L.m, 0, NULL);
+    CHECK(n == (size_t)M, "kla posterior_var: %d channels", M);
+    memcpy(x + (size_t)T * C, x, (size_t)T * C * sizeof(float));
+    L.spec.ops->forward(&L.m, y, x, B, T);
+    float *v0 = malloc((size_t)T * M * sizeof(float)), *v1 = malloc((size_t)T * M * sizeof(float));
+    L.spec.ops->posterior_var(&L.m, 0, v0);
+    L.spec.ops->posterior_var(&L.m, 1, v1);
+    int pos = 1;
+    double d01 = 0;
+    for (size_t i = 0; i < (size_t)T * M; i++) { pos &= v0[i] > 0 && isfinite(v0[i]); d01 = fmax(d01, fabs(v0[i] - v1[i])); }
+    layer_shape_(&L, 1, T);
+    L.spec.ops->forward(&L.m, y, x, 1, T);
+    L.spec.ops->posterior_var(&L.m, 0, v1);
+    double d1 = 0;
+    for (size_t i = 0; i < (size_t)T * M; i++) d1 = fmax(d1, fabs(v0[i] - v1[i]));
+    CHECK(pos && d01 < 1e-6 && d1 < 1e-6, "kla posterior_var: positive, the same for equal rows and for a batch of one (to 1e-6) "
+          "(max|d| %.2g, %.2g)", d01, d1);
+    free(wv); free(x); free(u); free(y); free(P); free(v0); free(v1);
+    layer_free_(&L);
+}
+
 int main(void) {
+    test_attention_matrix();
+    test_attn_map_mixer();
     test_scan_vs_moment_form();
     test_gradients();
     test_chunk_invariance();

@@ -72,6 +72,17 @@ for c, ep, nex in zip(cfgs, want_epochs, want_examples):
 assert len(cfgs) == 4 and cfgs[1]["model"]["mixer"]["kind"] == "kla", len(cfgs)
 PY
 check "SCALE=medium with PROTOCOL=kla exits 2" eval 'SCALE=medium PROTOCOL=kla SEQ_OUT=$O "$S" --dry-run 2>/dev/null; [ $? = 2 ]'
+# the paper scale's resolved configs: Table 10's patience 70 on the test loss, evaluated every epoch (75 steps),
+# and the compression decoder [240, 120]
+PROTOCOL=kla SCALE=paper ROWS=kla TASKS=compression SEQ_OUT=$W/klap "$S" --dry-run > "$W/dry_klap" 2>/dev/null
+cmd=$(grep "run.name=kla__compression__lr1e-3_wd0_s1 " "$W/dry_klap"); eval "$cmd --print-config" > "$W/cfg_klap" 2>/dev/null
+check "PROTOCOL=kla paper: patience 70 on the loss every 75 steps, decoder widths 240 and 120, 5 seeds" python3 -c '
+import json, sys
+c = json.load(open(sys.argv[1]))
+t, m = c["train"], c["model"]
+assert (t["patience"], t["patience_metric"], t["eval_every"], t["batch_size"], t["epochs"]) == (70, "loss", 75, 172, 750), t
+assert (m["ae_width1"], m["ae_width2"], m["head"], m["n_layers"]) == (240, 120, "autoencoder", 1), m
+assert sum(1 for l in open(sys.argv[2]) if "--config configs/tasks/mad/kla_protocol/" in l) == 5' "$W/cfg_klap" "$W/dry_klap"
 check "a bad PROTOCOL exits 2" eval 'PROTOCOL=maybe SEQ_OUT=$O "$S" --dry-run 2>/dev/null; [ $? = 2 ]'
 check "SEEDS with PROTOCOL=mad exits 2" eval 'SEEDS=1 SEQ_OUT=$O "$S" --dry-run 2>/dev/null; [ $? = 2 ]'
 cmd=$(grep "run.name=attn_rope__icr__" "$W/dry")

@@ -291,6 +291,20 @@ static void test_decode(void) {
     }
 }
 
+// 1 when json builds no model (vocabulary 37), with the message in e
+static int model_json_refused_(const char *json, Err *e) {
+    Model m;
+    ModelSection ms;
+    memset(&ms, 0, sizeof ms);
+    memset(e, 0, sizeof *e);
+    cJSON *j = cJSON_Parse(json);
+    int rc = config_bind_at(&ms, &MODEL_SECTION, j, NULL, "model", e);
+    cJSON_Delete(j);
+    if (rc == 0 && (rc = model_build(&m, &ms, 37, NULL, 5, e)) == 0) model_free(&m);
+    config_free(&ms, &MODEL_SECTION);
+    return rc != 0;
+}
+
 // The autoencoder head decodes every position from the last one: the logits of every position move when the
 // last input token changes and none moves when any earlier token changes under a model whose mixer cannot
 // see the past (window 1: each position attends to itself only); the position codes make the rows differ;
@@ -331,6 +345,27 @@ static void test_autoencoder(void) {
           "the autoencoder refuses token-by-token decoding (%.200s)", e.msg);
     free(ref);
     model_free(&m);
+    // other decoder widths (model.ae_width1/2): the tensors take them, the final norm and the head read the second
+    const char *wide = "{\"vocab_size\": 0, \"d_model\": 12, \"n_layers\": 1, \"head\": \"autoencoder\", "
+                       "\"ae_width1\": 20, \"ae_width2\": 6, \"tie_embeddings\": false, \"mixer\": {\"kind\": \"attention\", \"heads\": 2}}";
+    if (model_json_build(wide, &m, 5)) {
+        const char *tn[] = {"dec.fc1.weight", "dec.norm2.weight", "dec.fc2.weight", "lnf.weight", "head.weight"};
+        int want[][2] = {{20, 12}, {20, 0}, {6, 20}, {6, 0}, {m.V, 6}};
+        for (int i = 0; i < 5; i++)
+            for (int k = 0; k < m.pt.n; k++)
+                if (!strcmp(m.pt.t[k].name, tn[i]))
+                    CHECK(m.pt.t[k].shape[0] == want[i][0] && (want[i][1] == 0 || m.pt.t[k].shape[1] == want[i][1]),
+                          "ae_width1 20, ae_width2 6: %s is (%d%s%.0d)", tn[i], want[i][0], want[i][1] ? ", " : ",",
+                          want[i][1]);
+        model_free(&m);
+    }
+    const char *tied = "{\"vocab_size\": 40, \"d_model\": 12, \"n_layers\": 1, \"head\": \"autoencoder\", "
+                       "\"ae_width2\": 6, \"tie_embeddings\": true}";
+    CHECK(model_json_refused_(tied, &e) && strstr(e.msg, "tie_embeddings"),
+          "ae_width2 other than d_model with a tied head is refused (%.200s)", e.msg);
+    const char *lm = "{\"vocab_size\": 40, \"d_model\": 12, \"n_layers\": 1, \"ae_width1\": 6}";
+    CHECK(model_json_refused_(lm, &e) && strstr(e.msg, "model.ae_width1") && strstr(e.msg, "autoencoder"),
+          "ae_width1 without the autoencoder head is refused (%.200s)", e.msg);
 }
 
 // xmalloc/xcalloc ask for transparent huge pages on large blocks (the model's parameter, gradient, Adam and
@@ -419,12 +454,13 @@ static void test_block_auto(void) {
         cJSON *o0 = cJSON_CreateObject(), *o2 = cJSON_CreateObject();
         int d0 = model_layer_diag(&a, 0, o0), d2 = model_layer_diag(&a, 2, o2);
         CHECK(!strcmp(model_layer_name(&a, 0), "attention") && !strcmp(model_layer_name(&a, 2), "kla") &&
-              model_layer_attn_heads(&a, 0) == 2 && model_layer_attn_heads(&a, 2) == 0 &&
+              model_layer_attn_heads(&a, 0) == 2 && model_layer_attn_heads(&a, 2) == 16 &&
+              model_layer_posterior_var(&a, 0, 0, NULL) == 0 && model_layer_posterior_var(&a, 2, 0, NULL) == 16 &&
               model_layer_cache_per_token(&a, 0) == 2 * 16 && model_layer_state_size(&a, 0, 0) == 0 &&
               model_layer_state_size(&a, 0, 10) == 10 * 2 * 16 &&
               model_layer_cache_per_token(&a, 2) == 0 && model_layer_state_size(&a, 2, 0) > 0 && !d0 && d2 &&
               cJSON_GetObjectItemCaseSensitive(o2, "dt_mean") && !o0->child,
-              "model_layer_*: names, heads, decoding state and diagnostics of each layer");
+              "model_layer_*: names, heads (a kla layer: one map per channel), posterior channels, decoding state and diagnostics of each layer");
         cJSON_Delete(o0);
         cJSON_Delete(o2);
         model_free(&a);
@@ -493,6 +529,9 @@ int main(void) {
         {"autoencoder head, rmsnorm, swiglu (MAD compression)", "\"head\": \"autoencoder\", \"norm\": \"rmsnorm\", "
          "\"tie_embeddings\": false, \"head_bias\": true, \"mlp\": {\"kind\": \"swiglu\", \"ratio\": 2}, "
          "\"mixer\": {\"kind\": \"attention\", \"heads\": 2, \"pos\": \"rope\"}", 1, 0},
+        {"autoencoder head, decoder widths 10 and 7 (the KLA paper's [240, 120] form), layernorm",
+         "\"head\": \"autoencoder\", \"ae_width1\": 10, \"ae_width2\": 7, \"tie_embeddings\": false, "
+         "\"mixer\": {\"kind\": \"attention\", \"heads\": 2}", 1, 0},
         {"autoencoder head, layernorm, fused kla, odd width", "\"head\": \"autoencoder\", \"d_model\": 15, "
          "\"block\": \"fused\", \"mixer\": {\"kind\": \"kla\", \"d_state\": 3, \"init_std\": 0.3, "
          "\"dt_min\": 0.05, \"dt_max\": 0.5, \"p_init\": 0.3}", 0, 0},

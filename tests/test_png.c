@@ -282,8 +282,40 @@ static void test_heatmap(void) {
     free(p.pix);
 }
 
+// the signed map: white at 0, blue and red at the ends, the scale from the magnitudes (a 1x3 map [-2, 0, 0.5]:
+// the 99.5th percentile of |v| is 1.985, so 0.5 is drawn at sqrt(0.2519) = 0.502 of the way to red)
+static void test_heatmap_signed(void) {
+    uint8_t c[3];
+    png_colormap_signed(0.0f, c);
+    CHECK(rgb_eq_(c, 247, 247, 247), "signed colormap: 0 is white (247, 247, 247)");
+    png_colormap_signed(-1.0f, c);
+    CHECK(rgb_eq_(c, 33, 102, 172), "signed colormap: -1 is blue (33, 102, 172)");
+    png_colormap_signed(3.0f, c);
+    CHECK(rgb_eq_(c, 178, 24, 43), "signed colormap: above 1 clips to red (178, 24, 43)");
+    png_colormap_signed(NAN, c);
+    CHECK(rgb_eq_(c, 128, 128, 128), "signed colormap: NaN is mid grey");
+    char path[256];
+    path_(path, sizeof path, "signed.png");
+    Err e = {{0}};
+    CHECK(png_write_heatmap_signed(path, (const float[]){-2.0f, 0.0f, 0.5f}, 1, 3, 512, &e) == 0,
+          "1x3 signed heatmap: %.200s", e.msg);
+    Png p;
+    const char *bad = png_read_(path, &p);
+    CHECK(bad == NULL && p.w == 3 && p.h == 1, "1x3 signed heatmap is 3x1 pixels");
+    if (!p.pix) return;
+    pixel_(&p, 0, 0, c);
+    CHECK(rgb_eq_(c, 33, 102, 172), "the most negative value is blue");
+    pixel_(&p, 0, 1, c);
+    CHECK(rgb_eq_(c, 247, 247, 247), "0 is white");
+    pixel_(&p, 0, 2, c);
+    CHECK(abs(c[0] - 212) <= 2 && abs(c[1] - 135) <= 2 && abs(c[2] - 145) <= 2, "0.5 is half way to red (%d, %d, %d)",
+          c[0], c[1], c[2]);
+    free(p.pix);
+}
+
 int main(void) {
     if (testfs_init("seqtrain_png") != 0) return 1;
+    test_heatmap_signed();
     test_checksums();
     test_write();
     test_errors();

@@ -50,6 +50,16 @@ check "kla_long paper --dry-run: 15 runs (3 widths x 5 seeds), batch by width, l
           grep "run.name=kla_long_T2048_kla_d128_lr1e-3_s3 " "$W/dry_kl" | grep -q -- "--set train.batch_size=32 " &&
           grep "run.name=kla_long_T2048_kla_d256_lr1e-3_s5 " "$W/dry_kl" | grep -- "--set train.batch_size=16 " | grep -q -- "--set run.seed=5 " &&
           [ ! -d "$W/kl/runs/kla_long_T2048_kla_d64_lr1e-3_s1" ]'
+cmd=$(grep "run.name=kla_long_T2048_kla_d256_lr1e-3_s1 " "$W/dry_kl"); eval "$cmd --print-config" > "$W/cfg_kl" 2>/dev/null
+check "kla_long paper: patience 70 epochs on the test loss, an evaluation every epoch (12,800 / 16 = 800 steps), no Zoology stop" \
+    python3 -c 'import json, sys; t = json.load(open(sys.argv[1]))["train"]
+assert (t["patience"], t["patience_metric"], t["eval_every"], t["stop_at_acc"], t["epochs"]) == (70, "loss", 800, 0, 750), t' "$W/cfg_kl"
+check "a5.json: G.5's d_model 1024 and up to 500 epochs with patience 50, evaluated once an epoch" \
+    python3 -c 'import json, subprocess, sys
+c = json.loads(subprocess.check_output([sys.argv[1] + "/seqtrain", "--config", "configs/tasks/state/a5.json", "--print-config"]))
+t = c["train"]
+assert c["model"]["d_model"] == 1024 and (t["epochs"], t["patience"], t["eval_every"]) == (500, 50, 1563), t
+assert c["optim"]["lr"] == 3e-4 and c["schedule"]["kind"] == "constant"' "$BIN"
 check "a bad SEEDS exits 2" eval 'SEEDS=0 SEQ_OUT=$O "$MQ" --dry-run 2>/dev/null; [ $? = 2 ]'
 
 # --- SCALE=medium: the default rows, widths and lr grid, the budget of every run (resolved configs), nproc jobs

@@ -268,6 +268,69 @@ check "resuming an early-stopped run trains nothing (exit 0)" \
 run "$BIN/seqtrain" --config "$W/mqar.json" --set train.stop_at_acc=0.99 --set train.eval_every=0 --check
 check "stop_at_acc without train.eval_every is refused, saying what to set" \
     eval '[ "$RC" = 1 ] && grep -q "train.stop_at_acc" "$W/err" && grep -q "eval_every" "$W/err"'
+# early stop by patience (train.patience, the KLA paper's protocol): 256 examples of batch 32 = 8 steps an epoch,
+# an evaluation every epoch; the model overfits, so the test loss turns up early and the accuracy later. The
+# stopping step is predicted from a run without patience (the same steps up to there), for both metrics.
+cat > "$W/pat.json" <<JSON
+{
+  "run": {"dir": "$W/runs", "seed": 1},
+  "data": {"task": {"kind": "mqar", "vocab": 64, "num_kv_pairs": 4, "train_examples": 256, "test_examples": 128}},
+  "model": {"d_model": 64, "n_layers": 2, "mixer": {"kind": "attention", "heads": 2, "pos": "rope"}},
+  "train": {"batch_size": 32, "seq_len": 64, "steps": 200, "eval_every": 8, "log_every": 8, "ckpt_every": 0},
+  "optim": {"lr": 3e-3, "weight_decay": 0},
+  "schedule": {"kind": "constant"}
+}
+JSON
+run "$BIN/seqtrain" --config "$W/pat.json" --quiet --set run.name=pat0
+predict() {  # predict LOG METRIC PATIENCE_STEPS: the step where patience stops (the rule of train.patience)
+    python3 -c '
+import json, sys
+log, metric, ps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+ev = [json.loads(l) for l in open(log) if "val_loss" in l]
+best = None
+for d in ev[:-1]:  # the last evaluation ends the run anyway
+    v = d["val_loss"] if metric == "loss" else d["val_acc"]
+    if best is None or (v < best[0] if metric == "loss" else v > best[0]):
+        best = (v, d["step"])
+    elif d["step"] - best[1] >= ps:
+        print(d["step"], best[1]); sys.exit(0)
+print("none")' "$@"
+}
+for metric in loss acc; do
+    read -r stop best < <(predict "$W/runs/pat0/log.jsonl" $metric 24)
+    if [ "$stop" = none ]; then not_ok "patience 3 epochs on $metric: the reference run gives a stop before step 200" "no stop"; continue; fi
+    run "$BIN/seqtrain" --config "$W/pat.json" --quiet --set run.name=pat_$metric --set train.patience=3 \
+        --set train.patience_metric=$metric
+    check "patience 3 epochs (24 steps) on the test $metric: stops at step $stop (best at $best), exit 0, checkpoint and eval/acc.json" python3 -c '
+import json, os, sys
+d, stop, best, metric = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+log = [json.loads(l) for l in open(d + "/log.jsonl")]
+assert max(x["step"] for x in log) == stop, log[-3:]
+last = log[-1]
+assert last["stopped_early"] is True and last["step"] == stop and last["best_step"] == best and last["patience"] == 3, last
+st = json.load(open(d + "/ckpt-%08d/state.json" % stop))
+assert st["stopped_early"] is True and st["best_step"] == best
+assert os.path.exists(d + "/eval/acc.json")' "$W/runs/pat_$metric" "$stop" "$best" $metric
+    test "$RC" = 0 || not_ok "patience run ($metric) exit status" "$RC"
+    check "... its losses are the run's without patience up to step $stop" \
+        cmp <(losses "$W/runs/pat0/log.jsonl" | head -n $((stop / 8))) <(losses "$W/runs/pat_$metric/log.jsonl")
+done
+# the best evaluation so far is in the checkpoint: stopped after the loss's best and resumed, the run stops where it
+# would have
+read -r stop best < <(predict "$W/runs/pat0/log.jsonl" loss 24)
+run "$BIN/seqtrain" --config "$W/pat.json" --quiet --set run.name=pat_r --set train.patience=3 --stop-after $((best + 8))
+run "$BIN/seqtrain" --resume "$W/runs/pat_r" --quiet
+check "patience: stopped at step $((best + 8)) (after the best, $best) and resumed, it stops at $stop with the same losses" \
+    eval '[ "$RC" = 0 ] && [ -n "$stop" ] && cmp <(losses "$W/runs/pat_loss/log.jsonl") <(losses "$W/runs/pat_r/log.jsonl")'
+run "$BIN/seqtrain" --config "$W/pat.json" --set train.patience=3 --set train.eval_every=0 --check
+check "patience without train.eval_every is refused, saying what to set" \
+    eval '[ "$RC" = 1 ] && grep -q "train.patience" "$W/err" && grep -q "eval_every" "$W/err"'
+run "$BIN/seqtrain" --config "$W/tiny.json" --set train.patience=3 --set train.patience_metric=acc --check
+check "patience on acc for a run on shards (no accuracy) is refused" \
+    eval '[ "$RC" = 1 ] && grep -q "train.patience_metric" "$W/err"'
+run "$BIN/seqtrain" --config "$W/tiny.json" --set train.patience=3 --set 'data.val=[]' --set eval.split=test --check
+check "patience without validation data is refused, naming data.val" \
+    eval '[ "$RC" = 1 ] && grep -q "train.patience" "$W/err" && grep -q "data.val" "$W/err"'
 run "$BIN/seqtrain" --config "$W/mqar.json" --set 'data.train=["x.shard"]' --check
 check "data.task with data.train is refused, naming both" eval '[ "$RC" = 1 ] && grep -q "data.task" "$W/err" && grep -q "data.train" "$W/err"'
 run "$BIN/seqtrain" --config "$W/mqar.json" --set data.task.num_kv_pairs=40 --check

@@ -11,8 +11,12 @@
  *       only the evaluation plan (windows and tokens scored per length), no model needed
  *   seqeval --run RUN_DIR --task
  *       a run trained on a synthetic task (data.task): loss and accuracy on the task's test split
- *   seqeval --run RUN_DIR --data test --context 4096 --attention-map DIR [--layer N]
- *       each head's attention map (softmax weights) of one layer at one context length, as PNGs
+ *   seqeval --run RUN_DIR --data test --context 4096 --attention-map DIR [--layer N] [--heads H,...] [--matrix]
+ *   seqeval --run RUN_DIR --task --attention-map DIR ...
+ *       each head's attention map of one layer (softmax weights; kla: each channel's Kalman attention matrix) on
+ *       the first tokens of the data or the first test example of a task, as PNGs (cli/inspect.h)
+ *   seqeval --run RUN_DIR --task|--data ... --posterior-var FILE.tsv [--layer N]
+ *       a kla layer's output variance at every position of that example, per channel
  *   seqeval --run RUN_DIR --generate --prompt TEXT | --prompt-file FILE [...]
  *       text generation (cli/generate.c has its own options: seqeval --generate --help)
  *   seqeval --run RUN_DIR --zeroshot lambada,hellaswag,...|all|paper [--limit N]
@@ -33,10 +37,10 @@
 
 #include "cli/args.h"
 #include "cli/generate.h"
+#include "cli/inspect.h"
 #include "cli/zeroshot_cmd.h"
 #include "core/cpu.h"
 #include "core/dist.h"
-#include "core/png.h"
 #include "data/eval_windows.h"
 #include "data/npy.h"
 #include "data/shard.h"
@@ -49,49 +53,7 @@
 
 static const char *PROG = "seqeval";
 
-// the attention maps of one layer at context L: the first L tokens of the data, one forward pass, then
-// the largest attention-map PNG side; longer contexts are downsampled to it (and the message says so)
-#define ATTN_MAP_MAX_PX 1024
-
-// each head's softmax weights as DIR/layer<l>_head<h>.png (docs/mixers.md; RFA: the unattenuated A^)
-static int attention_maps_(Model *m, Shard *sh, int L, int layer, const char *dir, Err *e) {
-    if (layer < 0) layer += m->L;
-    if (layer < 0 || layer >= m->L) return err_set(e, "--layer: %d is not a layer of this %d-layer model", layer, m->L);
-    int H = model_layer_attn_heads(m, layer);
-    if (!H)
-        return err_set(e, "--attention-map: layer %d's mixer '%s' has no attention map", layer,
-                       model_layer_name(m, layer));
-    if (sh->n_tokens < (uint64_t)L + 1)
-        return err_set(e, "%s: %llu tokens, fewer than the %d + 1 an attention map at context %d needs", sh->path,
-                       (unsigned long long)sh->n_tokens, L, L);
-    uint32_t *tok = xmalloc(((size_t)L + 1) * sizeof(uint32_t));
-    int *in = xmalloc((size_t)L * sizeof(int)), *tg = xmalloc((size_t)L * sizeof(int));
-    int rc = shard_read(sh, tok, 0, (uint64_t)L + 1, e);
-    for (int t = 0; rc == 0 && t < L; t++) {
-        in[t] = (int)tok[t];
-        tg[t] = (int)tok[t + 1];
-    }
-    if (rc == 0) rc = model_forward(m, in, tg, 1, L, e);
-    if (rc == 0 && mkdir(dir, 0755) != 0 && errno != EEXIST) rc = err_set(e, "cannot create %s: %s", dir, strerror(errno));
-    float *P = rc == 0 ? xmalloc((size_t)L * L * sizeof(float)) : NULL;
-    for (int h = 0; h < H && rc == 0; h++) {
-        model_layer_attn_map(m, layer, 0, h, P);
-        char path[1400];
-        snprintf(path, sizeof path, "%s/layer%d_head%d.png", dir, layer, h);
-        rc = png_write_heatmap(path, P, L, L, ATTN_MAP_MAX_PX, e);
-        if (rc == 0 && L > ATTN_MAP_MAX_PX)  // png_write_heatmap averages blocks down to ATTN_MAP_MAX_PX pixels
-            printf("wrote %s (%d x %d PNG: the %d x %d weights downsampled, each pixel the mean of a block)\n", path,
-                   ATTN_MAP_MAX_PX, ATTN_MAP_MAX_PX, L, L);
-        else if (rc == 0)
-            printf("wrote %s (%d x %d PNG: the %d x %d weights, one pixel each)\n", path, L, L, L, L);
-    }
-    free(P);
-    free(tok);
-    free(in);
-    free(tg);
-    return rc;
-}
-
+// --probe: the logits, loss and every parameter's gradient for the batch of TOKENS.npy, from the forward's device
 static int probe_(Forward *f, const char *npy, const char *out, Err *e) {
     const Model *m = f->m;
     long *tok = NULL, B = 0, T1 = 0;
@@ -185,8 +147,9 @@ static void write_tables_(const RunConfig *c, const EvalResult *r, int n_ctx, co
 
 int main(int argc, char **argv) {
     const char *run = NULL, *ckpt = NULL, *data = NULL, *contexts = "512,1024,2048,4096", *format = "auto";
-    const char *out = NULL, *probe = NULL, *attn_dir = NULL, *device = NULL, *precision = NULL;
-    int task = 0;
+    const char *out = NULL, *probe = NULL, *attn_dir = NULL, *heads_s = NULL, *var_path = NULL;
+    const char *device = NULL, *precision = NULL;
+    int task = 0, matrix = 0;
     long attn_layer = -1;  // ARG_INT stores a long
     long stride = 0, vocab = 0, max_windows = 0;
     int help = 0, plan = 0;
@@ -200,9 +163,12 @@ int main(int argc, char **argv) {
         {"--max-windows", ARG_INT, &max_windows, "N", "score at most N windows per length (default 0 = all)", 0, 1e12},
         {"--out", ARG_STR, &out, "PATH", "output folder for the tables (default RUN_DIR/eval-<data>), or the probe's .safetensors", 0, 0},
         {"--probe", ARG_STR, &probe, "TOKENS.npy", "write logits, loss and every parameter's gradient for this batch to --out", 0, 0},
-        {"--attention-map", ARG_STR, &attn_dir, "DIR", "write each head's attention map of --layer at the first --context length as DIR/layer<l>_head<h>.png (from the first tokens of --data; contexts over 1024 are downsampled to 1024 x 1024 pixels)", 0, 0},
-        {"--layer", ARG_INT, &attn_layer, "L", "layer for --attention-map (default -1 = the last; negative counts from the end)", -4096, 4096},
-        {"--task", ARG_FLAG, &task, NULL, "a run trained on a data.task: loss and accuracy on the task's test split (JSON line)", 0, 0},
+        {"--attention-map", ARG_STR, &attn_dir, "DIR", "write each head's attention map of --layer as DIR/layer<l>_head<h>.png, at the first --context length from the first tokens of --data, or with --task on the test split's first example (kla: each channel's signed Kalman attention matrix; sides over 1024 are downsampled to 1024 pixels)", 0, 0},
+        {"--layer", ARG_INT, &attn_layer, "L", "layer for --attention-map and --posterior-var (default -1 = the last; negative counts from the end)", -4096, 4096},
+        {"--heads", ARG_STR, &heads_s, "H1,H2,...", "--attention-map: only these heads (kla: channels); default all", 0, 0},
+        {"--matrix", ARG_FLAG, &matrix, NULL, "--attention-map: also write each map as DIR/layer<l>_head<h>.tsv (text, for gnuplot)", 0, 0},
+        {"--posterior-var", ARG_STR, &var_path, "FILE.tsv", "write --layer's output variance (a kla layer's posterior) at every position of the example, per channel and averaged", 0, 0},
+        {"--task", ARG_FLAG, &task, NULL, "a run trained on a data.task: loss and accuracy on the task's test split (JSON line); with --attention-map or --posterior-var, the example is the test split's first", 0, 0},
         {"--zeroshot", ARG_STR, &zs.tasks, "TASKS", "zero-shot accuracy on these comma-separated tasks (lambada, hellaswag, piqa, arc_easy, arc_challenge, winogrande, openbookqa, boolq, copa, siqa, winograd_wsc; all; paper = Table 4's eight) into --out (default RUN_DIR/eval-zeroshot)", 0, 0},
         {"--limit", ARG_INT, &zs.limit, "N", "--zeroshot: score the first N items of each task (default 0 = all)", 0, 1e12},
         {"--eval-data", ARG_STR, &zs.eval_dir, "DIR", "--zeroshot: folder of the evaluation sets (default data/eval)", 0, 0},
@@ -228,10 +194,10 @@ int main(int argc, char **argv) {
         }
     if (args_parse(argc, argv, 1, specs, ns, NULL, &e) != 0) dist_die(PROG, &e);
     if (kernel_set_init(&e) != 0) dist_die(PROG, &e);
-    if (dist_size() > 1 && !help && (plan || probe || attn_dir || zs.tasks)) {
+    if (dist_size() > 1 && !help && (plan || probe || attn_dir || var_path || zs.tasks)) {
         err_set(&e, "%s runs in one process; start it without mpirun (only perplexity (--data) and --task "
                 "evaluations are shared among MPI ranks)", plan ? "--plan" : probe ? "--probe" :
-                attn_dir ? "--attention-map" : "--zeroshot");
+                attn_dir ? "--attention-map" : var_path ? "--posterior-var" : "--zeroshot");
         dist_die(PROG, &e);
     }
     if (help || (!run && !plan)) {
@@ -240,7 +206,8 @@ int main(int argc, char **argv) {
                    "       seqeval --run RUN_DIR --probe TOKENS.npy --out DUMP.safetensors\n"
                    "       seqeval --run RUN_DIR --task\n"
                    "       seqeval --run RUN_DIR --zeroshot TASKS|all|paper [--limit N] [--out DIR]\n"
-                   "       seqeval --run RUN_DIR --data valid|test|FILE --context L --attention-map DIR [--layer N]\n"
+                   "       seqeval --run RUN_DIR --data valid|test|FILE --context L --attention-map DIR [--layer N] [--heads H,...] [--matrix]\n"
+                   "       seqeval --run RUN_DIR --task --attention-map DIR | --posterior-var FILE.tsv [--layer N]\n"
                    "       seqeval --data FILE --context L1,L2,... --plan\n"
                    "       seqeval --run RUN_DIR --generate --prompt TEXT|--prompt-file FILE [...]  (seqeval --generate --help)\n"
                    "perplexity, --task, --probe and --zeroshot run on the run's run.device (cpu or cuda): --device picks\n"
@@ -266,6 +233,30 @@ int main(int argc, char **argv) {
     if (run && precision) snprintf(c.run.precision, sizeof c.run.precision, "%s", precision);
     Forward fw;
     memset(&fw, 0, sizeof fw);
+    long heads[256];
+    int n_heads = heads_s ? args_int_list(heads_s, heads, 256, 0, 1 << 20, "--heads", &e) : 0;
+    if (n_heads < 0) dist_die(PROG, &e);
+    if ((heads_s || matrix) && !attn_dir) { err_set(&e, "--heads and --matrix go with --attention-map"); dist_die(PROG, &e); }
+    if (attn_dir || var_path) {
+        // the views inside the model (cli/inspect.h) on one example: a task's first test example, or --data's first
+        // tokens (below, once the shards are open)
+        if (!run) { err_set(&e, "%s needs --run", attn_dir ? "--attention-map" : "--posterior-var"); dist_die(PROG, &e); }
+        if (task && !run_config_has_task(&c)) {
+            err_set(&e, "--task: %s trains on shards, not on a data.task; use --data and --context", run);
+            dist_die(PROG, &e);
+        }
+    }
+    if (task && (attn_dir || var_path)) {
+        InspectInput x;
+        if (inspect_input_task(&x, &c, &e) != 0) dist_die(PROG, &e);
+        if (attn_dir && inspect_attention_maps(&m, &x, (int)attn_layer, heads, n_heads, matrix, attn_dir, &e) != 0)
+            dist_die(PROG, &e);
+        if (var_path && inspect_posterior_var(&m, &x, (int)attn_layer, var_path, &e) != 0) dist_die(PROG, &e);
+        inspect_input_free(&x);
+        model_free(&m);
+        run_config_free(&c);
+        return dist_exit(0);
+    }
     if (task) {
         if (!run) { err_set(&e, "--task needs --run"); dist_die(PROG, &e); }
         if (!run_config_has_task(&c)) {
@@ -341,9 +332,13 @@ int main(int argc, char **argv) {
             dist_die(PROG, &e);
         }
     }
-    if (attn_dir) {
-        if (!run) { err_set(&e, "--attention-map needs --run"); dist_die(PROG, &e); }
-        if (attention_maps_(&m, &shards[0], (int)ctx[0], (int)attn_layer, attn_dir, &e) != 0) dist_die(PROG, &e);
+    if (attn_dir || var_path) {
+        InspectInput x;
+        if (inspect_input_shard(&x, &shards[0], (int)ctx[0], &e) != 0) dist_die(PROG, &e);
+        if (attn_dir && inspect_attention_maps(&m, &x, (int)attn_layer, heads, n_heads, matrix, attn_dir, &e) != 0)
+            dist_die(PROG, &e);
+        if (var_path && inspect_posterior_var(&m, &x, (int)attn_layer, var_path, &e) != 0) dist_die(PROG, &e);
+        inspect_input_free(&x);
     } else if (plan) {
         printf("| context | windows | tokens scored |\n|---:|---:|---:|\n");
         for (int i = 0; i < n_ctx; i++) {

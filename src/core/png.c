@@ -228,7 +228,19 @@ static float heat_scale_(const float *img, size_t n) {
     return q > 0.0f ? q : 1.0f;
 }
 
-int png_write_heatmap(const char *path, const float *m, int rows, int cols, int max_px, Err *e) {
+// a diverging map for signed values: white at 0, blue (33, 102, 172) at -1, red (178, 24, 43) at +1
+void png_colormap_signed(float v, uint8_t rgb[3]) {
+    if (isnan(v)) {
+        rgb[0] = rgb[1] = rgb[2] = 128;
+        return;
+    }
+    static const uint8_t mid[3] = {247, 247, 247}, neg[3] = {33, 102, 172}, pos[3] = {178, 24, 43};
+    float t = fabsf(v) > 1.0f ? 1.0f : fabsf(v);
+    const uint8_t *end = v < 0.0f ? neg : pos;
+    for (int c = 0; c < 3; c++) rgb[c] = (uint8_t)(mid[c] + t * ((float)end[c] - mid[c]) + 0.5f);
+}
+
+static int heatmap_write_(const char *path, const float *m, int rows, int cols, int max_px, int sign, Err *e) {
     // m is (rows, cols)
     if (rows < 1 || cols < 1 || max_px < 1)
         return err_set(e, "%s: cannot draw a %dx%d heatmap at most %d pixels wide (need positive sizes)",
@@ -237,18 +249,38 @@ int png_write_heatmap(const char *path, const float *m, int rows, int cols, int 
     size_t n = (size_t)oh * ow;
     float *img = xmalloc(n * sizeof(float));
     heat_downsample_(img, m, rows, cols, oh, ow);
-    float scale = heat_scale_(img, n);
+    float scale;
+    if (sign) {  // the scale of the magnitudes
+        float *a = xmalloc(n * sizeof(float));
+        for (size_t i = 0; i < n; i++) a[i] = fabsf(img[i]);
+        scale = heat_scale_(a, n);
+        free(a);
+    } else {
+        scale = heat_scale_(img, n);
+    }
     uint8_t *pix = xmalloc(n * 3);
     for (size_t i = 0; i < n; i++) {
         float x = img[i];
         if (!isnan(x)) {
             x /= scale;
-            x = sqrtf(x < 0.0f ? 0.0f : x > 1.0f ? 1.0f : x);  // gamma 0.5: small weights stay visible
+            float a = fabsf(x) > 1.0f ? 1.0f : fabsf(x);
+            // gamma 0.5: small weights stay visible
+            if (sign) x = x < 0.0f ? -sqrtf(a) : sqrtf(a);
+            else x = x < 0.0f ? 0.0f : sqrtf(a);
         }
-        png_colormap(x, pix + 3 * i);
+        if (sign) png_colormap_signed(x, pix + 3 * i);
+        else png_colormap(x, pix + 3 * i);
     }
     free(img);
     int rc = png_write(path, pix, ow, oh, 3, e);
     free(pix);
     return rc;
+}
+
+int png_write_heatmap(const char *path, const float *m, int rows, int cols, int max_px, Err *e) {
+    return heatmap_write_(path, m, rows, cols, max_px, 0, e);
+}
+
+int png_write_heatmap_signed(const char *path, const float *m, int rows, int cols, int max_px, Err *e) {
+    return heatmap_write_(path, m, rows, cols, max_px, 1, e);
 }

@@ -38,6 +38,12 @@ int png_write_heatmap(const char *path, const float *m, int rows, int cols, int 
 // the colour png_write_heatmap uses for a scaled value v in [0, 1] (clipped); NaN gives the mask grey
 void png_colormap(float v, uint8_t rgb[3]);
 
+// png_write_heatmap for signed values (a Kalman attention matrix): the same sizes, downsampling and masking;
+// the scale is the 99.5th percentile of the magnitudes, gamma 0.5 on the magnitude, and a diverging colour
+// map: white (247, 247, 247) at 0, blue (33, 102, 172) at -1, red (178, 24, 43) at +1 (png_colormap_signed)
+int png_write_heatmap_signed(const char *path, const float *m, int rows, int cols, int max_px, Err *e);
+void png_colormap_signed(float v, uint8_t rgb[3]);
+
 // the checksums a PNG needs, exposed for the tests: CRC-32 (ISO 3309, as zlib's crc32; over each
 // chunk's type and data) and Adler-32 (RFC 1950; over the uncompressed zlib payload)
 uint32_t png_crc32(const uint8_t *buf, size_t n);

@@ -439,12 +439,14 @@ static size_t kla_state_size_(const MixerSpec *s, int cap) {
     return (size_t)o->M * 2 * o->S + (size_t)o->M * (o->K - 1);
 }
 
-// not in Table 1: the filter's precision lambda and information vector eta per channel and slot, and Table 1's
-// short-conv row on the M conv channels
+// not in Table 1 (BLA's): the filter's precision lambda and information vector eta per channel and slot (what the
+// KLA paper's Table 12 counts), and Table 1's short-conv row on the M conv channels
 static void kla_state_terms_(const MixerSpec *s, int T, StateTerms *st) {
     const KlaOpts *o = s->opts;
     (void)T;
-    state_terms_add(st, 0, (size_t)o->M * 2 * o->S, "Kalman state (lambda, eta)", "2·M·S = 2·%d·%d", o->M, o->S);
+    // the KLA paper's own state size (Table 12: 2,048 at d 64, S 16) counts this term of one layer
+    state_terms_add(st, 0, (size_t)o->M * 2 * o->S, "Kalman state (lambda, eta: KLA Table 12)",
+                    "2·M·S = 2·%d·%d", o->M, o->S);
     if (o->K > 1)
         state_terms_add(st, 1, (size_t)o->M * (o->K - 1), "short conv", "D(k−1) = %d·%d", o->M, o->K - 1);
 }
@@ -510,6 +512,43 @@ static void kla_diag_(const Mixer *m, cJSON *obj) {
     free(abar);
 }
 
+// ----------------------------------------------------------------------------
+// the Kalman attention matrix and the posterior variance of a batch row, from the saved activations
+
+static int kla_attn_heads_(const MixerSpec *s) { return ((const KlaOpts *)s->opts)->M; }
+
+// channel h's Kalman attention matrix (App. E.4-E.5): y_mean = P v exactly (kalman_attention_matrix), the
+// scan's part of the block (before the skip and the gate)
+static void kla_attn_map_(const Mixer *m, int b, int h, float *P) {
+    const KlaOpts *o = m->spec->opts;
+    int T = m->T, M = o->M, S = o->S;
+    KlaActs a;
+    kla_layout_(m->spec, m->B, T, m->acts, &a);
+    float *abar = xmalloc(2 * (size_t)M * S * sizeof(float)), *pbar = abar + (size_t)M * S;
+    kla_dynamics_(m, abar, pbar);
+    size_t r = (size_t)b * T;
+    kalman_attention_matrix(P, a.prec + r * M, a.k + r * S, a.q + r * S, abar, pbar, T, M, S, h);
+    free(abar);
+}
+
+// the scan run again on row b for its variance (B = 1, no checkpoints)
+static size_t kla_posterior_var_(const Mixer *m, int b, float *var) {
+    const KlaOpts *o = m->spec->opts;
+    int T = m->T, M = o->M, S = o->S;
+    if (!var) return (size_t)M;
+    KlaActs a;
+    kla_layout_(m->spec, m->B, T, m->acts, &a);
+    float *abar = xmalloc(2 * (size_t)M * S * sizeof(float)), *pbar = abar + (size_t)M * S;
+    float *y = xmalloc((size_t)T * M * sizeof(float));
+    kla_dynamics_(m, abar, pbar);
+    size_t r = (size_t)b * T;
+    kalman_scan_forward(y, var, NULL, (o->mamba ? a.u : a.v) + r * M, a.prec + r * M, a.k + r * S, a.q + r * S, abar,
+                        pbar, 1, T, M, S, o->chunk);
+    free(y);
+    free(abar);
+    return (size_t)M;
+}
+
 const MixerOps MIXER_KLA = {
     .name = "kla",
     .doc = "Kalman Linear Attention: a fused Mamba-style block around an information-form Kalman filter scan",
@@ -529,4 +568,7 @@ const MixerOps MIXER_KLA = {
     .state_init = kla_state_init_,
     .step = kla_step_,
     .diag = kla_diag_,
+    .attn_heads = kla_attn_heads_,
+    .attn_map = kla_attn_map_,
+    .posterior_var = kla_posterior_var_,
 };

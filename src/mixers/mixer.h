@@ -109,9 +109,13 @@ typedef struct MixerOps {
     // arrays (the trainer writes them to diag.jsonl)
     void (*diag)(const Mixer *m, cJSON *obj);
     // optional (NULL = not an attention-like mixer): number of heads, and head h's attention map of batch
-    // row b from the last forward's saved activations: P (T,T), softmax weights, NaN where hidden
+    // row b from the last forward's saved activations: P (T,T), the weight of input position j in output i
+    // (softmax weights for attention; kla: a channel's signed Kalman attention matrix), NaN where hidden
     int (*attn_heads)(const MixerSpec *s);
     void (*attn_map)(const Mixer *m, int b, int h, float *P);
+    // optional (NULL = no posterior): batch row b's output variance from the last forward's saved activations,
+    // var (T, n) for the n channels returned (var NULL: only n). kla: the readout variance sum_s q^2 / lambda
+    size_t (*posterior_var)(const Mixer *m, int b, float *var);
 } MixerOps;
 
 const MixerOps *mixer_lookup(const char *name);

@@ -61,9 +61,16 @@ static const CfgKey MODEL_KEYS_[] = {
     MKEY_(ModelSection, "head", CFG_ENUM, head, "\"lm\"", 0, 0, "lm|autoencoder",
           "lm = logits at every position from the last block's output (a language model). autoencoder = MAD's "
           "compression backbone: the last position's residual stream is the sequence's code; position p is "
-          "decoded from code + sincos(p) by norm -> Linear(d,d) -> GELU -> norm -> Linear(d,d) -> GELU, then "
-          "the final norm and the head (tensors dec.*). For data whose targets are the inputs (data.task "
+          "decoded from code + sincos(p) by norm -> Linear(d,w1) -> GELU -> norm -> Linear(w1,w2) -> GELU, then "
+          "the final norm and the head (tensors dec.*; w1 = w2 = d, MAD's, unless model.ae_width1/2 say "
+          "otherwise). For data whose targets are the inputs (data.task "
           "compression); such a model cannot decode token by token."),
+    MKEY_(ModelSection, "ae_width1", CFG_INT, ae_width1, "0", 0, 1 << 16, NULL,
+          "model.head autoencoder: output width of the decoder's first Linear; 0 = d_model (MAD's decoder). The "
+          "KLA paper's compression decoder (App. F.1.2, Table 10) is [240, 120]: ae_width1 240, ae_width2 120."),
+    MKEY_(ModelSection, "ae_width2", CFG_INT, ae_width2, "0", 0, 1 << 16, NULL,
+          "model.head autoencoder: output width of the decoder's second Linear, which the final norm and the head "
+          "read; 0 = d_model. Another width than d_model needs tie_embeddings false."),
     MKEY_(ModelSection, "init_std", CFG_FLOAT, init_std, "0.02", 0, 10, NULL,
           "Std of the normal init of embeddings and projections; residual projections use init_std/sqrt(2·n_layers)."),
     MKEY_(ModelSection, "mc_samples", CFG_INT, mc_samples, "1", 1, 1024, NULL,
@@ -198,6 +205,15 @@ int model_build(Model *m, const ModelSection *c, int vocab_size, const CfgOrigin
     m->tie = c->tie_embeddings;
     m->head_bias = c->head_bias;
     m->ae = !strcmp(c->head, "autoencoder");
+    m->D1 = c->ae_width1 ? c->ae_width1 : m->C;
+    m->D2 = c->ae_width2 ? c->ae_width2 : m->C;
+    m->HW = m->ae ? m->D2 : m->C;
+    if (!m->ae && (c->ae_width1 || c->ae_width2))
+        return err_set(e, "model.ae_width%d: the autoencoder decoder's width, and model.head is \"%s\"; remove it or "
+                       "set model.head to \"autoencoder\"", c->ae_width1 ? 1 : 2, c->head);
+    if (m->tie && m->HW != m->C)
+        return err_set(e, "model.ae_width2: %d, but the head is tied to the embedding of width d_model %d; set "
+                       "model.tie_embeddings to false", m->HW, m->C);
     m->init_std = (float)c->init_std;
     m->mc = c->mc_samples;
     m->mspec = xcalloc((size_t)m->L, sizeof(MixerSpec));
@@ -257,16 +273,18 @@ int model_build(Model *m, const ModelSection *c, int vocab_size, const CfgOrigin
     if (m->ae) {  // MAD's decoder: Linear layers with biases, N(0, init_std) weights
         if (!rc) rc = (m->k_dn1_w = add_(pt, "dec.norm1.weight", 1, (int[]){C}, init_ones(), 0, e)) < 0;
         if (!rc && m->norm_bias) rc = (m->k_dn1_b = add_(pt, "dec.norm1.bias", 1, (int[]){C}, init_zeros(), 0, e)) < 0;
-        if (!rc) rc = (m->k_dfc1_w = add_(pt, "dec.fc1.weight", 2, (int[]){C, C}, init_normal(std), 1, e)) < 0;
-        if (!rc) rc = (m->k_dfc1_b = add_(pt, "dec.fc1.bias", 1, (int[]){C}, init_zeros(), 0, e)) < 0;
-        if (!rc) rc = (m->k_dn2_w = add_(pt, "dec.norm2.weight", 1, (int[]){C}, init_ones(), 0, e)) < 0;
-        if (!rc && m->norm_bias) rc = (m->k_dn2_b = add_(pt, "dec.norm2.bias", 1, (int[]){C}, init_zeros(), 0, e)) < 0;
-        if (!rc) rc = (m->k_dfc2_w = add_(pt, "dec.fc2.weight", 2, (int[]){C, C}, init_normal(std), 1, e)) < 0;
-        if (!rc) rc = (m->k_dfc2_b = add_(pt, "dec.fc2.bias", 1, (int[]){C}, init_zeros(), 0, e)) < 0;
+        int D1 = m->D1, D2 = m->D2;
+        if (!rc) rc = (m->k_dfc1_w = add_(pt, "dec.fc1.weight", 2, (int[]){D1, C}, init_normal(std), 1, e)) < 0;
+        if (!rc) rc = (m->k_dfc1_b = add_(pt, "dec.fc1.bias", 1, (int[]){D1}, init_zeros(), 0, e)) < 0;
+        if (!rc) rc = (m->k_dn2_w = add_(pt, "dec.norm2.weight", 1, (int[]){D1}, init_ones(), 0, e)) < 0;
+        if (!rc && m->norm_bias) rc = (m->k_dn2_b = add_(pt, "dec.norm2.bias", 1, (int[]){D1}, init_zeros(), 0, e)) < 0;
+        if (!rc) rc = (m->k_dfc2_w = add_(pt, "dec.fc2.weight", 2, (int[]){D2, D1}, init_normal(std), 1, e)) < 0;
+        if (!rc) rc = (m->k_dfc2_b = add_(pt, "dec.fc2.bias", 1, (int[]){D2}, init_zeros(), 0, e)) < 0;
     }
-    if (!rc) rc = (m->k_lnf_w = add_(pt, "lnf.weight", 1, (int[]){C}, init_ones(), 0, e)) < 0;
-    if (!rc && m->norm_bias) rc = (m->k_lnf_b = add_(pt, "lnf.bias", 1, (int[]){C}, init_zeros(), 0, e)) < 0;
-    if (!rc && !m->tie) rc = (m->k_head_w = add_(pt, "head.weight", 2, (int[]){V, C}, init_normal(std), 1, e)) < 0;
+    int HW = m->HW;
+    if (!rc) rc = (m->k_lnf_w = add_(pt, "lnf.weight", 1, (int[]){HW}, init_ones(), 0, e)) < 0;
+    if (!rc && m->norm_bias) rc = (m->k_lnf_b = add_(pt, "lnf.bias", 1, (int[]){HW}, init_zeros(), 0, e)) < 0;
+    if (!rc && !m->tie) rc = (m->k_head_w = add_(pt, "head.weight", 2, (int[]){V, HW}, init_normal(std), 1, e)) < 0;
     if (!rc && m->head_bias) rc = (m->k_head_b = add_(pt, "head.bias", 1, (int[]){V}, init_zeros(), 0, e)) < 0;
     if (rc) { model_free(m); return -1; }
 
@@ -345,6 +363,11 @@ void model_layer_attn_map(const Model *m, int l, int b, int h, float *P) {
     m->mspec[l].ops->attn_map(&m->mix[l], b, h, P);
 }
 
+size_t model_layer_posterior_var(const Model *m, int l, int b, float *var) {
+    const MixerOps *ops = m->mspec[l].ops;
+    return ops->posterior_var ? ops->posterior_var(&m->mix[l], b, var) : 0;
+}
+
 // ----------------------------------------------------------------------------
 // activations: one arena for the current (B,T)
 
@@ -360,11 +383,14 @@ static void model_alloc_acts_(Model *m, int B, int T) {
         size_t sc = s->ops->scratch_size(s, B, T);
         if (sc > scratch) scratch = sc;
     }
-    size_t final = 2 * BT * C + 2 * BT + BT * (size_t)m->V + 3 * BT + (m->mc > 1 ? BT : 0);
-    if (m->ae) final += 8 * BT * C + 4 * BT;
+    // the autoencoder's widths: the head reads HW = D2; its gradient buffers and dres, dtmp hold the widest
+    size_t HW = (size_t)m->HW, D1 = (size_t)m->D1, D2 = (size_t)m->D2, W = C;
+    if (m->ae) W = C > D1 ? (C > D2 ? C : D2) : (D1 > D2 ? D1 : D2);
+    size_t final = BT * C + BT * HW + 2 * BT + BT * (size_t)m->V + 3 * BT + (m->mc > 1 ? BT : 0);
+    if (m->ae) final += 2 * BT * C + 3 * BT * D1 + 2 * BT * D2 + BT * W + 4 * BT;
     // dact only for ReLU/SwiGLU: GELU's backward is an epilogue of the matmul that forms d act
     size_t dact = m->mlp_kind == MLP_GELU ? 0 : BT * H;
-    size_t grads = 2 * BT * C + BT * F + dact;
+    size_t grads = 2 * BT * W + BT * F + dact;
     size_t total = m->L * per_layer + mlp_acts + mix_acts + final + scratch + grads + BT * C /* mixer out */;
     free(m->arena);
     free(m->la);
@@ -401,7 +427,7 @@ static void model_alloc_acts_(Model *m, int B, int T) {
         m->mix[l].T = T;
     }
     TAKE_(m->res_out, BT * C);
-    TAKE_(m->lnf, BT * C);
+    TAKE_(m->lnf, BT * HW);
     TAKE_(m->lnf_mean, BT);
     TAKE_(m->lnf_rstd, BT);
     TAKE_(m->logits, BT * (size_t)m->V);
@@ -414,20 +440,20 @@ static void model_alloc_acts_(Model *m, int B, int T) {
     if (m->ae) {
         TAKE_(m->dec_x, BT * C);
         TAKE_(m->dec_n1, BT * C);
-        TAKE_(m->dec_f1, BT * C);
-        TAKE_(m->dec_a1, BT * C);
-        TAKE_(m->dec_n2, BT * C);
-        TAKE_(m->dec_f2, BT * C);
-        TAKE_(m->dec_a2, BT * C);
-        TAKE_(m->dec_g, BT * C);
+        TAKE_(m->dec_f1, BT * D1);
+        TAKE_(m->dec_a1, BT * D1);
+        TAKE_(m->dec_n2, BT * D1);
+        TAKE_(m->dec_f2, BT * D2);
+        TAKE_(m->dec_a2, BT * D2);
+        TAKE_(m->dec_g, BT * W);
         TAKE_(m->dec_n1_mean, BT);
         TAKE_(m->dec_n1_rstd, BT);
         TAKE_(m->dec_n2_mean, BT);
         TAKE_(m->dec_n2_rstd, BT);
     }
     TAKE_(m->scratch, scratch);
-    TAKE_(m->dres, BT * C);
-    TAKE_(m->dtmp, BT * C);
+    TAKE_(m->dres, BT * W);
+    TAKE_(m->dtmp, BT * W);
     TAKE_(m->dfc, BT * F);
     TAKE_(m->dact, dact);
     if (!dact) m->dact = NULL;
@@ -441,17 +467,28 @@ static void model_alloc_acts_(Model *m, int B, int T) {
 // ----------------------------------------------------------------------------
 // forward / backward
 
-static void norm_forward_(const Model *m, float *out, float *mean, float *rstd, const float *inp, int kw, int kb, int N) {
-    if (m->rms) rmsnorm_forward(out, rstd, inp, m->params + m->pt.t[kw].offset, N, m->C);
+// the model's norm over rows of width W (its weight's length): C in the blocks, the decoder's widths after them
+static void norm_forward_w_(const Model *m, float *out, float *mean, float *rstd, const float *inp, int kw, int kb,
+                            int N, int W) {
+    if (m->rms) rmsnorm_forward(out, rstd, inp, m->params + m->pt.t[kw].offset, N, W);
     else layernorm_forward(out, mean, rstd, inp, m->params + m->pt.t[kw].offset,
-                           kb >= 0 ? m->params + m->pt.t[kb].offset : NULL, N, m->C);
+                           kb >= 0 ? m->params + m->pt.t[kb].offset : NULL, N, W);
+}
+
+static void norm_backward_w_(Model *m, float *dinp, const float *dout, const float *inp, const float *mean,
+                             const float *rstd, int kw, int kb, int N, int W) {
+    float *w = m->params + m->pt.t[kw].offset, *dw = m->grads + m->pt.t[kw].offset;
+    if (m->rms) rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, W);
+    else layernorm_backward(dinp, dw, kb >= 0 ? m->grads + m->pt.t[kb].offset : NULL, dout, inp, w, mean, rstd, N, W);
+}
+
+static void norm_forward_(const Model *m, float *out, float *mean, float *rstd, const float *inp, int kw, int kb, int N) {
+    norm_forward_w_(m, out, mean, rstd, inp, kw, kb, N, m->C);
 }
 
 static void norm_backward_(Model *m, float *dinp, const float *dout, const float *inp, const float *mean,
                            const float *rstd, int kw, int kb, int N) {
-    float *w = m->params + m->pt.t[kw].offset, *dw = m->grads + m->pt.t[kw].offset;
-    if (m->rms) rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, m->C);
-    else layernorm_backward(dinp, dw, kb >= 0 ? m->grads + m->pt.t[kb].offset : NULL, dout, inp, w, mean, rstd, N, m->C);
+    norm_backward_w_(m, dinp, dout, inp, mean, rstd, kw, kb, N, m->C);
 }
 
 #define P_(k) ((k) >= 0 ? m->params + m->pt.t[k].offset : NULL)
@@ -508,12 +545,11 @@ int model_argmax(const Model *m, size_t i) {
 
 // The autoencoder head (model.head autoencoder), after MAD's AutoEncoder: code = res[b, T-1] (the
 // encoder's residual stream at the last position, no norm), x[b,t] = code + sincos(t), then
-// norm1 -> fc1 -> GELU -> norm2 -> fc2 -> GELU; returns the decoder output (B,T,C), the final norm's input.
+// norm1 -> fc1 -> GELU -> norm2 -> fc2 -> GELU; returns the decoder output (B,T,D2), the final norm's input.
 // sincos(t) is MAD's posemb_sincos_1d: [sin(t w_i) | cos(t w_i)], w_i = 10000^(-i/(C/2-1)), i < C/2
 // (a zero last column when C is odd).
 static const float *ae_forward_(Model *m, const float *res, int B, int T) {
-    int C = m->C, half = C / 2, BT = B * T;
-    size_t BTC = (size_t)BT * C;
+    int C = m->C, D1 = m->D1, D2 = m->D2, half = C / 2, BT = B * T;
     float *pe = m->dec_g;  // (T,C): the gradient buffer is free during the forward
     for (int i = 0; i < half; i++) {
         double w = half > 1 ? exp(-log(10000.0) * i / (half - 1)) : 1.0;
@@ -532,31 +568,32 @@ static const float *ae_forward_(Model *m, const float *res, int B, int T) {
             for (int i = 0; i < C; i++) x[i] = code[i] + row[i];
         }
     norm_forward_(m, m->dec_n1, m->dec_n1_mean, m->dec_n1_rstd, m->dec_x, m->k_dn1_w, m->k_dn1_b, BT);
-    matmul_forward(m->dec_f1, m->dec_n1, P_(m->k_dfc1_w), P_(m->k_dfc1_b), BT, C, C);
-    gelu_forward(m->dec_a1, m->dec_f1, BTC);
-    norm_forward_(m, m->dec_n2, m->dec_n2_mean, m->dec_n2_rstd, m->dec_a1, m->k_dn2_w, m->k_dn2_b, BT);
-    matmul_forward(m->dec_f2, m->dec_n2, P_(m->k_dfc2_w), P_(m->k_dfc2_b), BT, C, C);
-    gelu_forward(m->dec_a2, m->dec_f2, BTC);
+    matmul_forward(m->dec_f1, m->dec_n1, P_(m->k_dfc1_w), P_(m->k_dfc1_b), BT, C, D1);
+    gelu_forward(m->dec_a1, m->dec_f1, (size_t)BT * D1);
+    norm_forward_w_(m, m->dec_n2, m->dec_n2_mean, m->dec_n2_rstd, m->dec_a1, m->k_dn2_w, m->k_dn2_b, BT, D1);
+    matmul_forward(m->dec_f2, m->dec_n2, P_(m->k_dfc2_w), P_(m->k_dfc2_b), BT, D1, D2);
+    gelu_forward(m->dec_a2, m->dec_f2, (size_t)BT * D2);
     return m->dec_a2;
 }
 
-// backward of ae_forward_: dout (B,T,C) = d(loss)/d(decoder output), overwritten; dres (B,T,C) is set to
-// d(loss)/d(res): zero except at each row's last position, which gets the sum over the decoded positions
+// backward of ae_forward_: dout (B,T,D2) = d(loss)/d(decoder output), overwritten (it holds up to
+// max(C,D1,D2) floats a row); dres (B,T,C) is set to d(loss)/d(res): zero except at each row's last position,
+// which gets the sum over the decoded positions
 static void ae_backward_(Model *m, float *dout, float *dres, int B, int T) {
-    int C = m->C, BT = B * T;
-    size_t BTC = (size_t)BT * C;
+    int C = m->C, D1 = m->D1, D2 = m->D2, BT = B * T;
+    size_t BTC = (size_t)BT * C, BT1 = (size_t)BT * D1, BT2 = (size_t)BT * D2;
     float *g = m->dec_g;
-    memset(g, 0, BTC * sizeof(float));
-    gelu_backward(g, m->dec_f2, dout, BTC);  // g = d f2
-    // dout (BT,C) = g (BT,C) @ fc2_w (C,C): d n2
-    matmul(dout, g, P_(m->k_dfc2_w), BT, C, C, 0, 0, 0);
-    matmul_backward(NULL, G_(m->k_dfc2_w), G_(m->k_dfc2_b), g, m->dec_n2, P_(m->k_dfc2_w), BT, C, C);
-    memset(g, 0, BTC * sizeof(float));
-    norm_backward_(m, g, dout, m->dec_a1, m->dec_n2_mean, m->dec_n2_rstd, m->k_dn2_w, m->k_dn2_b, BT);  // g = d a1
-    memset(dout, 0, BTC * sizeof(float));
-    gelu_backward(dout, m->dec_f1, g, BTC);  // dout = d f1
-    matmul(g, dout, P_(m->k_dfc1_w), BT, C, C, 0, 0, 0);  // g = d n1
-    matmul_backward(NULL, G_(m->k_dfc1_w), G_(m->k_dfc1_b), dout, m->dec_n1, P_(m->k_dfc1_w), BT, C, C);
+    memset(g, 0, BT2 * sizeof(float));
+    gelu_backward(g, m->dec_f2, dout, BT2);  // g = d f2
+    // dout (BT,D1) = g (BT,D2) @ fc2_w (D2,D1): d n2
+    matmul(dout, g, P_(m->k_dfc2_w), BT, D1, D2, 0, 0, 0);
+    matmul_backward(NULL, G_(m->k_dfc2_w), G_(m->k_dfc2_b), g, m->dec_n2, P_(m->k_dfc2_w), BT, D1, D2);
+    memset(g, 0, BT1 * sizeof(float));
+    norm_backward_w_(m, g, dout, m->dec_a1, m->dec_n2_mean, m->dec_n2_rstd, m->k_dn2_w, m->k_dn2_b, BT, D1);  // g = d a1
+    memset(dout, 0, BT1 * sizeof(float));
+    gelu_backward(dout, m->dec_f1, g, BT1);  // dout = d f1
+    matmul(g, dout, P_(m->k_dfc1_w), BT, C, D1, 0, 0, 0);  // g (BT,C) = d n1
+    matmul_backward(NULL, G_(m->k_dfc1_w), G_(m->k_dfc1_b), dout, m->dec_n1, P_(m->k_dfc1_w), BT, C, D1);
     memset(dout, 0, BTC * sizeof(float));
     norm_backward_(m, dout, g, m->dec_x, m->dec_n1_mean, m->dec_n1_rstd, m->k_dn1_w, m->k_dn1_b, BT);  // d x
     memset(dres, 0, BTC * sizeof(float));
@@ -617,9 +654,9 @@ static int model_forward_(Model *m, const int *inputs, const int *targets, int B
         residual_forward(next, a->res_mid, m->mix_out, (size_t)BT * C);
     }
     const float *final = m->ae ? ae_forward_(m, m->res_out, B, T) : m->res_out;
-    norm_forward_(m, m->lnf, m->lnf_mean, m->lnf_rstd, final, m->k_lnf_w, m->k_lnf_b, BT);
+    norm_forward_w_(m, m->lnf, m->lnf_mean, m->lnf_rstd, final, m->k_lnf_w, m->k_lnf_b, BT, m->HW);
     const float *head = m->tie ? P_(m->k_wte) : P_(m->k_head_w);
-    matmul_forward(m->logits, m->lnf, head, P_(m->k_head_b), BT, C, m->V);
+    matmul_forward(m->logits, m->lnf, head, P_(m->k_head_b), BT, m->HW, m->V);
     m->loss = 0;
     m->n_supervised = 0;
     m->xent_done = 0;
@@ -665,13 +702,14 @@ void model_backward(Model *m, int n_norm) {
             for (int v = 0; v < m->V; v++) dlogits[(size_t)r * m->V + v] *= m->mc_w[r];
     float *dhead = m->tie ? G_(m->k_wte) : G_(m->k_head_w);
     const float *head = m->tie ? P_(m->k_wte) : P_(m->k_head_w);
-    // dtmp (BT,C) = dlogits (BT,V) @ head (V,C), written rather than zeroed and accumulated (one pass
+    // dtmp (BT,HW) = dlogits (BT,V) @ head (V,HW), written rather than zeroed and accumulated (one pass
     // less over the buffer); the weight and bias gradients accumulate as usual
-    matmul(m->dtmp, dlogits, head, BT, C, m->V, 0, 0, 0);
-    matmul_backward(NULL, dhead, G_(m->k_head_b), dlogits, m->lnf, head, BT, C, m->V);
-    memset(m->dres, 0, BTC * sizeof(float));
-    norm_backward_(m, m->dres, m->dtmp, m->ae ? m->dec_a2 : m->res_out, m->lnf_mean, m->lnf_rstd, m->k_lnf_w,
-                   m->k_lnf_b, BT);
+    int HW = m->HW;
+    matmul(m->dtmp, dlogits, head, BT, HW, m->V, 0, 0, 0);
+    matmul_backward(NULL, dhead, G_(m->k_head_b), dlogits, m->lnf, head, BT, HW, m->V);
+    memset(m->dres, 0, (size_t)BT * HW * sizeof(float));
+    norm_backward_w_(m, m->dres, m->dtmp, m->ae ? m->dec_a2 : m->res_out, m->lnf_mean, m->lnf_rstd, m->k_lnf_w,
+                     m->k_lnf_b, BT, HW);
     if (m->ae) {
         // dres holds d(loss)/d(decoder output) here; dtmp becomes d(loss)/d(res_out)
         ae_backward_(m, m->dres, m->dtmp, B, T);

@@ -47,6 +47,7 @@ typedef struct ModelSection {
     CfgList layers;          // LayerOverride items
     int tie_embeddings, head_bias;
     char head[CFG_STR_MAX];  // lm | autoencoder (MAD's compression head)
+    int ae_width1, ae_width2;  // the autoencoder decoder's two Linear widths (0 = d_model)
     double init_std;
     int mc_samples;          // KLA+ probabilistic decoding: S posterior samples (1 = the posterior mean)
 } ModelSection;
@@ -76,13 +77,16 @@ typedef struct LayerActs {
 typedef struct Model {
     int V, C, L, hidden, mlp_kind, rms, norm_bias, mlp_bias, tie, head_bias;
     int ae;             // model.head autoencoder: logits of every position decoded from the last one (MAD)
+    int D1, D2;         // the autoencoder decoder's widths (model.ae_width1/2; C each by default)
+    int HW;             // the width the final norm and the head read: D2 for the autoencoder, else C
     float init_std;
     MixerSpec *mspec;   // (L,)
     Mixer *mix;         // (L,)
     ParamTable pt;
     float *params, *grads;
     int k_wte, k_lnf_w, k_lnf_b, k_head_w, k_head_b;
-    // the autoencoder's MLP decoder: norm1 -> fc1 (C,C) -> GELU -> norm2 -> fc2 (C,C) -> GELU (-1 = absent)
+    // the autoencoder's MLP decoder: norm1 (C) -> fc1 (D1,C) -> GELU -> norm2 (D1) -> fc2 (D2,D1) -> GELU
+    // (-1 = absent)
     int k_dn1_w, k_dn1_b, k_dfc1_w, k_dfc1_b, k_dn2_w, k_dn2_b, k_dfc2_w, k_dfc2_b;
     LayerParams *lp;    // (L,)
     // activations for the current (B,T)
@@ -91,8 +95,9 @@ typedef struct Model {
     size_t arena_size;
     LayerActs *la;      // (L,)
     float *res_out, *lnf, *lnf_mean, *lnf_rstd, *logits, *xstats, *losses;
-    // autoencoder decoder (B,T,C) each, NULL for the lm head: pooled + position code, norm1, fc1, gelu,
-    // norm2, fc2, gelu (the input of lnf), and a gradient buffer (the position codes in the forward)
+    // autoencoder decoder, NULL for the lm head: pooled + position code and norm1 (B,T,C), fc1, gelu and
+    // norm2 (B,T,D1), fc2 and gelu (B,T,D2; the input of lnf), and a gradient buffer (B,T,max(C,D1,D2); the
+    // position codes in the forward)
     float *dec_x, *dec_n1, *dec_f1, *dec_a1, *dec_n2, *dec_f2, *dec_a2, *dec_g;
     float *dec_n1_mean, *dec_n1_rstd, *dec_n2_mean, *dec_n2_rstd;  // (B*T,)
     float *scratch;     // shared mixer temporaries
@@ -175,6 +180,9 @@ int model_layer_diag(const Model *m, int l, cJSON *obj);
 // P (T,T) of batch row b from the last forward (NaN where hidden)
 int model_layer_attn_heads(const Model *m, int l);
 void model_layer_attn_map(const Model *m, int l, int b, int h, float *P);
+// layer l's output variance of batch row b from the last forward (MixerOps.posterior_var): var (T, n) for the n
+// channels returned; var NULL returns n only; 0 for a mixer without a posterior
+size_t model_layer_posterior_var(const Model *m, int l, int b, float *var);
 
 // the predicted token of position i (< B*T of the caller's batch) of the last forward: the argmax of the
 // logits, or under KLA+ of the probability averaged over the samples (positions with a target only)

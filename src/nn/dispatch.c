@@ -258,6 +258,10 @@ VOID_(kalman_scan_backward,
        const float *abar, const float *pbar, int B, int T, int M, int S, int chunk, float *scratch),
       (dv, dprec, dk, dq, dabar, dpbar, dy, dyvar, ckpt, v, prec, k, q, abar, pbar, B, T, M, S, chunk, scratch))
 VOID_(kalman_state_init, (float *state, int B, int M, int S), (state, B, M, S))
+VOID_(kalman_attention_matrix,
+      (float *P, const float *prec, const float *k, const float *q, const float *abar, const float *pbar, int T, int M,
+       int S, int m),
+      (P, prec, k, q, abar, pbar, T, M, S, m))
 VOID_(kalman_step,
       (float *y, float *yvar, float *state, size_t stride, const float *v, const float *prec, const float *k,
        const float *q, const float *abar, const float *pbar, int B, int M, int S),

@@ -96,6 +96,7 @@
 #define kalman_scan_backward ISA_FN(kalman_scan_backward)
 #define kalman_state_init ISA_FN(kalman_state_init)
 #define kalman_step ISA_FN(kalman_step)
+#define kalman_attention_matrix ISA_FN(kalman_attention_matrix)
 // linrec.c
 #define linrec_state_size ISA_FN(linrec_state_size)
 #define linrec_ckpt_size ISA_FN(linrec_ckpt_size)

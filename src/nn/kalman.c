@@ -1,5 +1,6 @@
 #include "nn/kalman.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -186,6 +187,41 @@ void kalman_scan_backward(float *dv, float *dprec, float *dk, float *dq, float *
         dabar[j] += (float)sa;
         dpbar[j] += (float)sp;
     }
+}
+
+void kalman_attention_matrix(float *P, const float *prec, const float *k, const float *q, const float *abar,
+                             const float *pbar, int T, int M, int S, int m) {
+    float *A2 = xmalloc(2 * (size_t)S * sizeof(float)), *Pn = A2 + S;
+    kalman_dyn_(A2, Pn, abar + (size_t)m * S, pbar + (size_t)m * S, (size_t)S);
+    const float *ab = abar + (size_t)m * S;
+    // the precision path and the gates: lam[t], f[t] (S,) each, from lambda_0 = 1 (the scan's recursion)
+    float *lam = xmalloc(2 * (size_t)T * S * sizeof(float)), *f = lam + (size_t)T * S, *g = xmalloc((size_t)S * sizeof(float));
+    for (int t = 0; t < T; t++) {
+        float pr = prec[(size_t)t * M + m];
+        for (int s = 0; s < S; s++) {
+            float lp = t ? lam[(size_t)(t - 1) * S + s] : 1.0f, kt = k[(size_t)t * S + s];
+            float inv = 1.0f / (A2[s] + Pn[s] * lp);
+            lam[(size_t)t * S + s] = lp * inv + pr * kt * kt;
+            f[(size_t)t * S + s] = ab[s] * inv;
+        }
+    }
+    // column j: g[s] = prec_j k_j[s] prod_{r=j+1..i} f_r[s], carried down the rows i >= j
+    for (int j = 0; j < T; j++) {
+        float pr = prec[(size_t)j * M + m];
+        for (int s = 0; s < S; s++) g[s] = pr * k[(size_t)j * S + s];
+        for (int i = 0; i < j; i++) P[(size_t)i * T + j] = NAN;
+        for (int i = j; i < T; i++) {
+            float acc = 0.0f;
+            for (int s = 0; s < S; s++) {
+                if (i > j) g[s] *= f[(size_t)i * S + s];
+                acc += q[(size_t)i * S + s] / lam[(size_t)i * S + s] * g[s];
+            }
+            P[(size_t)i * T + j] = acc;
+        }
+    }
+    free(g);
+    free(lam);
+    free(A2);
 }
 
 void kalman_state_init(float *state, int B, int M, int S) {

@@ -42,6 +42,14 @@ void kalman_scan_backward(float *dv, float *dprec, float *dk, float *dq, float *
                           const float *q, const float *abar, const float *pbar, int B, int T, int M, int S, int chunk,
                           float *scratch);
 
+// The scan unrolled into its attention matrix (KLA paper, Theorem 2 and App. E.4): for channel m of one
+// sequence, with f_r[s] = abar[s] / den_r[s] (the history-dependent forget gate of eq. 19) and eta_0 = 0,
+//   y[i] = sum_{j <= i} P[i,j] v[j],   P[i,j] = prec_j sum_s (q_i[s] / lambda_i[s]) k_j[s] prod_{r=j+1..i} f_r[s]
+// (the paper's M_seq = diag(q ⊙ lambda^-1) W, summed over the slots). P (T,T) row-major, NaN above the
+// diagonal; prec (T,M) read at column m; k, q (T,S); abar, pbar (M,S). O(T^2 S) time.
+void kalman_attention_matrix(float *P, const float *prec, const float *k, const float *q, const float *abar,
+                             const float *pbar, int T, int M, int S, int m);
+
 // recurrent decoding: state (B, M, 2, S) = [lambda | eta] per channel, set by kalman_state_init
 void kalman_state_init(float *state, int B, int M, int S);
 // one token: y, yvar (B,M) (yvar may be NULL); v, prec (B,M); k, q (B,S); sequence b's state starts at

@@ -68,6 +68,17 @@ int ckpt_state_parse(CkptState *s, const char *text, const char *path, Err *e) {
         if (!cJSON_IsBool(v)) rc = err_set(e, "%s: field 'stopped_early' must be true or false", path);
         else s->stopped_early = cJSON_IsTrue(v);
     }
+    // train.patience's best evaluation: both fields or neither, the step no later than the checkpoint's
+    double best_step = 0;
+    int nb = !!cJSON_GetObjectItemCaseSensitive(st, "best_step") + !!cJSON_GetObjectItemCaseSensitive(st, "best_metric");
+    if (!rc && nb == 1)
+        rc = err_set(e, "%s: fields 'best_step' and 'best_metric' (train.patience's best evaluation) come together; "
+                     "one of them is missing", path);
+    if (!rc && nb == 2) {
+        rc = int_field_(st, "best_step", 0, step, &best_step, path, e);
+        if (!rc) rc = num_field_(st, "best_metric", &s->best_metric, path, e);
+        s->has_best = !rc;
+    }
     if (!rc && (v = cJSON_GetObjectItemCaseSensitive(st, "config"))) {
         if (!cJSON_IsObject(v)) rc = err_set(e, "%s: field 'config' must be an object (the run's resolved config)", path);
         else s->config = cJSON_DetachItemViaPointer(st, (cJSON *)v);
@@ -85,6 +96,7 @@ int ckpt_state_parse(CkptState *s, const char *text, const char *path, Err *e) {
     s->window = (uint64_t)window;
     s->threads = (int)threads;
     s->ranks = (int)ranks;
+    s->best_step = (long)best_step;
     return 0;
 }
 

@@ -29,6 +29,9 @@ typedef struct CkptState {
     int ranks;               // MPI processes that trained it (absent: 1)
     char kernels[32];        // "" when absent (checkpoints older than kernel sets)
     int stopped_early;       // absent: 0
+    int has_best;            // train.patience's best evaluation so far: best_step, best_metric (absent: none)
+    long best_step;
+    double best_metric;
     cJSON *config;           // the resolved config at the checkpoint (owned), NULL when absent
 } CkptState;
 

@@ -111,6 +111,15 @@ static const CfgKey TRAIN_KEYS_[] = {
     KEY_(TrainSection, "stop_at_acc", CFG_FLOAT, stop_at_acc, "0", 0, 1, NULL,
          "Tasks only: stop training (checkpoint, final evaluation, status 0) at the first evaluation whose test "
          "accuracy reaches this (Zoology's early stop: 0.99; needs train.eval_every > 0). 0 = off."),
+    KEY_(TrainSection, "patience", CFG_FLOAT, patience, "0", 0, 1e6, NULL,
+         "Early stopping by patience (the KLA paper: 70 epochs, 50 for A5): stop training (checkpoint, final "
+         "evaluation of the last model, status 0) at the first evaluation that comes this many epochs of steps "
+         "(patience × training windows / (batch_size × grad_accum), rounded up) after the best one so far of "
+         "train.patience_metric. Checked at every evaluation, so it needs train.eval_every > 0 and validation "
+         "data (data.val, or a data.task's test split). 0 = off."),
+    KEY_(TrainSection, "patience_metric", CFG_ENUM, patience_metric, "\"loss\"", 0, 0, "loss|acc",
+         "What train.patience watches: loss = the validation loss (lower is better), acc = a task's test "
+         "accuracy (higher is better). Only a strictly better value is an improvement."),
 };
 
 static const CfgKey GROUP_KEYS_[] = {

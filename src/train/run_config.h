@@ -53,6 +53,8 @@ typedef struct TrainSection {
     double epochs;
     int eval_every, eval_batches, log_every, ckpt_every, keep_last;
     double stop_at_acc;  // a task's early stop: test accuracy at an evaluation (0 = off)
+    double patience;     // early stop after this many epochs without a better validation metric (0 = off)
+    char patience_metric[CFG_STR_MAX];  // loss | acc
 } TrainSection;
 
 typedef struct OptimGroupSection {

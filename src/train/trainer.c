@@ -72,6 +72,16 @@ static int data_source_check_(const RunConfig *c, Err *e) {
     if (c->train.stop_at_acc > 0 && (!run_config_has_task(c) || !c->train.eval_every))
         return err_set(e, "train.stop_at_acc: %g needs an accuracy to watch: a data.task and train.eval_every > 0 "
                        "(set it to 0 to train to the end)", c->train.stop_at_acc);
+    if (c->train.patience > 0) {
+        int task = run_config_has_task(c);
+        if (!c->train.eval_every || (!task && !c->data.val.n))
+            return err_set(e, "train.patience: %g epochs needs evaluations to watch: train.eval_every > 0 and "
+                           "validation data (data.val, or a data.task) (set it to 0 to train to the end)",
+                           c->train.patience);
+        if (!task && !strcmp(c->train.patience_metric, "acc"))
+            return err_set(e, "train.patience_metric: \"acc\" is a task's test accuracy, and this run trains on "
+                           "shards; use \"loss\"");
+    }
     if (run_config_has_task(c)) {
         if (c->data.train.n || c->data.val.n || c->data.test.n)
             return err_set(e, "data.task: the run trains on the task \"%s\"; remove data.train/val/test (or set "
@@ -380,6 +390,9 @@ static int setup_(Trainer *t, const TrainerOpts *o, Err *e) {
         return -1;
     t->total_steps = total_steps_(c, &t->train);
     if (t->total_steps < 1) return err_set(e, "train: 0 steps (set train.steps, or train.epochs > 0)");
+    // train.patience in steps: epochs of this run's steps (an epoch = one pass over the training windows)
+    t->patience_steps = (long)ceil(c->train.patience * (double)t->train.n_windows /
+                                   ((double)c->train.batch_size * c->train.grad_accum));
     if (optim_setup_(&t->opt, &t->groups, &c->optim, &t->model.pt, e) != 0 ||
         schedule_setup_(&t->sched, c, t->total_steps, e) != 0)
         return -1;
@@ -476,9 +489,10 @@ static int log_line_(RunLog_ *log, Err *e, const char *fmt, ...) {
     return 0;
 }
 
-// acc: the task's test accuracy (NAN without a task)
-static int validate_(Trainer *t, RunLog_ *log, double *acc_out, Err *e) {
-    *acc_out = NAN;
+// loss_out: the validation loss; acc_out: the task's test accuracy (NAN without a task, both NAN without
+// validation data)
+static int validate_(Trainer *t, RunLog_ *log, double *loss_out, double *acc_out, Err *e) {
+    *loss_out = *acc_out = NAN;
     if (!t->has_val) return 0;
     // run.device cuda: the forward passes run on the GPU, with its parameters (train/forward.h)
     Forward f;
@@ -512,7 +526,22 @@ static int validate_(Trainer *t, RunLog_ *log, double *acc_out, Err *e) {
         trainer_last_ckpt_note(t, note, sizeof note);
         return err_set(e, "step %ld: the validation loss is not finite (%g): training diverged; %s", t->step, loss, note);
     }
+    *loss_out = loss;
     return 0;
+}
+
+// train.patience: take this evaluation's metric (loss or acc, as train.patience_metric says) into the best so
+// far; 1 when the best is train.patience epochs of steps behind (training stops)
+static int patience_over_(Trainer *t, double loss, double acc) {
+    int acc_metric = !strcmp(t->c.train.patience_metric, "acc");
+    double v = acc_metric ? acc : loss;
+    if (!t->has_best || (acc_metric ? v > t->best_metric : v < t->best_metric)) {
+        t->has_best = 1;
+        t->best_metric = v;
+        t->best_step = t->step;
+        return 0;
+    }
+    return t->step - t->best_step >= t->patience_steps;
 }
 
 // a task's final evaluation: loss and accuracy over its whole test split (on the GPU with run.device cuda): every
@@ -709,13 +738,28 @@ static int loop_(Trainer *t, Err *e) {
             last_print = now;
             print_progress_(t, tty, loss, lr, gnorm, avg_tps);
         }
-        double acc = NAN;
+        double acc = NAN, loss_v = NAN;
+        int evaluated = 0;
         // the final checkpoint comes before the final validation: an error reading the validation data (or a
         // non-finite validation loss) at the end loses no training
         if (last && (rc = trainer_save_checkpoint(t, e)) != 0) break;
-        if ((c->train.eval_every && t->step % c->train.eval_every == 0) || last)
-            if ((rc = validate_(t, log, &acc, e)) != 0) break;
-        if (c->train.stop_at_acc > 0 && !last && acc >= c->train.stop_at_acc) {
+        if ((c->train.eval_every && t->step % c->train.eval_every == 0) || last) {
+            if ((rc = validate_(t, log, &loss_v, &acc, e)) != 0) break;
+            evaluated = t->has_val;
+        }
+        if (c->train.patience > 0 && !last && evaluated && !t->stopped_early && patience_over_(t, loss_v, acc)) {
+            t->stopped_early = 1;
+            char mb[32];
+            rc = log_line_(log, e, "{\"step\": %ld, \"stopped_early\": true, \"patience\": %.9g, \"best_step\": %ld, "
+                           "\"best_%s\": %s}", t->step, c->train.patience, t->best_step, c->train.patience_metric,
+                           json_num(mb, sizeof mb, t->best_metric, 9, 0));
+            if ((rc = dist_agree(rc, e)) != 0) break;
+            if (!t->quiet)
+                printf("%sstep %ld: no better validation %s than step %ld's %.6g for train.patience %g epochs (%ld "
+                       "steps): training stops here\n", tty ? "\r\033[K" : "", t->step, c->train.patience_metric,
+                       t->best_step, t->best_metric, c->train.patience, t->patience_steps);
+        }
+        if (c->train.stop_at_acc > 0 && !last && !t->stopped_early && acc >= c->train.stop_at_acc) {
             t->stopped_early = 1;
             rc = log_line_(log, e, "{\"step\": %ld, \"stopped_early\": true, \"val_acc\": %.6f}", t->step, acc);
             if ((rc = dist_agree(rc, e)) != 0) break;

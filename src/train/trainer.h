@@ -43,7 +43,12 @@ typedef struct Trainer {
     int threads;            // OpenMP threads of this process
     int ranks;              // processes training together (MPI ranks; 1 without MPI)
     int quiet;              // no progress output (--quiet, or a rank other than 0)
-    int stopped_early;      // train.stop_at_acc was reached (recorded in the checkpoint: a resume does not train on)
+    int stopped_early;      // train.stop_at_acc was reached or train.patience ran out (recorded in the checkpoint:
+                            //   a resume does not train on)
+    long patience_steps;    // train.patience in steps
+    int has_best;           // train.patience: an evaluation was watched; its best value and step (in the checkpoint)
+    double best_metric;
+    long best_step;
     const TrainerOpts *o;
 } Trainer;
 

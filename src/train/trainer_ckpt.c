@@ -96,6 +96,10 @@ static int write_checkpoint_(Trainer *t, Err *e) {
         cJSON_AddNumberToObject(st, "ranks", t->ranks);
         cJSON_AddStringToObject(st, "kernels", kernel_set_name(kernel_set()));
         cJSON_AddBoolToObject(st, "stopped_early", t->stopped_early);
+        if (t->has_best) {  // train.patience's best evaluation, so that a resumed run stops where this one would
+            cJSON_AddNumberToObject(st, "best_step", (double)t->best_step);
+            cJSON_AddNumberToObject(st, "best_metric", t->best_metric);
+        }
         cJSON_AddItemToObject(st, "config", config_dump(&t->c, &RUN_CONFIG_SCHEMA));
         char *s = cJSON_Print(st);
         cJSON_Delete(st);
@@ -196,6 +200,9 @@ static int load_checkpoint_(Trainer *t, const char *ckpt, const CkptState *st, E
                 "are not bit-identical to an uninterrupted run (set SEQ_KERNELS=%s for that)\n", st->kernels, now,
                 st->kernels);
     t->stopped_early = st->stopped_early;
+    t->has_best = st->has_best;
+    t->best_step = st->best_step;
+    t->best_metric = st->best_metric;
     t->step = st->step;
     t->opt.t = st->optim_t;
     t->tokens = st->tokens;
@@ -384,7 +391,7 @@ int trainer_resume(Trainer *t, const char *log_path, Err *e) {
     if (dist_agree(rc, e) != 0) return -1;
     if (!dist_main()) return 0;
     if (t->stopped_early)
-        printf("%s stopped early at step %ld of %ld (train.stop_at_acc reached); nothing left to train\n",
+        printf("%s stopped early at step %ld of %ld (train.stop_at_acc or train.patience); nothing left to train\n",
                t->run_dir, t->step, t->total_steps);
     else printf("resuming %s from %s (step %ld of %ld)\n", t->run_dir, ckpt, t->step, t->total_steps);
     return 0;
