@@ -40,7 +40,7 @@ Settings (environment):
              fuzzy ICR 3,200 (8 epochs), selective copy 1,200 (3), memorization 800 (100 epochs of 256),
              compression 1,600 (4); an evaluation on 256 test examples every 200 steps, stopping at 0.99
              (Zoology's early stop); scored on the 1,280 test examples. Rows by default: $MAD_MEDIUM_ROWS.
-             JOBS defaults to nproc (THREADS 1)
+             JOBS defaults to nproc / 2 (THREADS 2)
       tiny:  pipeline check (CI): d 32, batch 4, 2 steps, 8 train / 8 test examples, sequences of at most
              64 tokens; grid lr {1e-3} x wd {0}; the numbers mean nothing
   ROWS=id,id,...          only these mixer rows (default all): $(printf '%s ' attn_none attn_rope attn_alibi attn_fox rfa sc_rfa kla kla_p0 kla_plus gla gla_selrope gdn gdn_selrope)

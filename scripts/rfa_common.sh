@@ -47,8 +47,10 @@ rfa_json_str() {
 
 # rfa_setup: read the settings, check the tools, cd to the repository root (after rfa_parse_opts). The scales
 # a script knows are RFA_SCALES (default "tiny small paper"; mad_table.sh adds medium). tiny and medium are many
-# short runs, so JOBS defaults to nproc there; medium's THREADS defaults to 1 whatever JOBS is, so that every
-# machine of one CPU kind trains the same runs (the same bits) whatever its number of cores.
+# short runs, so JOBS defaults to nproc there (medium: nproc / 2); medium's THREADS defaults to 2 whatever JOBS
+# is, so that every machine of one CPU kind trains the same runs (the same bits) whatever its number of cores
+# (2, not 1: the longest medium runs, Gated DeltaNet's fuzzy ICR and selective copy, took 21-23 minutes on 2
+# threads of a busy 64-core Xeon, longer than the half hour the table has on one).
 rfa_setup() {
     SCALE=${SCALE:-small}
     local sc=${RFA_SCALES:-tiny small paper}
@@ -56,10 +58,14 @@ rfa_setup() {
         RFA_DIE_RC=2 rfa_die "SCALE must be ${l// /, } or ${sc##* } (got '$SCALE')" ;; esac
     if [ -n "${SEQ_OUT:-}" ]; then RFA_OUT=$(rfa_abspath_ "$SEQ_OUT"); else RFA_OUT="$RFA_ROOT/runs/rfa_tables/$SCALE"; fi
     if [ -n "${BIN:-}" ]; then RFA_BIN=$(rfa_abspath_ "$BIN"); else RFA_BIN="$RFA_ROOT/bin"; fi
-    case "$SCALE" in tiny|medium) RFA_JOBS=${JOBS:-$RFA_NPROC} ;; *) RFA_JOBS=${JOBS:-1} ;; esac
+    case "$SCALE" in
+        tiny) RFA_JOBS=${JOBS:-$RFA_NPROC} ;;
+        medium) RFA_JOBS=${JOBS:-$(( RFA_NPROC > 1 ? RFA_NPROC / 2 : 1 ))} ;;
+        *) RFA_JOBS=${JOBS:-1} ;;
+    esac
     case "$RFA_JOBS" in ''|*[!0-9]*|0) RFA_DIE_RC=2 rfa_die "JOBS must be a positive integer (got '$RFA_JOBS')" ;; esac
     local t=$((RFA_NPROC / RFA_JOBS)); [ "$t" -ge 1 ] || t=1
-    [ "$SCALE" = medium ] && t=1
+    [ "$SCALE" = medium ] && t=2
     RFA_THREADS=${THREADS:-$t}
     case "$RFA_THREADS" in ''|*[!0-9]*) RFA_DIE_RC=2 rfa_die "THREADS must be a non-negative integer (got '$RFA_THREADS')" ;; esac
     RFA_PROGRESS_EVERY=${PROGRESS_EVERY:-60}

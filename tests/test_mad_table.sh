@@ -44,17 +44,17 @@ check "PROTOCOL=kla: one block, a fused KLA block (no MLP) for kla and attention
     eval 'grep -q "^model .* 1 layers," "$W/info_kla" && grep -q "^| 0 | kla (no MLP) |" "$W/info_kla" &&
           grep -q "^model .* 1 layers," "$W/info_attn" && grep -q "^| 0 | attention |" "$W/info_attn" && ! grep -q "^| 1 |" "$W/info_attn"'
 # SCALE=medium: 5 rows (attention, KLA, KLA p = 0, GLA, GDN) x 6 tasks x lr {2e-3}; batch 32, warmup, per-task
-# epochs, evaluation every 200 steps on 8 batches with Zoology's stop at 0.99; JOBS defaults to nproc, THREADS to 1
+# epochs, evaluation every 200 steps on 8 batches with Zoology's stop at 0.99; JOBS defaults to nproc / 2 (at least 1), THREADS to 2
 (unset JOBS THREADS; SCALE=medium SEQ_OUT=$W/med "$S" --dry-run > "$W/dry_med" 2> "$W/dry_med.err")
 med_cfg() {  # med_cfg RUN: the resolved config of a medium run of the dry run, as JSON
     local c; c=$(grep "run.name=$1 " "$W/dry_med") || return 1
     eval "${c/ --set run.dir=/ --print-config --set run.dir=}" 2>/dev/null
 }
-check "SCALE=medium --dry-run lists 30 runs (5 rows x 6 tasks x lr 2e-3), 1 thread each, nproc at a time, trains nothing" \
+check "SCALE=medium --dry-run lists 30 runs (5 rows x 6 tasks x lr 2e-3), 2 threads each, nproc / 2 at a time, trains nothing" \
     eval '[ "$(grep -c "^$BIN/seqtrain --config configs/tasks/mad/" "$W/dry_med")" = 30 ] && [ ! -d "$W/med/runs" ] &&
           [ "$(grep -o "run.name=[a-z0-9_]*__icr__" "$W/dry_med" | sort | tr "\n" " ")" = "run.name=attn_rope__icr__ run.name=gdn__icr__ run.name=gla__icr__ run.name=kla__icr__ run.name=kla_p0__icr__ " ] &&
-          [ "$(grep -c "lr2e-3_wd0 --set run.threads=1$" "$W/dry_med")" = 30 ] &&
-          grep -q "JOBS=$(nproc) THREADS=1" "$W/dry_med.err"'
+          [ "$(grep -c "lr2e-3_wd0 --set run.threads=2$" "$W/dry_med")" = 30 ] &&
+          grep -q "JOBS=$(( $(nproc) > 1 ? $(nproc) / 2 : 1 )) THREADS=2" "$W/dry_med.err"'
 check "SCALE=medium run configs: batch 32, lr 2e-3 with 100 warmup steps, cosine to 1e-6, the tasks' epochs, eval every 200 on 8 batches, stop at 0.99" \
     python3 - <(med_cfg attn_rope__icr__lr2e-3_wd0) <(med_cfg kla__selective_copy__lr2e-3_wd0) \
         <(med_cfg gdn__memorization__lr2e-3_wd0) <(med_cfg gla__compression__lr2e-3_wd0) <<'PY'
