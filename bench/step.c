@@ -10,8 +10,11 @@
  * does, builds the model from the model section with run.seed, and times, each as the median over --reps after --warmup
  * untimed repeats:
  *   data      loader_next of one micro-batch (B,T) (generating its task examples)
- *   compute   model_zero_grad + model_forward + model_backward of that micro-batch: the arithmetic of a
- *             step, nothing else (no optimizer, clipping, logging or evaluation)
+ *   compute   model_zero_grad + model_forward_backward of that micro-batch, as the trainer runs it: the
+ *             arithmetic of a step, nothing else (no optimizer, clipping, logging or evaluation)
+ *   dense     model_zero_grad + model_forward + model_backward of the same batch: the head and the
+ *             cross-entropy on every position, also those without a target (what a step cost before the
+ *             trainer's path ran the head on the supervised rows only; the same gradients to the bit)
  * Threads from run.threads (0 = OMP_NUM_THREADS or all cores), as seqtrain sets them.
  */
 #include <math.h>
@@ -78,27 +81,40 @@ int main(int argc, char **argv) {
     size_t BT = (size_t)B * T;
     int *in = malloc(BT * sizeof(int)), *tg = malloc(BT * sizeof(int));
     double *t_data = malloc((size_t)n * sizeof(double)), *t_comp = malloc((size_t)n * sizeof(double));
+    double *t_dense = malloc((size_t)n * sizeof(double));
     for (int r = 0; r < n; r++) {
         double t0 = time_now_s();
         if (loader_next(&l, in, tg, B, &e) != 0) {
             fprintf(stderr, "step: %s\n", e.msg);
             return 1;
         }
+        int n_sup = 0;
+        for (size_t i = 0; i < BT; i++) n_sup += tg[i] >= 0;
         double t1 = time_now_s();
+        model_zero_grad(&m);
+        if (model_forward_backward(&m, in, tg, B, T, n_sup, &e) != 0) {
+            fprintf(stderr, "step: %s\n", e.msg);
+            return 1;
+        }
+        double t2 = time_now_s();
         model_zero_grad(&m);
         if (model_forward(&m, in, tg, B, T, &e) != 0) {
             fprintf(stderr, "step: %s\n", e.msg);
             return 1;
         }
-        model_backward(&m, m.n_supervised);
-        double t2 = time_now_s();
+        model_backward(&m, n_sup);
+        double t3 = time_now_s();
         t_data[r] = t1 - t0;
         t_comp[r] = t2 - t1;
+        t_dense[r] = t3 - t2;
     }
     double data = bench_median(t_data + warmup, (int)reps), comp = bench_median(t_comp + warmup, (int)reps);
+    double dense = bench_median(t_dense + warmup, (int)reps);
     printf("step: %s | %zu parameters | B %d x T %d | %d threads\n", config, model_num_params(&m), B, T, bench_threads());
     printf("data (loader_next)          %9.3f ms\n", 1e3 * data);
     printf("compute (forward+backward)  %9.3f ms  %10.0f tok/s\n", 1e3 * comp, (double)BT / comp);
+    printf("dense head (every position) %9.3f ms  %10.0f tok/s  (compute is %.2fx faster)\n", 1e3 * dense,
+           (double)BT / dense, dense / comp);
     if (json) {
         FILE *f = fopen(json, "w");
         if (!f) {
@@ -106,13 +122,15 @@ int main(int argc, char **argv) {
             return 1;
         }
         fprintf(f, "{\"config\": \"%s\", \"params\": %zu, \"B\": %d, \"T\": %d, \"threads\": %d, \"data_ms\": %.6f, "
-                "\"compute_ms\": %.6f}\n", config, model_num_params(&m), B, T, bench_threads(), 1e3 * data, 1e3 * comp);
+                "\"compute_ms\": %.6f, \"dense_ms\": %.6f}\n", config, model_num_params(&m), B, T, bench_threads(), 1e3 * data,
+                1e3 * comp, 1e3 * dense);
         fclose(f);
     }
     free(in);
     free(tg);
     free(t_data);
     free(t_comp);
+    free(t_dense);
     model_free(&m);
     loader_close(&l);
     run_config_free(&c);

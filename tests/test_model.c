@@ -68,18 +68,21 @@ static void check_config_(const char *what, const char *json, int ignore_some, d
     model_backward(&m, m.n_supervised);
     float *g = malloc(m.pt.numel * sizeof(float));
     memcpy(g, m.grads, m.pt.numel * sizeof(float));
-    // the trainer's path (the cross-entropy's forward and backward in one pass) gives the same loss and
-    // gradient bits, also with n_norm larger than this batch's count (gradient accumulation)
+    // the trainer's path (the cross-entropy's forward and backward in one pass; with ignored targets, the
+    // head on the supervised rows only) gives the same loss, per-position losses and gradient bits, also
+    // with n_norm larger than this batch's count (gradient accumulation)
     for (int extra = 0; extra <= 5; extra += 5) {
         double loss0 = m.loss;
-        float *g0 = malloc(m.pt.numel * sizeof(float));
+        float *g0 = malloc(m.pt.numel * sizeof(float)), l0[22];
         model_zero_grad(&m);
         model_forward(&m, in, tg, B, T, &e);
+        memcpy(l0, m.losses, sizeof l0);
         model_backward(&m, m.n_supervised + extra);
         memcpy(g0, m.grads, m.pt.numel * sizeof(float));
         model_zero_grad(&m);
         rc = model_forward_backward(&m, in, tg, B, T, m.n_supervised + extra, &e);
-        CHECK(rc == 0 && m.loss == loss0 && memcmp(g0, m.grads, m.pt.numel * sizeof(float)) == 0,
+        CHECK(rc == 0 && m.loss == loss0 && memcmp(l0, m.losses, sizeof l0) == 0 &&
+                  memcmp(g0, m.grads, m.pt.numel * sizeof(float)) == 0,
               "%s: model_forward_backward (n_norm = n_supervised + %d) = model_forward + model_backward", what, extra);
         free(g0);
     }

@@ -316,6 +316,8 @@ void model_free(Model *m) {
     free(m->la);
     free(m->inputs);
     free(m->targets);
+    free(m->head_rows);
+    free(m->head_tg);
     memset(m, 0, sizeof *m);
 }
 
@@ -396,6 +398,8 @@ static void model_alloc_acts_(Model *m, int B, int T) {
     free(m->la);
     free(m->inputs);
     free(m->targets);
+    free(m->head_rows);
+    free(m->head_tg);
     m->arena = xmalloc_for(total * sizeof(float), "the activations of a batch of %d x %d tokens "
                            "(train.batch_size x train.seq_len when training) through model.n_layers = %d layers "
                            "of model.d_model = %d and a vocabulary of %d: lower train.batch_size or train.seq_len",
@@ -404,6 +408,9 @@ static void model_alloc_acts_(Model *m, int B, int T) {
     m->la = xcalloc((size_t)m->L, sizeof(LayerActs));
     m->inputs = xmalloc(BT * sizeof(int));
     m->targets = xmalloc(BT * sizeof(int));
+    m->head_rows = xmalloc(BT * sizeof(int));
+    m->head_tg = xmalloc(BT * sizeof(int));
+    m->n_head = (int)BT;
     float *p = m->arena;
 #define TAKE_(ptr, n) do { (ptr) = p; p += (n); } while (0)
     for (int l = 0; l < m->L; l++) {
@@ -607,6 +614,38 @@ static void ae_backward_(Model *m, float *dout, float *dres, int B, int T) {
     }
 }
 
+// rows (rows, W): the first n rows, which belong at row indices at[0 .. n) (ascending, at[i] >= i), moved
+// there in place; every other row of the BT becomes 0
+static void head_scatter_(float *rows, const int *at, int n, int BT, int W) {
+    int i = n - 1;
+    for (int r = BT - 1; r >= 0; r--) {  // from the end: a row is moved before anything overwrites it
+        float *dst = rows + (size_t)r * W;
+        if (i >= 0 && at[i] == r) {
+            if (i != r) memcpy(dst, rows + (size_t)i * W, (size_t)W * sizeof(float));
+            i--;
+        } else {
+            memset(dst, 0, (size_t)W * sizeof(float));
+        }
+    }
+}
+
+// the rows of m->targets with a target: their indices to m->head_rows, their targets to m->head_tg, and
+// when some rows have none, those rows of lnf (BT,HW) compacted to its first n_head rows. Returns n_head.
+static int head_compact_(Model *m, int BT) {
+    int n = 0;
+    for (int r = 0; r < BT; r++) {
+        if (m->targets[r] == XENT_IGNORE_INDEX) continue;
+        m->head_rows[n] = r;
+        m->head_tg[n++] = m->targets[r];
+    }
+    m->n_head = n;
+    if (n == BT) return n;
+    for (int i = 0; i < n; i++)  // ascending: head_rows[i] >= i, so no source row is overwritten first
+        if (m->head_rows[i] != i)
+            memcpy(m->lnf + (size_t)i * m->HW, m->lnf + (size_t)m->head_rows[i] * m->HW, (size_t)m->HW * sizeof(float));
+    return n;
+}
+
 // model_forward; with n_norm > 0 (training, targets given), the logits become dlogits at once (the
 // cross-entropy's forward and backward in one pass) and m->xent_done tells model_backward_ so
 static int model_forward_(Model *m, const int *inputs, const int *targets, int B, int T, int n_norm, Err *e) {
@@ -656,10 +695,23 @@ static int model_forward_(Model *m, const int *inputs, const int *targets, int B
     const float *final = m->ae ? ae_forward_(m, m->res_out, B, T) : m->res_out;
     norm_forward_w_(m, m->lnf, m->lnf_mean, m->lnf_rstd, final, m->k_lnf_w, m->k_lnf_b, BT, m->HW);
     const float *head = m->tie ? P_(m->k_wte) : P_(m->k_head_w);
-    matmul_forward(m->logits, m->lnf, head, P_(m->k_head_b), BT, m->HW, m->V);
     m->loss = 0;
     m->n_supervised = 0;
     m->xent_done = 0;
+    m->n_head = BT;
+    if (targets && n_norm > 0 && S == 1 && head_compact_(m, BT) < BT) {
+        // a training step on a task batch: the head and cross-entropy on the supervised rows only (the
+        // unsupervised rows' dlogits are exactly 0, so this skips work without changing a bit)
+        double mean;
+        matmul_forward(m->logits, m->lnf, head, P_(m->k_head_b), m->n_head, m->HW, m->V);
+        m->n_supervised = crossentropy_forward_backward(m->losses, m->xstats, &mean, m->logits, m->head_tg, n_norm,
+                                                        m->n_head, m->V);
+        m->xent_done = 1;
+        m->loss = mean;
+        head_scatter_(m->losses, m->head_rows, m->n_head, BT, 1);
+        return 0;
+    }
+    matmul_forward(m->logits, m->lnf, head, P_(m->k_head_b), BT, m->HW, m->V);
     if (targets) {
         double mean;
         if (n_norm > 0 && S == 1) {
@@ -704,9 +756,11 @@ void model_backward(Model *m, int n_norm) {
     const float *head = m->tie ? P_(m->k_wte) : P_(m->k_head_w);
     // dtmp (BT,HW) = dlogits (BT,V) @ head (V,HW), written rather than zeroed and accumulated (one pass
     // less over the buffer); the weight and bias gradients accumulate as usual
-    int HW = m->HW;
-    matmul(m->dtmp, dlogits, head, BT, HW, m->V, 0, 0, 0);
-    matmul_backward(NULL, dhead, G_(m->k_head_b), dlogits, m->lnf, head, BT, HW, m->V);
+    int HW = m->HW, NH = m->n_head;  // NH < BT: the forward ran the head on the supervised rows only
+    matmul(m->dtmp, dlogits, head, NH, HW, m->V, 0, 0, 0);
+    matmul_backward(NULL, dhead, G_(m->k_head_b), dlogits, m->lnf, head, NH, HW, m->V);
+    if (NH < BT) head_scatter_(m->dtmp, m->head_rows, NH, BT, HW);
+    m->n_head = BT;
     memset(m->dres, 0, (size_t)BT * HW * sizeof(float));
     norm_backward_w_(m, m->dres, m->dtmp, m->ae ? m->dec_a2 : m->res_out, m->lnf_mean, m->lnf_rstd, m->k_lnf_w,
                      m->k_lnf_b, BT, HW);

@@ -107,6 +107,11 @@ typedef struct Model {
     double loss;        // mean over supervised positions of the last forward with targets
     int n_supervised;
     int xent_done;      // the last forward already turned the logits into dlogits (model_forward_backward)
+    // model_forward_backward on a batch where some positions have no target (the tasks: MQAR supervises 4
+    // of 64) runs the head and the cross-entropy on the n_head supervised rows only, at head_rows (B*T,):
+    // lnf, logits (dlogits), xstats then hold those rows compacted. n_head = B*T when the head ran densely.
+    int *head_rows, *head_tg;
+    int n_head;
     // KLA+ (model.mc_samples = S > 1): every call runs S copies of the batch, each sampling layer drawing
     // its own posterior sample; the loss per position is -log mean_s p(target | sample s) (eq. 24-25).
     // B and T above are then the replicated shape (S*B rows, copy s = rows s*B .. s*B+B-1); the first B*T
