@@ -20,9 +20,9 @@
 #       small: d 64,128; lr 2.15e-3,1e-2 (the upper half of Zoology's grid: short runs favour large rates);
 #              zoology at T 64 only; 20,000 train / 1,000 test examples,
 #              4 epochs (1,250 steps), batch 64 (a CPU-sized version; kla_long/bla keep their T, N and V);
-#              evaluations every 200 steps, stopping at 0.99 (Zoology's early stop). About 80 s (d 64) and
+#              evaluations every 200 steps, stopping at 0.99 (Zoology's early stop). At most about 80 s (d 64) and
 #              3 min (d 128) per zoology attention run on 2 cores
-#       medium: zoology only, a table that separates mixers in about half an hour on 16 cores: rows attn_rope
+#       medium: zoology only, a table that separates mixers in about 18 minutes on 16 cores: rows attn_rope
 #              kla gla gated_deltanet mamba2 unless MIXERS says otherwise (attention the positive control; the
 #              others KLA Fig. 6a's); d 64,128; lr 3e-4,1e-3; T 64, N 4, 20,000 train / 1,000 test examples,
 #              8 epochs (2,500 steps) of batch 64, Zoology's early stop at 0.99 (evaluations every 200 steps);
