@@ -698,31 +698,25 @@ static int model_forward_(Model *m, const int *inputs, const int *targets, int B
     m->loss = 0;
     m->n_supervised = 0;
     m->xent_done = 0;
+    // a training step on a batch where some rows have no target (the tasks) runs the head and the
+    // cross-entropy on the supervised rows only, compacted: the others' dlogits are exactly 0, so this skips
+    // work without changing a bit
     m->n_head = BT;
-    if (targets && n_norm > 0 && S == 1 && head_compact_(m, BT) < BT) {
-        // a training step on a task batch: the head and cross-entropy on the supervised rows only (the
-        // unsupervised rows' dlogits are exactly 0, so this skips work without changing a bit)
-        double mean;
-        matmul_forward(m->logits, m->lnf, head, P_(m->k_head_b), m->n_head, m->HW, m->V);
-        m->n_supervised = crossentropy_forward_backward(m->losses, m->xstats, &mean, m->logits, m->head_tg, n_norm,
-                                                        m->n_head, m->V);
-        m->xent_done = 1;
-        m->loss = mean;
-        head_scatter_(m->losses, m->head_rows, m->n_head, BT, 1);
-        return 0;
-    }
-    matmul_forward(m->logits, m->lnf, head, P_(m->k_head_b), BT, m->HW, m->V);
+    const int *tg = m->targets;
+    if (targets && n_norm > 0 && S == 1 && head_compact_(m, BT) < BT) tg = m->head_tg;
+    int NH = m->n_head;
+    matmul_forward(m->logits, m->lnf, head, P_(m->k_head_b), NH, m->HW, m->V);
     if (targets) {
         double mean;
         if (n_norm > 0 && S == 1) {
             // (the KLA+ average over samples reads the logits after the forward, so it keeps two passes)
-            m->n_supervised =
-                crossentropy_forward_backward(m->losses, m->xstats, &mean, m->logits, m->targets, n_norm, BT, m->V);
+            m->n_supervised = crossentropy_forward_backward(m->losses, m->xstats, &mean, m->logits, tg, n_norm, NH, m->V);
             m->xent_done = 1;
         } else {
             m->n_supervised = crossentropy_forward(m->losses, m->xstats, &mean, m->logits, m->targets, BT, m->V);
         }
         m->loss = mean;
+        if (NH < BT) head_scatter_(m->losses, m->head_rows, NH, BT, 1);  // per position again, 0 where ignored
         if (S > 1) model_mc_loss_(m, BT1);
     }
     return 0;
