@@ -18,6 +18,7 @@ JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 log_dir=$(mktemp -d)
 trap 'rm -rf "$log_dir"' EXIT
 pass=0; fail=0
+mark=$SECONDS  # each count() line shows the seconds since the previous one: that test's time
 
 count() {  # count() NAME RC LOGFILE
     local p f
@@ -28,7 +29,8 @@ count() {  # count() NAME RC LOGFILE
         echo "not ok - $1 exited with status $2 without reporting a failure:"; tail -n 20 "$3" | sed 's/^/    /'
         fail=$((fail + 1))
     fi
-    printf '%-34s %4d ok  %3d not ok  (exit %d)\n' "$1" "$p" "$f" "$2"
+    printf '%-34s %4d ok  %3d not ok  (exit %d, %d s)\n' "$1" "$p" "$f" "$2" $((SECONDS - mark))
+    mark=$SECONDS
 }
 
 # the kernel sets this CPU runs (the names bench/matmul and seqtrain print), best first
@@ -54,7 +56,7 @@ build_variant() {  # build_variant NAME MAKE-ARGS...: 0 when tools and tests bui
         echo "not ok - $name build failed:"; tail -n 40 "$log_dir/build-$name.log" | sed 's/^/    /'
         fail=$((fail + 1)); return 1
     fi
-    pass=$((pass + 1)); echo "ok - $name build"
+    pass=$((pass + 1)); echo "ok - $name build ($((SECONDS - mark)) s)"; mark=$SECONDS
 }
 
 run_variant() {  # run_variant NAME MAKE-ARGS...
@@ -113,5 +115,6 @@ else
 fi
 SEQ_JOBS=$JOBS bash tests/gpu/run.sh > "$log_dir/cuda.log" 2>&1; count cuda $? "$log_dir/cuda.log"
 grep '^skipped' "$log_dir/cuda.log"
+echo "total $SECONDS s"
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
