@@ -54,6 +54,10 @@ inline dim3 blockDim, gridDim;
 static inline int min(int a, int b) { return a < b ? a : b; }
 static inline int max(int a, int b) { return a > b ? a : b; }
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+// the fast exponential: the GPU's ex2.approx of x·log2(e) (here an exact exp2f of the same product)
+// (glibc declares a __expf of its own, not exported: the name is redirected)
+static inline float emu_expf_(float x) { return exp2f(x * 1.4426950408889634f); }
+#define __expf(x) emu_expf_(x)
 
 // ----------------------------------------------------------------------------
 // fibers

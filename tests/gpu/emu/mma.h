@@ -1,10 +1,13 @@
 /*
- * CUDA's warp matrix functions (nvcuda::wmma, <mma.h>) emulated on the CPU for tests/gpu/emu: the shapes and
- * types the backend uses (m16n16k8 with precision::tf32 inputs and float accumulators). On the GPU a fragment
- * is spread over the 32 lanes of a warp in an undocumented layout; here every lane (fiber) holds the whole
- * tile, so each lane's load, mma and store do the whole warp's work. The kernels touch fragments only through
- * these calls and element-wise loops over x[0, num_elements) that treat every element alike (the tf32
- * rounding), which mean the same in both layouts.
+ * The tensor-core instructions the backend's kernels use, emulated on the CPU for tests/gpu/emu: TF32 rounding
+ * (nvcuda::wmma::__float_to_tf32, from CUDA's <mma.h>) and the warp-wide mma.sync m16n8k8 with TF32 operands and
+ * fp32 accumulators (inline PTX on the GPU: gpu/flash_attn.cu's mma_). The emulated mma.sync takes each lane's
+ * registers in the layout PTX documents for that shape, so the kernels' fragment indexing is checked here as on
+ * the GPU (lane = 4 g + t):
+ *
+ *   A (16x8)  a0 (g, t)   a1 (g+8, t)   a2 (g, t+4)   a3 (g+8, t+4)
+ *   B (8x8)   b0 (t, g)   b1 (t+4, g)
+ *   C (16x8)  c0 (g, 2t)  c1 (g, 2t+1)  c2 (g+8, 2t)  c3 (g+8, 2t+1)
  *
  * __float_to_tf32 rounds as the GPU's cvt.rna.tf32.f32 (to the nearest 10-bit mantissa, ties away from zero),
  * so the 3xTF32 split of the fp32 mode is exercised with the real rounding; the products are then added in
@@ -15,28 +18,10 @@
 
 #include <string.h>
 
-#include <type_traits>
+#include "cuda_runtime.h"
 
 namespace nvcuda {
 namespace wmma {
-
-struct matrix_a {};
-struct matrix_b {};
-struct accumulator {};
-struct row_major {};
-struct col_major {};
-namespace precision {
-struct tf32 {};
-}  // namespace precision
-enum layout_t { mem_row_major, mem_col_major };
-
-template <typename Use, int M, int N, int K, typename T, typename Layout = void>
-struct fragment {
-    static constexpr int rows = std::is_same<Use, matrix_b>::value ? K : M;
-    static constexpr int cols = std::is_same<Use, matrix_a>::value ? K : N;
-    enum { num_elements = rows * cols };
-    float x[num_elements];
-};
 
 static inline float __float_to_tf32(float f) {
     unsigned u;
@@ -49,54 +34,32 @@ static inline float __float_to_tf32(float f) {
     return f;
 }
 
-template <typename Use, int M, int N, int K, typename T, typename L>
-static inline void fill_fragment(fragment<Use, M, N, K, T, L> &f, float v) {
-    for (int i = 0; i < f.num_elements; i++) f.x[i] = v;
-}
-
-// matrix_a / matrix_b: the layout is the fragment's
-template <typename Use, int M, int N, int K, typename T, typename L>
-static inline void load_matrix_sync(fragment<Use, M, N, K, T, L> &f, const float *p, unsigned ldm) {
-    typedef fragment<Use, M, N, K, T, L> F;
-    for (int r = 0; r < F::rows; r++)
-        for (int c = 0; c < F::cols; c++)
-            f.x[r * F::cols + c] = std::is_same<L, col_major>::value ? p[(size_t)c * ldm + r] : p[(size_t)r * ldm + c];
-}
-
-// accumulators: the layout is an argument
-template <int M, int N, int K>
-static inline void load_matrix_sync(fragment<accumulator, M, N, K, float, void> &f, const float *p, unsigned ldm,
-                                    layout_t l) {
-    for (int r = 0; r < M; r++)
-        for (int c = 0; c < N; c++) f.x[r * N + c] = l == mem_col_major ? p[(size_t)c * ldm + r] : p[(size_t)r * ldm + c];
-}
-
-template <int M, int N, int K>
-static inline void store_matrix_sync(float *p, const fragment<accumulator, M, N, K, float, void> &f, unsigned ldm,
-                                     layout_t l) {
-    for (int r = 0; r < M; r++)
-        for (int c = 0; c < N; c++) {
-            float *q = l == mem_col_major ? p + (size_t)c * ldm + r : p + (size_t)r * ldm + c;
-            *q = f.x[r * N + c];
-        }
-}
-
-// d = a b + c
-template <int M, int N, int K, typename T, typename LA, typename LB>
-static inline void mma_sync(fragment<accumulator, M, N, K, float, void> &d, const fragment<matrix_a, M, N, K, T, LA> &a,
-                            const fragment<matrix_b, M, N, K, T, LB> &b,
-                            const fragment<accumulator, M, N, K, float, void> &c) {
-    float out[M * N];
-    for (int i = 0; i < M; i++)
-        for (int j = 0; j < N; j++) {
-            float s = c.x[i * N + j];
-            for (int k = 0; k < K; k++) s += a.x[i * K + k] * b.x[k * N + j];
-            out[i * N + j] = s;
-        }
-    memcpy(d.x, out, sizeof out);
-}
-
 }  // namespace wmma
 }  // namespace nvcuda
+
+// every lane's A and B registers, exchanged through this (a0..a3, b0, b1 per thread)
+inline float emu_mma_regs_[EMU_MAX_THREADS][6];
+
+// mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32: d += A B over the calling warp, each lane passing its
+// registers (a[4], b[2]) and getting its 4 elements of d. Like the instruction, every lane of the warp must call it.
+static inline void emu_mma_m16n8k8(float d[4], const float a[4], const float b[2]) {
+    int tid = emu_linear_tid_(), base = tid & ~31, g = (tid & 31) >> 2, t = tid & 3;
+    memcpy(emu_mma_regs_[tid], a, 4 * sizeof(float));
+    memcpy(emu_mma_regs_[tid] + 4, b, 2 * sizeof(float));
+    emu_wait_(EMU_WAIT_WARP);
+    float out[4];
+    for (int e = 0; e < 4; e++) {
+        int row = g + 8 * (e >> 1), col = 2 * t + (e & 1);
+        float s = d[e];
+        for (int kk = 0; kk < 8; kk++) {
+            float av = emu_mma_regs_[base + (row & 7) * 4 + (kk & 3)][(row >> 3) + 2 * (kk >> 2)];
+            float bv = emu_mma_regs_[base + col * 4 + (kk & 3)][4 + (kk >> 2)];
+            s += av * bv;
+        }
+        out[e] = s;
+    }
+    emu_wait_(EMU_WAIT_WARP);  // everyone has read before anyone writes again
+    memcpy(d, out, sizeof out);
+}
 
 #endif
