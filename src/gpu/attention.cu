@@ -22,6 +22,9 @@ static int rotates_(const AttentionOpts *o) {
     return o->pos_kind == POS_ROPE || o->pos_kind == POS_DECAYED_ROPE || o->pos_kind == POS_SC_ROPE;
 }
 static int per_head_rope_(const AttentionOpts *o) { return o->pos_kind == POS_SC_ROPE; }
+// qkv_heads_kernel does the permutations and RoPE in one pass: not with qk_norm (its norm comes between the two),
+// and only for an even D (the kernel works on pairs)
+static int fused_heads_(const AttentionOpts *o) { return !o->qk_norm && o->D % 2 == 0; }
 
 static int attention_gpu_check_(const MixerSpec *s, int l, Err *e) {
     const AttentionOpts *o = (const AttentionOpts *)s->opts;
@@ -56,7 +59,8 @@ static GpuAttnOpts kernel_opts_(const AttentionOpts *o, const float *fg_cum) {
 // layout of the saved activations and of the scratch
 
 typedef struct GpuAttActs {
-    float *qh, *kh, *vh, *oh;  // (B,H,T,D) what the kernel saw, its output
+    float *qh, *kh, *vh, *oh;  // (B,H,T,D) what the kernel saw (fp32 modes, and bf16's unfused path), its output
+    float *qb, *kb, *vb;       // (B,H,T,D) bf16 (__nv_bfloat16) in run.precision bf16: what the kernel saw
     float *lse;                // (B,H,T)
     float *o_lin;              // (B,T,HD) the output projection's input
     float *cos_, *sin_;        // (T, D/2) the RoPE table, (T, H, D/2) with sc_rope's per-head spectrum
@@ -69,12 +73,16 @@ typedef struct GpuAttActs {
 
 static size_t att_layout_(const AttentionOpts *o, int B, int T, float *base, GpuAttActs *a) {
     size_t big = (size_t)B * T * o->HD, heads = (size_t)B * T * o->H, half = o->D / 2;
+    // bf16: the kernel's q, k, v in bf16 (half a float each), written straight by the fused permutation
+    int bf = gpu_math() == GPU_BF16;
+    size_t f32 = bf && fused_heads_(o) ? 0 : big, bfh = bf ? (big + 1) / 2 : 0;
     size_t rope = rotates_(o) ? (size_t)T * (per_head_rope_(o) ? o->H : 1) * half : 0;
     size_t freqs = per_head_rope_(o) ? (size_t)o->H * half : 0, qkn = o->qk_norm ? 1 : 0, fox = o->fgate ? 1 : 0;
     struct {
         float **p;
         size_t n;
-    } slots[] = {{&a->qh, big},        {&a->kh, big},        {&a->vh, big},          {&a->oh, big},
+    } slots[] = {{&a->qh, f32},        {&a->kh, f32},        {&a->vh, f32},          {&a->oh, big},
+                 {&a->qb, bfh},        {&a->kb, bfh},        {&a->vb, bfh},
                  {&a->lse, heads},     {&a->o_lin, big},     {&a->cos_, rope},       {&a->sin_, rope},
                  {&a->freqs, freqs},   {&a->q_lin, qkn * big}, {&a->k_lin, qkn * big}, {&a->q_rstd, qkn * heads},
                  {&a->k_rstd, qkn * heads}, {&a->fg_pre, fox * heads}, {&a->fg_cum, fox * heads}};
@@ -91,35 +99,51 @@ static size_t attention_gpu_act_size_(const MixerSpec *s, int B, int T) {
     return att_layout_((const AttentionOpts *)s->opts, B, T, NULL, &a);
 }
 
-// forward: qkv (BT,3HD). backward: dqkv (BT,3HD), dq, dk, dv, dout (B,H,T,D) each, delta (B,H,T), and with fox
-// dF (B,H,T) and dpre (B,T,H); do_lin (BT,HD) shares dqkv's space (it is read before dqkv is written)
+// forward: qkv (BT,3HD). backward: dqkv (BT,3HD), dq, dk, dv, dout (B,H,T,D) each, delta (B,H,T), with fox
+// dF (B,H,T) and dpre (B,T,H), with bf16 dout in bf16 (B,H,T,D) from a 256-byte boundary (the kernel's tiles copy
+// 16-byte rows); do_lin (BT,HD) shares dqkv's space (it is read before dqkv is written)
+static size_t scratch_bf16_at_(const AttentionOpts *o, int B, int T) {
+    size_t big = (size_t)B * T * o->HD, heads = (size_t)B * T * o->H;
+    return (7 * big + heads + (o->fgate ? 2 * heads : 0) + 63) & ~(size_t)63;
+}
 static size_t attention_gpu_scratch_size_(const MixerSpec *s, int B, int T) {
     const AttentionOpts *o = (const AttentionOpts *)s->opts;
-    size_t big = (size_t)B * T * o->HD, heads = (size_t)B * T * o->H;
-    return 7 * big + heads + (o->fgate ? 2 * heads : 0);
+    size_t big = (size_t)B * T * o->HD;
+    return scratch_bf16_at_(o, B, T) + (gpu_math() == GPU_BF16 ? (big + 1) / 2 : 0);
 }
 
 // ----------------------------------------------------------------------------
 // kernels: head permutations, RoPE, fox's forget gates
 
-// V consecutive floats (V = 4 when 4 divides D: every row of both layouts then starts 16-byte aligned)
+// V consecutive elements (V = 4 when 4 divides D: every row of both layouts then starts 16-byte aligned), as
+// floats or from floats to bf16
 template <int V>
 static __device__ __forceinline__ void copy_(float *dst, const float *src) {
     if (V == 4) *(float4 *)dst = *(const float4 *)src;
     else *dst = *src;
 }
-
-// between the head layout (B,H,T,D) and columns [col0, col0 + H·D) of the row layout (B,T,stride), V floats
-// per thread: merge 0 splits (heads = rows' columns), merge 1 merges (rows' columns = heads)
 template <int V>
-__global__ void permute_heads_kernel(float *heads, float *rows, int stride, int col0, int B, int T, int H, int D,
+static __device__ __forceinline__ void copy_(__nv_bfloat16 *dst, const float *src) {
+    for (int e = 0; e < V; e++) dst[e] = __float2bfloat16(src[e]);
+}
+template <int V>
+static __device__ __forceinline__ void copy_(float *dst, const __nv_bfloat16 *src) {
+    for (int e = 0; e < V; e++) dst[e] = __bfloat162float(src[e]);
+}
+
+// between the head layout (B,H,T,D) of HT (float, or bf16 for the bf16 kernels' dout) and columns
+// [col0, col0 + H·D) of the row layout (B,T,stride), V elements per thread: merge 0 splits (heads = rows'
+// columns), merge 1 merges (rows' columns = heads)
+template <int V, typename HT>
+__global__ void permute_heads_kernel(HT *heads, float *rows, int stride, int col0, int B, int T, int H, int D,
                                      int merge) {
     size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * V, n = (size_t)B * T * H * D;
     if (i >= n) return;
     int d = i % D, h = (i / D) % H;
     size_t bt = i / ((size_t)H * D);
     int t = bt % T, b = bt / T;
-    float *hp = heads + (((size_t)b * H + h) * T + t) * D + d, *rp = rows + bt * stride + col0 + (size_t)h * D + d;
+    HT *hp = heads + (((size_t)b * H + h) * T + t) * D + d;
+    float *rp = rows + bt * stride + col0 + (size_t)h * D + d;
     if (merge) copy_<V>(rp, hp);
     else copy_<V>(hp, rp);
 }
@@ -154,6 +178,48 @@ __global__ void rope_kernel(float *x, const float *cos_, const float *sin_, size
     float x0 = p[i0], x1 = p[i1];
     p[i0] = x0 * c - x1 * s;
     p[i1] = x0 * s + x1 * c;
+}
+
+// q, k, v between the head layout (B,H,T,D) of HT (float, or bf16 for the bf16 kernels) and the qkv rows
+// (B,T,3HD) in one pass, q and k rotated on the way (ROT: RoPE with rope_kernel's table and pairs, sign +1
+// forward, -1 the inverse): to_heads 1 splits the rows into qh, kh, vh (the forward), 0 merges dq, dk, dv into the
+// rows (the backward). A thread per pair (b, t, h, k). The same products as permute + rope_kernel, so the same bits
+// (in bf16, the same bits rounded).
+template <bool ROT, typename HT>
+__global__ void qkv_heads_kernel(HT *qh, HT *kh, HT *vh, float *qkv, const float *cos_, const float *sin_, int B,
+                                 int T, int H, int D, int per_head, int half_layout, float sign, int to_heads) {
+    int half = D / 2;
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)B * T * H * half) return;
+    int k = i % half, h = (i / half) % H;
+    size_t bt = i / ((size_t)H * half);
+    int t = bt % T, b = bt / T;
+    int i0 = half_layout ? k : 2 * k, i1 = half_layout ? k + half : 2 * k + 1;
+    float c = 1.0f, s = 0.0f;
+    if (ROT) {
+        size_t ti = ((size_t)t * (per_head ? H : 1) + (per_head ? h : 0)) * half + k;
+        c = cos_[ti];
+        s = sign * sin_[ti];
+    }
+    size_t hrow = (((size_t)b * H + h) * T + t) * D;
+    float *row = qkv + bt * 3 * (size_t)H * D + (size_t)h * D;
+    HT *heads[3] = {qh, kh, vh};
+    for (int part = 0; part < 3; part++) {
+        HT *hp = heads[part] + hrow;
+        float *rp = row + (size_t)part * H * D;
+        float x0 = to_heads ? rp[i0] : to_f32_(hp[i0]), x1 = to_heads ? rp[i1] : to_f32_(hp[i1]), y0 = x0, y1 = x1;
+        if (ROT && part < 2) {
+            y0 = x0 * c - x1 * s;
+            y1 = x0 * s + x1 * c;
+        }
+        if (to_heads) {
+            hp[i0] = to_elt_<HT>(y0);
+            hp[i1] = to_elt_<HT>(y1);
+        } else {
+            rp[i0] = y0;
+            rp[i1] = y1;
+        }
+    }
 }
 
 // fox: F (B,H,T) = cumsum over t of logsigmoid(pre (B,T,H)), summed in double as mixers/attention.c does (a thread
@@ -203,11 +269,31 @@ static void fox_backward_(Mixer *m, float *dx, float *dpre, const float *dF, con
                         m->spec->C, o->H, 1);
 }
 
-static void permute_(float *heads, const float *rows, int stride, int col0, int B, int T, int H, int D, int merge) {
+template <typename HT>
+static void permute_(HT *heads, const float *rows, int stride, int col0, int B, int T, int H, int D, int merge) {
     size_t n = (size_t)B * T * H * D;
     if (D % 4 == 0)
-        permute_heads_kernel<4><<<gpu_blocks(n / 4, 256), 256>>>(heads, (float *)rows, stride, col0, B, T, H, D, merge);
-    else permute_heads_kernel<1><<<gpu_blocks(n, 256), 256>>>(heads, (float *)rows, stride, col0, B, T, H, D, merge);
+        permute_heads_kernel<4, HT><<<gpu_blocks(n / 4, 256), 256>>>(heads, (float *)rows, stride, col0, B, T, H, D,
+                                                                    merge);
+    else
+        permute_heads_kernel<1, HT><<<gpu_blocks(n, 256), 256>>>(heads, (float *)rows, stride, col0, B, T, H, D,
+                                                                merge);
+    KERNEL_CHECK();
+}
+
+
+// qkv_heads_kernel for o's scheme (RoPE or none)
+template <typename HT>
+static void qkv_heads_(HT *qh, HT *kh, HT *vh, float *qkv, const GpuAttActs *a, const AttentionOpts *o, int B, int T,
+                       float sign, int to_heads) {
+    size_t n = (size_t)B * T * o->H * (o->D / 2);
+    if (rotates_(o))
+        qkv_heads_kernel<true, HT><<<gpu_blocks(n, 256), 256>>>(qh, kh, vh, qkv, a->cos_, a->sin_, B, T, o->H, o->D,
+                                                               per_head_rope_(o), o->layout == ROTARY_HALF, sign,
+                                                               to_heads);
+    else
+        qkv_heads_kernel<false, HT><<<gpu_blocks(n, 256), 256>>>(qh, kh, vh, qkv, nullptr, nullptr, B, T, o->H, o->D,
+                                                                0, 0, sign, to_heads);
     KERNEL_CHECK();
 }
 
@@ -240,23 +326,39 @@ static void attention_gpu_forward_(Mixer *m, float *y, const float *x, int B, in
     float *qkv = m->scratch;  // (BT,3HD)
     GPU_TIMED("attn.qkv.forward", gpu_matmul_forward(qkv, x, mixer_param(m, o->k_wqkv),
                                                      o->bias ? mixer_param(m, o->k_bqkv) : NULL, BT, C, 3 * HD));
-    // qk_norm: q, k land in q_lin, k_lin first; the norm writes what the kernel sees (rows of D in either layout)
-    float *dst[3] = {o->qk_norm ? a.q_lin : a.qh, o->qk_norm ? a.k_lin : a.kh, a.vh};
-    for (int part = 0; part < 3; part++) GPU_TIMED("attn.permute", permute_(dst[part], qkv, 3 * HD, part * HD, B, T, H, D, 0));
-    if (o->qk_norm) {
-        GPU_TIMED("attn.qk_norm", gpu_norm_forward(a.qh, NULL, a.q_rstd, a.q_lin, mixer_param(m, o->k_qn), NULL,
-                                                   BT * H, D, 1));
-        GPU_TIMED("attn.qk_norm", gpu_norm_forward(a.kh, NULL, a.k_rstd, a.k_lin, mixer_param(m, o->k_kn), NULL,
-                                                   BT * H, D, 1));
-    }
-    if (rotates_(o)) {
-        GPU_TIMED("attn.rope", rope_table_(&a, o, T));
-        GPU_TIMED("attn.rope", rope_(a.qh, &a, o, B, T, 1.0f));
-        GPU_TIMED("attn.rope", rope_(a.kh, &a, o, B, T, 1.0f));
+    if (rotates_(o)) GPU_TIMED("attn.rope", rope_table_(&a, o, T));
+    int bf = gpu_math() == GPU_BF16;
+    __nv_bfloat16 *qb = (__nv_bfloat16 *)a.qb, *kb = (__nv_bfloat16 *)a.kb, *vb = (__nv_bfloat16 *)a.vb;
+    if (fused_heads_(o)) {  // and RoPE; bf16: straight to the bf16 copies
+        if (bf) GPU_TIMED("attn.permute", qkv_heads_(qb, kb, vb, qkv, &a, o, B, T, 1.0f, 1));
+        else GPU_TIMED("attn.permute", qkv_heads_(a.qh, a.kh, a.vh, qkv, &a, o, B, T, 1.0f, 1));
+    } else {
+        // qk_norm: q, k land in q_lin, k_lin first; the norm writes what the kernel sees (rows of D in either
+        // layout), then RoPE rotates that
+        float *dst[3] = {o->qk_norm ? a.q_lin : a.qh, o->qk_norm ? a.k_lin : a.kh, a.vh};
+        for (int part = 0; part < 3; part++)
+            GPU_TIMED("attn.permute", permute_(dst[part], qkv, 3 * HD, part * HD, B, T, H, D, 0));
+        if (o->qk_norm) {
+            GPU_TIMED("attn.qk_norm", gpu_norm_forward(a.qh, NULL, a.q_rstd, a.q_lin, mixer_param(m, o->k_qn), NULL,
+                                                       BT * H, D, 1));
+            GPU_TIMED("attn.qk_norm", gpu_norm_forward(a.kh, NULL, a.k_rstd, a.k_lin, mixer_param(m, o->k_kn), NULL,
+                                                       BT * H, D, 1));
+        }
+        if (rotates_(o)) {
+            GPU_TIMED("attn.rope", rope_(a.qh, &a, o, B, T, 1.0f));
+            GPU_TIMED("attn.rope", rope_(a.kh, &a, o, B, T, 1.0f));
+        }
+        if (bf) {
+            size_t big = (size_t)BT * HD;
+            GPU_TIMED("attn.permute", gpu_to_bf16(qb, a.qh, big));
+            GPU_TIMED("attn.permute", gpu_to_bf16(kb, a.kh, big));
+            GPU_TIMED("attn.permute", gpu_to_bf16(vb, a.vh, big));
+        }
     }
     if (o->fgate) GPU_TIMED("attn.fgate", fox_forward_(m, &a, x, B, T));
     GpuAttnOpts ko = kernel_opts_(o, a.fg_cum);
-    GPU_TIMED("attn.kernel.forward", gpu_attention_forward(a.oh, a.lse, a.qh, a.kh, a.vh, &ko, B, H, T, D));
+    const void *qk[3] = {bf ? (const void *)qb : a.qh, bf ? (const void *)kb : a.kh, bf ? (const void *)vb : a.vh};
+    GPU_TIMED("attn.kernel.forward", gpu_attention_forward(a.oh, a.lse, qk[0], qk[1], qk[2], &ko, B, H, T, D));
     GPU_TIMED("attn.permute", permute_(a.oh, a.o_lin, HD, 0, B, T, H, D, 1));
     GPU_TIMED("attn.out.forward", gpu_matmul_forward(y, a.o_lin, mixer_param(m, o->k_wo),
                                                      o->bias ? mixer_param(m, o->k_bo) : NULL, BT, HD, C));
@@ -273,27 +375,37 @@ static void attention_gpu_backward_(Mixer *m, float *dx, const float *dy, const 
     // y = o_lin wo^T + bo
     GPU_TIMED("attn.out.backward", gpu_matmul_backward(do_lin, mixer_grad(m, o->k_wo), o->bias ? mixer_grad(m, o->k_bo) : NULL,
                                                        dy, a.o_lin, mixer_param(m, o->k_wo), BT, HD, C, 0));
-    GPU_TIMED("attn.permute", permute_(doh, do_lin, HD, 0, B, T, H, D, 0));
+    // bf16: the kernels take dout in bf16, as q, k, v
+    int bf = gpu_math() == GPU_BF16;
+    __nv_bfloat16 *dob = (__nv_bfloat16 *)(m->scratch + scratch_bf16_at_(o, B, T));
+    if (bf) GPU_TIMED("attn.permute", permute_(dob, do_lin, HD, 0, B, T, H, D, 0));
+    else GPU_TIMED("attn.permute", permute_(doh, do_lin, HD, 0, B, T, H, D, 0));
     GpuAttnOpts ko = kernel_opts_(o, a.fg_cum);
     // timed inside, per kernel (attn.kernel.delta, .dq, .dkdv)
-    gpu_attention_backward(dq, dk, dv, o->fgate ? dF : NULL, delta, doh, a.oh, a.lse, a.qh, a.kh, a.vh, &ko, B, H, T, D);
-    if (rotates_(o)) {
-        GPU_TIMED("attn.rope", rope_(dq, &a, o, B, T, -1.0f));  // R^T: the inverse rotation
-        GPU_TIMED("attn.rope", rope_(dk, &a, o, B, T, -1.0f));
-    }
-    float *src[3] = {dq, dk, dv};
-    for (int part = 0; part < 3; part++) {
-        if (part < 2 && o->qk_norm) {
-            // the norm's backward accumulates into its input gradient: doh (free since the kernel's backward) is
-            // zeroed for it, and becomes what goes back through the permutation
-            int kn = part ? o->k_kn : o->k_qn;
-            const float *lin = part ? a.k_lin : a.q_lin, *rstd = part ? a.k_rstd : a.q_rstd;
-            CUDA_CHECK(cudaMemset(doh, 0, big * sizeof(float)));
-            GPU_TIMED("attn.qk_norm", gpu_norm_backward(doh, mixer_grad(m, kn), NULL, src[part], lin,
-                                                        mixer_param(m, kn), NULL, rstd, BT * H, D, 1));
-            src[part] = doh;
+    gpu_attention_backward(dq, dk, dv, o->fgate ? dF : NULL, delta, bf ? (const void *)dob : doh, a.oh, a.lse,
+                           bf ? (const void *)a.qb : a.qh, bf ? (const void *)a.kb : a.kh,
+                           bf ? (const void *)a.vb : a.vh, &ko, B, H, T, D);
+    if (fused_heads_(o)) {  // R^T (the inverse rotation) on dq, dk, merged into the rows
+        GPU_TIMED("attn.permute", qkv_heads_<float>(dq, dk, dv, dqkv, &a, o, B, T, -1.0f, 0));
+    } else {
+        if (rotates_(o)) {
+            GPU_TIMED("attn.rope", rope_(dq, &a, o, B, T, -1.0f));
+            GPU_TIMED("attn.rope", rope_(dk, &a, o, B, T, -1.0f));
         }
-        GPU_TIMED("attn.permute", permute_(src[part], dqkv, 3 * HD, part * HD, B, T, H, D, 1));
+        float *src[3] = {dq, dk, dv};
+        for (int part = 0; part < 3; part++) {
+            if (part < 2 && o->qk_norm) {
+                // the norm's backward accumulates into its input gradient: doh (free since the kernel's backward)
+                // is zeroed for it, and becomes what goes back through the permutation
+                int kn = part ? o->k_kn : o->k_qn;
+                const float *lin = part ? a.k_lin : a.q_lin, *rstd = part ? a.k_rstd : a.q_rstd;
+                CUDA_CHECK(cudaMemset(doh, 0, big * sizeof(float)));
+                GPU_TIMED("attn.qk_norm", gpu_norm_backward(doh, mixer_grad(m, kn), NULL, src[part], lin,
+                                                            mixer_param(m, kn), NULL, rstd, BT * H, D, 1));
+                src[part] = doh;
+            }
+            GPU_TIMED("attn.permute", permute_(src[part], dqkv, 3 * HD, part * HD, B, T, H, D, 1));
+        }
     }
     GPU_TIMED("attn.qkv.backward", gpu_matmul_backward(dx, mixer_grad(m, o->k_wqkv), o->bias ? mixer_grad(m, o->k_bqkv) : NULL,
                                                        dqkv, x, mixer_param(m, o->k_wqkv), BT, C, 3 * HD, 1));

@@ -6,6 +6,7 @@
 #define SEQ_GPU_COMMON_CUH
 
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <stddef.h>
 
@@ -59,6 +60,17 @@ void gpu_prof_print(void);
         __VA_ARGS__;                           \
         gpu_prof_end(prof_slot_);              \
     } while (0)
+
+// a float as a tensor element (float or bf16, rounded to nearest), and back
+template <typename E>
+static __device__ __forceinline__ E to_elt_(float x);
+template <>
+__device__ __forceinline__ float to_elt_<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 to_elt_<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
+static __device__ __forceinline__ float to_f32_(float x) { return x; }
+static __device__ __forceinline__ float to_f32_(__nv_bfloat16 x) { return __bfloat162float(x); }
+
 
 static inline unsigned gpu_blocks(size_t n, unsigned threads) { return (unsigned)((n + threads - 1) / threads); }
 

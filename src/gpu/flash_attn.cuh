@@ -9,7 +9,7 @@
  *   w_ij = p_ij exp(-decay[h] (i - j))                            (post-softmax decay, not renormalised)
  *   out_i = sum_j w_ij v_j
  *
- * Kernels (gpu/flash_attn.cu: 16x16 warp matrix products on the tensor cores, the scores as scalar work):
+ * Kernels (gpu/flash_attn.cu: mma.sync warp products on the tensor cores, gpu/mma.cuh; scores in registers):
  *   forward     out, lse
  *   backward    delta_i = dout_i·out_i, then dq and the row sums of ds (a pass over key tiles per query block),
  *               then dk, dv and the column sums of ds (a pass over query tiles per key block). Two passes instead
@@ -36,13 +36,15 @@ typedef struct GpuAttnOpts {
 // 1 when the kernels take head_dim D
 int gpu_attn_supports(int D);
 
-// out (B,NH,T,D), lse (B,NH,T); q, k, v (B,NH,T,D); NH <= GPU_ATTN_MAX_HEADS
-void gpu_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
-                           const GpuAttnOpts *o, int B, int NH, int T, int D);
+// out (B,NH,T,D), lse (B,NH,T); q, k, v (B,NH,T,D): fp32, or bf16 (__nv_bfloat16) when run.precision is bf16
+// (gpu_math GPU_BF16); NH <= GPU_ATTN_MAX_HEADS
+void gpu_attention_forward(float *out, float *lse, const void *q, const void *k, const void *v, const GpuAttnOpts *o,
+                           int B, int NH, int T, int D);
 // dq, dk, dv (B,NH,T,D) WRITTEN (=); dfgate (B,NH,T) WRITTEN with dL/dF when o->fgate (else unused, may be NULL);
-// delta (B,NH,T) scratch; dout, out (B,NH,T,D); lse (B,NH,T) from the forward with the same options
-void gpu_attention_backward(float *dq, float *dk, float *dv, float *dfgate, float *delta, const float *dout,
-                            const float *out, const float *lse, const float *q, const float *k, const float *v,
+// delta (B,NH,T) scratch; dout (B,NH,T,D) typed as q, k, v; out (B,NH,T,D) fp32; lse (B,NH,T) from the forward
+// with the same options
+void gpu_attention_backward(float *dq, float *dk, float *dv, float *dfgate, float *delta, const void *dout,
+                            const float *out, const float *lse, const void *q, const void *k, const void *v,
                             const GpuAttnOpts *o, int B, int NH, int T, int D);
 
 #endif

@@ -140,6 +140,8 @@ static void to_bf16_(__nv_bfloat16 *dst, const float *src, size_t n) {
     KERNEL_CHECK();
 }
 
+void gpu_to_bf16(void *dst, const float *src, size_t n) { to_bf16_((__nv_bfloat16 *)dst, src, n); }
+
 int gpu_bf16_shadow_init(const float *params, size_t n) {
     bf16_.params = params;
     bf16_.n = n;

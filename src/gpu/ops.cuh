@@ -26,6 +26,8 @@ void gpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout
 int gpu_bf16_shadow_init(const float *params, size_t n);
 void gpu_bf16_shadow_refresh(void);
 void gpu_bf16_shadow_free(void);
+// dst (n bf16, __nv_bfloat16) = src (n floats) rounded to bf16 (to nearest, ties to even)
+void gpu_to_bf16(void *dst, const float *src, size_t n);
 
 // LayerNorm (rms 0; bias may be NULL) or RMSNorm (rms 1; mean unused, may be NULL) of rows inp (N,C) with
 // weight (C,): out (N,C), mean, rstd (N,) kept for the backward; eps as nn/norm.h

@@ -17,8 +17,9 @@
  *
  * Tolerances are relative to the largest magnitude of the compared tensor (max |gpu - cpu| / max |cpu|):
  * fp32 2e-4 (the two devices add in different orders), tf32 3e-2 (cuBLAS rounds matmul inputs to 10-bit
- * mantissas, ~5e-4 relative per product, compounded over the layers), bf16 2e-2 (8-bit mantissas: ~4e-3 per
- * operand; measured on an H200: logits 3.9e-3, gradients 8.2e-3); the loss a tenth of that; the L2
+ * mantissas, ~5e-4 relative per product, compounded over the layers), bf16 3e-2 (8-bit mantissas: ~4e-3 per
+ * operand, the attention kernels' q, k, v, dout and weights included; measured on an H200: logits 4.5e-3,
+ * gradients up to 2.15e-2, fox's gate bias, a sum of every position's dF); the loss a tenth of that; the L2
  * difference of the parameter updates ten times it (see there). Exit status 77 and a "skipped" line when the
  * build has no usable GPU.
  */
@@ -110,9 +111,9 @@ typedef struct Prec {
 #ifdef SEQ_GPU_EMULATE
 // the kernels on the CPU (tests/gpu/emu/): cuBLAS's emulation has no TF32; bf16 (its GemmEx rounds the operands as
 // the GPU does) on the first case only, to keep the emulated run short
-static const Prec PRECS_[] = {{"fp32", 2e-4, 1, ALL_CASES_}, {"bf16", 2e-2, 10, 1}};
+static const Prec PRECS_[] = {{"fp32", 2e-4, 1, ALL_CASES_}, {"bf16", 3e-2, 10, 1}};
 #else
-static const Prec PRECS_[] = {{"fp32", 2e-4, 1, ALL_CASES_}, {"tf32", 3e-2, 10, ALL_CASES_}, {"bf16", 2e-2, 10, ALL_CASES_}};
+static const Prec PRECS_[] = {{"fp32", 2e-4, 1, ALL_CASES_}, {"tf32", 3e-2, 10, ALL_CASES_}, {"bf16", 3e-2, 10, ALL_CASES_}};
 #endif
 
 static unsigned long long rng_ = 88172645463325252ull;

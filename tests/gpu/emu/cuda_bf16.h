@@ -1,6 +1,7 @@
 /*
  * CUDA's bfloat16 type (<cuda_bf16.h>) emulated on the CPU for tests/gpu/emu: the bits of a bf16 (the top 16
- * of a float) and the two conversions the backend uses, rounding as the GPU does (to nearest, ties to even).
+ * of a float), the two conversions the backend uses, rounding as the GPU does (to nearest, ties to even), and
+ * its bits as an unsigned short.
  */
 #ifndef SEQ_GPU_EMU_CUDA_BF16_H
 #define SEQ_GPU_EMU_CUDA_BF16_H
@@ -27,5 +28,7 @@ static inline float __bfloat162float(__nv_bfloat16 b) {
     memcpy(&f, &u, 4);
     return f;
 }
+
+static inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 b) { return b.x; }
 
 #endif
