@@ -94,6 +94,12 @@ static size_t att_layout_(const AttentionOpts *o, int B, int T, float *base, Gpu
     return n;
 }
 
+// q, k or v (part 0, 1, 2) as the attention kernels take it: the bf16 copy in run.precision bf16, else fp32
+static const void *kernel_in_(const GpuAttActs *a, int part) {
+    if (gpu_math() == GPU_BF16) return part == 0 ? a->qb : part == 1 ? a->kb : a->vb;
+    return part == 0 ? a->qh : part == 1 ? a->kh : a->vh;
+}
+
 static size_t attention_gpu_act_size_(const MixerSpec *s, int B, int T) {
     GpuAttActs a;
     return att_layout_((const AttentionOpts *)s->opts, B, T, NULL, &a);
@@ -281,7 +287,6 @@ static void permute_(HT *heads, const float *rows, int stride, int col0, int B, 
     KERNEL_CHECK();
 }
 
-
 // qkv_heads_kernel for o's scheme (RoPE or none)
 template <typename HT>
 static void qkv_heads_(HT *qh, HT *kh, HT *vh, float *qkv, const GpuAttActs *a, const AttentionOpts *o, int B, int T,
@@ -357,8 +362,8 @@ static void attention_gpu_forward_(Mixer *m, float *y, const float *x, int B, in
     }
     if (o->fgate) GPU_TIMED("attn.fgate", fox_forward_(m, &a, x, B, T));
     GpuAttnOpts ko = kernel_opts_(o, a.fg_cum);
-    const void *qk[3] = {bf ? (const void *)qb : a.qh, bf ? (const void *)kb : a.kh, bf ? (const void *)vb : a.vh};
-    GPU_TIMED("attn.kernel.forward", gpu_attention_forward(a.oh, a.lse, qk[0], qk[1], qk[2], &ko, B, H, T, D));
+    GPU_TIMED("attn.kernel.forward", gpu_attention_forward(a.oh, a.lse, kernel_in_(&a, 0), kernel_in_(&a, 1),
+                                                           kernel_in_(&a, 2), &ko, B, H, T, D));
     GPU_TIMED("attn.permute", permute_(a.oh, a.o_lin, HD, 0, B, T, H, D, 1));
     GPU_TIMED("attn.out.forward", gpu_matmul_forward(y, a.o_lin, mixer_param(m, o->k_wo),
                                                      o->bias ? mixer_param(m, o->k_bo) : NULL, BT, HD, C));
@@ -383,8 +388,7 @@ static void attention_gpu_backward_(Mixer *m, float *dx, const float *dy, const 
     GpuAttnOpts ko = kernel_opts_(o, a.fg_cum);
     // timed inside, per kernel (attn.kernel.delta, .dq, .dkdv)
     gpu_attention_backward(dq, dk, dv, o->fgate ? dF : NULL, delta, bf ? (const void *)dob : doh, a.oh, a.lse,
-                           bf ? (const void *)a.qb : a.qh, bf ? (const void *)a.kb : a.kh,
-                           bf ? (const void *)a.vb : a.vh, &ko, B, H, T, D);
+                           kernel_in_(&a, 0), kernel_in_(&a, 1), kernel_in_(&a, 2), &ko, B, H, T, D);
     if (fused_heads_(o)) {  // R^T (the inverse rotation) on dq, dk, merged into the rows
         GPU_TIMED("attn.permute", qkv_heads_<float>(dq, dk, dv, dqkv, &a, o, B, T, -1.0f, 0));
     } else {

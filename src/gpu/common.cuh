@@ -70,7 +70,14 @@ template <>
 __device__ __forceinline__ __nv_bfloat16 to_elt_<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
 static __device__ __forceinline__ float to_f32_(float x) { return x; }
 static __device__ __forceinline__ float to_f32_(__nv_bfloat16 x) { return __bfloat162float(x); }
-
+// two bf16 as one 32-bit word, lo in the low half (the order of two consecutive elements in memory); of two
+// floats, each rounded to nearest
+static __device__ __forceinline__ unsigned pack_bf16_(__nv_bfloat16 lo, __nv_bfloat16 hi) {
+    return (unsigned)__bfloat16_as_ushort(lo) | (unsigned)__bfloat16_as_ushort(hi) << 16;
+}
+static __device__ __forceinline__ unsigned pack_f32_(float lo, float hi) {
+    return pack_bf16_(__float2bfloat16(lo), __float2bfloat16(hi));
+}
 
 static inline unsigned gpu_blocks(size_t n, unsigned threads) { return (unsigned)((n + threads - 1) / threads); }
 

@@ -77,7 +77,7 @@ static __device__ __forceinline__ void store_rows_(float *dst, const float (*acc
 }
 
 // ----------------------------------------------------------------------------
-// the position scheme, per block (nn/attention.c's HeadOpts_ and logit_)
+// the position scheme, per block (nn/attention.c's HeadOpts_; logits_ below is its logit_)
 
 // the scheme of the block's (b, h) (blockIdx.x = b·NH + h)
 struct HeadOpts_ {
@@ -165,9 +165,9 @@ static __device__ __forceinline__ void tile_logits_(float (*s)[4], const HeadOpt
 
 // forward: grid (B*NH, ceil(T/64)) (heads on x: gridDim.y stops at 65535), 128 threads. Shared: two sets of K, V
 // tiles (64, LD) and F of the key tile, the next set loading (cp.async) while the warps work on the other, and
-// without QREG Q's tile; the tiles first (set s: K at 2s·TE, V after it; Q at 4·TE), then the floats. Each warp's scores, softmax and output stay in registers; a lane's running maximum is its
-// rows' (shared by the row's 4 lanes), its running sum l its own columns' part, summed over the row's lanes at the
-// end. l sums the softmax weights p; P·V takes w = p·exp(-decay (i-j)) (nn/attention.c's "second accumulator").
+// without QREG Q's tile; the tiles first (set s: K at 2s·TE, V after it; Q at 4·TE), then the floats. Each
+// warp's scores, softmax and output stay in registers; a lane's running maximum is its rows' (shared by the row's
+// 4 lanes), its running sum l its own columns' part, summed over the row's lanes at the end. l sums the softmax weights p; P·V takes w = p·exp(-decay (i-j)) (nn/attention.c's "second accumulator").
 template <int DM, typename M>
 __global__ void __launch_bounds__(WARPS * 32, (MinBlocks<DM, M>::fwd))
     attn_fwd_kernel(float *out, float *lse, const typename M::Elt *q, const typename M::Elt *k,

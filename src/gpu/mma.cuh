@@ -31,6 +31,8 @@
 #include <cuda_bf16.h>
 #include <string.h>
 
+#include "gpu/common.cuh"  // pack_bf16_, pack_f32_
+
 #include <mma.h>  // wmma::__float_to_tf32; the emulator's tests/gpu/emu/mma.h (with its mma.sync) where it builds the kernels
 
 // ----------------------------------------------------------------------------
@@ -61,13 +63,6 @@ static __device__ __forceinline__ void mma_bf16_(float d[4], const unsigned a[4]
 #endif
 }
 
-// two bf16 as one register: lo in the low half
-static __device__ __forceinline__ unsigned pack_bf16_(__nv_bfloat16 lo, __nv_bfloat16 hi) {
-    return (unsigned)__bfloat16_as_ushort(lo) | (unsigned)__bfloat16_as_ushort(hi) << 16;
-}
-static __device__ __forceinline__ unsigned pack_f32_(float lo, float hi) {
-    return pack_bf16_(__float2bfloat16(lo), __float2bfloat16(hi));
-}
 // the two bf16 at p (4-byte aligned) as one register
 static __device__ __forceinline__ unsigned ld_pair_(const __nv_bfloat16 *p) {
 #ifdef SEQ_GPU_EMU

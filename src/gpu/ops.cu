@@ -137,11 +137,9 @@ __global__ void to_bf16_kernel(__nv_bfloat16 *dst, const float *src, size_t n) {
     size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * V;
     if (V == 4 && i + 4 <= n) {
         float4 x = *(const float4 *)(src + i);
-        uint2 y;  // two bf16 a word, the lower index in the low half
-        y.x = (unsigned)__bfloat16_as_ushort(__float2bfloat16(x.x)) |
-              (unsigned)__bfloat16_as_ushort(__float2bfloat16(x.y)) << 16;
-        y.y = (unsigned)__bfloat16_as_ushort(__float2bfloat16(x.z)) |
-              (unsigned)__bfloat16_as_ushort(__float2bfloat16(x.w)) << 16;
+        uint2 y;
+        y.x = pack_f32_(x.x, x.y);
+        y.y = pack_f32_(x.z, x.w);
         *(uint2 *)(dst + i) = y;
         return;
     }

@@ -37,23 +37,37 @@ static inline float __float_to_tf32(float f) {
 }  // namespace wmma
 }  // namespace nvcuda
 
-// every lane's A and B registers, exchanged through this (a0..a3, b0, b1 per thread)
-inline float emu_mma_regs_[EMU_MAX_THREADS][6];
+// every lane's A and B registers (a0..a3, b0, b1; 32-bit words), exchanged through this
+inline unsigned emu_mma_regs_[EMU_MAX_THREADS][6];
 
-// mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32: d += A B over the calling warp, each lane passing its
-// registers (a[4], b[2]) and getting its 4 elements of d. Like the instruction, every lane of the warp must call it.
-static inline void emu_mma_m16n8k8_tf32(float d[4], const float a[4], const float b[2]) {
+// the bf16 in half `hi` of a register, as a float (exact)
+static inline float emu_bf16_half_(unsigned r, int hi) {
+    unsigned u = (hi ? r >> 16 : r & 0xffffu) << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+// An m16n8kK mma.sync over the calling warp: d += A B, each lane passing its registers a[4], b[2] and getting its
+// 4 elements of d (C's layout above); like the instruction, every lane of the warp must call it. elem(word, i) is
+// element i of an exchanged register word as a float; the products are added in k order.
+template <int K, typename Elem>
+static inline void emu_mma_(float d[4], const unsigned a[4], const unsigned b[2], Elem elem) {
     int tid = emu_linear_tid_(), base = tid & ~31, g = (tid & 31) >> 2, t = tid & 3;
-    memcpy(emu_mma_regs_[tid], a, 4 * sizeof(float));
-    memcpy(emu_mma_regs_[tid] + 4, b, 2 * sizeof(float));
+    memcpy(emu_mma_regs_[tid], a, 4 * sizeof(unsigned));
+    memcpy(emu_mma_regs_[tid] + 4, b, 2 * sizeof(unsigned));
     emu_wait_(EMU_WAIT_WARP);
+    constexpr int L = K / 8;  // elements a register: 1 (TF32), 2 (bf16)
     float out[4];
     for (int e = 0; e < 4; e++) {
         int row = g + 8 * (e >> 1), col = 2 * t + (e & 1);
         float s = d[e];
-        for (int kk = 0; kk < 8; kk++) {
-            float av = emu_mma_regs_[base + (row & 7) * 4 + (kk & 3)][(row >> 3) + 2 * (kk >> 2)];
-            float bv = emu_mma_regs_[base + col * 4 + (kk & 3)][4 + (kk >> 2)];
+        for (int kk = 0; kk < K; kk++) {
+            // A (row, kk): lane (row % 8, (kk % 4L) / L), register row / 8 + 2 (kk / 4L); B (kk, col): lane (col,
+            // (kk % 4L) / L), register 4 + kk / 4L; within the register, element kk % L
+            int q = (kk % (4 * L)) / L, r = kk / (4 * L), half = kk % L;
+            float av = elem(emu_mma_regs_[base + (row & 7) * 4 + q][(row >> 3) + 2 * r], half);
+            float bv = elem(emu_mma_regs_[base + col * 4 + q][4 + r], half);
             s += av * bv;
         }
         out[e] = s;
@@ -62,42 +76,25 @@ static inline void emu_mma_m16n8k8_tf32(float d[4], const float a[4], const floa
     memcpy(d, out, sizeof out);
 }
 
+// mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 (the registers float bit patterns)
+static inline void emu_mma_m16n8k8_tf32(float d[4], const float a[4], const float b[2]) {
+    unsigned ua[4], ub[2];
+    memcpy(ua, a, sizeof ua);
+    memcpy(ub, b, sizeof ub);
+    emu_mma_<8>(d, ua, ub, [](unsigned r, int) {
+        float f;
+        memcpy(&f, &r, 4);
+        return f;
+    });
+}
 
 // mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32: each register two bf16, the lower column (A) or row (B) in
 // the low half (lane = 4 g + t):
 //   A (16x16)  a0 (g, 2t..2t+1)  a1 (g+8, 2t..)  a2 (g, 2t+8..)  a3 (g+8, 2t+8..)
 //   B (16x8)   b0 (2t..2t+1, g)  b1 (2t+8..2t+9, g)
-// The products of two bf16 are exact in float; they are added in k order.
-inline unsigned emu_mma_regs16_[EMU_MAX_THREADS][6];
-
-static inline float emu_bf16_half_(unsigned r, int hi) {
-    unsigned u = (hi ? r >> 16 : r & 0xffffu) << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
+// The products of two bf16 are exact in float.
 static inline void emu_mma_m16n8k16_bf16(float d[4], const unsigned a[4], const unsigned b[2]) {
-    int tid = emu_linear_tid_(), base = tid & ~31, g = (tid & 31) >> 2, t = tid & 3;
-    memcpy(emu_mma_regs16_[tid], a, 4 * sizeof(unsigned));
-    memcpy(emu_mma_regs16_[tid] + 4, b, 2 * sizeof(unsigned));
-    emu_wait_(EMU_WAIT_WARP);
-    float out[4];
-    for (int e = 0; e < 4; e++) {
-        int row = g + 8 * (e >> 1), col = 2 * t + (e & 1);
-        float s = d[e];
-        for (int kk = 0; kk < 16; kk++) {
-            // A (row, kk): lane (row % 8, (kk % 8) / 2), register (row / 8) + 2 (kk / 8), half kk % 2
-            float av = emu_bf16_half_(emu_mma_regs16_[base + (row & 7) * 4 + ((kk & 7) >> 1)][(row >> 3) + 2 * (kk >> 3)],
-                                      kk & 1);
-            // B (kk, col): lane (col, (kk % 8) / 2), register kk / 8, half kk % 2
-            float bv = emu_bf16_half_(emu_mma_regs16_[base + col * 4 + ((kk & 7) >> 1)][4 + (kk >> 3)], kk & 1);
-            s += av * bv;
-        }
-        out[e] = s;
-    }
-    emu_wait_(EMU_WAIT_WARP);
-    memcpy(d, out, sizeof out);
+    emu_mma_<16>(d, a, b, emu_bf16_half_);
 }
 
 #endif
