@@ -62,7 +62,7 @@ typedef struct GpuAttActs {
     float *qh, *kh, *vh, *oh;  // (B,H,T,D) what the kernel saw (fp32 modes, and bf16's unfused path), its output
     float *qb, *kb, *vb;       // (B,H,T,D) bf16 (__nv_bfloat16) in run.precision bf16: what the kernel saw
     float *lse;                // (B,H,T)
-    float *o_lin;              // (B,T,HD) the output projection's input
+    float *o_lin;              // (B,T,HD) the output projection's input (bf16 in run.precision bf16)
     float *cos_, *sin_;        // (T, D/2) the RoPE table, (T, H, D/2) with sc_rope's per-head spectrum
     float *freqs;              // (H, D/2) sc_rope's spectrum (a copy of the host's)
     float *q_lin, *k_lin;      // (B,H,T,D) q, k before qk_norm
@@ -83,7 +83,7 @@ static size_t att_layout_(const AttentionOpts *o, int B, int T, float *base, Gpu
         size_t n;
     } slots[] = {{&a->qh, f32},        {&a->kh, f32},        {&a->vh, f32},          {&a->oh, big},
                  {&a->qb, bfh},        {&a->kb, bfh},        {&a->vb, bfh},
-                 {&a->lse, heads},     {&a->o_lin, big},     {&a->cos_, rope},       {&a->sin_, rope},
+                 {&a->lse, heads},     {&a->o_lin, bf ? bfh : big},     {&a->cos_, rope},       {&a->sin_, rope},
                  {&a->freqs, freqs},   {&a->q_lin, qkn * big}, {&a->k_lin, qkn * big}, {&a->q_rstd, qkn * heads},
                  {&a->k_rstd, qkn * heads}, {&a->fg_pre, fox * heads}, {&a->fg_cum, fox * heads}};
     size_t n = 0;
@@ -121,27 +121,20 @@ static size_t attention_gpu_scratch_size_(const MixerSpec *s, int B, int T) {
 // ----------------------------------------------------------------------------
 // kernels: head permutations, RoPE, fox's forget gates
 
-// V consecutive elements (V = 4 when 4 divides D: every row of both layouts then starts 16-byte aligned), as
-// floats or from floats to bf16
-template <int V>
-static __device__ __forceinline__ void copy_(float *dst, const float *src) {
-    if (V == 4) *(float4 *)dst = *(const float4 *)src;
-    else *dst = *src;
-}
-template <int V>
-static __device__ __forceinline__ void copy_(__nv_bfloat16 *dst, const float *src) {
-    for (int e = 0; e < V; e++) dst[e] = __float2bfloat16(src[e]);
-}
-template <int V>
-static __device__ __forceinline__ void copy_(float *dst, const __nv_bfloat16 *src) {
-    for (int e = 0; e < V; e++) dst[e] = __bfloat162float(src[e]);
+// V consecutive elements (V = 4 when 4 divides D: every row of both layouts then starts 16-byte aligned), floats
+// or bf16 either side
+template <int V, typename DT, typename ST>
+static __device__ __forceinline__ void copy_(DT *dst, const ST *src) {
+    float v[V];
+    load_elts_<V>(v, src);
+    store_elts_<V>(dst, v);
 }
 
-// between the head layout (B,H,T,D) of HT (float, or bf16 for the bf16 kernels' dout) and columns
-// [col0, col0 + H·D) of the row layout (B,T,stride), V elements per thread: merge 0 splits (heads = rows'
-// columns), merge 1 merges (rows' columns = heads)
-template <int V, typename HT>
-__global__ void permute_heads_kernel(HT *heads, float *rows, int stride, int col0, int B, int T, int H, int D,
+// between the head layout (B,H,T,D) of HT and columns [col0, col0 + H·D) of the row layout (B,T,stride) of RT
+// (float, or bf16: the bf16 kernels' dout, the output projection's bf16 input), V elements per thread: merge 0
+// splits (heads = rows' columns), merge 1 merges (rows' columns = heads)
+template <int V, typename HT, typename RT>
+__global__ void permute_heads_kernel(HT *heads, RT *rows, int stride, int col0, int B, int T, int H, int D,
                                      int merge) {
     size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * V, n = (size_t)B * T * H * D;
     if (i >= n) return;
@@ -149,7 +142,7 @@ __global__ void permute_heads_kernel(HT *heads, float *rows, int stride, int col
     size_t bt = i / ((size_t)H * D);
     int t = bt % T, b = bt / T;
     HT *hp = heads + (((size_t)b * H + h) * T + t) * D + d;
-    float *rp = rows + bt * stride + col0 + (size_t)h * D + d;
+    RT *rp = rows + bt * stride + col0 + (size_t)h * D + d;
     if (merge) copy_<V>(rp, hp);
     else copy_<V>(hp, rp);
 }
@@ -187,44 +180,47 @@ __global__ void rope_kernel(float *x, const float *cos_, const float *sin_, size
 }
 
 // q, k, v between the head layout (B,H,T,D) of HT (float, or bf16 for the bf16 kernels) and the qkv rows
-// (B,T,3HD) in one pass, q and k rotated on the way (ROT: RoPE with rope_kernel's table and pairs, sign +1
+// (B,T,3HD) of RT in one pass, q and k rotated on the way (ROT: RoPE with rope_kernel's table and pairs, sign +1
 // forward, -1 the inverse): to_heads 1 splits the rows into qh, kh, vh (the forward), 0 merges dq, dk, dv into the
-// rows (the backward). A thread per pair (b, t, h, k). The same products as permute + rope_kernel, so the same bits
-// (in bf16, the same bits rounded).
-template <bool ROT, typename HT>
-__global__ void qkv_heads_kernel(HT *qh, HT *kh, HT *vh, float *qkv, const float *cos_, const float *sin_, int B,
+// rows (the backward). A thread per V pairs (b, t, h, k..k+V-1): V 4 takes the half layout's pairs (k, k + D/2)
+// four at a time in 16-byte loads (D/2 a multiple of 4). The same products as permute + rope_kernel, so the same
+// bits (in bf16, the same bits rounded).
+template <bool ROT, int V, typename HT, typename RT>
+__global__ void qkv_heads_kernel(HT *qh, HT *kh, HT *vh, RT *qkv, const float *cos_, const float *sin_, int B,
                                  int T, int H, int D, int per_head, int half_layout, float sign, int to_heads) {
     int half = D / 2;
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * V;
     if (i >= (size_t)B * T * H * half) return;
     int k = i % half, h = (i / half) % H;
     size_t bt = i / ((size_t)H * half);
     int t = bt % T, b = bt / T;
     int i0 = half_layout ? k : 2 * k, i1 = half_layout ? k + half : 2 * k + 1;
-    float c = 1.0f, s = 0.0f;
+    float c[V], s[V];
+    for (int e = 0; e < V; e++) c[e] = 1.0f, s[e] = 0.0f;
     if (ROT) {
         size_t ti = ((size_t)t * (per_head ? H : 1) + (per_head ? h : 0)) * half + k;
-        c = cos_[ti];
-        s = sign * sin_[ti];
+        load_elts_<V>(c, cos_ + ti);
+        load_elts_<V>(s, sin_ + ti);
+        for (int e = 0; e < V; e++) s[e] *= sign;
     }
     size_t hrow = (((size_t)b * H + h) * T + t) * D;
-    float *row = qkv + bt * 3 * (size_t)H * D + (size_t)h * D;
+    RT *row = qkv + bt * 3 * (size_t)H * D + (size_t)h * D;
     HT *heads[3] = {qh, kh, vh};
     for (int part = 0; part < 3; part++) {
         HT *hp = heads[part] + hrow;
-        float *rp = row + (size_t)part * H * D;
-        float x0 = to_heads ? rp[i0] : to_f32_(hp[i0]), x1 = to_heads ? rp[i1] : to_f32_(hp[i1]), y0 = x0, y1 = x1;
-        if (ROT && part < 2) {
-            y0 = x0 * c - x1 * s;
-            y1 = x0 * s + x1 * c;
+        RT *rp = row + (size_t)part * H * D;
+        float x0[V], x1[V], y0[V], y1[V];
+        if (to_heads) load_elts_<V>(x0, rp + i0), load_elts_<V>(x1, rp + i1);
+        else load_elts_<V>(x0, hp + i0), load_elts_<V>(x1, hp + i1);
+        for (int e = 0; e < V; e++) {
+            y0[e] = x0[e], y1[e] = x1[e];
+            if (ROT && part < 2) {
+                y0[e] = x0[e] * c[e] - x1[e] * s[e];
+                y1[e] = x0[e] * s[e] + x1[e] * c[e];
+            }
         }
-        if (to_heads) {
-            hp[i0] = to_elt_<HT>(y0);
-            hp[i1] = to_elt_<HT>(y1);
-        } else {
-            rp[i0] = y0;
-            rp[i1] = y1;
-        }
+        if (to_heads) store_elts_<V>(hp + i0, y0), store_elts_<V>(hp + i1, y1);
+        else store_elts_<V>(rp + i0, y0), store_elts_<V>(rp + i1, y1);
     }
 }
 
@@ -258,7 +254,7 @@ __global__ void fox_backward_kernel(float *dpre, const float *dF, const float *p
 }
 
 // fox's F into a.fg_cum: the gate projection pre = x wf^T + bf (B,T,H), then the cumulative log-sigmoid
-static void fox_forward_(Mixer *m, const GpuAttActs *a, const float *x, int B, int T) {
+static void fox_forward_(Mixer *m, const GpuAttActs *a, GpuAct x, int B, int T) {
     const AttentionOpts *o = (const AttentionOpts *)m->spec->opts;
     gpu_matmul_forward(a->fg_pre, x, mixer_param(m, o->k_fw), mixer_param(m, o->k_fb), B * T, m->spec->C, o->H);
     fox_cumsum_kernel<<<gpu_blocks((size_t)B * o->H, 64), 64>>>(a->fg_cum, a->fg_pre, B, T, o->H);
@@ -266,40 +262,47 @@ static void fox_forward_(Mixer *m, const GpuAttActs *a, const float *x, int B, i
 }
 
 // its backward from dF (B,H,T): dpre (B,T,H) scratch, then the projection's gradients and dx (+=)
-static void fox_backward_(Mixer *m, float *dx, float *dpre, const float *dF, const GpuAttActs *a, const float *x, int B,
+static void fox_backward_(Mixer *m, float *dx, float *dpre, const float *dF, const GpuAttActs *a, GpuAct x, int B,
                           int T) {
     const AttentionOpts *o = (const AttentionOpts *)m->spec->opts;
     fox_backward_kernel<<<gpu_blocks((size_t)B * o->H, 64), 64>>>(dpre, dF, a->fg_pre, B, T, o->H);
     KERNEL_CHECK();
-    gpu_matmul_backward(dx, mixer_grad(m, o->k_fw), mixer_grad(m, o->k_fb), dpre, x, mixer_param(m, o->k_fw), B * T,
+    gpu_matmul_backward(dx, mixer_grad(m, o->k_fw), mixer_grad(m, o->k_fb), gpu_f32(dpre), x, mixer_param(m, o->k_fw), B * T,
                         m->spec->C, o->H, 1);
 }
 
-template <typename HT>
-static void permute_(HT *heads, const float *rows, int stride, int col0, int B, int T, int H, int D, int merge) {
+template <typename HT, typename RT>
+static void permute_(HT *heads, RT *rows, int stride, int col0, int B, int T, int H, int D, int merge) {
     size_t n = (size_t)B * T * H * D;
     if (D % 4 == 0)
-        permute_heads_kernel<4, HT><<<gpu_blocks(n / 4, 256), 256>>>(heads, (float *)rows, stride, col0, B, T, H, D,
-                                                                    merge);
+        permute_heads_kernel<4, HT, RT><<<gpu_blocks(n / 4, 256), 256>>>(heads, rows, stride, col0, B, T, H, D, merge);
     else
-        permute_heads_kernel<1, HT><<<gpu_blocks(n, 256), 256>>>(heads, (float *)rows, stride, col0, B, T, H, D,
-                                                                merge);
+        permute_heads_kernel<1, HT, RT><<<gpu_blocks(n, 256), 256>>>(heads, rows, stride, col0, B, T, H, D, merge);
     KERNEL_CHECK();
 }
 
-// qkv_heads_kernel for o's scheme (RoPE or none)
-template <typename HT>
-static void qkv_heads_(HT *qh, HT *kh, HT *vh, float *qkv, const GpuAttActs *a, const AttentionOpts *o, int B, int T,
-                       float sign, int to_heads) {
-    size_t n = (size_t)B * T * o->H * (o->D / 2);
-    if (rotates_(o))
-        qkv_heads_kernel<true, HT><<<gpu_blocks(n, 256), 256>>>(qh, kh, vh, qkv, a->cos_, a->sin_, B, T, o->H, o->D,
-                                                               per_head_rope_(o), o->layout == ROTARY_HALF, sign,
-                                                               to_heads);
-    else
-        qkv_heads_kernel<false, HT><<<gpu_blocks(n, 256), 256>>>(qh, kh, vh, qkv, nullptr, nullptr, B, T, o->H, o->D,
-                                                                0, 0, sign, to_heads);
+// qkv_heads_kernel for o's scheme (RoPE or none), four pairs a thread in the half layout when D/2 allows
+template <bool ROT, int V, typename HT, typename RT>
+static void qkv_heads_launch_(HT *qh, HT *kh, HT *vh, RT *qkv, const GpuAttActs *a, const AttentionOpts *o, int B,
+                              int T, float sign, int to_heads) {
+    size_t n = (size_t)B * T * o->H * (o->D / 2) / V;
+    qkv_heads_kernel<ROT, V, HT, RT><<<gpu_blocks(n, 256), 256>>>(qh, kh, vh, qkv, ROT ? a->cos_ : nullptr,
+                                                                 ROT ? a->sin_ : nullptr, B, T, o->H, o->D,
+                                                                 per_head_rope_(o), !ROT || o->layout == ROTARY_HALF,
+                                                                 sign, to_heads);
     KERNEL_CHECK();
+}
+
+template <typename HT, typename RT>
+static void qkv_heads_(HT *qh, HT *kh, HT *vh, RT *qkv, const GpuAttActs *a, const AttentionOpts *o, int B, int T,
+                       float sign, int to_heads) {
+    // the rows, heads and table then all start 16-byte aligned (the arena's slots are 256-byte aligned); without
+    // RoPE the pairs are any split of the row, so the half layout's
+    int vec = (o->layout == ROTARY_HALF || !rotates_(o)) && (o->D / 2) % 4 == 0;
+    if (rotates_(o) && vec) qkv_heads_launch_<true, 4>(qh, kh, vh, qkv, a, o, B, T, sign, to_heads);
+    else if (rotates_(o)) qkv_heads_launch_<true, 1>(qh, kh, vh, qkv, a, o, B, T, sign, to_heads);
+    else if (vec) qkv_heads_launch_<false, 4>(qh, kh, vh, qkv, a, o, B, T, sign, to_heads);
+    else qkv_heads_launch_<false, 1>(qh, kh, vh, qkv, a, o, B, T, sign, to_heads);
 }
 
 static void rope_(float *x, const GpuAttActs *a, const AttentionOpts *o, int B, int T, float sign) {
@@ -323,7 +326,7 @@ static void rope_table_(const GpuAttActs *a, const AttentionOpts *o, int T) {
 // ----------------------------------------------------------------------------
 // forward, backward
 
-static void attention_gpu_forward_(Mixer *m, float *y, const float *x, int B, int T) {
+static void attention_gpu_forward_(Mixer *m, float *y, GpuAct x, int B, int T) {
     const AttentionOpts *o = (const AttentionOpts *)m->spec->opts;
     int C = m->spec->C, H = o->H, D = o->D, HD = o->HD, BT = B * T;
     GpuAttActs a;
@@ -344,9 +347,9 @@ static void attention_gpu_forward_(Mixer *m, float *y, const float *x, int B, in
         for (int part = 0; part < 3; part++)
             GPU_TIMED("attn.permute", permute_(dst[part], qkv, 3 * HD, part * HD, B, T, H, D, 0));
         if (o->qk_norm) {
-            GPU_TIMED("attn.qk_norm", gpu_norm_forward(a.qh, NULL, a.q_rstd, a.q_lin, mixer_param(m, o->k_qn), NULL,
+            GPU_TIMED("attn.qk_norm", gpu_norm_forward(gpu_f32(a.qh), NULL, a.q_rstd, a.q_lin, mixer_param(m, o->k_qn), NULL,
                                                        BT * H, D, 1));
-            GPU_TIMED("attn.qk_norm", gpu_norm_forward(a.kh, NULL, a.k_rstd, a.k_lin, mixer_param(m, o->k_kn), NULL,
+            GPU_TIMED("attn.qk_norm", gpu_norm_forward(gpu_f32(a.kh), NULL, a.k_rstd, a.k_lin, mixer_param(m, o->k_kn), NULL,
                                                        BT * H, D, 1));
         }
         if (rotates_(o)) {
@@ -364,12 +367,14 @@ static void attention_gpu_forward_(Mixer *m, float *y, const float *x, int B, in
     GpuAttnOpts ko = kernel_opts_(o, a.fg_cum);
     GPU_TIMED("attn.kernel.forward", gpu_attention_forward(a.oh, a.lse, kernel_in_(&a, 0), kernel_in_(&a, 1),
                                                            kernel_in_(&a, 2), &ko, B, H, T, D));
-    GPU_TIMED("attn.permute", permute_(a.oh, a.o_lin, HD, 0, B, T, H, D, 1));
-    GPU_TIMED("attn.out.forward", gpu_matmul_forward(y, a.o_lin, mixer_param(m, o->k_wo),
+    // bf16: the output projection's input written in bf16 by the merge
+    if (bf) GPU_TIMED("attn.permute", permute_(a.oh, (__nv_bfloat16 *)a.o_lin, HD, 0, B, T, H, D, 1));
+    else GPU_TIMED("attn.permute", permute_(a.oh, a.o_lin, HD, 0, B, T, H, D, 1));
+    GPU_TIMED("attn.out.forward", gpu_matmul_forward(y, gpu_act(a.o_lin, bf), mixer_param(m, o->k_wo),
                                                      o->bias ? mixer_param(m, o->k_bo) : NULL, BT, HD, C));
 }
 
-static void attention_gpu_backward_(Mixer *m, float *dx, const float *dy, const float *x, int B, int T) {
+static void attention_gpu_backward_(Mixer *m, float *dx, const float *dy, GpuAct x, int B, int T) {
     const AttentionOpts *o = (const AttentionOpts *)m->spec->opts;
     int C = m->spec->C, H = o->H, D = o->D, HD = o->HD, BT = B * T;
     size_t big = (size_t)BT * HD, heads = (size_t)BT * H;
@@ -377,11 +382,12 @@ static void attention_gpu_backward_(Mixer *m, float *dx, const float *dy, const 
     att_layout_(o, B, T, m->acts, &a);
     float *dqkv = m->scratch, *dq = dqkv + 3 * big, *dk = dq + big, *dv = dk + big, *doh = dv + big;
     float *delta = doh + big, *dF = delta + heads, *dpre = dF + heads, *do_lin = dqkv;
+    int bf = gpu_math() == GPU_BF16;
     // y = o_lin wo^T + bo
     GPU_TIMED("attn.out.backward", gpu_matmul_backward(do_lin, mixer_grad(m, o->k_wo), o->bias ? mixer_grad(m, o->k_bo) : NULL,
-                                                       dy, a.o_lin, mixer_param(m, o->k_wo), BT, HD, C, 0));
+                                                       gpu_f32(dy), gpu_act(a.o_lin, bf), mixer_param(m, o->k_wo), BT,
+                                                       HD, C, 0));
     // bf16: the kernels take dout in bf16, as q, k, v
-    int bf = gpu_math() == GPU_BF16;
     __nv_bfloat16 *dob = (__nv_bfloat16 *)(m->scratch + scratch_bf16_at_(o, B, T));
     if (bf) GPU_TIMED("attn.permute", permute_(dob, do_lin, HD, 0, B, T, H, D, 0));
     else GPU_TIMED("attn.permute", permute_(doh, do_lin, HD, 0, B, T, H, D, 0));
@@ -389,8 +395,11 @@ static void attention_gpu_backward_(Mixer *m, float *dx, const float *dy, const 
     // timed inside, per kernel (attn.kernel.delta, .dq, .dkdv)
     gpu_attention_backward(dq, dk, dv, o->fgate ? dF : NULL, delta, bf ? (const void *)dob : doh, a.oh, a.lse,
                            kernel_in_(&a, 0), kernel_in_(&a, 1), kernel_in_(&a, 2), &ko, B, H, T, D);
+    // the qkv projection's dout: bf16 in bf16 where the fused merge writes it (the same bits as converting after)
+    GpuAct dqkv_in = gpu_act(dqkv, bf && fused_heads_(o));
     if (fused_heads_(o)) {  // R^T (the inverse rotation) on dq, dk, merged into the rows
-        GPU_TIMED("attn.permute", qkv_heads_<float>(dq, dk, dv, dqkv, &a, o, B, T, -1.0f, 0));
+        if (bf) GPU_TIMED("attn.permute", qkv_heads_(dq, dk, dv, (__nv_bfloat16 *)dqkv, &a, o, B, T, -1.0f, 0));
+        else GPU_TIMED("attn.permute", qkv_heads_(dq, dk, dv, dqkv, &a, o, B, T, -1.0f, 0));
     } else {
         if (rotates_(o)) {
             GPU_TIMED("attn.rope", rope_(dq, &a, o, B, T, -1.0f));
@@ -412,7 +421,7 @@ static void attention_gpu_backward_(Mixer *m, float *dx, const float *dy, const 
         }
     }
     GPU_TIMED("attn.qkv.backward", gpu_matmul_backward(dx, mixer_grad(m, o->k_wqkv), o->bias ? mixer_grad(m, o->k_bqkv) : NULL,
-                                                       dqkv, x, mixer_param(m, o->k_wqkv), BT, C, 3 * HD, 1));
+                                                       dqkv_in, x, mixer_param(m, o->k_wqkv), BT, C, 3 * HD, 1));
     if (o->fgate) GPU_TIMED("attn.fgate", fox_backward_(m, dx, dpre, dF, &a, x, B, T));
 }
 

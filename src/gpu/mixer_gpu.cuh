@@ -5,7 +5,8 @@
  * and backward, with every buffer in it (params, grads, acts, scratch) a device pointer of the same layout,
  * so mixer_param()/mixer_grad() and the option struct work unchanged. The contract is the CPU's: forward
  * keeps what backward needs in m->acts; backward ACCUMULATES into dx and the parameter gradients; m->scratch
- * is shared by all layers.
+ * is shared by all layers. x, the block's normed input, comes as the model keeps it: floats, or bf16 in
+ * run.precision bf16 (gpu/ops.cuh's GpuAct: what the model's matmuls take; hand it to them as it is).
  *
  * Adding a mixer's kernels = a gpu/<mixer>.cu with a GpuMixerOps, one line in gpu/model.cu's table, and its
  * rows in the parity test (tests/gpu/test_gpu_parity.c). docs/gpu.md has the walk-through.
@@ -14,6 +15,8 @@
 #define SEQ_GPU_MIXER_GPU_CUH
 
 #include <stddef.h>
+
+#include "gpu/ops.cuh"
 
 extern "C" {
 #include "core/err.h"
@@ -27,8 +30,8 @@ typedef struct GpuMixerOps {
     int (*check)(const MixerSpec *s, int l, Err *e);
     size_t (*act_size)(const MixerSpec *s, int B, int T);      // device floats kept for backward
     size_t (*scratch_size)(const MixerSpec *s, int B, int T);  // device floats of temporaries
-    void (*forward)(Mixer *m, float *y, const float *x, int B, int T);                      // y, x (B,T,C)
-    void (*backward)(Mixer *m, float *dx, const float *dy, const float *x, int B, int T);   // dx += ...
+    void (*forward)(Mixer *m, float *y, GpuAct x, int B, int T);                     // y, x (B,T,C)
+    void (*backward)(Mixer *m, float *dx, const float *dy, GpuAct x, int B, int T);  // dx += ...
 } GpuMixerOps;
 
 extern const GpuMixerOps GPU_MIXER_ATTENTION;

@@ -36,8 +36,10 @@ void gpu_fail_(const char *what, const char *detail, const char *file, int line)
     exit(1);
 }
 
-typedef struct GpuLayerActs {  // model.h's LayerActs on the device
-    float *res, *ln1, *ln1_mean, *ln1_rstd, *res_mid, *ln2, *ln2_mean, *ln2_rstd, *fc, *act;
+// model.h's LayerActs on the device. ln1, ln2, act (and the Gpu's lnf and dfc) are the matmuls' inputs: bf16
+// (__nv_bfloat16) in run.precision bf16, written so by their producers (gpu/ops.cuh's GpuAct)
+typedef struct GpuLayerActs {
+    float *res, *ln1, *ln1_mean, *ln1_rstd, *res_mid, *ln2, *ln2_mean, *ln2_rstd, *fc, *act;  // fc: before its bias
 } GpuLayerActs;
 
 struct Gpu {
@@ -127,31 +129,32 @@ static int acts_alloc_(Gpu *g, int B, int T, Err *e) {
     const Model *m = g->m;
     size_t BT = (size_t)B * T, C = m->C, H = m->hidden, F = m->mlp_kind == MLP_SWIGLU ? 2 * H : H;
     // two passes: count, then hand out
-    size_t n = 0, scratch = 0;
+    size_t n = 0, scratch = 0, mm = math_ == GPU_BF16 ? 2 : 1;  // floats per element of a matmul input: 1/mm
     for (int pass = 0; pass < 2; pass++) {
         n = 0;
         float *base = pass ? g->arena : NULL;
 #define TAKE_(ptr, count) do { if (pass) (ptr) = base + n; n += ((count) + 63) & ~(size_t)63; } while (0)
+#define TAKE_MM_(ptr, count) TAKE_(ptr, ((count) + mm - 1) / mm)
         for (int l = 0; l < m->L; l++) {
             GpuLayerActs *a = &g->la[l];
             TAKE_(a->res, BT * C);
-            TAKE_(a->ln1, BT * C);
+            TAKE_MM_(a->ln1, BT * C);
             TAKE_(a->ln1_mean, BT);
             TAKE_(a->ln1_rstd, BT);
             if (m->lp[l].has_mlp) {
                 TAKE_(a->res_mid, BT * C);
-                TAKE_(a->ln2, BT * C);
+                TAKE_MM_(a->ln2, BT * C);
                 TAKE_(a->ln2_mean, BT);
                 TAKE_(a->ln2_rstd, BT);
                 TAKE_(a->fc, BT * F);
-                TAKE_(a->act, BT * H);
+                TAKE_MM_(a->act, BT * H);
             }
             TAKE_(g->mix[l].acts, g->mops[l]->act_size(&m->mspec[l], B, T));
             size_t s = g->mops[l]->scratch_size(&m->mspec[l], B, T);
             if (s > scratch) scratch = s;
         }
         TAKE_(g->res_out, BT * C);
-        TAKE_(g->lnf, BT * C);
+        TAKE_MM_(g->lnf, BT * C);
         TAKE_(g->lnf_mean, BT);
         TAKE_(g->lnf_rstd, BT);
         TAKE_(g->logits, BT * m->V);
@@ -159,9 +162,10 @@ static int acts_alloc_(Gpu *g, int B, int T, Err *e) {
         TAKE_(g->mix_out, BT * C);
         TAKE_(g->dres, BT * C);
         TAKE_(g->dtmp, BT * C);
-        TAKE_(g->dfc, BT * F);
+        TAKE_MM_(g->dfc, BT * F);
         TAKE_(g->dact, BT * H);
         TAKE_(g->scratch, scratch);
+#undef TAKE_MM_
 #undef TAKE_
         if (!pass) {
             char what[160];
@@ -332,9 +336,12 @@ void gpu_zero_grad(Gpu *g) { CUDA_CHECK(cudaMemset(g->grads, 0, g->m->pt.numel *
 #define P_(k) ((k) >= 0 ? g->params + m->pt.t[k].offset : NULL)
 #define G_(k) ((k) >= 0 ? g->grads + m->pt.t[k].offset : NULL)
 
+// a matmul input of the model's (ln1, ln2, lnf, act, dfc): bf16 in run.precision bf16
+static GpuAct mm_(float *p) { return gpu_act(p, math_ == GPU_BF16); }
+
 static void norm_fwd_(Gpu *g, float *out, float *mean, float *rstd, const float *inp, int kw, int kb, int N) {
     const Model *m = g->m;
-    GPU_TIMED("norm.forward", gpu_norm_forward(out, mean, rstd, inp, P_(kw), P_(kb), N, m->C, m->rms));
+    GPU_TIMED("norm.forward", gpu_norm_forward(mm_(out), mean, rstd, inp, P_(kw), P_(kb), N, m->C, m->rms));
 }
 
 static void norm_bwd_(Gpu *g, float *dinp, const float *dout, const float *inp, const float *mean, const float *rstd,
@@ -383,8 +390,9 @@ static int buckets_upload_(Gpu *g, const int *inputs, int BT) {
     return n_tok;
 }
 
-// model.c's model_forward_ (the lm head, S = 1); grad: the logits become dlogits (n_norm)
-static void forward_(Gpu *g, int B, int T, int has_targets, int n_norm, int grad) {
+// model.c's model_forward_ (the lm head, S = 1); grad: the logits become dlogits (n_norm), returned (bf16 in
+// run.precision bf16)
+static GpuAct forward_(Gpu *g, int B, int T, int has_targets, int n_norm, int grad) {
     const Model *m = g->m;
     int BT = B * T, C = m->C, H = m->hidden, F = m->mlp_kind == MLP_SWIGLU ? 2 * H : H;
     GPU_TIMED("embedding.forward", gpu_embedding_forward(m->L ? g->la[0].res : g->res_out, g->inputs, P_(m->k_wte), BT, C));
@@ -393,32 +401,37 @@ static void forward_(Gpu *g, int B, int T, int has_targets, int n_norm, int grad
         const LayerParams *lp = &m->lp[l];
         float *next = l + 1 < m->L ? g->la[l + 1].res : g->res_out;
         norm_fwd_(g, a->ln1, a->ln1_mean, a->ln1_rstd, a->res, lp->ln1_w, lp->ln1_b, BT);
-        g->mops[l]->forward(&g->mix[l], g->mix_out, a->ln1, B, T);
+        g->mops[l]->forward(&g->mix[l], g->mix_out, mm_(a->ln1), B, T);
         if (!lp->has_mlp) {
-            GPU_TIMED("residual", gpu_residual(next, a->res, g->mix_out, (size_t)BT * C));
+            GPU_TIMED("residual", gpu_residual(next, a->res, g->mix_out, NULL, (size_t)BT * C, C));
             continue;
         }
-        GPU_TIMED("residual", gpu_residual(a->res_mid, a->res, g->mix_out, (size_t)BT * C));
+        GPU_TIMED("residual", gpu_residual(a->res_mid, a->res, g->mix_out, NULL, (size_t)BT * C, C));
         norm_fwd_(g, a->ln2, a->ln2_mean, a->ln2_rstd, a->res_mid, lp->ln2_w, lp->ln2_b, BT);
-        GPU_TIMED("mlp.fc.forward", gpu_matmul_forward(a->fc, a->ln2, P_(lp->fc_w), P_(lp->fc_b), BT, C, F));
-        GPU_TIMED("mlp.act.forward", gpu_act_forward(a->act, a->fc, BT, H, m->mlp_kind));
-        GPU_TIMED("mlp.proj.forward", gpu_matmul_forward(g->mix_out, a->act, P_(lp->proj_w), P_(lp->proj_b), BT, H, C));
-        GPU_TIMED("residual", gpu_residual(next, a->res_mid, g->mix_out, (size_t)BT * C));
+        // the fc bias is added by the activation, proj's by the residual add (no pass of their own)
+        GPU_TIMED("mlp.fc.forward", gpu_matmul_forward(a->fc, mm_(a->ln2), P_(lp->fc_w), NULL, BT, C, F));
+        GPU_TIMED("mlp.act.forward", gpu_act_forward(mm_(a->act), a->fc, P_(lp->fc_b), BT, H, m->mlp_kind));
+        GPU_TIMED("mlp.proj.forward", gpu_matmul_forward(g->mix_out, mm_(a->act), P_(lp->proj_w), NULL, BT, H, C));
+        GPU_TIMED("residual", gpu_residual(next, a->res_mid, g->mix_out, P_(lp->proj_b), (size_t)BT * C, C));
     }
     norm_fwd_(g, g->lnf, g->lnf_mean, g->lnf_rstd, g->res_out, m->k_lnf_w, m->k_lnf_b, BT);
-    GPU_TIMED("head.forward", gpu_matmul_forward(g->logits, g->lnf, m->tie ? P_(m->k_wte) : P_(m->k_head_w),
+    GPU_TIMED("head.forward", gpu_matmul_forward(g->logits, mm_(g->lnf), m->tie ? P_(m->k_wte) : P_(m->k_head_w),
                                                  P_(m->k_head_b), BT, C, m->V));
-    if (has_targets) GPU_TIMED("crossentropy", gpu_crossentropy(g->losses, g->logits, g->targets, BT, m->V, n_norm, grad));
+    GpuAct dlogits = gpu_f32(g->logits);
+    if (has_targets)
+        GPU_TIMED("crossentropy", dlogits = gpu_crossentropy(g->losses, g->logits, g->targets, BT, m->V, n_norm, grad,
+                                                             grad && math_ == GPU_BF16));
+    return dlogits;
 }
 
-// model.c's model_backward with the logits already dlogits
-static void backward_(Gpu *g, int B, int T, int n_tok) {
+// model.c's model_backward from the forward's dlogits
+static void backward_(Gpu *g, GpuAct dlogits, int B, int T, int n_tok) {
     const Model *m = g->m;
     int BT = B * T, C = m->C, H = m->hidden, F = m->mlp_kind == MLP_SWIGLU ? 2 * H : H;
     size_t BTC = (size_t)BT * C;
     const float *head = m->tie ? P_(m->k_wte) : P_(m->k_head_w);
     GPU_TIMED("head.backward", gpu_matmul_backward(g->dtmp, m->tie ? G_(m->k_wte) : G_(m->k_head_w), G_(m->k_head_b),
-                                                   g->logits, g->lnf, head, BT, C, m->V, 0));
+                                                   dlogits, mm_(g->lnf), head, BT, C, m->V, 0));
     GPU_TIMED("memset", CUDA_CHECK(cudaMemset(g->dres, 0, BTC * sizeof(float))));
     norm_bwd_(g, g->dres, g->dtmp, g->res_out, g->lnf_mean, g->lnf_rstd, m->k_lnf_w, m->k_lnf_b, BT);
     for (int l = m->L - 1; l >= 0; l--) {
@@ -426,16 +439,16 @@ static void backward_(Gpu *g, int B, int T, int n_tok) {
         const LayerParams *lp = &m->lp[l];
         if (lp->has_mlp) {
             // next = res_mid + proj(act(fc(norm(res_mid))))
-            GPU_TIMED("mlp.proj.backward", gpu_matmul_backward(g->dact, G_(lp->proj_w), G_(lp->proj_b), g->dres, a->act,
+            GPU_TIMED("mlp.proj.backward", gpu_matmul_backward(g->dact, G_(lp->proj_w), G_(lp->proj_b), gpu_f32(g->dres), mm_(a->act),
                                                                P_(lp->proj_w), BT, H, C, 0));
-            GPU_TIMED("mlp.act.backward", gpu_act_backward(g->dfc, a->fc, g->dact, BT, H, m->mlp_kind));
-            GPU_TIMED("mlp.fc.backward", gpu_matmul_backward(g->dtmp, G_(lp->fc_w), G_(lp->fc_b), g->dfc, a->ln2,
+            GPU_TIMED("mlp.act.backward", gpu_act_backward(mm_(g->dfc), a->fc, P_(lp->fc_b), g->dact, BT, H, m->mlp_kind));
+            GPU_TIMED("mlp.fc.backward", gpu_matmul_backward(g->dtmp, G_(lp->fc_w), G_(lp->fc_b), mm_(g->dfc), mm_(a->ln2),
                                                              P_(lp->fc_w), BT, C, F, 0));
             norm_bwd_(g, g->dres, g->dtmp, a->res_mid, a->ln2_mean, a->ln2_rstd, lp->ln2_w, lp->ln2_b, BT);
         }
         // res_mid = res + mixer(norm(res))
         GPU_TIMED("memset", CUDA_CHECK(cudaMemset(g->dtmp, 0, BTC * sizeof(float))));
-        g->mops[l]->backward(&g->mix[l], g->dtmp, g->dres, a->ln1, B, T);
+        g->mops[l]->backward(&g->mix[l], g->dtmp, g->dres, mm_(a->ln1), B, T);
         norm_bwd_(g, g->dres, g->dtmp, a->res, a->ln1_mean, a->ln1_rstd, lp->ln1_w, lp->ln1_b, BT);
     }
     GPU_TIMED("embedding.backward",
@@ -456,8 +469,8 @@ int gpu_forward_backward(Gpu *g, const int *inputs, const int *targets, int B, i
                          int *n_sup, Err *e) {
     if (batch_upload_(g, inputs, targets, B, T, n_sup, e) != 0) return -1;
     int n_tok = buckets_upload_(g, inputs, B * T);
-    forward_(g, B, T, 1, n_norm, 1);
-    backward_(g, B, T, n_tok);
+    GpuAct dlogits = forward_(g, B, T, 1, n_norm, 1);
+    backward_(g, dlogits, B, T, n_tok);
     *loss = mean_loss_(g, B * T, *n_sup);
     return 0;
 }

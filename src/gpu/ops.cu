@@ -47,6 +47,8 @@ static __device__ float block_max_(float v, float *sh) {
     return warp_max_(v);
 }
 
+static int aligned16_(const void *p) { return (uintptr_t)p % 16 == 0; }  // NULL too
+
 // a device work buffer for the two-pass column reductions, grown on demand (one stream: a later op only
 // reuses it after the earlier one's kernels ran)
 static float *tmp_buf_ = NULL;
@@ -63,25 +65,41 @@ static float *tmp_floats_(size_t n) {
 // column sums in two passes: rows in fixed chunks of COL_CHUNK, one partial per (chunk, column), then the
 // partials added in chunk order
 #define COL_CHUNK 64
-#define COL_THREADS 128
+#define COL_ROWS 8  // a chunk's rows are split over COL_ROWS threads (r, r + 8, ...), added in that order after
 
 enum { COLSUM_PLAIN, COLSUM_LAYERNORM, COLSUM_RMSNORM };
 
-// partial (n_chunks, 2, C): per chunk, the sum of dout and of dout·xhat (the norms' weight gradient)
-__global__ void colsum_partial_kernel(float *partial, const float *dout, const float *inp, const float *mean,
+// partial (n_chunks, 2, C): per chunk, the sum of dout and of dout·xhat (the norms' weight gradient); dout's rows
+// (floats or bf16) ld apart. A block (32, COL_ROWS) covers 32·V columns of one chunk: thread (x, y) sums V
+// adjacent columns (V 4: one 16- or 8-byte load a row) over the chunk's rows y, y + COL_ROWS, ...
+template <int V, typename DT>
+__global__ void colsum_partial_kernel(float *partial, const DT *dout, size_t ld, const float *inp, const float *mean,
                                       const float *rstd, int N, int C, int mode) {
-    int c = blockIdx.y * blockDim.x + threadIdx.x, chunk = blockIdx.x;  // chunks on x: gridDim.y stops at 65535
-    if (c >= C) return;
-    int r0 = chunk * COL_CHUNK, r1 = min(N, r0 + COL_CHUNK);
-    float s = 0.0f, sx = 0.0f;
-    for (int r = r0; r < r1; r++) {
-        float d = dout[(size_t)r * C + c];
-        s += d;
-        if (mode == COLSUM_LAYERNORM) sx += d * (inp[(size_t)r * C + c] - mean[r]) * rstd[r];
-        else if (mode == COLSUM_RMSNORM) sx += d * inp[(size_t)r * C + c] * rstd[r];
+    __shared__ float sh[COL_ROWS][32][2 * V];
+    int c = (blockIdx.y * 32 + threadIdx.x) * V, chunk = blockIdx.x, ty = threadIdx.y;  // chunks on x: gridDim.y
+    int r1 = min(N, (chunk + 1) * COL_CHUNK);                                             // stops at 65535
+    float s[V], sx[V];
+    for (int e = 0; e < V; e++) s[e] = sx[e] = 0.0f;
+    if (c < C)
+        for (int r = chunk * COL_CHUNK + ty; r < r1; r += COL_ROWS) {
+            float d[V], x[V];
+            load_elts_<V>(d, dout + (size_t)r * ld + c);
+            if (mode != COLSUM_PLAIN) load_elts_<V>(x, inp + (size_t)r * C + c);
+            float mu = mode == COLSUM_LAYERNORM ? mean[r] : 0.0f, rs = mode != COLSUM_PLAIN ? rstd[r] : 0.0f;
+            for (int e = 0; e < V; e++) {
+                s[e] += d[e];
+                if (mode != COLSUM_PLAIN) sx[e] += d[e] * (x[e] - mu) * rs;
+            }
+        }
+    for (int e = 0; e < V; e++) sh[ty][threadIdx.x][e] = s[e], sh[ty][threadIdx.x][V + e] = sx[e];
+    __syncthreads();
+    if (ty != 0 || c >= C) return;
+    for (int e = 0; e < V; e++) {
+        float a = 0.0f, b = 0.0f;
+        for (int y = 0; y < COL_ROWS; y++) a += sh[y][threadIdx.x][e], b += sh[y][threadIdx.x][V + e];
+        partial[((size_t)chunk * 2) * C + c + e] = a;
+        partial[((size_t)chunk * 2 + 1) * C + c + e] = b;
     }
-    partial[((size_t)chunk * 2) * C + c] = s;
-    partial[((size_t)chunk * 2 + 1) * C + c] = sx;
 }
 
 // dsum (C,) += sum of partial[., 0, .]; dxhat (C,) += sum of partial[., 1, .] (either may be NULL)
@@ -97,14 +115,29 @@ __global__ void colsum_finish_kernel(float *dsum, float *dxhat, const float *par
     if (dxhat) dxhat[c] += sx;
 }
 
-static void colsum_(float *dsum, float *dxhat, const float *dout, const float *inp, const float *mean,
-                    const float *rstd, int N, int C, int mode) {
-    int n_chunks = (N + COL_CHUNK - 1) / COL_CHUNK;
-    float *partial = tmp_floats_((size_t)n_chunks * 2 * C);
-    dim3 grid(n_chunks, gpu_blocks(C, COL_THREADS));
-    colsum_partial_kernel<<<grid, COL_THREADS>>>(partial, dout, inp, mean, rstd, N, C, mode);
+template <int V>
+static void colsum_launch_(float *partial, GpuAct dout, size_t ld, const float *inp, const float *mean,
+                           const float *rstd, int N, int C, int mode) {
+    dim3 grid((N + COL_CHUNK - 1) / COL_CHUNK, gpu_blocks(C, 32 * V)), block(32, COL_ROWS);
+    if (dout.bf16)
+        colsum_partial_kernel<V, __nv_bfloat16><<<grid, block>>>(partial, (const __nv_bfloat16 *)dout.p, ld, inp, mean,
+                                                                 rstd, N, C, mode);
+    else
+        colsum_partial_kernel<V, float><<<grid, block>>>(partial, (const float *)dout.p, ld, inp, mean, rstd, N, C,
+                                                         mode);
     KERNEL_CHECK();
-    colsum_finish_kernel<<<gpu_blocks(C, COL_THREADS), COL_THREADS>>>(dsum, dxhat, partial, n_chunks, C);
+}
+
+static void colsum_(float *dsum, float *dxhat, GpuAct dout, const float *inp, const float *mean, const float *rstd,
+                    int N, int C, int mode) {
+    int n_chunks = (N + COL_CHUNK - 1) / COL_CHUNK;
+    size_t ld = dout.ld ? dout.ld : C;
+    float *partial = tmp_floats_((size_t)n_chunks * 2 * C);
+    // V 4 when every row's start is aligned for the vector loads
+    if (C % 4 == 0 && ld % 4 == 0 && aligned16_(dout.p) && aligned16_(inp))
+        colsum_launch_<4>(partial, dout, ld, inp, mean, rstd, N, C, mode);
+    else colsum_launch_<1>(partial, dout, ld, inp, mean, rstd, N, C, mode);
+    colsum_finish_kernel<<<gpu_blocks(C, 128), 128>>>(dsum, dxhat, partial, n_chunks, C);
     KERNEL_CHECK();
 }
 
@@ -179,35 +212,43 @@ void gpu_bf16_shadow_free(void) {
     memset(&bf16_, 0, sizeof bf16_);
 }
 
-// x (n floats) as bf16: the parameters' copy when x lies in them, else converted into scratch buffer `slot`
-static const __nv_bfloat16 *bf16_of_(const float *x, size_t n, int slot) {
-    if (bf16_.copy && x >= bf16_.params && x + n <= bf16_.params + bf16_.n) return bf16_.copy + (x - bf16_.params);
+// x as the bf16 matrix GemmEx takes, n elements from its start: as it is when already bf16, the parameters' copy
+// when it lies in them, else converted into scratch buffer `slot`
+static GpuAct bf16_of_(GpuAct x, size_t n, int slot) {
+    if (x.bf16) return x;
+    const float *f = (const float *)x.p;
+    if (bf16_.copy && f >= bf16_.params && f + n <= bf16_.params + bf16_.n)
+        return GpuAct{bf16_.copy + (f - bf16_.params), 1, x.ld};
+    if (x.ld) gpu_fail_("bf16_of_", "a strided float operand (the ops never pass one)", __FILE__, __LINE__);
     if (n > bf16_.cap[slot]) {
         if (bf16_.scratch[slot]) CUDA_CHECK(cudaFree(bf16_.scratch[slot]));
         CUDA_CHECK(cudaMalloc(&bf16_.scratch[slot], n * sizeof(__nv_bfloat16)));
         bf16_.cap[slot] = n;
     }
-    to_bf16_(bf16_.scratch[slot], x, n);
-    return bf16_.scratch[slot];
+    to_bf16_(bf16_.scratch[slot], f, n);
+    return GpuAct{bf16_.scratch[slot], 1, 0};
 }
 
 // cublasSgemm's arguments (column-major), in bf16 when run.precision is bf16: A (lda x ka) and B (ldb x kb) are
-// the column-major extents of the operands as stored; Bh, when not NULL, is B already in bf16
-static void gemm_(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float *A, int lda, size_t ka,
-                  const float *B, const __nv_bfloat16 *Bh, int ldb, size_t kb, float beta, float *C, int ldc) {
+// the column-major extents of the operands as stored, lda and ldb their packed leading dimensions (an operand's
+// own ld replaces it)
+static void gemm_(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, GpuAct A, int lda, size_t ka,
+                  GpuAct B, int ldb, size_t kb, float beta, float *C, int ldc) {
     const float one = 1.0f;
     if (gpu_math() != GPU_BF16) {
-        CUBLAS_CHECK(cublasSgemm(gpu_blas(), ta, tb, m, n, k, &one, A, lda, B, ldb, &beta, C, ldc));
+        if (A.bf16 || B.bf16) gpu_fail_("gemm_", "a bf16 operand outside run.precision bf16", __FILE__, __LINE__);
+        CUBLAS_CHECK(cublasSgemm(gpu_blas(), ta, tb, m, n, k, &one, (const float *)A.p, A.ld ? A.ld : lda,
+                                 (const float *)B.p, B.ld ? B.ld : ldb, &beta, C, ldc));
         return;
     }
-    const __nv_bfloat16 *a = bf16_of_(A, (size_t)lda * ka, 0), *b = Bh ? Bh : bf16_of_(B, (size_t)ldb * kb, 1);
-    CUBLAS_CHECK(cublasGemmEx(gpu_blas(), ta, tb, m, n, k, &one, a, CUDA_R_16BF, lda, b, CUDA_R_16BF, ldb, &beta, C,
-                              CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    GpuAct a = bf16_of_(A, (size_t)lda * ka, 0), b = bf16_of_(B, (size_t)ldb * kb, 1);
+    CUBLAS_CHECK(cublasGemmEx(gpu_blas(), ta, tb, m, n, k, &one, a.p, CUDA_R_16BF, a.ld ? a.ld : lda, b.p, CUDA_R_16BF,
+                              b.ld ? b.ld : ldb, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
-void gpu_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N, int IC, int OC) {
+void gpu_matmul_forward(float *out, GpuAct inp, const float *w, const float *bias, int N, int IC, int OC) {
     // out^T (OC,N) = w (OC,IC) @ inp^T (IC,N): w is the column-major (IC,OC) matrix, transposed
-    gemm_(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, w, IC, OC, inp, NULL, IC, N, 0.0f, out, OC);
+    gemm_(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, gpu_f32(w), IC, OC, inp, IC, N, 0.0f, out, OC);
     if (bias) {
         size_t n = (size_t)N * OC;
         add_bias_kernel<<<gpu_blocks(n, 256), 256>>>(out, bias, n, OC);
@@ -215,21 +256,23 @@ void gpu_matmul_forward(float *out, const float *inp, const float *w, const floa
     }
 }
 
-void gpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,
-                         int N, int IC, int OC, int accumulate) {
-    // bf16: dout (N,OC) converted once for both products
-    const __nv_bfloat16 *douth = gpu_math() == GPU_BF16 ? bf16_of_(dout, (size_t)N * OC, 2) : NULL;
+void gpu_matmul_backward(float *dinp, float *dw, float *dbias, GpuAct dout, GpuAct inp, const float *w, int N, int IC,
+                         int OC, int accumulate) {
+    // bf16: a float dout (N,OC) converted once for both products
+    if (gpu_math() == GPU_BF16) dout = bf16_of_(dout, (size_t)N * OC, 2);
     if (dinp)  // dinp^T (IC,N) = w^T (IC,OC) @ dout^T (OC,N)
-        gemm_(CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, w, IC, OC, dout, douth, OC, N, accumulate ? 1.0f : 0.0f, dinp, IC);
+        gemm_(CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, gpu_f32(w), IC, OC, dout, OC, N, accumulate ? 1.0f : 0.0f, dinp,
+              IC);
     // dw^T (IC,OC) += inp^T (IC,N) @ dout (N,OC)
-    gemm_(CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, inp, IC, N, dout, douth, OC, N, 1.0f, dw, IC);
+    gemm_(CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, inp, IC, N, dout, OC, N, 1.0f, dw, IC);
     if (dbias) colsum_(dbias, NULL, dout, NULL, NULL, NULL, N, OC, COLSUM_PLAIN);
 }
 
 // ----------------------------------------------------------------------------
 // norms: one warp per row
 
-__global__ void norm_forward_kernel(float *out, float *mean, float *rstd, const float *inp, const float *w,
+template <typename OT>
+__global__ void norm_forward_kernel(OT *out, float *mean, float *rstd, const float *inp, const float *w,
                                     const float *b, int N, int C, int rms) {
     int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= N) return;
@@ -246,47 +289,60 @@ __global__ void norm_forward_kernel(float *out, float *mean, float *rstd, const 
         v += d * d;
     }
     float rs = rsqrtf(warp_sum_(v) / C + (rms ? RMSNORM_EPS : LAYERNORM_EPS));
-    float *y = out + (size_t)row * C;
-    for (int i = lane; i < C; i += 32) y[i] = (x[i] - mu) * rs * w[i] + (b ? b[i] : 0.0f);
+    OT *y = out + (size_t)row * C;
+    for (int i = lane; i < C; i += 32) y[i] = to_elt_<OT>((x[i] - mu) * rs * w[i] + (b ? b[i] : 0.0f));
     if (lane == 0) {
         if (mean) mean[row] = mu;
         rstd[row] = rs;
     }
 }
 
-void gpu_norm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N,
+void gpu_norm_forward(GpuAct out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N,
                       int C, int rms) {
-    norm_forward_kernel<<<gpu_blocks(N, 8), 256>>>(out, rms ? NULL : mean, rstd, inp, w, rms ? NULL : b, N, C, rms);
+    if (rms) mean = NULL, b = NULL;
+    if (out.bf16)
+        norm_forward_kernel<__nv_bfloat16><<<gpu_blocks(N, 8), 256>>>((__nv_bfloat16 *)out.p, mean, rstd, inp, w, b, N,
+                                                                     C, rms);
+    else norm_forward_kernel<float><<<gpu_blocks(N, 8), 256>>>((float *)out.p, mean, rstd, inp, w, b, N, C, rms);
     KERNEL_CHECK();
 }
 
-// dinp += rstd (dn - mean(dn) - xhat mean(dn xhat)), dn = dout w (LayerNorm); RMSNorm drops the mean(dn) term
+// dinp += rstd (dn - mean(dn) - xhat mean(dn xhat)), dn = dout w (LayerNorm); RMSNorm drops the mean(dn) term.
+// One warp per row, VEC adjacent columns a lane at a time (VEC 4: 16-byte loads; C a multiple of 4, rows aligned)
+template <int VEC>
 __global__ void norm_backward_kernel(float *dinp, const float *dout, const float *inp, const float *w,
                                      const float *mean, const float *rstd, int N, int C, int rms) {
     int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= N) return;
     const float *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
     float mu = rms ? 0.0f : mean[row], rs = rstd[row];
-    float s = 0.0f, sx = 0.0f;
-    for (int i = lane; i < C; i += 32) {
-        float dn = dy[i] * w[i], xh = (x[i] - mu) * rs;
-        s += dn;
-        sx += dn * xh;
+    float s = 0.0f, sx = 0.0f, xv[VEC], dv[VEC], wv[VEC];
+    for (int c = VEC * lane; c < C; c += 32 * VEC) {
+        load_elts_<VEC>(xv, x + c), load_elts_<VEC>(dv, dy + c), load_elts_<VEC>(wv, w + c);
+        for (int e = 0; e < VEC; e++) {
+            float dn = dv[e] * wv[e];
+            s += dn;
+            sx += dn * (xv[e] - mu) * rs;
+        }
     }
     s = rms ? 0.0f : warp_sum_(s) / C;
     sx = warp_sum_(sx) / C;
-    float *dx = dinp + (size_t)row * C;
-    for (int i = lane; i < C; i += 32) {
-        float dn = dy[i] * w[i], xh = (x[i] - mu) * rs;
-        dx[i] += rs * (dn - s - xh * sx);
+    float *dx = dinp + (size_t)row * C, o[VEC];
+    for (int c = VEC * lane; c < C; c += 32 * VEC) {  // the row again (from the cache)
+        load_elts_<VEC>(xv, x + c), load_elts_<VEC>(dv, dy + c), load_elts_<VEC>(wv, w + c), load_elts_<VEC>(o, dx + c);
+        for (int e = 0; e < VEC; e++) o[e] += rs * (dv[e] * wv[e] - s - (xv[e] - mu) * rs * sx);
+        store_elts_<VEC>(dx + c, o);
     }
 }
 
 void gpu_norm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
                        const float *mean, const float *rstd, int N, int C, int rms) {
-    norm_backward_kernel<<<gpu_blocks(N, 8), 256>>>(dinp, dout, inp, w, mean, rstd, N, C, rms);
+    unsigned nb = gpu_blocks(N, 8);
+    if (C % 4 == 0 && aligned16_(dinp) && aligned16_(dout) && aligned16_(inp) && aligned16_(w))
+        norm_backward_kernel<4><<<nb, 256>>>(dinp, dout, inp, w, mean, rstd, N, C, rms);
+    else norm_backward_kernel<1><<<nb, 256>>>(dinp, dout, inp, w, mean, rstd, N, C, rms);
     KERNEL_CHECK();
-    colsum_(rms ? NULL : db, dw, dout, inp, mean, rstd, N, C, rms ? COLSUM_RMSNORM : COLSUM_LAYERNORM);
+    colsum_(rms ? NULL : db, dw, gpu_f32(dout), inp, mean, rstd, N, C, rms ? COLSUM_RMSNORM : COLSUM_LAYERNORM);
 }
 
 // ----------------------------------------------------------------------------
@@ -299,58 +355,110 @@ static __device__ __forceinline__ float gelu_grad_(float x) {
 }
 static __device__ __forceinline__ float sigmoid_(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-__global__ void act_forward_kernel(float *out, const float *inp, int N, int H, int kind) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, n = (size_t)N * H;
+// the activation of pre = inp + bias (the fc bias added here: the matmul wrote inp without it, so no pass of its
+// own adds it; the same fp32 sum as adding it first, so the same bits). gelu and relu: V elements a thread
+// (V 4 when 4 divides H); swiglu: one a thread
+template <int V, typename OT>
+__global__ void act_forward_kernel(OT *out, const float *inp, const float *bias, int N, int H, int kind) {
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * V, n = (size_t)N * H;
     if (i >= n) return;
+    float x[V], b[V], y[V];
     if (kind == MLP_SWIGLU) {
         size_t r = i / H, c = i % H;
-        float a = inp[r * 2 * H + c], b = inp[r * 2 * H + H + c];
-        out[i] = a * sigmoid_(a) * b;
-    } else if (kind == MLP_RELU) {
-        out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
-    } else {
-        out[i] = gelu_(inp[i]);
+        float a = inp[r * 2 * H + c] + (bias ? bias[c] : 0.0f), v = inp[r * 2 * H + H + c] + (bias ? bias[H + c] : 0.0f);
+        out[i] = to_elt_<OT>(a * sigmoid_(a) * v);
+        return;
     }
+    load_elts_<V>(x, inp + i);
+    if (bias) load_elts_<V>(b, bias + i % H);
+    for (int e = 0; e < V; e++) {
+        float p = x[e] + (bias ? b[e] : 0.0f);
+        y[e] = kind == MLP_RELU ? (p > 0.0f ? p : 0.0f) : gelu_(p);
+    }
+    store_elts_<V>(out + i, y);
 }
 
-__global__ void act_backward_kernel(float *dinp, const float *inp, const float *dout, int N, int H, int kind) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, n = (size_t)N * H;
+template <int V, typename OT>
+__global__ void act_backward_kernel(OT *dinp, const float *inp, const float *bias, const float *dout, int N, int H,
+                                    int kind) {
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * V, n = (size_t)N * H;
     if (i >= n) return;
-    float d = dout[i];
+    float x[V], b[V], d[V], y[V];
     if (kind == MLP_SWIGLU) {
         size_t r = i / H, c = i % H;
-        float a = inp[r * 2 * H + c], b = inp[r * 2 * H + H + c], sg = sigmoid_(a);
-        // out = a sig(a) b: d a = b sig (1 + a (1 - sig)), d b = a sig
-        dinp[r * 2 * H + c] = d * b * sg * (1.0f + a * (1.0f - sg));
-        dinp[r * 2 * H + H + c] = d * a * sg;
-    } else if (kind == MLP_RELU) {
-        dinp[i] = inp[i] > 0.0f ? d : 0.0f;
-    } else {
-        dinp[i] = d * gelu_grad_(inp[i]);
+        float a = inp[r * 2 * H + c] + (bias ? bias[c] : 0.0f), v = inp[r * 2 * H + H + c] + (bias ? bias[H + c] : 0.0f);
+        float g = dout[i], sg = sigmoid_(a);
+        // out = a sig(a) v: d a = v sig (1 + a (1 - sig)), d v = a sig
+        dinp[r * 2 * H + c] = to_elt_<OT>(g * v * sg * (1.0f + a * (1.0f - sg)));
+        dinp[r * 2 * H + H + c] = to_elt_<OT>(g * a * sg);
+        return;
     }
+    load_elts_<V>(x, inp + i);
+    load_elts_<V>(d, dout + i);
+    if (bias) load_elts_<V>(b, bias + i % H);
+    for (int e = 0; e < V; e++) {
+        float p = x[e] + (bias ? b[e] : 0.0f);
+        y[e] = kind == MLP_RELU ? (p > 0.0f ? d[e] : 0.0f) : d[e] * gelu_grad_(p);
+    }
+    store_elts_<V>(dinp + i, y);
 }
 
-void gpu_act_forward(float *out, const float *inp, int N, int H, int kind) {
-    act_forward_kernel<<<gpu_blocks((size_t)N * H, 256), 256>>>(out, inp, N, H, kind);
+// V 4 where every thread's four elements lie in one row, 16-byte aligned (swiglu takes V 1; a parameter tensor,
+// the bias, need not start on 16 bytes)
+static int act_vec_(const void *a, const void *b, const void *bias, int H, int kind) {
+    return kind != MLP_SWIGLU && H % 4 == 0 && aligned16_(a) && aligned16_(b) && aligned16_(bias) ? 4 : 1;
+}
+
+void gpu_act_forward(GpuAct out, const float *inp, const float *bias, int N, int H, int kind) {
+    size_t n = (size_t)N * H;
+    if (act_vec_(out.p, inp, bias, H, kind) == 4) {
+        unsigned nb = gpu_blocks(n / 4, 256);
+        if (out.bf16) act_forward_kernel<4, __nv_bfloat16><<<nb, 256>>>((__nv_bfloat16 *)out.p, inp, bias, N, H, kind);
+        else act_forward_kernel<4, float><<<nb, 256>>>((float *)out.p, inp, bias, N, H, kind);
+    } else {
+        unsigned nb = gpu_blocks(n, 256);
+        if (out.bf16) act_forward_kernel<1, __nv_bfloat16><<<nb, 256>>>((__nv_bfloat16 *)out.p, inp, bias, N, H, kind);
+        else act_forward_kernel<1, float><<<nb, 256>>>((float *)out.p, inp, bias, N, H, kind);
+    }
     KERNEL_CHECK();
 }
 
-void gpu_act_backward(float *dinp, const float *inp, const float *dout, int N, int H, int kind) {
-    act_backward_kernel<<<gpu_blocks((size_t)N * H, 256), 256>>>(dinp, inp, dout, N, H, kind);
+void gpu_act_backward(GpuAct dinp, const float *inp, const float *bias, const float *dout, int N, int H, int kind) {
+    size_t n = (size_t)N * H;
+    if (act_vec_(inp, dout, bias, H, kind) == 4 && aligned16_(dinp.p)) {
+        unsigned nb = gpu_blocks(n / 4, 256);
+        if (dinp.bf16)
+            act_backward_kernel<4, __nv_bfloat16><<<nb, 256>>>((__nv_bfloat16 *)dinp.p, inp, bias, dout, N, H, kind);
+        else act_backward_kernel<4, float><<<nb, 256>>>((float *)dinp.p, inp, bias, dout, N, H, kind);
+    } else {
+        unsigned nb = gpu_blocks(n, 256);
+        if (dinp.bf16)
+            act_backward_kernel<1, __nv_bfloat16><<<nb, 256>>>((__nv_bfloat16 *)dinp.p, inp, bias, dout, N, H, kind);
+        else act_backward_kernel<1, float><<<nb, 256>>>((float *)dinp.p, inp, bias, dout, N, H, kind);
+    }
     KERNEL_CHECK();
 }
 
-__global__ void residual_kernel(float *out, const float *a, const float *b, size_t n) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = a[i] + b[i];
+// out = a + (b + bias[column]): the projection's bias added here, in the order its own pass would have (the same
+// bits); V 4 when 4 divides C and everything starts 16-byte aligned
+template <int V>
+__global__ void residual_kernel(float *out, const float *a, const float *b, const float *bias, size_t n, int C) {
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * V;
+    if (i >= n) return;
+    float x[V], y[V], z[V];
+    load_elts_<V>(x, a + i);
+    load_elts_<V>(y, b + i);
+    if (bias) load_elts_<V>(z, bias + i % C);
+    for (int e = 0; e < V; e++) x[e] += bias ? y[e] + z[e] : y[e];
+    store_elts_<V>(out + i, x);
 }
 
-void gpu_residual(float *out, const float *a, const float *b, size_t n) {
-    residual_kernel<<<gpu_blocks(n, 256), 256>>>(out, a, b, n);
+void gpu_residual(float *out, const float *a, const float *b, const float *bias, size_t n, int C) {
+    if (C % 4 == 0 && aligned16_(out) && aligned16_(a) && aligned16_(b) && aligned16_(bias))
+        residual_kernel<4><<<gpu_blocks(n / 4, 256), 256>>>(out, a, b, bias, n, C);
+    else residual_kernel<1><<<gpu_blocks(n, 256), 256>>>(out, a, b, bias, n, C);
     KERNEL_CHECK();
 }
-
-void gpu_add_inplace(float *dst, const float *src, size_t n) { gpu_residual(dst, dst, src, n); }
 
 // ----------------------------------------------------------------------------
 // embedding
@@ -388,36 +496,66 @@ void gpu_embedding_backward(float *dwte, const float *dout, const int *tokens, c
 // ----------------------------------------------------------------------------
 // cross-entropy: one block per row
 
-__global__ void crossentropy_kernel(float *losses, float *logits, const int *targets, int V, float inv_norm, int grad) {
+// VEC elements a thread at a time (VEC 4: 16-byte loads, V a multiple of 4). grad_bf16: dlogits as bf16 at the
+// start of the row's own bytes. Element i's bf16 overlaps float i/2, so the row goes in steps of VEC·blockDim.x
+// elements, each step's floats read before the barrier and its bf16s written after it: a step writes over floats
+// [base/2, (base + VEC·blockDim.x)/2), all read by then, and never over a later step's floats.
+template <int VEC>
+__global__ void crossentropy_kernel(float *losses, float *logits, const int *targets, int V, float inv_norm, int grad,
+                                    int grad_bf16) {
     __shared__ float sh[32];
-    int row = blockIdx.x, tg = targets[row];
+    int row = blockIdx.x, tg = targets[row], step = VEC * blockDim.x;
     float *x = logits + (size_t)row * V;
+    __nv_bfloat16 *xh = (__nv_bfloat16 *)x;
     if (tg == XENT_IGNORE_INDEX || tg < 0 || tg >= V) {
         if (threadIdx.x == 0) losses[row] = 0.0f;
         if (grad)
-            for (int i = threadIdx.x; i < V; i += blockDim.x) x[i] = 0.0f;
+            for (int i = threadIdx.x; i < V; i += blockDim.x) {
+                if (grad_bf16) xh[i] = __float2bfloat16(0.0f);
+                else x[i] = 0.0f;
+            }
         return;
     }
-    float mx = -INFINITY;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, x[i]);
-    mx = block_max_(mx, sh);
-    float s = 0.0f;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) s += expf(x[i] - mx);
+    // the max and the sum of exp(x - max) in one read of the row (online: a larger value rescales the sum)
+    float mx = -INFINITY, s = 0.0f;
+    for (int i = threadIdx.x * VEC; i < V; i += step) {
+        float v[VEC], m = -INFINITY;
+        load_elts_<VEC>(v, x + i);
+        for (int e = 0; e < VEC; e++) m = fmaxf(m, v[e]);
+        if (m > mx) s *= expf(mx - m), mx = m;  // expf(-inf) = 0 for the first values
+        for (int e = 0; e < VEC; e++) s += expf(v[e] - mx);
+    }
+    float bmx = block_max_(mx, sh);
+    s = mx == -INFINITY ? 0.0f : s * expf(mx - bmx);
+    mx = bmx;
     float logsum = logf(block_sum_(s, sh));
     float xt = x[tg];
     __syncthreads();  // every thread has read x[tg] before any overwrites it
     if (threadIdx.x == 0) losses[row] = -((xt - mx) - logsum);
-    if (grad)
-        for (int i = threadIdx.x; i < V; i += blockDim.x) {
-            float p = expf((x[i] - mx) - logsum);
-            x[i] = (p - (i == tg ? 1.0f : 0.0f)) * inv_norm;
+    if (!grad) return;
+    for (int base = 0; base < V; base += step) {
+        int i = base + threadIdx.x * VEC;
+        float d[VEC];
+        if (i < V) {
+            load_elts_<VEC>(d, x + i);
+            for (int e = 0; e < VEC; e++) d[e] = (expf((d[e] - mx) - logsum) - (i + e == tg ? 1.0f : 0.0f)) * inv_norm;
         }
+        if (!grad_bf16) {
+            if (i < V) store_elts_<VEC>(x + i, d);
+            continue;
+        }
+        __syncthreads();
+        if (i < V) store_elts_<VEC>(xh + i, d);
+    }
 }
 
-void gpu_crossentropy(float *losses, float *logits, const int *targets, int N, int V, int n_norm, int grad) {
+GpuAct gpu_crossentropy(float *losses, float *logits, const int *targets, int N, int V, int n_norm, int grad,
+                        int grad_bf16) {
     float inv = n_norm > 0 ? 1.0f / (float)n_norm : 0.0f;
-    crossentropy_kernel<<<N, 256>>>(losses, logits, targets, V, inv, grad);
+    if (V % 4 == 0 && aligned16_(logits)) crossentropy_kernel<4><<<N, 256>>>(losses, logits, targets, V, inv, grad, grad_bf16);
+    else crossentropy_kernel<1><<<N, 256>>>(losses, logits, targets, V, inv, grad, grad_bf16);
     KERNEL_CHECK();
+    return grad_bf16 ? GpuAct{logits, 1, 2 * V} : gpu_f32(logits);
 }
 
 // ----------------------------------------------------------------------------

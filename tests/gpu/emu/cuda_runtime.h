@@ -43,6 +43,12 @@ static inline float4 make_float4(float x, float y, float z, float w) { return fl
 struct alignas(8) uint2 {
     unsigned x, y;
 };
+static inline uint2 make_uint2(unsigned x, unsigned y) { return uint2{x, y}; }
+static inline float __uint_as_float(unsigned u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
 struct uint3 {
     unsigned x, y, z;
 };
