@@ -168,15 +168,13 @@ static struct {
 template <int V>
 __global__ void to_bf16_kernel(__nv_bfloat16 *dst, const float *src, size_t n) {
     size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * V;
-    if (V == 4 && i + 4 <= n) {
-        float4 x = *(const float4 *)(src + i);
-        uint2 y;
-        y.x = pack_f32_(x.x, x.y);
-        y.y = pack_f32_(x.z, x.w);
-        *(uint2 *)(dst + i) = y;
+    if (i + V <= n) {
+        float x[V];
+        load_elts_<V>(x, src + i);
+        store_elts_<V>(dst + i, x);
         return;
     }
-    for (size_t e = i; e < i + V && e < n; e++) dst[e] = __float2bfloat16(src[e]);
+    for (size_t e = i; e < n; e++) dst[e] = __float2bfloat16(src[e]);  // the last thread's tail
 }
 
 static void to_bf16_(__nv_bfloat16 *dst, const float *src, size_t n) {
