@@ -59,10 +59,11 @@ static GpuAttnOpts kernel_opts_(const AttentionOpts *o, const float *fg_cum) {
 // layout of the saved activations and of the scratch
 
 typedef struct GpuAttActs {
-    float *qh, *kh, *vh, *oh;  // (B,H,T,D) what the kernel saw (fp32 modes, and bf16's unfused path), its output
+    float *qh, *kh, *vh;       // (B,H,T,D) what the kernel saw (fp32 modes, and bf16's unfused path)
+    float *oh;                 // (B,H,T,D) bf16: the kernel's output in fp32 (the backward's delta takes it)
     float *qb, *kb, *vb;       // (B,H,T,D) bf16 (__nv_bfloat16) in run.precision bf16: what the kernel saw
     float *lse;                // (B,H,T)
-    float *o_lin;              // (B,T,HD) the output projection's input (bf16 in run.precision bf16)
+    float *o_lin;              // (B,T,HD) the kernel's output, the output projection's input (bf16 in bf16)
     float *cos_, *sin_;        // (T, D/2) the RoPE table, (T, H, D/2) with sc_rope's per-head spectrum
     float *freqs;              // (H, D/2) sc_rope's spectrum (a copy of the host's)
     float *q_lin, *k_lin;      // (B,H,T,D) q, k before qk_norm
@@ -81,7 +82,7 @@ static size_t att_layout_(const AttentionOpts *o, int B, int T, float *base, Gpu
     struct {
         float **p;
         size_t n;
-    } slots[] = {{&a->qh, f32},        {&a->kh, f32},        {&a->vh, f32},          {&a->oh, big},
+    } slots[] = {{&a->qh, f32},        {&a->kh, f32},        {&a->vh, f32},          {&a->oh, bf ? big : 0},
                  {&a->qb, bfh},        {&a->kb, bfh},        {&a->vb, bfh},
                  {&a->lse, heads},     {&a->o_lin, bf ? bfh : big},     {&a->cos_, rope},       {&a->sin_, rope},
                  {&a->freqs, freqs},   {&a->q_lin, qkn * big}, {&a->k_lin, qkn * big}, {&a->q_rstd, qkn * heads},
@@ -103,6 +104,13 @@ static const void *kernel_in_(const GpuAttActs *a, int part) {
 static size_t attention_gpu_act_size_(const MixerSpec *s, int B, int T) {
     GpuAttActs a;
     return att_layout_((const AttentionOpts *)s->opts, B, T, NULL, &a);
+}
+
+// the kernel's fp32 output: o_lin's rows in fp32 modes, oh (packed) in bf16
+static GpuHeads out_heads_(const GpuAttActs *a, int B, int T, int H, int D) {
+    (void)B;
+    if (gpu_math() == GPU_BF16) return gpu_heads_packed(a->oh, 0, H, T, D);
+    return gpu_heads_rows(a->o_lin, 0, T, (size_t)H * D, 0, D);
 }
 
 // forward: qkv (BT,3HD). backward: dqkv (BT,3HD), dq, dk, dv, dout (B,H,T,D) each, delta (B,H,T), with fox
@@ -171,23 +179,19 @@ __global__ void rope_kernel(float *x, const float *cos_, const float *sin_, size
     size_t row = i / half;
     int k = i % half, t = row % T, h = (row / T) % H;
     size_t ti = ((size_t)t * (per_head ? H : 1) + (per_head ? h : 0)) * half + k;
-    float c = cos_[ti], s = sign * sin_[ti];
     float *p = x + row * D;
     int i0 = half_layout ? k : 2 * k, i1 = half_layout ? k + half : 2 * k + 1;
-    float x0 = p[i0], x1 = p[i1];
-    p[i0] = x0 * c - x1 * s;
-    p[i1] = x0 * s + x1 * c;
+    rope_pair_(p[i0], p[i1], cos_[ti], sign * sin_[ti]);
 }
 
-// q, k, v between the head layout (B,H,T,D) of HT (float, or bf16 for the bf16 kernels) and the qkv rows
-// (B,T,3HD) of RT in one pass, q and k rotated on the way (ROT: RoPE with rope_kernel's table and pairs, sign +1
-// forward, -1 the inverse): to_heads 1 splits the rows into qh, kh, vh (the forward), 0 merges dq, dk, dv into the
-// rows (the backward). A thread per V pairs (b, t, h, k..k+V-1): V 4 takes the half layout's pairs (k, k + D/2)
-// four at a time in 16-byte loads (D/2 a multiple of 4). The same products as permute + rope_kernel, so the same
-// bits (in bf16, the same bits rounded).
+// the qkv rows (B,T,3HD) of RT split into q, k, v in the head layout (B,H,T,D) of HT (float, or bf16 for the bf16
+// kernels) in one pass, q and k rotated on the way (ROT: RoPE with rope_kernel's table and pairs). A thread per V
+// pairs (b, t, h, k..k+V-1): V 4 takes the half layout's pairs (k, k + D/2) four at a time in 16-byte loads (D/2 a
+// multiple of 4). The same products as permute + rope_kernel, so the same bits (in bf16, the same bits rounded).
+// (The backward's merge is the attention kernels' epilogue: gpu/flash_attn.cu's write_rows_.)
 template <bool ROT, int V, typename HT, typename RT>
-__global__ void qkv_heads_kernel(HT *qh, HT *kh, HT *vh, RT *qkv, const float *cos_, const float *sin_, int B,
-                                 int T, int H, int D, int per_head, int half_layout, float sign, int to_heads) {
+__global__ void qkv_heads_kernel(HT *qh, HT *kh, HT *vh, const RT *qkv, const float *cos_, const float *sin_, int B,
+                                 int T, int H, int D, int per_head, int half_layout) {
     int half = D / 2;
     size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * V;
     if (i >= (size_t)B * T * H * half) return;
@@ -196,31 +200,22 @@ __global__ void qkv_heads_kernel(HT *qh, HT *kh, HT *vh, RT *qkv, const float *c
     int t = bt % T, b = bt / T;
     int i0 = half_layout ? k : 2 * k, i1 = half_layout ? k + half : 2 * k + 1;
     float c[V], s[V];
-    for (int e = 0; e < V; e++) c[e] = 1.0f, s[e] = 0.0f;
     if (ROT) {
         size_t ti = ((size_t)t * (per_head ? H : 1) + (per_head ? h : 0)) * half + k;
         load_elts_<V>(c, cos_ + ti);
         load_elts_<V>(s, sin_ + ti);
-        for (int e = 0; e < V; e++) s[e] *= sign;
     }
     size_t hrow = (((size_t)b * H + h) * T + t) * D;
-    RT *row = qkv + bt * 3 * (size_t)H * D + (size_t)h * D;
+    const RT *row = qkv + bt * 3 * (size_t)H * D + (size_t)h * D;
     HT *heads[3] = {qh, kh, vh};
     for (int part = 0; part < 3; part++) {
         HT *hp = heads[part] + hrow;
-        RT *rp = row + (size_t)part * H * D;
-        float x0[V], x1[V], y0[V], y1[V];
-        if (to_heads) load_elts_<V>(x0, rp + i0), load_elts_<V>(x1, rp + i1);
-        else load_elts_<V>(x0, hp + i0), load_elts_<V>(x1, hp + i1);
-        for (int e = 0; e < V; e++) {
-            y0[e] = x0[e], y1[e] = x1[e];
-            if (ROT && part < 2) {
-                y0[e] = x0[e] * c[e] - x1[e] * s[e];
-                y1[e] = x0[e] * s[e] + x1[e] * c[e];
-            }
-        }
-        if (to_heads) store_elts_<V>(hp + i0, y0), store_elts_<V>(hp + i1, y1);
-        else store_elts_<V>(rp + i0, y0), store_elts_<V>(rp + i1, y1);
+        const RT *rp = row + (size_t)part * H * D;
+        float x0[V], x1[V];
+        load_elts_<V>(x0, rp + i0), load_elts_<V>(x1, rp + i1);
+        if (ROT && part < 2)
+            for (int e = 0; e < V; e++) rope_pair_(x0[e], x1[e], c[e], s[e]);
+        store_elts_<V>(hp + i0, x0), store_elts_<V>(hp + i1, x1);
     }
 }
 
@@ -282,27 +277,27 @@ static void permute_(HT *heads, RT *rows, int stride, int col0, int B, int T, in
 }
 
 // qkv_heads_kernel for o's scheme (RoPE or none), four pairs a thread in the half layout when D/2 allows
-template <bool ROT, int V, typename HT, typename RT>
-static void qkv_heads_launch_(HT *qh, HT *kh, HT *vh, RT *qkv, const GpuAttActs *a, const AttentionOpts *o, int B,
-                              int T, float sign, int to_heads) {
+template <bool ROT, int V, typename HT>
+static void qkv_heads_launch_(HT *qh, HT *kh, HT *vh, const float *qkv, const GpuAttActs *a, const AttentionOpts *o,
+                              int B, int T) {
     size_t n = (size_t)B * T * o->H * (o->D / 2) / V;
-    qkv_heads_kernel<ROT, V, HT, RT><<<gpu_blocks(n, 256), 256>>>(qh, kh, vh, qkv, ROT ? a->cos_ : nullptr,
-                                                                 ROT ? a->sin_ : nullptr, B, T, o->H, o->D,
-                                                                 per_head_rope_(o), !ROT || o->layout == ROTARY_HALF,
-                                                                 sign, to_heads);
+    qkv_heads_kernel<ROT, V, HT, float><<<gpu_blocks(n, 256), 256>>>(qh, kh, vh, qkv, ROT ? a->cos_ : nullptr,
+                                                                    ROT ? a->sin_ : nullptr, B, T, o->H, o->D,
+                                                                    per_head_rope_(o),
+                                                                    !ROT || o->layout == ROTARY_HALF);
     KERNEL_CHECK();
 }
 
-template <typename HT, typename RT>
-static void qkv_heads_(HT *qh, HT *kh, HT *vh, RT *qkv, const GpuAttActs *a, const AttentionOpts *o, int B, int T,
-                       float sign, int to_heads) {
+template <typename HT>
+static void qkv_heads_(HT *qh, HT *kh, HT *vh, const float *qkv, const GpuAttActs *a, const AttentionOpts *o, int B,
+                       int T) {
     // the rows, heads and table then all start 16-byte aligned (the arena's slots are 256-byte aligned); without
     // RoPE the pairs are any split of the row, so the half layout's
     int vec = (o->layout == ROTARY_HALF || !rotates_(o)) && (o->D / 2) % 4 == 0;
-    if (rotates_(o) && vec) qkv_heads_launch_<true, 4>(qh, kh, vh, qkv, a, o, B, T, sign, to_heads);
-    else if (rotates_(o)) qkv_heads_launch_<true, 1>(qh, kh, vh, qkv, a, o, B, T, sign, to_heads);
-    else if (vec) qkv_heads_launch_<false, 4>(qh, kh, vh, qkv, a, o, B, T, sign, to_heads);
-    else qkv_heads_launch_<false, 1>(qh, kh, vh, qkv, a, o, B, T, sign, to_heads);
+    if (rotates_(o) && vec) qkv_heads_launch_<true, 4>(qh, kh, vh, qkv, a, o, B, T);
+    else if (rotates_(o)) qkv_heads_launch_<true, 1>(qh, kh, vh, qkv, a, o, B, T);
+    else if (vec) qkv_heads_launch_<false, 4>(qh, kh, vh, qkv, a, o, B, T);
+    else qkv_heads_launch_<false, 1>(qh, kh, vh, qkv, a, o, B, T);
 }
 
 static void rope_(float *x, const GpuAttActs *a, const AttentionOpts *o, int B, int T, float sign) {
@@ -338,8 +333,8 @@ static void attention_gpu_forward_(Mixer *m, float *y, GpuAct x, int B, int T) {
     int bf = gpu_math() == GPU_BF16;
     __nv_bfloat16 *qb = (__nv_bfloat16 *)a.qb, *kb = (__nv_bfloat16 *)a.kb, *vb = (__nv_bfloat16 *)a.vb;
     if (fused_heads_(o)) {  // and RoPE; bf16: straight to the bf16 copies
-        if (bf) GPU_TIMED("attn.permute", qkv_heads_(qb, kb, vb, qkv, &a, o, B, T, 1.0f, 1));
-        else GPU_TIMED("attn.permute", qkv_heads_(a.qh, a.kh, a.vh, qkv, &a, o, B, T, 1.0f, 1));
+        if (bf) GPU_TIMED("attn.permute", qkv_heads_(qb, kb, vb, qkv, &a, o, B, T));
+        else GPU_TIMED("attn.permute", qkv_heads_(a.qh, a.kh, a.vh, qkv, &a, o, B, T));
     } else {
         // qk_norm: q, k land in q_lin, k_lin first; the norm writes what the kernel sees (rows of D in either
         // layout), then RoPE rotates that
@@ -365,11 +360,10 @@ static void attention_gpu_forward_(Mixer *m, float *y, GpuAct x, int B, int T) {
     }
     if (o->fgate) GPU_TIMED("attn.fgate", fox_forward_(m, &a, x, B, T));
     GpuAttnOpts ko = kernel_opts_(o, a.fg_cum);
-    GPU_TIMED("attn.kernel.forward", gpu_attention_forward(a.oh, a.lse, kernel_in_(&a, 0), kernel_in_(&a, 1),
-                                                           kernel_in_(&a, 2), &ko, B, H, T, D));
-    // bf16: the output projection's input written in bf16 by the merge
-    if (bf) GPU_TIMED("attn.permute", permute_(a.oh, (__nv_bfloat16 *)a.o_lin, HD, 0, B, T, H, D, 1));
-    else GPU_TIMED("attn.permute", permute_(a.oh, a.o_lin, HD, 0, B, T, H, D, 1));
+    // the output straight into the output projection's input rows; bf16 there and fp32 in oh
+    GpuHeads out = out_heads_(&a, B, T, H, D), rows = gpu_heads_rows(a.o_lin, 1, T, HD, 0, D);
+    GPU_TIMED("attn.kernel.forward", gpu_attention_forward(&out, bf ? &rows : NULL, a.lse, kernel_in_(&a, 0),
+                                                           kernel_in_(&a, 1), kernel_in_(&a, 2), &ko, B, H, T, D));
     GPU_TIMED("attn.out.forward", gpu_matmul_forward(y, gpu_act(a.o_lin, bf), mixer_param(m, o->k_wo),
                                                      o->bias ? mixer_param(m, o->k_bo) : NULL, BT, HD, C));
 }
@@ -392,15 +386,24 @@ static void attention_gpu_backward_(Mixer *m, float *dx, const float *dy, GpuAct
     if (bf) GPU_TIMED("attn.permute", permute_(dob, do_lin, HD, 0, B, T, H, D, 0));
     else GPU_TIMED("attn.permute", permute_(doh, do_lin, HD, 0, B, T, H, D, 0));
     GpuAttnOpts ko = kernel_opts_(o, a.fg_cum);
+    // dq, dk, dv: with the fused permutation, straight into the qkv projection's dout rows (bf16 in bf16: the same
+    // bits as converting after), dq and dk through R^T (the inverse rotation) on the way; else packed, merged below
+    GpuHeads out = out_heads_(&a, B, T, H, D), dst[3];
+    float *packed[3] = {dq, dk, dv};
+    for (int part = 0; part < 3; part++) {
+        if (!fused_heads_(o)) {
+            dst[part] = gpu_heads_packed(packed[part], 0, H, T, D);
+            continue;
+        }
+        dst[part] = gpu_heads_rows(dqkv, bf, T, 3 * (size_t)HD, (size_t)part * HD, D);
+        if (part < 2 && rotates_(o))
+            gpu_heads_rotate(&dst[part], a.cos_, a.sin_, per_head_rope_(o), o->layout == ROTARY_HALF, -1.0f);
+    }
     // timed inside, per kernel (attn.kernel.delta, .dq, .dkdv)
-    gpu_attention_backward(dq, dk, dv, o->fgate ? dF : NULL, delta, bf ? (const void *)dob : doh, a.oh, a.lse,
-                           kernel_in_(&a, 0), kernel_in_(&a, 1), kernel_in_(&a, 2), &ko, B, H, T, D);
-    // the qkv projection's dout: bf16 in bf16 where the fused merge writes it (the same bits as converting after)
+    gpu_attention_backward(&dst[0], &dst[1], &dst[2], o->fgate ? dF : NULL, delta, bf ? (const void *)dob : doh, &out,
+                           a.lse, kernel_in_(&a, 0), kernel_in_(&a, 1), kernel_in_(&a, 2), &ko, B, H, T, D);
     GpuAct dqkv_in = gpu_act(dqkv, bf && fused_heads_(o));
-    if (fused_heads_(o)) {  // R^T (the inverse rotation) on dq, dk, merged into the rows
-        if (bf) GPU_TIMED("attn.permute", qkv_heads_(dq, dk, dv, (__nv_bfloat16 *)dqkv, &a, o, B, T, -1.0f, 0));
-        else GPU_TIMED("attn.permute", qkv_heads_(dq, dk, dv, dqkv, &a, o, B, T, -1.0f, 0));
-    } else {
+    if (!fused_heads_(o)) {
         if (rotates_(o)) {
             GPU_TIMED("attn.rope", rope_(dq, &a, o, B, T, -1.0f));
             GPU_TIMED("attn.rope", rope_(dk, &a, o, B, T, -1.0f));

@@ -113,6 +113,25 @@ static __device__ __forceinline__ void store_elts_(__nv_bfloat16 *p, const float
         for (int e = 0; e < V; e++) p[e] = __float2bfloat16(v[e]);
 }
 
+// the rotation of one RoPE pair (x0, x1) by the angle whose cosine and sine are c, s, in place (nn/rotary.c's
+// products, in this order: the GPU's rotations give the CPU's bits up to the compiler's fused multiply-adds)
+static __device__ __forceinline__ void rope_pair_(float &x0, float &x1, float c, float s) {
+    float y0 = x0 * c - x1 * s, y1 = x0 * s + x1 * c;
+    x0 = y0, x1 = y1;
+}
+
+// 2^x on the special-function unit (ex2.approx: the instruction __expf runs after its multiply by log2 e; the
+// emulator's exp2f): a kernel that folds that multiply into a scale it applies anyway saves one a value
+static __device__ __forceinline__ float exp2_fast_(float x) {
+#ifdef SEQ_GPU_EMU
+    return exp2f(x);
+#else
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+#endif
+}
+
 static inline unsigned gpu_blocks(size_t n, unsigned threads) { return (unsigned)((n + threads - 1) / threads); }
 
 #endif

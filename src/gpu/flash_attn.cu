@@ -19,12 +19,15 @@
 
 #include <math.h>
 
+#include <algorithm>
+
 #include "gpu/common.cuh"
 #include "gpu/mma.cuh"
 
 #define ROWS 64   // rows a block owns, and the forward's and dq's key tile: 4 warps x 16
 #define WARPS 4
 #define QT 32     // dk/dv's query tile
+#define LOG2E_ 1.4426950408889634f
 
 // a staged (NR, DM) tile of M's elements: rows of LD = DM + PAD (gpu/mma.cuh: fragment loads hit 32 banks)
 template <int DM, typename M, int NR = ROWS>
@@ -61,19 +64,83 @@ struct MinBlocks {
                          dkdv = DM <= 64 ? 2 : 1;
 };
 
-// this warp's (16, 8N) result in registers times `mul` into dst (T,D), its rows from r0 (rows past T and columns
-// past D dropped)
+// The epilogue: a warp's (16, 8N) result goes out through shared memory. In registers a lane holds 2 columns of
+// 8 rows a slice, so storing from there writes 8 rows' sectors a store; staged as rows, 16-byte pieces of a row
+// go out together, in the destination's layout and type (GpuHeads), rotated on the way where it asks.
+
+// floats a staged row: 8N + 4 puts rows g of stage_rows_' stores 4 banks apart
 template <int N>
-static __device__ __forceinline__ void store_rows_(float *dst, const float (*acc)[4], float mul, int r0, int T,
-                                                   int D) {
+struct Stage {
+    static constexpr int LW = 8 * N + 4;
+};
+
+// this warp's result times `mul` into w (16 rows of Stage<N>::LW floats, the warp's own); a __syncwarp after
+template <int N>
+static __device__ __forceinline__ void stage_rows_(float *w, const float (*acc)[4], float mul) {
     int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
 #pragma unroll
     for (int n = 0; n < N; n++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            int r = r0 + g + 8 * (e >> 1), d = 8 * n + 2 * t + (e & 1);
-            if (r < T && d < D) dst[(size_t)r * D + d] = acc[n][e] * mul;
+        for (int e = 0; e < 4; e++) w[(g + 8 * (e >> 1)) * Stage<N>::LW + 8 * n + 2 * t + (e & 1)] = acc[n][e] * mul;
+    __syncwarp();
+}
+
+// the 16 staged rows (lw floats apart) to dst's rows r0.. of the block's head (blockIdx.x = b·NH + h), rows past T
+// dropped. A lane's unit of work: V elements; with the half layout's rotation V pairs (k, k + D/2); with the
+// interleaved one V pairs (2k, 2k+1), 2V elements (V 4 or 2: 16-byte pieces, where D and dst's strides allow).
+template <int V, int ROT>  // ROT: 0 none, 1 half layout, 2 interleaved
+static __device__ void write_rows_(const GpuHeads &dst, const float *w, int lw, int r0, int T, int D, int NH) {
+    int lane = threadIdx.x & 31, h = blockIdx.x % NH, half = D / 2;
+    int units = (ROT ? half : D) / V;  // a row's
+    size_t base = (size_t)(blockIdx.x / NH) * dst.sb + (size_t)h * dst.sh;
+    for (int i = lane; i < 16 * units; i += 32) {
+        int r = i / units, u = (i % units) * V;
+        if (r0 + r >= T) break;  // the rows past T come last
+        const float *src = w + r * lw;
+        size_t at = base + (size_t)(r0 + r) * dst.st;
+        float x0[2 * V], x1[V], c[V], sn[V];
+        if (ROT) {
+            size_t tb = ((size_t)(r0 + r) * (dst.per_head ? NH : 1) + (dst.per_head ? h : 0)) * half + u;
+            load_elts_<V>(c, dst.cos_ + tb);
+            load_elts_<V>(sn, dst.sin_ + tb);
         }
+        if (ROT == 1) {
+            load_elts_<V>(x0, src + u);
+            load_elts_<V>(x1, src + u + half);
+            for (int e = 0; e < V; e++) rope_pair_(x0[e], x1[e], c[e], dst.sign * sn[e]);
+        } else {
+            load_elts_<ROT == 2 ? 2 * V : V>(x0, src + (ROT == 2 ? 2 * u : u));
+            if (ROT == 2)
+                for (int e = 0; e < V; e++) rope_pair_(x0[2 * e], x0[2 * e + 1], c[e], dst.sign * sn[e]);
+        }
+        if (dst.bf16) {
+            __nv_bfloat16 *o = (__nv_bfloat16 *)dst.p + at;
+            store_elts_<ROT == 2 ? 2 * V : V>(o + (ROT == 2 ? 2 * u : u), x0);
+            if (ROT == 1) store_elts_<V>(o + u + half, x1);
+        } else {
+            float *o = (float *)dst.p + at;
+            store_elts_<ROT == 2 ? 2 * V : V>(o + (ROT == 2 ? 2 * u : u), x0);
+            if (ROT == 1) store_elts_<V>(o + u + half, x1);
+        }
+    }
+}
+
+// write_rows_ for dst's rotation, 16-byte pieces where every piece starts aligned (the rows, the pair's second half
+// and the table's rows), then a __syncwarp (w may be staged again)
+static __device__ void write_heads_(const GpuHeads &dst, const float *w, int lw, int r0, int T, int D, int NH) {
+    size_t a = (size_t)dst.p / (dst.bf16 ? 2 : 4);  // 4 elements: 8 or 16 bytes
+    bool al = a % 4 == 0 && dst.st % 4 == 0 && dst.sh % 4 == 0 && dst.sb % 4 == 0;
+    if (!dst.cos_) {
+        if (al && D % 4 == 0) write_rows_<4, 0>(dst, w, lw, r0, T, D, NH);
+        else write_rows_<1, 0>(dst, w, lw, r0, T, D, NH);
+    } else if (dst.half_layout) {
+        if (al && D % 8 == 0) write_rows_<4, 1>(dst, w, lw, r0, T, D, NH);
+        else write_rows_<1, 1>(dst, w, lw, r0, T, D, NH);
+    } else {
+        if (al && D % 4 == 0) write_rows_<2, 2>(dst, w, lw, r0, T, D, NH);
+        else write_rows_<1, 2>(dst, w, lw, r0, T, D, NH);
+    }
+    __syncwarp();
 }
 
 // ----------------------------------------------------------------------------
@@ -84,6 +151,11 @@ struct HeadOpts_ {
     float scale, slope, decay;
     const float *F;  // (T,) or NULL
     int W;           // 0 = full causal
+    // Units of a score tile x (logits_): with a slope or F (bias), x is the logit; without, x stays the dot
+    // product q·k and the logit is unit·x (unit = scale > 0: the maximum is taken over x all the same), so the
+    // scale rides in the exponent's multiply: exp(logit - m) = 2^(c2 x - c2 m'), c2 = unit·log2 e
+    bool bias;
+    float unit, c2;
 };
 
 static __device__ __forceinline__ HeadOpts_ head_opts_(const GpuAttnOpts &o, int NH, int T) {
@@ -94,6 +166,9 @@ static __device__ __forceinline__ HeadOpts_ head_opts_(const GpuAttnOpts &o, int
     ho.decay = o.decay[h];
     ho.F = o.fgate ? o.fgate + (size_t)blockIdx.x * T : NULL;
     ho.W = o.window > 0 && o.window < T ? o.window : 0;  // a window of T or more hides nothing, as on the CPU
+    ho.bias = ho.slope != 0.0f || ho.F || !(o.scale > 0.0f);
+    ho.unit = ho.bias ? 1.0f : o.scale;
+    ho.c2 = ho.unit * LOG2E_;
     return ho;
 }
 
@@ -123,12 +198,12 @@ static __device__ __forceinline__ int query_end_(const HeadOpts_ &ho, int j0, in
 }
 
 // ----------------------------------------------------------------------------
-// s[n][e] (this lane's dot products of a tile, n < N) turned into logits, WRITTEN in place; with MASKED,
-// -INFINITY where the pair is not visible or the query is past T (without, the caller knows every pair is
-// visible: no test). The lane's two rows are ri[0..1] with F values Fr, its columns c0 + 8n + 2t + {0, 1} with F
+// s[n][e] (this lane's dot products of a tile, n < N) turned into the scores x (HeadOpts_: with BIAS the logits,
+// without the dot products as they are), WRITTEN in place; with MASKED, -INFINITY where the pair is not visible
+// or the query is past T (without, the caller knows every pair is visible: no test). The lane's two rows are ri[0..1] with F values Fr, its columns c0 + 8n + 2t + {0, 1} with F
 // at fc[8n + 2t + {0, 1}]. QROWS: rows are queries and columns keys (forward, dq), else the other way (dk/dv).
 // Branch-free in the scheme: a missing slope or F adds exact zeros (nn/attention.c's order of operations).
-template <int N, bool MASKED, bool QROWS>
+template <int N, bool MASKED, bool QROWS, bool BIAS>
 static __device__ __forceinline__ void logits_(float (*s)[4], const HeadOpts_ &ho, const int ri[2], const float Fr[2],
                                                int c0, const float *fc, int T) {
     int t = threadIdx.x & 3;
@@ -138,9 +213,12 @@ static __device__ __forceinline__ void logits_(float (*s)[4], const HeadOpts_ &h
         for (int e = 0; e < 4; e++) {
             int r = e >> 1, c = 8 * n + 2 * t + (e & 1);
             int qi = QROWS ? ri[r] : c0 + c, kj = QROWS ? c0 + c : ri[r];
-            float x = s[n][e] * ho.scale;
-            x -= ho.slope * (float)(qi - kj);
-            x += QROWS ? Fr[r] - fc[c] : fc[c] - Fr[r];
+            float x = s[n][e];
+            if (BIAS) {
+                x *= ho.scale;
+                x -= ho.slope * (float)(qi - kj);
+                x += QROWS ? Fr[r] - fc[c] : fc[c] - Fr[r];
+            }
             if (MASKED && !(qi < T && visible_(ho, qi, kj))) x = -INFINITY;
             s[n][e] = x;
         }
@@ -155,12 +233,17 @@ static __device__ __forceinline__ bool all_visible_(const HeadOpts_ &ho, int r0,
     return khi <= qlo && qhi < T && (ho.W == 0 || qhi - klo < ho.W);
 }
 
-// ... both in one call: the mask only where needed (the branch is uniform over the warp)
+// ... both in one call: the mask only where needed, the bias only where there is one (the branches are uniform
+// over the warp; a tile wholly visible without bias is already its scores)
 template <int N, bool QROWS>
 static __device__ __forceinline__ void tile_logits_(float (*s)[4], const HeadOpts_ &ho, int r0, const int ri[2],
                                                     const float Fr[2], int c0, const float *fc, int T) {
-    if (all_visible_<QROWS>(ho, r0, c0, 8 * N, T)) logits_<N, false, QROWS>(s, ho, ri, Fr, c0, fc, T);
-    else logits_<N, true, QROWS>(s, ho, ri, Fr, c0, fc, T);
+    bool all = all_visible_<QROWS>(ho, r0, c0, 8 * N, T);
+    if (ho.bias) {
+        if (all) logits_<N, false, QROWS, true>(s, ho, ri, Fr, c0, fc, T);
+        else logits_<N, true, QROWS, true>(s, ho, ri, Fr, c0, fc, T);
+    } else if (!all)
+        logits_<N, true, QROWS, false>(s, ho, ri, Fr, c0, fc, T);
 }
 
 // forward: grid (B*NH, ceil(T/64)) (heads on x: gridDim.y stops at 65535), 128 threads. Shared: two sets of K, V
@@ -170,7 +253,7 @@ static __device__ __forceinline__ void tile_logits_(float (*s)[4], const HeadOpt
 // 4 lanes), its running sum l its own columns' part, summed over the row's lanes at the end. l sums the softmax weights p; P·V takes w = p·exp(-decay (i-j)) (nn/attention.c's "second accumulator").
 template <int DM, typename M>
 __global__ void __launch_bounds__(WARPS * 32, (MinBlocks<DM, M>::fwd))
-    attn_fwd_kernel(float *out, float *lse, const typename M::Elt *q, const typename M::Elt *k,
+    attn_fwd_kernel(const GpuHeads out, const GpuHeads out2, float *lse, const typename M::Elt *q, const typename M::Elt *k,
                     const typename M::Elt *v, const GpuAttnOpts o, int NH, int T, int D) {
     typedef typename M::Elt E;
     constexpr int LD = Tile<DM, M>::LD, TE = Tile<DM, M>::ELEMS, NT = ROWS / 8, ND = DM / 8;
@@ -224,15 +307,15 @@ __global__ void __launch_bounds__(WARPS * 32, (MinBlocks<DM, M>::fwd))
 #pragma unroll
             for (int n = 0; n < NT; n++) tmax = fmaxf(tmax, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
             float mnew = fmaxf(mx[r], row_max_(tmax));
-            corr[r] = mnew == -INFINITY ? 1.0f : __expf(mx[r] - mnew);
+            corr[r] = mnew == -INFINITY ? 1.0f : exp2_fast_(ho.c2 * (mx[r] - mnew));
             mx[r] = mnew;
-            mz[r] = mnew == -INFINITY ? 0.0f : mnew;  // a row with nothing visible yet: exp(-inf - 0) = 0
+            mz[r] = mnew == -INFINITY ? 0.0f : ho.c2 * mnew;  // a row with nothing visible yet: 2^(-inf - 0) = 0
         }
 #pragma unroll
         for (int n = 0; n < NT; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                float p = __expf(s[n][e] - mz[e >> 1]);
+                float p = exp2_fast_(fmaf(s[n][e], ho.c2, -mz[e >> 1]));
                 psum[e >> 1] += p;
                 s[n][e] = p;
             }
@@ -258,30 +341,43 @@ __global__ void __launch_bounds__(WARPS * 32, (MinBlocks<DM, M>::fwd))
     for (int r = 0; r < 2; r++) {
         l[r] = row_sum_(l[r]);
         inv[r] = 1.0f / l[r];
-        if (i[r] < T && t == 0) lse[(size_t)blockIdx.x * T + i[r]] = mx[r] + logf(l[r]);
+        if (i[r] < T && t == 0) lse[(size_t)blockIdx.x * T + i[r]] = ho.unit * mx[r] + logf(l[r]);
     }
 #pragma unroll
     for (int n = 0; n < ND; n++)
 #pragma unroll
         for (int e = 0; e < 4; e++) acc[n][e] *= inv[e >> 1];
-    store_rows_<ND>(out + head, acc, 1.0f, rw, T, D);
+    float *w = (float *)raw + warp * 16 * Stage<ND>::LW;  // the tiles are free: the loop ended at a barrier
+    stage_rows_<ND>(w, acc, 1.0f);
+    write_heads_(out, w, Stage<ND>::LW, rw, T, D, NH);
+    if (out2.p) write_heads_(out2, w, Stage<ND>::LW, rw, T, D, NH);
 }
 
-// delta (B*NH*T,) = rowwise dout · out, one warp per row (= sum_j w_ij dout_i·v_j, the softmax backward's term,
-// with the post-softmax decay too)
-template <typename E>
-__global__ void attn_delta_kernel(float *delta, const E *dout, const float *out, size_t rows, int D) {
-    size_t r = (size_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    int lane = threadIdx.x & 31;
-    if (r >= rows) return;
+// delta (B,NH,T) = rowwise dout · out (= sum_j w_ij dout_i·v_j, the softmax backward's term, with the post-softmax
+// decay too): dout packed (B,NH,T,D) of E, out (fp32) where the forward wrote it. 16 lanes a row, V adjacent
+// columns a lane at a time (V 4: D a multiple of 4 and out's rows 16-byte aligned).
+template <int V, typename E>
+__global__ void attn_delta_kernel(float *delta, const E *dout, const GpuHeads out, int NH, int T, int D,
+                                  size_t rows) {
+    size_t r = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 16;  // r = (b·NH + h)·T + t
+    int lane = threadIdx.x & 15;
+    bool live = r < rows;  // every lane of the warp reaches the shuffles
+    size_t bh = r / T;
+    const float *o = (const float *)out.p + (bh / NH) * out.sb + (bh % NH) * out.sh + (r % T) * out.st;
+    const E *dy = dout + r * D;
     float s = 0.0f;
-    for (int d = lane; d < D; d += 32) s += to_f32_(dout[r * D + d]) * out[r * D + d];
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if (lane == 0) delta[r] = s;
+    for (int d = V * lane; live && d < D; d += 16 * V) {
+        float a[V], b[V];
+        load_elts_<V>(a, dy + d);
+        load_elts_<V>(b, o + d);
+        for (int e = 0; e < V; e++) s += a[e] * b[e];
+    }
+    for (int m = 8; m > 0; m >>= 1) s += __shfl_xor_sync(0xffffffffu, s, m);
+    if (live && lane == 0) delta[r] = s;
 }
 
-// ds of a tile from its logits s (WRITTEN in place) and dp = dout·v: ds = p (E dp - delta), p = exp(s - lse) (0
-// where s is -inf), E = exp(-decay (i - j)) (1 without decay, and where p is 0); dsum[r] += each row's ds, and with
+// ds of a tile from its scores s (logits_; WRITTEN in place) and dp = dout·v: ds = p (E dp - delta), p =
+// exp(logit - lse) = 2^(c2 s - lse log2 e) (0 where s is -inf; the lse arrive times log2 e), E = exp(-decay (i - j)) (1 without decay, and where p is 0); dsum[r] += each row's ds, and with
 // W the weights w = p E into w. Rows and columns as logits_; with QROWS the row's lse and delta are lr[r], dr[r],
 // else the column's lc[c], dc[c].
 template <int N, bool QROWS, bool W>
@@ -295,7 +391,7 @@ static __device__ __forceinline__ void tile_ds_(float (*s)[4], const float (*dp)
         for (int e = 0; e < 4; e++) {
             int r = e >> 1, c = 8 * n + 2 * t + (e & 1);
             float L = QROWS ? lr[r] : lc[c], dl = QROWS ? dr[r] : dc[c];
-            float p = __expf(s[n][e] - L), E = 1.0f;
+            float p = exp2_fast_(fmaf(s[n][e], ho.c2, -L)), E = 1.0f;
             if (ho.decay != 0.0f && p != 0.0f) E = decay_(ho, QROWS ? ri[r] : c0 + c, QROWS ? c0 + c : ri[r]);
             float ds = p * (E * dp[n][e] - dl);
             if (W) w[n][e] = p * E;
@@ -311,7 +407,7 @@ static __device__ __forceinline__ void tile_ds_(float (*s)[4], const float (*dp)
 // rows' ds in order, then the row's 4 lanes.
 template <int DM, typename M>
 __global__ void __launch_bounds__(WARPS * 32, (MinBlocks<DM, M>::dq))
-    attn_dq_kernel(float *dq, float *dfgate, const typename M::Elt *dout, const float *lse, const float *delta,
+    attn_dq_kernel(const GpuHeads dq, float *dfgate, const typename M::Elt *dout, const float *lse, const float *delta,
                    const typename M::Elt *q, const typename M::Elt *k, const typename M::Elt *v, const GpuAttnOpts o,
                    int NH, int T, int D) {
     typedef typename M::Elt E;
@@ -327,7 +423,7 @@ __global__ void __launch_bounds__(WARPS * 32, (MinBlocks<DM, M>::dq))
     int i[2] = {rw + g, rw + g + 8};
     float li[2], di[2], Fi[2], dF[2] = {0.0f, 0.0f};
     for (int r = 0; r < 2; r++) {
-        li[r] = i[r] < T ? lse[hrow + i[r]] : 0.0f;
+        li[r] = i[r] < T ? LOG2E_ * lse[hrow + i[r]] : 0.0f;  // tile_ds_ takes lse in base 2
         di[r] = i[r] < T ? delta[hrow + i[r]] : 0.0f;
         Fi[r] = ho.F && i[r] < T ? ho.F[i[r]] : 0.0f;
     }
@@ -379,7 +475,9 @@ __global__ void __launch_bounds__(WARPS * 32, (MinBlocks<DM, M>::dq))
             if (i[r] < T && t == 0) dfgate[hrow + i[r]] = x;
         }
     }
-    store_rows_<ND>(dq + head, acc, ho.scale, rw, T, D);
+    float *w = (float *)raw + warp * 16 * Stage<ND>::LW;  // the tiles are free: the loop ended at a barrier
+    stage_rows_<ND>(w, acc, ho.scale);
+    write_heads_(dq, w, Stage<ND>::LW, rw, T, D, NH);
 }
 
 // dv_j = sum_i w_ij dout_i, dk_j = scale · sum_i ds_ij q_i over the queries i that see key j, and with F
@@ -390,7 +488,7 @@ __global__ void __launch_bounds__(WARPS * 32, (MinBlocks<DM, M>::dq))
 // registers.
 template <int DM, typename M>
 __global__ void __launch_bounds__(WARPS * 32, (MinBlocks<DM, M>::dkdv))
-    attn_dkdv_kernel(float *dk, float *dv, float *dfgate, const typename M::Elt *dout, const float *lse,
+    attn_dkdv_kernel(const GpuHeads dk, const GpuHeads dv, float *dfgate, const typename M::Elt *dout, const float *lse,
                      const float *delta, const typename M::Elt *q, const typename M::Elt *k, const typename M::Elt *v,
                      const GpuAttnOpts o, int NH, int T, int D) {
     typedef typename M::Elt E;
@@ -412,7 +510,7 @@ __global__ void __launch_bounds__(WARPS * 32, (MinBlocks<DM, M>::dkdv))
         load_tile_<DM, QT, LD>(tiles + 2 * set * TQ, q + head, i0, T, D);
         load_tile_<DM, QT, LD>(tiles + (2 * set + 1) * TQ, dout + head, i0, T, D);
         for (int x = threadIdx.x; x < QT; x += blockDim.x) {
-            ls[x] = i0 + x < T ? lse[hrow + i0 + x] : 0.0f;
+            ls[x] = i0 + x < T ? LOG2E_ * lse[hrow + i0 + x] : 0.0f;  // tile_ds_ takes lse in base 2
             ls[QT + x] = i0 + x < T ? delta[hrow + i0 + x] : 0.0f;
         }
         load_f_(ls + 2 * QT, ho, i0, T, QT);
@@ -462,8 +560,11 @@ __global__ void __launch_bounds__(WARPS * 32, (MinBlocks<DM, M>::dkdv))
             if (j[r] < T && t == 0) dfgate[hrow + j[r]] -= x;
         }
     }
-    store_rows_<ND>(dk + head, dka, ho.scale, rw, T, D);
-    store_rows_<ND>(dv + head, dva, 1.0f, rw, T, D);
+    float *w = (float *)raw + warp * 16 * Stage<ND>::LW;  // the tiles are free: the loop ended at a barrier
+    stage_rows_<ND>(w, dka, ho.scale);
+    write_heads_(dk, w, Stage<ND>::LW, rw, T, D, NH);
+    stage_rows_<ND>(w, dva, 1.0f);
+    write_heads_(dv, w, Stage<ND>::LW, rw, T, D, NH);
 }
 
 // ----------------------------------------------------------------------------
@@ -471,18 +572,25 @@ __global__ void __launch_bounds__(WARPS * 32, (MinBlocks<DM, M>::dkdv))
 
 int gpu_attn_supports(int D) { return D >= 1 && D <= GPU_ATTN_MAX_D; }
 
-// dynamic shared memory of each kernel (bytes): its tiles, then its floats
+// dynamic shared memory of each kernel (bytes): its tiles, then its floats; at least the epilogue's staged rows
+template <int DM>
+static size_t with_stage_(size_t bytes) {
+    return std::max(bytes, (size_t)WARPS * 16 * Stage<DM / 8>::LW * sizeof(float));
+}
 template <int DM, typename M>
 static size_t fwd_smem_(void) {
-    return (QInRegs<DM, M>::value ? 4 : 5) * Tile<DM, M>::ELEMS * sizeof(typename M::Elt) + 2 * ROWS * sizeof(float);
+    return with_stage_<DM>((QInRegs<DM, M>::value ? 4 : 5) * Tile<DM, M>::ELEMS * sizeof(typename M::Elt) +
+                           2 * ROWS * sizeof(float));
 }
 template <int DM, typename M>
 static size_t dq_smem_(void) {
-    return (PairInRegs<DM, M>::value ? 4 : 6) * Tile<DM, M>::ELEMS * sizeof(typename M::Elt) + 2 * ROWS * sizeof(float);
+    return with_stage_<DM>((PairInRegs<DM, M>::value ? 4 : 6) * Tile<DM, M>::ELEMS * sizeof(typename M::Elt) +
+                           2 * ROWS * sizeof(float));
 }
 template <int DM, typename M>
 static size_t dkdv_smem_(void) {
-    return (4 * Tile<DM, M, QT>::ELEMS + 2 * Tile<DM, M>::ELEMS) * sizeof(typename M::Elt) + 6 * QT * sizeof(float);
+    return with_stage_<DM>((4 * Tile<DM, M, QT>::ELEMS + 2 * Tile<DM, M>::ELEMS) * sizeof(typename M::Elt) +
+                           6 * QT * sizeof(float));
 }
 
 // a kernel's launch for one DM and policy M (L<DM, M>::run), chosen from D (the smallest of 32, 64, 128 that holds
@@ -509,58 +617,83 @@ static void smem_limit_(K kernel, size_t bytes) {
 
 template <int DM, typename M>
 struct FwdLaunch {
-    static void run(float *out, float *lse, const void *q, const void *k, const void *v, GpuAttnOpts o, int B,
-                    int NH, int T, int D) {
+    static void run(const GpuHeads *out, const GpuHeads *out2, float *lse, const void *q, const void *k,
+                    const void *v, GpuAttnOpts o, int B, int NH, int T, int D) {
         typedef const typename M::Elt *P;
         size_t bytes = fwd_smem_<DM, M>();
         smem_limit_(attn_fwd_kernel<DM, M>, bytes);
         dim3 grid(B * NH, gpu_blocks(T, ROWS));
-        attn_fwd_kernel<DM, M><<<grid, WARPS * 32, bytes>>>(out, lse, (P)q, (P)k, (P)v, o, NH, T, D);
+        attn_fwd_kernel<DM, M><<<grid, WARPS * 32, bytes>>>(*out, *out2, lse, (P)q, (P)k, (P)v, o, NH, T, D);
     }
 };
 template <int DM, typename M>
 struct DqLaunch {
-    static void run(float *dq, float *dfgate, const void *dout, const float *lse, const float *delta, const void *q,
-                    const void *k, const void *v, GpuAttnOpts o, int B, int NH, int T, int D) {
+    static void run(const GpuHeads *dq, float *dfgate, const void *dout, const float *lse, const float *delta,
+                    const void *q, const void *k, const void *v, GpuAttnOpts o, int B, int NH, int T, int D) {
         typedef const typename M::Elt *P;
         size_t bytes = dq_smem_<DM, M>();
         smem_limit_(attn_dq_kernel<DM, M>, bytes);
         dim3 grid(B * NH, gpu_blocks(T, ROWS));
-        attn_dq_kernel<DM, M><<<grid, WARPS * 32, bytes>>>(dq, dfgate, (P)dout, lse, delta, (P)q, (P)k, (P)v, o, NH,
+        attn_dq_kernel<DM, M><<<grid, WARPS * 32, bytes>>>(*dq, dfgate, (P)dout, lse, delta, (P)q, (P)k, (P)v, o, NH,
                                                            T, D);
     }
 };
 template <int DM, typename M>
 struct DkdvLaunch {
-    static void run(float *dk, float *dv, float *dfgate, const void *dout, const float *lse, const float *delta,
-                    const void *q, const void *k, const void *v, GpuAttnOpts o, int B, int NH, int T, int D) {
+    static void run(const GpuHeads *dk, const GpuHeads *dv, float *dfgate, const void *dout, const float *lse,
+                    const float *delta, const void *q, const void *k, const void *v, GpuAttnOpts o, int B, int NH,
+                    int T, int D) {
         typedef const typename M::Elt *P;
         size_t bytes = dkdv_smem_<DM, M>();
         smem_limit_(attn_dkdv_kernel<DM, M>, bytes);
         dim3 grid(B * NH, gpu_blocks(T, ROWS));
-        attn_dkdv_kernel<DM, M><<<grid, WARPS * 32, bytes>>>(dk, dv, dfgate, (P)dout, lse, delta, (P)q, (P)k, (P)v,
+        attn_dkdv_kernel<DM, M><<<grid, WARPS * 32, bytes>>>(*dk, *dv, dfgate, (P)dout, lse, delta, (P)q, (P)k, (P)v,
                                                              o, NH, T, D);
     }
 };
 
-void gpu_attention_forward(float *out, float *lse, const void *q, const void *k, const void *v, const GpuAttnOpts *o,
-                           int B, int NH, int T, int D) {
-    dispatch_<FwdLaunch>(D, out, lse, q, k, v, *o, B, NH, T, D);
+GpuHeads gpu_heads_packed(void *p, int bf16, int NH, int T, int D) {
+    GpuHeads h = {};
+    h.p = p, h.bf16 = bf16, h.st = D, h.sh = (size_t)T * D, h.sb = (size_t)NH * T * D;
+    return h;
+}
+
+GpuHeads gpu_heads_rows(void *p, int bf16, int T, size_t ld, size_t col0, int D) {
+    GpuHeads h = {};
+    h.p = bf16 ? (void *)((__nv_bfloat16 *)p + col0) : (void *)((float *)p + col0);
+    h.bf16 = bf16, h.st = ld, h.sh = D, h.sb = (size_t)T * ld;
+    return h;
+}
+
+void gpu_heads_rotate(GpuHeads *h, const float *cos_, const float *sin_, int per_head, int half_layout, float sign) {
+    h->cos_ = cos_, h->sin_ = sin_, h->per_head = per_head, h->half_layout = half_layout, h->sign = sign;
+}
+
+void gpu_attention_forward(const GpuHeads *out, const GpuHeads *out2, float *lse, const void *q, const void *k,
+                           const void *v, const GpuAttnOpts *o, int B, int NH, int T, int D) {
+    GpuHeads none = {};
+    dispatch_<FwdLaunch>(D, out, out2 ? out2 : &none, lse, q, k, v, *o, B, NH, T, D);
     KERNEL_CHECK();
 }
 
-void gpu_attention_backward(float *dq, float *dk, float *dv, float *dfgate, float *delta, const void *dout,
-                            const float *out, const float *lse, const void *q, const void *k, const void *v,
-                            const GpuAttnOpts *o, int B, int NH, int T, int D) {
+// delta for dout of E: V 4 where every row of out starts 16-byte aligned
+template <typename E>
+static void delta_(float *delta, const void *dout, const GpuHeads *out, int NH, int T, int D, size_t rows) {
+    unsigned blocks = gpu_blocks(rows * 16, 256);
+    size_t a = (size_t)out->p / sizeof(float);
+    if (D % 4 == 0 && a % 4 == 0 && out->st % 4 == 0 && out->sh % 4 == 0 && out->sb % 4 == 0)
+        attn_delta_kernel<4, E><<<blocks, 256>>>(delta, (const E *)dout, *out, NH, T, D, rows);
+    else
+        attn_delta_kernel<1, E><<<blocks, 256>>>(delta, (const E *)dout, *out, NH, T, D, rows);
+}
+
+void gpu_attention_backward(const GpuHeads *dq, const GpuHeads *dk, const GpuHeads *dv, float *dfgate, float *delta,
+                            const void *dout, const GpuHeads *out, const float *lse, const void *q, const void *k,
+                            const void *v, const GpuAttnOpts *o, int B, int NH, int T, int D) {
     size_t rows = (size_t)B * NH * T;
     if (!o->fgate) dfgate = NULL;
-    unsigned blocks = gpu_blocks(rows, 8);
-    if (gpu_math() == GPU_BF16)
-        GPU_TIMED("attn.kernel.delta", attn_delta_kernel<__nv_bfloat16><<<blocks, 256>>>(
-                                           delta, (const __nv_bfloat16 *)dout, out, rows, D));
-    else
-        GPU_TIMED("attn.kernel.delta",
-                  attn_delta_kernel<float><<<blocks, 256>>>(delta, (const float *)dout, out, rows, D));
+    if (gpu_math() == GPU_BF16) GPU_TIMED("attn.kernel.delta", delta_<__nv_bfloat16>(delta, dout, out, NH, T, D, rows));
+    else GPU_TIMED("attn.kernel.delta", delta_<float>(delta, dout, out, NH, T, D, rows));
     KERNEL_CHECK();
     // dq first: it writes dfgate's row sums, which dk/dv's pass then takes its column sums from
     GPU_TIMED("attn.kernel.dq", dispatch_<DqLaunch>(D, dq, dfgate, dout, lse, delta, q, k, v, *o, B, NH, T, D));

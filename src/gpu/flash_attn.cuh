@@ -20,6 +20,8 @@
 #ifndef SEQ_GPU_FLASH_ATTN_CUH
 #define SEQ_GPU_FLASH_ATTN_CUH
 
+#include <stddef.h>
+
 #define GPU_ATTN_MAX_D 128
 #define GPU_ATTN_MAX_HEADS 64
 
@@ -33,18 +35,38 @@ typedef struct GpuAttnOpts {
     float decay[GPU_ATTN_MAX_HEADS];   // w = p exp(-decay[h] (i - j)), not renormalised; 0 = none
 } GpuAttnOpts;
 
+// Where a (B,NH,T,D) result of the kernels lives: element (b, h, t, d) at p + b·sb + h·sh + t·st + d, floats or
+// bf16. gpu_heads_packed is the head layout; gpu_heads_rows the row layout (B,T,ld) the projections take, head h
+// at columns col0 + h·D: the kernels write their results where the next op reads them (the output projection's
+// input; the qkv projection's dout), without a permutation pass. A result may be rotated on the way (rotate_,
+// below: the inverse RoPE of dq and dk).
+typedef struct GpuHeads {
+    void *p;
+    int bf16;
+    size_t sb, sh, st;
+    const float *cos_, *sin_;  // NULL: as computed; else RoPE's table (T, D/2), or (T, NH, D/2) with per_head
+    int per_head, half_layout; // pairs (k, k + D/2) with half_layout, else (2k, 2k+1)
+    float sign;                // +1 the rotation, -1 its inverse
+} GpuHeads;
+GpuHeads gpu_heads_packed(void *p, int bf16, int NH, int T, int D);
+GpuHeads gpu_heads_rows(void *p, int bf16, int T, size_t ld, size_t col0, int D);
+// *h with the rotation (sign -1: the inverse) by the table cos_, sin_ (nn/rotary.h's pairs) on the way; D even
+void gpu_heads_rotate(GpuHeads *h, const float *cos_, const float *sin_, int per_head, int half_layout, float sign);
+
 // 1 when the kernels take head_dim D
 int gpu_attn_supports(int D);
 
-// out (B,NH,T,D), lse (B,NH,T); q, k, v (B,NH,T,D): fp32, or bf16 (__nv_bfloat16) when run.precision is bf16
-// (gpu_math GPU_BF16); NH <= GPU_ATTN_MAX_HEADS
-void gpu_attention_forward(float *out, float *lse, const void *q, const void *k, const void *v, const GpuAttnOpts *o,
-                           int B, int NH, int T, int D);
+// out (B,NH,T,D) WRITTEN, and a second copy into out2 unless NULL (bf16: the fp32 output the backward takes and
+// the bf16 rows of the output projection); lse (B,NH,T); q, k, v (B,NH,T,D) packed: fp32, or bf16
+// (__nv_bfloat16) when run.precision is bf16 (gpu_math GPU_BF16); NH <= GPU_ATTN_MAX_HEADS
+void gpu_attention_forward(const GpuHeads *out, const GpuHeads *out2, float *lse, const void *q, const void *k,
+                           const void *v, const GpuAttnOpts *o, int B, int NH, int T, int D);
 // dq, dk, dv (B,NH,T,D) WRITTEN (=); dfgate (B,NH,T) WRITTEN with dL/dF when o->fgate (else unused, may be NULL);
-// delta (B,NH,T) scratch; dout (B,NH,T,D) typed as q, k, v; out (B,NH,T,D) fp32; lse (B,NH,T) from the forward
-// with the same options
-void gpu_attention_backward(float *dq, float *dk, float *dv, float *dfgate, float *delta, const void *dout,
-                            const float *out, const float *lse, const void *q, const void *k, const void *v,
-                            const GpuAttnOpts *o, int B, int NH, int T, int D);
+// delta (B,NH,T) scratch; dout (B,NH,T,D) packed, typed as q, k, v; out (the forward's, fp32: delta = dout·out
+// takes it unrounded, or the softmax's row sums of ds drift from 0 by bf16's rounding) and lse (B,NH,T) from the
+// forward with the same options
+void gpu_attention_backward(const GpuHeads *dq, const GpuHeads *dk, const GpuHeads *dv, float *dfgate, float *delta,
+                            const void *dout, const GpuHeads *out, const float *lse, const void *q, const void *k,
+                            const void *v, const GpuAttnOpts *o, int B, int NH, int T, int D);
 
 #endif

@@ -21,9 +21,10 @@
  *   MathTf32<false>  tf32: fp32 tiles, operands rounded to TF32 (cvt.rna)
  *   MathTf32<true>   fp32: fp32 tiles, each operand x split into big = tf32(x), small = tf32(x - big), and
  *                    small·big + big·small + big·big summed (3xTF32: about fp32's accuracy)
- *   MathBf16         bf16: bf16 tiles (the producers write bf16 activations), m16n8k16
+ *   MathBf16         bf16: bf16 tiles (the producers write bf16 activations), m16n8k16, operands by ldmatrix
  * Row strides: LD = DM + 4 floats or DM + 8 bf16 puts the rows g of a fragment load 4 banks apart (so 4g + t,
- * or g's rows and t's words, cover all 32 banks), and rows 2t 8 banks apart.
+ * or g's rows and t's words, cover all 32 banks), and rows 2t 8 banks apart; ldmatrix's 8 rows of 16 bytes then
+ * start in 8 different 16-byte bank groups.
  */
 #ifndef SEQ_GPU_MMA_CUH
 #define SEQ_GPU_MMA_CUH
@@ -31,9 +32,9 @@
 #include <cuda_bf16.h>
 #include <string.h>
 
-#include "gpu/common.cuh"  // pack_bf16_, pack_f32_
+#include "gpu/common.cuh"  // pack_f32_
 
-#include <mma.h>  // wmma::__float_to_tf32; the emulator's tests/gpu/emu/mma.h (with its mma.sync) where it builds the kernels
+#include <mma.h>  // wmma::__float_to_tf32; the emulator's tests/gpu/emu/mma.h (with its mma.sync, ldmatrix) where it builds the kernels
 
 // ----------------------------------------------------------------------------
 // the instructions
@@ -63,15 +64,35 @@ static __device__ __forceinline__ void mma_bf16_(float d[4], const unsigned a[4]
 #endif
 }
 
-// the two bf16 at p (4-byte aligned) as one register
-static __device__ __forceinline__ unsigned ld_pair_(const __nv_bfloat16 *p) {
+// r[0..3] WRITTEN: four 8x8 matrices of 16-bit elements from shared memory (ldmatrix.x4), lane l giving the
+// address of row l % 8 of matrix l / 8 (16 bytes, 16-byte aligned); lane 4g + t gets in r[i] matrix i's elements
+// (g, 2t), (g, 2t+1), or with TRANS (2t, g), (2t+1, g), the first in the low half. One instruction instead of
+// a load per register, and the transpose (a B operand from a row-major X) without a pack per pair.
+template <bool TRANS>
+static __device__ __forceinline__ void ldmatrix_x4_(unsigned r[4], const void *p) {
 #ifdef SEQ_GPU_EMU
-    unsigned u;
-    memcpy(&u, p, 4);
-    return u;
+    emu_ldmatrix_x4(r, p, TRANS);
 #else
-    return *(const unsigned *)p;
+    unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    if (TRANS)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(a));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(a));
 #endif
+}
+
+// The lane's row address for ldmatrix_x4_ of a 16x16 block of 16-bit elements at p (row stride ld), as the four
+// 8x8 quarters: ROWS_FIRST takes them as (rows 0-7, 8-15) x (columns 0-7), then columns 8-15 (an A operand:
+// a0..a3), else columns 0-7, 8-15 of rows 0-7, then of rows 8-15 (two B slices of Bt's rows: b0 b1 of each)
+template <bool ROWS_FIRST, typename E>
+static __device__ __forceinline__ const E *ldmatrix_row_(const E *p, int ld) {
+    int l = threadIdx.x & 31, m = l >> 3;
+    int r = (l & 7) + 8 * (ROWS_FIRST ? (m & 1) : (m >> 1)), c = 8 * (ROWS_FIRST ? (m >> 1) : (m & 1));
+    return p + r * ld + c;
 }
 
 // ----------------------------------------------------------------------------
@@ -121,6 +142,15 @@ struct MathTf32 {
         b.hi[1] = p[(2 * t + 1) * ld + g];
         round_<2>(b.hi, b.lo);
     }
+    // slices n, n+1 of load_bt (Bt's rows 0-7, 8-15 at p) and of load_b (X's columns 0-7, 8-15 at p)
+    static __device__ __forceinline__ void load_bt2(B b[2], const float *p, int ld) {
+        load_bt(b[0], p, ld);
+        load_bt(b[1], p + 8 * ld, ld);
+    }
+    static __device__ __forceinline__ void load_b2(B b[2], const float *p, int ld) {
+        load_b(b[0], p, ld);
+        load_b(b[1], p + 8, ld);
+    }
     // A's slice kk (columns 8kk .. 8kk+8) from a product c[] in registers
     static __device__ __forceinline__ void from_c(A &a, const float (*c)[4], int kk) {
         a.hi[0] = c[kk][0];
@@ -148,22 +178,21 @@ struct MathBf16 {
     struct B {
         unsigned r[2];
     };
+    // A's (16,16) slice at p: the quarters (rows 0-7, 8-15) x (columns 0-7, 8-15) are a0..a3
     static __device__ __forceinline__ void load_a(A &a, const Elt *p, int ld) {
-        int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
-        a.r[0] = ld_pair_(p + g * ld + 2 * t);
-        a.r[1] = ld_pair_(p + (g + 8) * ld + 2 * t);
-        a.r[2] = ld_pair_(p + g * ld + 2 * t + 8);
-        a.r[3] = ld_pair_(p + (g + 8) * ld + 2 * t + 8);
+        ldmatrix_x4_<false>(a.r, ldmatrix_row_<true>(p, ld));
     }
-    static __device__ __forceinline__ void load_bt(B &b, const Elt *p, int ld) {
-        int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
-        b.r[0] = ld_pair_(p + g * ld + 2 * t);
-        b.r[1] = ld_pair_(p + g * ld + 2 * t + 8);
+    // B's slices n, n+1 (16 x 8 each) as the transpose of rows 0-7 and 8-15 at p
+    static __device__ __forceinline__ void load_bt2(B b[2], const Elt *p, int ld) {
+        unsigned r[4];
+        ldmatrix_x4_<false>(r, ldmatrix_row_<false>(p, ld));
+        b[0].r[0] = r[0], b[0].r[1] = r[1], b[1].r[0] = r[2], b[1].r[1] = r[3];
     }
-    static __device__ __forceinline__ void load_b(B &b, const Elt *p, int ld) {
-        int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
-        b.r[0] = pack_bf16_(p[2 * t * ld + g], p[(2 * t + 1) * ld + g]);
-        b.r[1] = pack_bf16_(p[(2 * t + 8) * ld + g], p[(2 * t + 9) * ld + g]);
+    // B's slices n, n+1 from the 16 rows at p, columns 0-7 and 8-15: b0 b1 are rows 0-7, 8-15, transposed
+    static __device__ __forceinline__ void load_b2(B b[2], const Elt *p, int ld) {
+        unsigned r[4];
+        ldmatrix_x4_<true>(r, ldmatrix_row_<true>(p, ld));
+        b[0].r[0] = r[0], b[0].r[1] = r[1], b[1].r[0] = r[2], b[1].r[1] = r[3];
     }
     // A's slice kk (columns 16kk .. 16kk+16: the C slices 2kk, 2kk+1) from a product in registers
     static __device__ __forceinline__ void from_c(A &a, const float (*c)[4], int kk) {
@@ -196,7 +225,9 @@ struct ARegs {
     __device__ __forceinline__ void get(int k, typename M::A &x) const { x = r[k / M::KS]; }
 };
 
-// s[n] (16, 8), n < N, WRITTEN: this warp's A (16,K) · Bt^T against the 8N rows of Bt (row-major at bt, stride ld)
+// s[n] (16, 8), n < N (even), WRITTEN: this warp's A (16,K) · Bt^T against the 8N rows of Bt (row-major at bt,
+// stride ld). (Skipping the slices a diagonal tile masks whole, a uniform branch per pair, made all three kernels
+// 5-10% slower on an H200: the branches break up the unrolled loads and products.)
 template <int K, int N, typename M, typename ASrc>
 static __device__ __forceinline__ void mma_scores_(float (*s)[4], const ASrc &A, const typename M::Elt *bt, int ld) {
 #pragma unroll
@@ -206,15 +237,16 @@ static __device__ __forceinline__ void mma_scores_(float (*s)[4], const ASrc &A,
         typename M::A a;
         A.get(k, a);
 #pragma unroll
-        for (int n = 0; n < N; n++) {
-            typename M::B b;
-            M::load_bt(b, bt + n * 8 * ld + k, ld);
-            M::mma(s[n], a, b);
+        for (int n = 0; n < N; n += 2) {
+            typename M::B b[2];
+            M::load_bt2(b, bt + n * 8 * ld + k, ld);
+            M::mma(s[n], a, b[0]);
+            M::mma(s[n + 1], a, b[1]);
         }
     }
 }
 
-// acc[n] (16, 8), n < N, += P (16,KP) · X[:, 8n .. 8n+8): P a product in registers (KP/8 slices, as mma_scores_
+// acc[n] (16, 8), n < N (even), += P (16,KP) · X[:, 8n .. 8n+8): P a product in registers (KP/8 slices, as mma_scores_
 // leaves them), X (KP, 8N) row-major at x (stride ld)
 template <int KP, int N, typename M>
 static __device__ __forceinline__ void mma_accumulate_(float (*acc)[4], const float (*p)[4], const typename M::Elt *x,
@@ -224,10 +256,11 @@ static __device__ __forceinline__ void mma_accumulate_(float (*acc)[4], const fl
         typename M::A a;
         M::from_c(a, p, kk);
 #pragma unroll
-        for (int n = 0; n < N; n++) {
-            typename M::B b;
-            M::load_b(b, x + kk * M::KS * ld + n * 8, ld);
-            M::mma(acc[n], a, b);
+        for (int n = 0; n < N; n += 2) {
+            typename M::B b[2];
+            M::load_b2(b, x + kk * M::KS * ld + n * 8, ld);
+            M::mma(acc[n], a, b[0]);
+            M::mma(acc[n + 1], a, b[1]);
         }
     }
 }

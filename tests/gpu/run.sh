@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # `make test-cuda` (and the last step of `make test`): the GPU backend against the CPU.
 #   1. everywhere, on the backend's kernels emulated on the CPU (tests/gpu/emu/): the parity test
-#      (tests/gpu/test_gpu_parity.c: logits, loss, every gradient, 6 AdamW steps, bit-identical repeats; fp32),
+#      (tests/gpu/test_gpu_parity.c: logits, loss, every gradient, 6 AdamW steps, bit-identical repeats; fp32 and bf16),
 #      then training runs through seqtrain (below);
-#   2. where nvcc exists: the CUDA build (make CUDA=1) and the parity test on the GPU (fp32 and tf32); without a
+#   2. where nvcc exists: the CUDA build (make CUDA=1) and the parity test on the GPU (fp32, tf32 and bf16); without a
 #      GPU it runs only what needs none (the refusals) and says "skipped";
 #   3. with a GPU: the training runs again on it.
 # The training runs: a run on the CPU and the same run with run.device cuda give the same loss curve and

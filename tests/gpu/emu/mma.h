@@ -97,4 +97,31 @@ static inline void emu_mma_m16n8k16_bf16(float d[4], const unsigned a[4], const 
     emu_mma_<16>(d, a, b, emu_bf16_half_);
 }
 
+// every lane's row address for ldmatrix, exchanged through this
+inline const void *emu_ldmatrix_rows_[EMU_MAX_THREADS];
+
+// ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 over the calling warp: lane l gives the address of row l % 8
+// of matrix l / 8 (eight 16-bit elements); lane 4g + t gets in r[i] matrix i's elements (g, 2t), (g, 2t+1), or
+// with trans (2t, g), (2t+1, g), the first in the low half
+static inline void emu_ldmatrix_x4(unsigned r[4], const void *p, bool trans) {
+    int tid = emu_linear_tid_(), base = tid & ~31, g = (tid & 31) >> 2, t = tid & 3;
+    if ((size_t)p % 16) {
+        fprintf(stderr, "emulated CUDA: ldmatrix row address %p not 16-byte aligned\n", p);
+        abort();
+    }
+    emu_ldmatrix_rows_[tid] = p;
+    emu_wait_(EMU_WAIT_WARP);
+    unsigned out[4];
+    for (int i = 0; i < 4; i++) {
+        unsigned short e[2];
+        for (int h = 0; h < 2; h++) {
+            int row = trans ? 2 * t + h : g, col = trans ? g : 2 * t + h;
+            memcpy(&e[h], (const unsigned short *)emu_ldmatrix_rows_[base + 8 * i + row] + col, 2);
+        }
+        out[i] = e[0] | (unsigned)e[1] << 16;
+    }
+    emu_wait_(EMU_WAIT_WARP);  // everyone has read before anyone writes again
+    memcpy(r, out, sizeof out);
+}
+
 #endif
