@@ -184,14 +184,16 @@ __global__ void rope_kernel(float *x, const float *cos_, const float *sin_, size
     rope_pair_(p[i0], p[i1], cos_[ti], sign * sin_[ti]);
 }
 
-// the qkv rows (B,T,3HD) of RT split into q, k, v in the head layout (B,H,T,D) of HT (float, or bf16 for the bf16
-// kernels) in one pass, q and k rotated on the way (ROT: RoPE with rope_kernel's table and pairs). A thread per V
-// pairs (b, t, h, k..k+V-1): V 4 takes the half layout's pairs (k, k + D/2) four at a time in 16-byte loads (D/2 a
-// multiple of 4). The same products as permute + rope_kernel, so the same bits (in bf16, the same bits rounded).
+// the qkv rows (B,T,3HD) of RT (the projection's output: floats, or bf16 in run.precision bf16) plus the bias
+// (3HD,) (may be NULL; the projection leaves it out, so no pass of its own adds it) split into q, k, v in the
+// head layout (B,H,T,D) of HT (float, or bf16 for the bf16 kernels) in one pass, q and k rotated on the way (ROT:
+// RoPE with rope_kernel's table and pairs). A thread per V pairs (b, t, h, k..k+V-1): V 4 takes the half
+// layout's pairs (k, k + D/2) four at a time in 16-byte loads (D/2 a multiple of 4). The same sums and products
+// as the bias, permute and rope_kernel passes, so the same bits (in bf16, the same bits rounded).
 // (The backward's merge is the attention kernels' epilogue: gpu/flash_attn.cu's write_rows_.)
 template <bool ROT, int V, typename HT, typename RT>
-__global__ void qkv_heads_kernel(HT *qh, HT *kh, HT *vh, const RT *qkv, const float *cos_, const float *sin_, int B,
-                                 int T, int H, int D, int per_head, int half_layout) {
+__global__ void qkv_heads_kernel(HT *qh, HT *kh, HT *vh, const RT *qkv, const float *bias, const float *cos_,
+                                 const float *sin_, int B, int T, int H, int D, int per_head, int half_layout) {
     int half = D / 2;
     size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * V;
     if (i >= (size_t)B * T * H * half) return;
@@ -213,6 +215,10 @@ __global__ void qkv_heads_kernel(HT *qh, HT *kh, HT *vh, const RT *qkv, const fl
         const RT *rp = row + (size_t)part * H * D;
         float x0[V], x1[V];
         load_elts_<V>(x0, rp + i0), load_elts_<V>(x1, rp + i1);
+        if (bias) {  // a parameter tensor: not always 16-byte aligned
+            const float *b = bias + (size_t)part * H * D + (size_t)h * D;
+            for (int e = 0; e < V; e++) x0[e] += b[i0 + e], x1[e] += b[i1 + e];
+        }
         if (ROT && part < 2)
             for (int e = 0; e < V; e++) rope_pair_(x0[e], x1[e], c[e], s[e]);
         store_elts_<V>(hp + i0, x0), store_elts_<V>(hp + i1, x1);
@@ -251,7 +257,7 @@ __global__ void fox_backward_kernel(float *dpre, const float *dF, const float *p
 // fox's F into a.fg_cum: the gate projection pre = x wf^T + bf (B,T,H), then the cumulative log-sigmoid
 static void fox_forward_(Mixer *m, const GpuAttActs *a, GpuAct x, int B, int T) {
     const AttentionOpts *o = (const AttentionOpts *)m->spec->opts;
-    gpu_matmul_forward(a->fg_pre, x, mixer_param(m, o->k_fw), mixer_param(m, o->k_fb), B * T, m->spec->C, o->H);
+    gpu_matmul_forward(gpu_f32(a->fg_pre), x, mixer_param(m, o->k_fw), mixer_param(m, o->k_fb), B * T, m->spec->C, o->H);
     fox_cumsum_kernel<<<gpu_blocks((size_t)B * o->H, 64), 64>>>(a->fg_cum, a->fg_pre, B, T, o->H);
     KERNEL_CHECK();
 }
@@ -262,7 +268,7 @@ static void fox_backward_(Mixer *m, float *dx, float *dpre, const float *dF, con
     const AttentionOpts *o = (const AttentionOpts *)m->spec->opts;
     fox_backward_kernel<<<gpu_blocks((size_t)B * o->H, 64), 64>>>(dpre, dF, a->fg_pre, B, T, o->H);
     KERNEL_CHECK();
-    gpu_matmul_backward(dx, mixer_grad(m, o->k_fw), mixer_grad(m, o->k_fb), gpu_f32(dpre), x, mixer_param(m, o->k_fw), B * T,
+    gpu_matmul_backward(gpu_f32(dx), mixer_grad(m, o->k_fw), mixer_grad(m, o->k_fb), gpu_f32(dpre), x, mixer_param(m, o->k_fw), B * T,
                         m->spec->C, o->H, 1);
 }
 
@@ -277,27 +283,26 @@ static void permute_(HT *heads, RT *rows, int stride, int col0, int B, int T, in
 }
 
 // qkv_heads_kernel for o's scheme (RoPE or none), four pairs a thread in the half layout when D/2 allows
-template <bool ROT, int V, typename HT>
-static void qkv_heads_launch_(HT *qh, HT *kh, HT *vh, const float *qkv, const GpuAttActs *a, const AttentionOpts *o,
-                              int B, int T) {
+template <bool ROT, int V, typename HT, typename RT>
+static void qkv_heads_launch_(HT *qh, HT *kh, HT *vh, const RT *qkv, const float *bias, const GpuAttActs *a,
+                              const AttentionOpts *o, int B, int T) {
     size_t n = (size_t)B * T * o->H * (o->D / 2) / V;
-    qkv_heads_kernel<ROT, V, HT, float><<<gpu_blocks(n, 256), 256>>>(qh, kh, vh, qkv, ROT ? a->cos_ : nullptr,
-                                                                    ROT ? a->sin_ : nullptr, B, T, o->H, o->D,
-                                                                    per_head_rope_(o),
-                                                                    !ROT || o->layout == ROTARY_HALF);
+    qkv_heads_kernel<ROT, V, HT, RT><<<gpu_blocks(n, 256), 256>>>(qh, kh, vh, qkv, bias, ROT ? a->cos_ : nullptr,
+                                                                 ROT ? a->sin_ : nullptr, B, T, o->H, o->D,
+                                                                 per_head_rope_(o), !ROT || o->layout == ROTARY_HALF);
     KERNEL_CHECK();
 }
 
-template <typename HT>
-static void qkv_heads_(HT *qh, HT *kh, HT *vh, const float *qkv, const GpuAttActs *a, const AttentionOpts *o, int B,
-                       int T) {
+template <typename HT, typename RT>
+static void qkv_heads_(HT *qh, HT *kh, HT *vh, const RT *qkv, const float *bias, const GpuAttActs *a,
+                       const AttentionOpts *o, int B, int T) {
     // the rows, heads and table then all start 16-byte aligned (the arena's slots are 256-byte aligned); without
     // RoPE the pairs are any split of the row, so the half layout's
     int vec = (o->layout == ROTARY_HALF || !rotates_(o)) && (o->D / 2) % 4 == 0;
-    if (rotates_(o) && vec) qkv_heads_launch_<true, 4>(qh, kh, vh, qkv, a, o, B, T);
-    else if (rotates_(o)) qkv_heads_launch_<true, 1>(qh, kh, vh, qkv, a, o, B, T);
-    else if (vec) qkv_heads_launch_<false, 4>(qh, kh, vh, qkv, a, o, B, T);
-    else qkv_heads_launch_<false, 1>(qh, kh, vh, qkv, a, o, B, T);
+    if (rotates_(o) && vec) qkv_heads_launch_<true, 4>(qh, kh, vh, qkv, bias, a, o, B, T);
+    else if (rotates_(o)) qkv_heads_launch_<true, 1>(qh, kh, vh, qkv, bias, a, o, B, T);
+    else if (vec) qkv_heads_launch_<false, 4>(qh, kh, vh, qkv, bias, a, o, B, T);
+    else qkv_heads_launch_<false, 1>(qh, kh, vh, qkv, bias, a, o, B, T);
 }
 
 static void rope_(float *x, const GpuAttActs *a, const AttentionOpts *o, int B, int T, float sign) {
@@ -326,15 +331,17 @@ static void attention_gpu_forward_(Mixer *m, float *y, GpuAct x, int B, int T) {
     int C = m->spec->C, H = o->H, D = o->D, HD = o->HD, BT = B * T;
     GpuAttActs a;
     att_layout_(o, B, T, m->acts, &a);
-    float *qkv = m->scratch;  // (BT,3HD)
-    GPU_TIMED("attn.qkv.forward", gpu_matmul_forward(qkv, x, mixer_param(m, o->k_wqkv),
-                                                     o->bias ? mixer_param(m, o->k_bqkv) : NULL, BT, C, 3 * HD));
-    if (rotates_(o)) GPU_TIMED("attn.rope", rope_table_(&a, o, T));
+    // qkv (BT,3HD): with the fused split its bias is added there, and in bf16 the projection writes bf16
+    float *qkv = m->scratch;
     int bf = gpu_math() == GPU_BF16;
+    const float *bqkv = o->bias ? mixer_param(m, o->k_bqkv) : NULL;
+    GPU_TIMED("attn.qkv.forward", gpu_matmul_forward(gpu_act(qkv, bf && fused_heads_(o)), x, mixer_param(m, o->k_wqkv),
+                                                     fused_heads_(o) ? NULL : bqkv, BT, C, 3 * HD));
+    if (rotates_(o)) GPU_TIMED("attn.rope", rope_table_(&a, o, T));
     __nv_bfloat16 *qb = (__nv_bfloat16 *)a.qb, *kb = (__nv_bfloat16 *)a.kb, *vb = (__nv_bfloat16 *)a.vb;
     if (fused_heads_(o)) {  // and RoPE; bf16: straight to the bf16 copies
-        if (bf) GPU_TIMED("attn.permute", qkv_heads_(qb, kb, vb, qkv, &a, o, B, T));
-        else GPU_TIMED("attn.permute", qkv_heads_(a.qh, a.kh, a.vh, qkv, &a, o, B, T));
+        if (bf) GPU_TIMED("attn.permute", qkv_heads_(qb, kb, vb, (const __nv_bfloat16 *)qkv, bqkv, &a, o, B, T));
+        else GPU_TIMED("attn.permute", qkv_heads_(a.qh, a.kh, a.vh, (const float *)qkv, bqkv, &a, o, B, T));
     } else {
         // qk_norm: q, k land in q_lin, k_lin first; the norm writes what the kernel sees (rows of D in either
         // layout), then RoPE rotates that
@@ -364,7 +371,7 @@ static void attention_gpu_forward_(Mixer *m, float *y, GpuAct x, int B, int T) {
     GpuHeads out = out_heads_(&a, B, T, H, D), rows = gpu_heads_rows(a.o_lin, 1, T, HD, 0, D);
     GPU_TIMED("attn.kernel.forward", gpu_attention_forward(&out, bf ? &rows : NULL, a.lse, kernel_in_(&a, 0),
                                                            kernel_in_(&a, 1), kernel_in_(&a, 2), &ko, B, H, T, D));
-    GPU_TIMED("attn.out.forward", gpu_matmul_forward(y, gpu_act(a.o_lin, bf), mixer_param(m, o->k_wo),
+    GPU_TIMED("attn.out.forward", gpu_matmul_forward(gpu_f32(y), gpu_act(a.o_lin, bf), mixer_param(m, o->k_wo),
                                                      o->bias ? mixer_param(m, o->k_bo) : NULL, BT, HD, C));
 }
 
@@ -378,7 +385,7 @@ static void attention_gpu_backward_(Mixer *m, float *dx, const float *dy, GpuAct
     float *delta = doh + big, *dF = delta + heads, *dpre = dF + heads, *do_lin = dqkv;
     int bf = gpu_math() == GPU_BF16;
     // y = o_lin wo^T + bo
-    GPU_TIMED("attn.out.backward", gpu_matmul_backward(do_lin, mixer_grad(m, o->k_wo), o->bias ? mixer_grad(m, o->k_bo) : NULL,
+    GPU_TIMED("attn.out.backward", gpu_matmul_backward(gpu_f32(do_lin), mixer_grad(m, o->k_wo), o->bias ? mixer_grad(m, o->k_bo) : NULL,
                                                        gpu_f32(dy), gpu_act(a.o_lin, bf), mixer_param(m, o->k_wo), BT,
                                                        HD, C, 0));
     // bf16: the kernels take dout in bf16, as q, k, v
@@ -423,7 +430,7 @@ static void attention_gpu_backward_(Mixer *m, float *dx, const float *dy, GpuAct
             GPU_TIMED("attn.permute", permute_(src[part], dqkv, 3 * HD, part * HD, B, T, H, D, 1));
         }
     }
-    GPU_TIMED("attn.qkv.backward", gpu_matmul_backward(dx, mixer_grad(m, o->k_wqkv), o->bias ? mixer_grad(m, o->k_bqkv) : NULL,
+    GPU_TIMED("attn.qkv.backward", gpu_matmul_backward(gpu_f32(dx), mixer_grad(m, o->k_wqkv), o->bias ? mixer_grad(m, o->k_bqkv) : NULL,
                                                        dqkv_in, x, mixer_param(m, o->k_wqkv), BT, C, 3 * HD, 1));
     if (o->fgate) GPU_TIMED("attn.fgate", fox_backward_(m, dx, dpre, dF, &a, x, B, T));
 }

@@ -182,9 +182,26 @@ static __device__ __forceinline__ float decay_(const HeadOpts_ &ho, int i, int j
     return ho.decay != 0.0f ? expf(-ho.decay * (float)(i - j)) : 1.0f;
 }
 
+// the floats src[r0 .. r0 + n) of a head's row into s (0 past T), n a multiple of 4: by cp.async in 16-byte pieces
+// where those start aligned (T a multiple of 4), else plain loads; either is done at the next cp_wait_ and
+// __syncthreads. (A plain load stalls its warp until the value arrives, and the others then wait for it at the
+// barrier.)
+static __device__ void load_floats_(float *s, const float *src, int r0, int T, int n) {
+    if (T % 4 == 0 && (size_t)src % 16 == 0) {
+        for (int x = 4 * threadIdx.x; x < n; x += 4 * blockDim.x) {
+            bool in = r0 + x < T;
+            cp_async16_(s + x, in ? src + r0 + x : src, in ? 16 : 0);
+        }
+        return;
+    }
+    for (int x = threadIdx.x; x < n; x += blockDim.x) s[x] = r0 + x < T ? src[r0 + x] : 0.0f;
+}
+
 // F of rows [r0, r0 + n) into s (0 past T, and without F)
 static __device__ void load_f_(float *s, const HeadOpts_ &ho, int r0, int T, int n = ROWS) {
-    for (int x = threadIdx.x; x < n; x += blockDim.x) s[x] = ho.F && r0 + x < T ? ho.F[r0 + x] : 0.0f;
+    if (ho.F) load_floats_(s, ho.F, r0, T, n);
+    else
+        for (int x = threadIdx.x; x < n; x += blockDim.x) s[x] = 0.0f;
 }
 
 // the first key tile the query block at q0 sees (a window hides the tiles before i - W + 1 of its first row)
@@ -341,7 +358,7 @@ __global__ void __launch_bounds__(WARPS * 32, (MinBlocks<DM, M>::fwd))
     for (int r = 0; r < 2; r++) {
         l[r] = row_sum_(l[r]);
         inv[r] = 1.0f / l[r];
-        if (i[r] < T && t == 0) lse[(size_t)blockIdx.x * T + i[r]] = ho.unit * mx[r] + logf(l[r]);
+        if (i[r] < T && t == 0) lse[(size_t)blockIdx.x * T + i[r]] = ho.c2 * mx[r] + log2f(l[r]);  // base 2
     }
 #pragma unroll
     for (int n = 0; n < ND; n++)
@@ -377,7 +394,7 @@ __global__ void attn_delta_kernel(float *delta, const E *dout, const GpuHeads ou
 }
 
 // ds of a tile from its scores s (logits_; WRITTEN in place) and dp = dout·v: ds = p (E dp - delta), p =
-// exp(logit - lse) = 2^(c2 s - lse log2 e) (0 where s is -inf; the lse arrive times log2 e), E = exp(-decay (i - j)) (1 without decay, and where p is 0); dsum[r] += each row's ds, and with
+// exp(logit - lse) = 2^(c2 s - lse2) (0 where s is -inf; lse2 the forward's base-2 log-sum-exp), E = exp(-decay (i - j)) (1 without decay, and where p is 0); dsum[r] += each row's ds, and with
 // W the weights w = p E into w. Rows and columns as logits_; with QROWS the row's lse and delta are lr[r], dr[r],
 // else the column's lc[c], dc[c].
 template <int N, bool QROWS, bool W>
@@ -423,7 +440,7 @@ __global__ void __launch_bounds__(WARPS * 32, (MinBlocks<DM, M>::dq))
     int i[2] = {rw + g, rw + g + 8};
     float li[2], di[2], Fi[2], dF[2] = {0.0f, 0.0f};
     for (int r = 0; r < 2; r++) {
-        li[r] = i[r] < T ? LOG2E_ * lse[hrow + i[r]] : 0.0f;  // tile_ds_ takes lse in base 2
+        li[r] = i[r] < T ? lse[hrow + i[r]] : 0.0f;
         di[r] = i[r] < T ? delta[hrow + i[r]] : 0.0f;
         Fi[r] = ho.F && i[r] < T ? ho.F[i[r]] : 0.0f;
     }
@@ -509,10 +526,8 @@ __global__ void __launch_bounds__(WARPS * 32, (MinBlocks<DM, M>::dkdv))
         float *ls = fl + 3 * set * QT;
         load_tile_<DM, QT, LD>(tiles + 2 * set * TQ, q + head, i0, T, D);
         load_tile_<DM, QT, LD>(tiles + (2 * set + 1) * TQ, dout + head, i0, T, D);
-        for (int x = threadIdx.x; x < QT; x += blockDim.x) {
-            ls[x] = i0 + x < T ? LOG2E_ * lse[hrow + i0 + x] : 0.0f;  // tile_ds_ takes lse in base 2
-            ls[QT + x] = i0 + x < T ? delta[hrow + i0 + x] : 0.0f;
-        }
+        load_floats_(ls, lse + hrow, i0, T, QT);
+        load_floats_(ls + QT, delta + hrow, i0, T, QT);
         load_f_(ls + 2 * QT, ho, i0, T, QT);
         cp_commit_();
     };

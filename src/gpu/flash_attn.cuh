@@ -10,7 +10,7 @@
  *   out_i = sum_j w_ij v_j
  *
  * Kernels (gpu/flash_attn.cu: mma.sync warp products on the tensor cores, gpu/mma.cuh; scores in registers):
- *   forward     out, lse
+ *   forward     out, lse (kept in base 2)
  *   backward    delta_i = dout_i·out_i, then dq and the row sums of ds (a pass over key tiles per query block),
  *               then dk, dv and the column sums of ds (a pass over query tiles per key block). Two passes instead
  *               of FlashAttention-2's atomics, so every gradient element is summed by one thread in a fixed
@@ -57,7 +57,8 @@ void gpu_heads_rotate(GpuHeads *h, const float *cos_, const float *sin_, int per
 int gpu_attn_supports(int D);
 
 // out (B,NH,T,D) WRITTEN, and a second copy into out2 unless NULL (bf16: the fp32 output the backward takes and
-// the bf16 rows of the output projection); lse (B,NH,T); q, k, v (B,NH,T,D) packed: fp32, or bf16
+// the bf16 rows of the output projection); lse (B,NH,T) the rows' log-sum-exp in base 2 (log2 sum_j
+// 2^(s_ij log2 e): the kernels' exponentials are 2^x); q, k, v (B,NH,T,D) packed: fp32, or bf16
 // (__nv_bfloat16) when run.precision is bf16 (gpu_math GPU_BF16); NH <= GPU_ATTN_MAX_HEADS
 void gpu_attention_forward(const GpuHeads *out, const GpuHeads *out2, float *lse, const void *q, const void *k,
                            const void *v, const GpuAttnOpts *o, int B, int NH, int T, int D);

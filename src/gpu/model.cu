@@ -37,7 +37,8 @@ void gpu_fail_(const char *what, const char *detail, const char *file, int line)
 }
 
 // model.h's LayerActs on the device. ln1, ln2, act (and the Gpu's lnf and dfc) are the matmuls' inputs: bf16
-// (__nv_bfloat16) in run.precision bf16, written so by their producers (gpu/ops.cuh's GpuAct)
+// (__nv_bfloat16) in run.precision bf16, written so by their producers (gpu/ops.cuh's GpuAct); fc (and the Gpu's
+// dact) the matmuls' outputs the activation reads, bf16 there too
 typedef struct GpuLayerActs {
     float *res, *ln1, *ln1_mean, *ln1_rstd, *res_mid, *ln2, *ln2_mean, *ln2_rstd, *fc, *act;  // fc: before its bias
 } GpuLayerActs;
@@ -146,7 +147,7 @@ static int acts_alloc_(Gpu *g, int B, int T, Err *e) {
                 TAKE_MM_(a->ln2, BT * C);
                 TAKE_(a->ln2_mean, BT);
                 TAKE_(a->ln2_rstd, BT);
-                TAKE_(a->fc, BT * F);
+                TAKE_MM_(a->fc, BT * F);
                 TAKE_MM_(a->act, BT * H);
             }
             TAKE_(g->mix[l].acts, g->mops[l]->act_size(&m->mspec[l], B, T));
@@ -163,7 +164,7 @@ static int acts_alloc_(Gpu *g, int B, int T, Err *e) {
         TAKE_(g->dres, BT * C);
         TAKE_(g->dtmp, BT * C);
         TAKE_MM_(g->dfc, BT * F);
-        TAKE_(g->dact, BT * H);
+        TAKE_MM_(g->dact, BT * H);
         TAKE_(g->scratch, scratch);
 #undef TAKE_MM_
 #undef TAKE_
@@ -336,7 +337,8 @@ void gpu_zero_grad(Gpu *g) { CUDA_CHECK(cudaMemset(g->grads, 0, g->m->pt.numel *
 #define P_(k) ((k) >= 0 ? g->params + m->pt.t[k].offset : NULL)
 #define G_(k) ((k) >= 0 ? g->grads + m->pt.t[k].offset : NULL)
 
-// a matmul input of the model's (ln1, ln2, lnf, act, dfc): bf16 in run.precision bf16
+// a matmul input or elementwise-read output of the model's (ln1, ln2, lnf, act, dfc; fc, dact): bf16 in
+// run.precision bf16
 static GpuAct mm_(float *p) { return gpu_act(p, math_ == GPU_BF16); }
 
 static void norm_fwd_(Gpu *g, float *out, float *mean, float *rstd, const float *inp, int kw, int kb, int N) {
@@ -409,13 +411,13 @@ static GpuAct forward_(Gpu *g, int B, int T, int has_targets, int n_norm, int gr
         GPU_TIMED("residual", gpu_residual(a->res_mid, a->res, g->mix_out, NULL, (size_t)BT * C, C));
         norm_fwd_(g, a->ln2, a->ln2_mean, a->ln2_rstd, a->res_mid, lp->ln2_w, lp->ln2_b, BT);
         // the fc bias is added by the activation, proj's by the residual add (no pass of their own)
-        GPU_TIMED("mlp.fc.forward", gpu_matmul_forward(a->fc, mm_(a->ln2), P_(lp->fc_w), NULL, BT, C, F));
-        GPU_TIMED("mlp.act.forward", gpu_act_forward(mm_(a->act), a->fc, P_(lp->fc_b), BT, H, m->mlp_kind));
-        GPU_TIMED("mlp.proj.forward", gpu_matmul_forward(g->mix_out, mm_(a->act), P_(lp->proj_w), NULL, BT, H, C));
+        GPU_TIMED("mlp.fc.forward", gpu_matmul_forward(mm_(a->fc), mm_(a->ln2), P_(lp->fc_w), NULL, BT, C, F));
+        GPU_TIMED("mlp.act.forward", gpu_act_forward(mm_(a->act), mm_(a->fc), P_(lp->fc_b), BT, H, m->mlp_kind));
+        GPU_TIMED("mlp.proj.forward", gpu_matmul_forward(gpu_f32(g->mix_out), mm_(a->act), P_(lp->proj_w), NULL, BT, H, C));
         GPU_TIMED("residual", gpu_residual(next, a->res_mid, g->mix_out, P_(lp->proj_b), (size_t)BT * C, C));
     }
     norm_fwd_(g, g->lnf, g->lnf_mean, g->lnf_rstd, g->res_out, m->k_lnf_w, m->k_lnf_b, BT);
-    GPU_TIMED("head.forward", gpu_matmul_forward(g->logits, mm_(g->lnf), m->tie ? P_(m->k_wte) : P_(m->k_head_w),
+    GPU_TIMED("head.forward", gpu_matmul_forward(gpu_f32(g->logits), mm_(g->lnf), m->tie ? P_(m->k_wte) : P_(m->k_head_w),
                                                  P_(m->k_head_b), BT, C, m->V));
     GpuAct dlogits = gpu_f32(g->logits);
     if (has_targets)
@@ -430,7 +432,7 @@ static void backward_(Gpu *g, GpuAct dlogits, int B, int T, int n_tok) {
     int BT = B * T, C = m->C, H = m->hidden, F = m->mlp_kind == MLP_SWIGLU ? 2 * H : H;
     size_t BTC = (size_t)BT * C;
     const float *head = m->tie ? P_(m->k_wte) : P_(m->k_head_w);
-    GPU_TIMED("head.backward", gpu_matmul_backward(g->dtmp, m->tie ? G_(m->k_wte) : G_(m->k_head_w), G_(m->k_head_b),
+    GPU_TIMED("head.backward", gpu_matmul_backward(gpu_f32(g->dtmp), m->tie ? G_(m->k_wte) : G_(m->k_head_w), G_(m->k_head_b),
                                                    dlogits, mm_(g->lnf), head, BT, C, m->V, 0));
     GPU_TIMED("memset", CUDA_CHECK(cudaMemset(g->dres, 0, BTC * sizeof(float))));
     norm_bwd_(g, g->dres, g->dtmp, g->res_out, g->lnf_mean, g->lnf_rstd, m->k_lnf_w, m->k_lnf_b, BT);
@@ -439,10 +441,10 @@ static void backward_(Gpu *g, GpuAct dlogits, int B, int T, int n_tok) {
         const LayerParams *lp = &m->lp[l];
         if (lp->has_mlp) {
             // next = res_mid + proj(act(fc(norm(res_mid))))
-            GPU_TIMED("mlp.proj.backward", gpu_matmul_backward(g->dact, G_(lp->proj_w), G_(lp->proj_b), gpu_f32(g->dres), mm_(a->act),
+            GPU_TIMED("mlp.proj.backward", gpu_matmul_backward(mm_(g->dact), G_(lp->proj_w), G_(lp->proj_b), gpu_f32(g->dres), mm_(a->act),
                                                                P_(lp->proj_w), BT, H, C, 0));
-            GPU_TIMED("mlp.act.backward", gpu_act_backward(mm_(g->dfc), a->fc, P_(lp->fc_b), g->dact, BT, H, m->mlp_kind));
-            GPU_TIMED("mlp.fc.backward", gpu_matmul_backward(g->dtmp, G_(lp->fc_w), G_(lp->fc_b), mm_(g->dfc), mm_(a->ln2),
+            GPU_TIMED("mlp.act.backward", gpu_act_backward(mm_(g->dfc), mm_(a->fc), P_(lp->fc_b), mm_(g->dact), BT, H, m->mlp_kind));
+            GPU_TIMED("mlp.fc.backward", gpu_matmul_backward(gpu_f32(g->dtmp), G_(lp->fc_w), G_(lp->fc_b), mm_(g->dfc), mm_(a->ln2),
                                                              P_(lp->fc_w), BT, C, F, 0));
             norm_bwd_(g, g->dres, g->dtmp, a->res_mid, a->ln2_mean, a->ln2_rstd, lp->ln2_w, lp->ln2_b, BT);
         }

@@ -229,40 +229,43 @@ static GpuAct bf16_of_(GpuAct x, size_t n, int slot) {
 
 // cublasSgemm's arguments (column-major), in bf16 when run.precision is bf16: A (lda x ka) and B (ldb x kb) are
 // the column-major extents of the operands as stored, lda and ldb their packed leading dimensions (an operand's
-// own ld replaces it)
+// own ld replaces it); C floats, or bf16 (beta 0: the fp32 sums rounded once)
 static void gemm_(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, GpuAct A, int lda, size_t ka,
-                  GpuAct B, int ldb, size_t kb, float beta, float *C, int ldc) {
+                  GpuAct B, int ldb, size_t kb, float beta, GpuAct C, int ldc) {
     const float one = 1.0f;
     if (gpu_math() != GPU_BF16) {
-        if (A.bf16 || B.bf16) gpu_fail_("gemm_", "a bf16 operand outside run.precision bf16", __FILE__, __LINE__);
+        if (A.bf16 || B.bf16 || C.bf16) gpu_fail_("gemm_", "a bf16 tensor outside run.precision bf16", __FILE__, __LINE__);
         CUBLAS_CHECK(cublasSgemm(gpu_blas(), ta, tb, m, n, k, &one, (const float *)A.p, A.ld ? A.ld : lda,
-                                 (const float *)B.p, B.ld ? B.ld : ldb, &beta, C, ldc));
+                                 (const float *)B.p, B.ld ? B.ld : ldb, &beta, (float *)C.p, ldc));
         return;
     }
+    if (C.bf16 && beta != 0.0f) gpu_fail_("gemm_", "accumulating into a bf16 result", __FILE__, __LINE__);
     GpuAct a = bf16_of_(A, (size_t)lda * ka, 0), b = bf16_of_(B, (size_t)ldb * kb, 1);
     CUBLAS_CHECK(cublasGemmEx(gpu_blas(), ta, tb, m, n, k, &one, a.p, CUDA_R_16BF, a.ld ? a.ld : lda, b.p, CUDA_R_16BF,
-                              b.ld ? b.ld : ldb, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                              b.ld ? b.ld : ldb, &beta, C.p, C.bf16 ? CUDA_R_16BF : CUDA_R_32F, ldc,
+                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
-void gpu_matmul_forward(float *out, GpuAct inp, const float *w, const float *bias, int N, int IC, int OC) {
+void gpu_matmul_forward(GpuAct out, GpuAct inp, const float *w, const float *bias, int N, int IC, int OC) {
     // out^T (OC,N) = w (OC,IC) @ inp^T (IC,N): w is the column-major (IC,OC) matrix, transposed
     gemm_(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, gpu_f32(w), IC, OC, inp, IC, N, 0.0f, out, OC);
     if (bias) {
+        if (out.bf16) gpu_fail_("gpu_matmul_forward", "a bias on a bf16 result", __FILE__, __LINE__);
         size_t n = (size_t)N * OC;
-        add_bias_kernel<<<gpu_blocks(n, 256), 256>>>(out, bias, n, OC);
+        add_bias_kernel<<<gpu_blocks(n, 256), 256>>>((float *)out.p, bias, n, OC);
         KERNEL_CHECK();
     }
 }
 
-void gpu_matmul_backward(float *dinp, float *dw, float *dbias, GpuAct dout, GpuAct inp, const float *w, int N, int IC,
+void gpu_matmul_backward(GpuAct dinp, float *dw, float *dbias, GpuAct dout, GpuAct inp, const float *w, int N, int IC,
                          int OC, int accumulate) {
     // bf16: a float dout (N,OC) converted once for both products
     if (gpu_math() == GPU_BF16) dout = bf16_of_(dout, (size_t)N * OC, 2);
-    if (dinp)  // dinp^T (IC,N) = w^T (IC,OC) @ dout^T (OC,N)
+    if (dinp.p)  // dinp^T (IC,N) = w^T (IC,OC) @ dout^T (OC,N)
         gemm_(CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, gpu_f32(w), IC, OC, dout, OC, N, accumulate ? 1.0f : 0.0f, dinp,
               IC);
     // dw^T (IC,OC) += inp^T (IC,N) @ dout (N,OC)
-    gemm_(CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, inp, IC, N, dout, OC, N, 1.0f, dw, IC);
+    gemm_(CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, inp, IC, N, dout, OC, N, 1.0f, gpu_f32(dw), IC);
     if (dbias) colsum_(dbias, NULL, dout, NULL, NULL, NULL, N, OC, COLSUM_PLAIN);
 }
 
@@ -354,17 +357,19 @@ static __device__ __forceinline__ float gelu_grad_(float x) {
 static __device__ __forceinline__ float sigmoid_(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 // the activation of pre = inp + bias (the fc bias added here: the matmul wrote inp without it, so no pass of its
-// own adds it; the same fp32 sum as adding it first, so the same bits). gelu and relu: V elements a thread
-// (V 4 when 4 divides H); swiglu: one a thread
-template <int V, typename OT>
-__global__ void act_forward_kernel(OT *out, const float *inp, const float *bias, int N, int H, int kind) {
+// own adds it; the same fp32 sum as adding it first, so the same bits). Every tensor of E (float, or bf16 in
+// run.precision bf16: the fc output and the activation's gradient as the matmuls write and read them), the math
+// in fp32. gelu and relu: V elements a thread (V 4 when 4 divides H); swiglu: one a thread
+template <int V, typename E>
+__global__ void act_forward_kernel(E *out, const E *inp, const float *bias, int N, int H, int kind) {
     size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * V, n = (size_t)N * H;
     if (i >= n) return;
     float x[V], b[V], y[V];
     if (kind == MLP_SWIGLU) {
         size_t r = i / H, c = i % H;
-        float a = inp[r * 2 * H + c] + (bias ? bias[c] : 0.0f), v = inp[r * 2 * H + H + c] + (bias ? bias[H + c] : 0.0f);
-        out[i] = to_elt_<OT>(a * sigmoid_(a) * v);
+        float a = to_f32_(inp[r * 2 * H + c]) + (bias ? bias[c] : 0.0f);
+        float v = to_f32_(inp[r * 2 * H + H + c]) + (bias ? bias[H + c] : 0.0f);
+        out[i] = to_elt_<E>(a * sigmoid_(a) * v);
         return;
     }
     load_elts_<V>(x, inp + i);
@@ -376,19 +381,19 @@ __global__ void act_forward_kernel(OT *out, const float *inp, const float *bias,
     store_elts_<V>(out + i, y);
 }
 
-template <int V, typename OT>
-__global__ void act_backward_kernel(OT *dinp, const float *inp, const float *bias, const float *dout, int N, int H,
-                                    int kind) {
+template <int V, typename E>
+__global__ void act_backward_kernel(E *dinp, const E *inp, const float *bias, const E *dout, int N, int H, int kind) {
     size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * V, n = (size_t)N * H;
     if (i >= n) return;
     float x[V], b[V], d[V], y[V];
     if (kind == MLP_SWIGLU) {
         size_t r = i / H, c = i % H;
-        float a = inp[r * 2 * H + c] + (bias ? bias[c] : 0.0f), v = inp[r * 2 * H + H + c] + (bias ? bias[H + c] : 0.0f);
-        float g = dout[i], sg = sigmoid_(a);
+        float a = to_f32_(inp[r * 2 * H + c]) + (bias ? bias[c] : 0.0f);
+        float v = to_f32_(inp[r * 2 * H + H + c]) + (bias ? bias[H + c] : 0.0f);
+        float g = to_f32_(dout[i]), sg = sigmoid_(a);
         // out = a sig(a) v: d a = v sig (1 + a (1 - sig)), d v = a sig
-        dinp[r * 2 * H + c] = to_elt_<OT>(g * v * sg * (1.0f + a * (1.0f - sg)));
-        dinp[r * 2 * H + H + c] = to_elt_<OT>(g * a * sg);
+        dinp[r * 2 * H + c] = to_elt_<E>(g * v * sg * (1.0f + a * (1.0f - sg)));
+        dinp[r * 2 * H + H + c] = to_elt_<E>(g * a * sg);
         return;
     }
     load_elts_<V>(x, inp + i);
@@ -403,38 +408,47 @@ __global__ void act_backward_kernel(OT *dinp, const float *inp, const float *bia
 
 // V 4 where every thread's four elements lie in one row, 16-byte aligned (swiglu takes V 1; a parameter tensor,
 // the bias, need not start on 16 bytes)
-static int act_vec_(const void *a, const void *b, const void *bias, int H, int kind) {
-    return kind != MLP_SWIGLU && H % 4 == 0 && aligned16_(a) && aligned16_(b) && aligned16_(bias) ? 4 : 1;
+static int act_vec_(const void *a, const void *b, const void *c, const void *bias, int H, int kind) {
+    return kind != MLP_SWIGLU && H % 4 == 0 && aligned16_(a) && aligned16_(b) && aligned16_(c) && aligned16_(bias)
+               ? 4
+               : 1;
 }
 
-void gpu_act_forward(GpuAct out, const float *inp, const float *bias, int N, int H, int kind) {
+// the tensors' common element type (float, or bf16 in run.precision bf16), checked
+static int act_bf16_(GpuAct a, GpuAct b, GpuAct c) {
+    if (a.bf16 != b.bf16 || a.bf16 != c.bf16) gpu_fail_("gpu_act", "float and bf16 tensors mixed", __FILE__, __LINE__);
+    return a.bf16;
+}
+
+template <typename E>
+static void act_forward_(E *out, const E *inp, const float *bias, int N, int H, int kind) {
     size_t n = (size_t)N * H;
-    if (act_vec_(out.p, inp, bias, H, kind) == 4) {
-        unsigned nb = gpu_blocks(n / 4, 256);
-        if (out.bf16) act_forward_kernel<4, __nv_bfloat16><<<nb, 256>>>((__nv_bfloat16 *)out.p, inp, bias, N, H, kind);
-        else act_forward_kernel<4, float><<<nb, 256>>>((float *)out.p, inp, bias, N, H, kind);
-    } else {
-        unsigned nb = gpu_blocks(n, 256);
-        if (out.bf16) act_forward_kernel<1, __nv_bfloat16><<<nb, 256>>>((__nv_bfloat16 *)out.p, inp, bias, N, H, kind);
-        else act_forward_kernel<1, float><<<nb, 256>>>((float *)out.p, inp, bias, N, H, kind);
-    }
+    if (act_vec_(out, inp, inp, bias, H, kind) == 4)
+        act_forward_kernel<4, E><<<gpu_blocks(n / 4, 256), 256>>>(out, inp, bias, N, H, kind);
+    else act_forward_kernel<1, E><<<gpu_blocks(n, 256), 256>>>(out, inp, bias, N, H, kind);
     KERNEL_CHECK();
 }
 
-void gpu_act_backward(GpuAct dinp, const float *inp, const float *bias, const float *dout, int N, int H, int kind) {
+void gpu_act_forward(GpuAct out, GpuAct inp, const float *bias, int N, int H, int kind) {
+    if (act_bf16_(out, inp, inp))
+        act_forward_((__nv_bfloat16 *)out.p, (const __nv_bfloat16 *)inp.p, bias, N, H, kind);
+    else act_forward_((float *)out.p, (const float *)inp.p, bias, N, H, kind);
+}
+
+template <typename E>
+static void act_backward_(E *dinp, const E *inp, const float *bias, const E *dout, int N, int H, int kind) {
     size_t n = (size_t)N * H;
-    if (act_vec_(inp, dout, bias, H, kind) == 4 && aligned16_(dinp.p)) {
-        unsigned nb = gpu_blocks(n / 4, 256);
-        if (dinp.bf16)
-            act_backward_kernel<4, __nv_bfloat16><<<nb, 256>>>((__nv_bfloat16 *)dinp.p, inp, bias, dout, N, H, kind);
-        else act_backward_kernel<4, float><<<nb, 256>>>((float *)dinp.p, inp, bias, dout, N, H, kind);
-    } else {
-        unsigned nb = gpu_blocks(n, 256);
-        if (dinp.bf16)
-            act_backward_kernel<1, __nv_bfloat16><<<nb, 256>>>((__nv_bfloat16 *)dinp.p, inp, bias, dout, N, H, kind);
-        else act_backward_kernel<1, float><<<nb, 256>>>((float *)dinp.p, inp, bias, dout, N, H, kind);
-    }
+    if (act_vec_(dinp, inp, dout, bias, H, kind) == 4)
+        act_backward_kernel<4, E><<<gpu_blocks(n / 4, 256), 256>>>(dinp, inp, bias, dout, N, H, kind);
+    else act_backward_kernel<1, E><<<gpu_blocks(n, 256), 256>>>(dinp, inp, bias, dout, N, H, kind);
     KERNEL_CHECK();
+}
+
+void gpu_act_backward(GpuAct dinp, GpuAct inp, const float *bias, GpuAct dout, int N, int H, int kind) {
+    if (act_bf16_(dinp, inp, dout))
+        act_backward_((__nv_bfloat16 *)dinp.p, (const __nv_bfloat16 *)inp.p, bias, (const __nv_bfloat16 *)dout.p, N,
+                      H, kind);
+    else act_backward_((float *)dinp.p, (const float *)inp.p, bias, (const float *)dout.p, N, H, kind);
 }
 
 // out = a + (b + bias[column]): the projection's bias added here, in the order its own pass would have (the same

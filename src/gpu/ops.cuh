@@ -15,8 +15,9 @@
 // An activation tensor as the ops pass it: p points at floats, or at bfloat16s (__nv_bfloat16) when bf16 is set
 // (run.precision bf16 only: there the producers of the matmuls' inputs -- the norms, the MLP's activation and its
 // gradient, the attention's output rows and dqkv, the cross-entropy's dlogits -- write bf16, what the matmul
-// multiplies, so that no matmul converts them; autocast keeps the same tensors in bf16). ld: elements from one
-// row to the next (0: the row's length, rows packed).
+// multiplies, so that no matmul converts them; and the matmuls write bf16 what an elementwise pass reads next --
+// the MLP's fc output and the activation's gradient, the qkv projection -- as autocast keeps them). ld: elements
+// from one row to the next (0: the row's length, rows packed).
 typedef struct GpuAct {
     void *p;
     int bf16;
@@ -26,11 +27,12 @@ static inline GpuAct gpu_f32(const float *p) { return GpuAct{(void *)p, 0, 0}; }
 static inline GpuAct gpu_act(void *p, int bf16) { return GpuAct{p, bf16, 0}; }
 
 // out (N,OC) = inp (N,IC) @ w (OC,IC)^T + bias (OC,) (bias may be NULL). A float inp multiplies in the
-// precision's way (bf16: converted per call); a bf16 inp only in run.precision bf16.
-void gpu_matmul_forward(float *out, GpuAct inp, const float *w, const float *bias, int N, int IC, int OC);
-// dinp (N,IC) += (accumulate) or = dout (N,OC) @ w (OC,IC) when dinp is not NULL; dw (OC,IC) += dout^T @ inp;
-// dbias (OC,) += column sums of dout when not NULL
-void gpu_matmul_backward(float *dinp, float *dw, float *dbias, GpuAct dout, GpuAct inp, const float *w, int N, int IC,
+// precision's way (bf16: converted per call); a bf16 inp, or a bf16 out (the fp32 sums rounded once; no bias),
+// only in run.precision bf16.
+void gpu_matmul_forward(GpuAct out, GpuAct inp, const float *w, const float *bias, int N, int IC, int OC);
+// dinp (N,IC) += (accumulate) or = dout (N,OC) @ w (OC,IC) when dinp.p is not NULL (bf16 only as out above, and
+// not accumulated); dw (OC,IC) += dout^T @ inp; dbias (OC,) += column sums of dout when not NULL
+void gpu_matmul_backward(GpuAct dinp, float *dw, float *dbias, GpuAct dout, GpuAct inp, const float *w, int N, int IC,
                          int OC, int accumulate);
 
 // run.precision bf16 (gpu_math GPU_BF16): the matmuls above multiply bfloat16 operands into fp32 results. The
@@ -53,10 +55,10 @@ void gpu_norm_backward(float *dinp, float *dw, float *db, const float *dout, con
 
 // activations of the MLP; kind: MLP_GELU | MLP_RELU | MLP_SWIGLU (model/model.h). out (N,H) from pre =
 // inp (N,H) (gelu, relu) or (N,2H) (swiglu: [gate | value] per row, silu(gate)·value) plus bias (F,) (the fc
-// bias, which its matmul leaves out; may be NULL); out floats or bf16
-void gpu_act_forward(GpuAct out, const float *inp, const float *bias, int N, int H, int kind);
+// bias, which its matmul leaves out; may be NULL); every tensor floats, or every one bf16 (run.precision bf16)
+void gpu_act_forward(GpuAct out, GpuAct inp, const float *bias, int N, int H, int kind);
 // dinp (N,H) or (N,2H) (floats or bf16) = (WRITTEN, see above) the gradient through the activation of dout (N,H)
-void gpu_act_backward(GpuAct dinp, const float *inp, const float *bias, const float *dout, int N, int H, int kind);
+void gpu_act_backward(GpuAct dinp, GpuAct inp, const float *bias, GpuAct dout, int N, int H, int kind);
 
 // out (n,) = a + (b + bias[i % C]) (bias (C,) may be NULL: a + b; out may alias a or b): the residual add with the
 // branch's output projection bias, which its matmul leaves out

@@ -96,11 +96,12 @@ static const Case CASES_[] = {
     {"sc_rope, decay on the logits, 2 heads, D 32 (dq, dk rotated by the kernels, per head)",
      SCHEME_("\"heads\": 2, \"head_dim\": 32, \"pos\": \"sc_rope\", \"decay_mode\": \"logits\", "
              "\"zero_decay_heads\": 1"), 0, 1, 0, 1},
-    // T 150: three key tiles, the window hides the first from the last query block and the last from the first
-    // key block
+    // T 150 and 152: three key tiles, the window hides the first from the last query block and the last from the
+    // first key block
     {"rope, window 40, qk_norm, T 150", SCHEME_("\"heads\": 2, \"pos\": \"rope\", \"window\": 40, "
                                                 "\"qk_norm\": true"), 0, 1, 150, 1},
-    {"fox, window 40, T 150", SCHEME_("\"heads\": 2, \"pos\": \"fox\", \"window\": 40"), 0, 1, 150, 1},
+    {"fox, window 40, T 152 (a multiple of 4: F, lse and delta staged by cp.async)",
+     SCHEME_("\"heads\": 2, \"pos\": \"fox\", \"window\": 40"), 0, 1, 152, 1},
 #undef SCHEME_
 };
 
