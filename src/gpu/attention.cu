@@ -139,7 +139,7 @@ static __device__ __forceinline__ void copy_(DT *dst, const ST *src) {
 }
 
 // between the head layout (B,H,T,D) of HT and columns [col0, col0 + H·D) of the row layout (B,T,stride) of RT
-// (float, or bf16: the bf16 kernels' dout, the output projection's bf16 input), V elements per thread: merge 0
+// (float, or bf16: the bf16 kernels' dout), V elements per thread: merge 0
 // splits (heads = rows' columns), merge 1 merges (rows' columns = heads)
 template <int V, typename HT, typename RT>
 __global__ void permute_heads_kernel(HT *heads, RT *rows, int stride, int col0, int B, int T, int H, int D,

@@ -3,14 +3,15 @@
 // its softmax and its accumulators in registers (gpu/mma.cuh: mma.sync, whose layout puts columns 2t, 2t+1 of
 // rows g and g+8 in lane 4g + t: a row's maximum and sum are 4 lanes', two shuffles). The other side walks in
 // tiles staged in shared memory by cp.async, two sets, the next loading while the warps work on this one. A score
-// tile goes on as the left operand of the next product (P·V) without leaving the registers.
+// tile goes on as the left operand of the next product (P·V) without leaving the registers. The results leave
+// through shared memory, 16-byte pieces of rows, in the layout the next op reads (the epilogue, GpuHeads).
 // The position scheme reaches the kernels as a GpuAttnOpts by value; each block reads its head's constants from it
 // (head_opts_), and F of the tile's rows is staged in shared memory with the tile.
 //
 // Precision (gpu_math, gpu/mma.cuh's policies): tf32 rounds fp32 operands to TF32; fp32 splits each into two
 // TF32 parts and sums three products (3xTF32: about fp32's accuracy); bf16 takes q, k, v and dout in bf16 (what
 // the producers wrote) and packs the weights and ds to bf16 for their products. The scores, the softmax, the
-// accumulators and every output are fp32.
+// accumulators are fp32; the outputs fp32, or bf16 where the destination is (the projections' bf16 inputs).
 //
 // Kernels are templates on DM (the head size rounded up to 32, 64 or 128: tiles are zero-padded past D, so the
 // loops have no bounds tests) and on the math policy M. Tiles are zero-padded past T too; the causal and window
