@@ -72,6 +72,21 @@ typedef struct GpuAttActs {
     float *fg_cum;             // (B,H,T) F = cumsum_t logsigmoid(pre)
 } GpuAttActs;
 
+// a buffer's slots, handed out in order from base (NULL: only counted), each 256-byte aligned (float4 access:
+// permute_, the kernels); NULL for an empty one (what the options do not use). Returns the floats they take.
+typedef struct Slot_ {
+    float **p;
+    size_t n;
+} Slot_;
+static size_t take_slots_(const Slot_ *slots, size_t k, float *base) {
+    size_t n = 0;
+    for (size_t i = 0; i < k; i++) {
+        *slots[i].p = base && slots[i].n ? base + n : NULL;
+        n += (slots[i].n + 63) & ~(size_t)63;
+    }
+    return n;
+}
+
 static size_t att_layout_(const AttentionOpts *o, int B, int T, float *base, GpuAttActs *a) {
     size_t big = (size_t)B * T * o->HD, heads = (size_t)B * T * o->H, half = o->D / 2;
     // bf16: the kernel's q, k, v in bf16 (half a float each), written straight by the fused permutation
@@ -79,20 +94,12 @@ static size_t att_layout_(const AttentionOpts *o, int B, int T, float *base, Gpu
     size_t f32 = bf && fused_heads_(o) ? 0 : big, bfh = bf ? (big + 1) / 2 : 0;
     size_t rope = rotates_(o) ? (size_t)T * (per_head_rope_(o) ? o->H : 1) * half : 0;
     size_t freqs = per_head_rope_(o) ? (size_t)o->H * half : 0, qkn = o->qk_norm ? 1 : 0, fox = o->fgate ? 1 : 0;
-    struct {
-        float **p;
-        size_t n;
-    } slots[] = {{&a->qh, f32},        {&a->kh, f32},        {&a->vh, f32},          {&a->oh, bf ? big : 0},
+    Slot_ slots[] = {{&a->qh, f32},        {&a->kh, f32},        {&a->vh, f32},          {&a->oh, bf ? big : 0},
                  {&a->qb, bfh},        {&a->kb, bfh},        {&a->vb, bfh},
                  {&a->lse, heads},     {&a->o_lin, bf ? bfh : big},     {&a->cos_, rope},       {&a->sin_, rope},
                  {&a->freqs, freqs},   {&a->q_lin, qkn * big}, {&a->k_lin, qkn * big}, {&a->q_rstd, qkn * heads},
                  {&a->k_rstd, qkn * heads}, {&a->fg_pre, fox * heads}, {&a->fg_cum, fox * heads}};
-    size_t n = 0;
-    for (size_t i = 0; i < sizeof slots / sizeof slots[0]; i++) {
-        *slots[i].p = base && slots[i].n ? base + n : NULL;  // NULL for what the options do not use
-        n += (slots[i].n + 63) & ~(size_t)63;  // every slot 256-byte aligned (float4 access: permute_, the kernels)
-    }
-    return n;
+    return take_slots_(slots, sizeof slots / sizeof slots[0], base);
 }
 
 // q, k or v (part 0, 1, 2) as the attention kernels take it: the bf16 copy in run.precision bf16, else fp32
@@ -107,23 +114,31 @@ static size_t attention_gpu_act_size_(const MixerSpec *s, int B, int T) {
 }
 
 // the kernel's fp32 output: o_lin's rows in fp32 modes, oh (packed) in bf16
-static GpuHeads out_heads_(const GpuAttActs *a, int B, int T, int H, int D) {
-    (void)B;
+static GpuHeads out_heads_(const GpuAttActs *a, int T, int H, int D) {
     if (gpu_math() == GPU_BF16) return gpu_heads_packed(a->oh, 0, H, T, D);
     return gpu_heads_rows(a->o_lin, 0, T, (size_t)H * D, 0, D);
 }
 
-// forward: qkv (BT,3HD). backward: dqkv (BT,3HD), dq, dk, dv, dout (B,H,T,D) each, delta (B,H,T), with fox
-// dF (B,H,T) and dpre (B,T,H), with bf16 dout in bf16 (B,H,T,D) from a 256-byte boundary (the kernel's tiles copy
-// 16-byte rows); do_lin (BT,HD) shares dqkv's space (it is read before dqkv is written)
-static size_t scratch_bf16_at_(const AttentionOpts *o, int B, int T) {
-    size_t big = (size_t)B * T * o->HD, heads = (size_t)B * T * o->H;
-    return (7 * big + heads + (o->fgate ? 2 * heads : 0) + 63) & ~(size_t)63;
+// The scratch. Forward: qkv (BT,3HD) at its start. Backward: dqkv (BT,3HD) (do_lin (BT,HD) shares its space: it
+// is read before dqkv is written); without the fused permutation dq, dk, dv (B,H,T,D) for the merge; doh
+// (B,H,T,D), fp32's dout and the qk_norm backward's input gradient; dob, bf16's dout (bf16); delta (B,H,T); fox's
+// dF (B,H,T) and dpre (B,T,H)
+typedef struct GpuAttScratch {
+    float *dqkv, *dq, *dk, *dv, *doh, *dob, *delta, *dF, *dpre;
+} GpuAttScratch;
+
+static size_t scratch_layout_(const AttentionOpts *o, int B, int T, float *base, GpuAttScratch *s) {
+    size_t big = (size_t)B * T * o->HD, heads = (size_t)B * T * o->H, fox = o->fgate ? heads : 0;
+    int bf = gpu_math() == GPU_BF16, fused = fused_heads_(o);
+    Slot_ slots[] = {{&s->dqkv, 3 * big},        {&s->dq, fused ? 0 : big},  {&s->dk, fused ? 0 : big},
+                     {&s->dv, fused ? 0 : big},  {&s->doh, bf && fused ? 0 : big}, {&s->dob, bf ? (big + 1) / 2 : 0},
+                     {&s->delta, heads},         {&s->dF, fox},              {&s->dpre, fox}};
+    return take_slots_(slots, sizeof slots / sizeof slots[0], base);
 }
+
 static size_t attention_gpu_scratch_size_(const MixerSpec *s, int B, int T) {
-    const AttentionOpts *o = (const AttentionOpts *)s->opts;
-    size_t big = (size_t)B * T * o->HD;
-    return scratch_bf16_at_(o, B, T) + (gpu_math() == GPU_BF16 ? (big + 1) / 2 : 0);
+    GpuAttScratch sc;
+    return scratch_layout_((const AttentionOpts *)s->opts, B, T, NULL, &sc);
 }
 
 // ----------------------------------------------------------------------------
@@ -368,7 +383,7 @@ static void attention_gpu_forward_(Mixer *m, float *y, GpuAct x, int B, int T) {
     if (o->fgate) GPU_TIMED("attn.fgate", fox_forward_(m, &a, x, B, T));
     GpuAttnOpts ko = kernel_opts_(o, a.fg_cum);
     // the output straight into the output projection's input rows; bf16 there and fp32 in oh
-    GpuHeads out = out_heads_(&a, B, T, H, D), rows = gpu_heads_rows(a.o_lin, 1, T, HD, 0, D);
+    GpuHeads out = out_heads_(&a, T, H, D), rows = gpu_heads_rows(a.o_lin, 1, T, HD, 0, D);
     GPU_TIMED("attn.kernel.forward", gpu_attention_forward(&out, bf ? &rows : NULL, a.lse, kernel_in_(&a, 0),
                                                            kernel_in_(&a, 1), kernel_in_(&a, 2), &ko, B, H, T, D));
     GPU_TIMED("attn.out.forward", gpu_matmul_forward(gpu_f32(y), gpu_act(a.o_lin, bf), mixer_param(m, o->k_wo),
@@ -378,24 +393,25 @@ static void attention_gpu_forward_(Mixer *m, float *y, GpuAct x, int B, int T) {
 static void attention_gpu_backward_(Mixer *m, float *dx, const float *dy, GpuAct x, int B, int T) {
     const AttentionOpts *o = (const AttentionOpts *)m->spec->opts;
     int C = m->spec->C, H = o->H, D = o->D, HD = o->HD, BT = B * T;
-    size_t big = (size_t)BT * HD, heads = (size_t)BT * H;
+    size_t big = (size_t)BT * HD;
     GpuAttActs a;
     att_layout_(o, B, T, m->acts, &a);
-    float *dqkv = m->scratch, *dq = dqkv + 3 * big, *dk = dq + big, *dv = dk + big, *doh = dv + big;
-    float *delta = doh + big, *dF = delta + heads, *dpre = dF + heads, *do_lin = dqkv;
+    GpuAttScratch sc;
+    scratch_layout_(o, B, T, m->scratch, &sc);
+    float *dqkv = sc.dqkv, *dq = sc.dq, *dk = sc.dk, *dv = sc.dv, *doh = sc.doh, *do_lin = sc.dqkv;
     int bf = gpu_math() == GPU_BF16;
     // y = o_lin wo^T + bo
     GPU_TIMED("attn.out.backward", gpu_matmul_backward(gpu_f32(do_lin), mixer_grad(m, o->k_wo), o->bias ? mixer_grad(m, o->k_bo) : NULL,
                                                        gpu_f32(dy), gpu_act(a.o_lin, bf), mixer_param(m, o->k_wo), BT,
                                                        HD, C, 0));
     // bf16: the kernels take dout in bf16, as q, k, v
-    __nv_bfloat16 *dob = (__nv_bfloat16 *)(m->scratch + scratch_bf16_at_(o, B, T));
+    __nv_bfloat16 *dob = (__nv_bfloat16 *)sc.dob;
     if (bf) GPU_TIMED("attn.permute", permute_(dob, do_lin, HD, 0, B, T, H, D, 0));
     else GPU_TIMED("attn.permute", permute_(doh, do_lin, HD, 0, B, T, H, D, 0));
     GpuAttnOpts ko = kernel_opts_(o, a.fg_cum);
     // dq, dk, dv: with the fused permutation, straight into the qkv projection's dout rows (bf16 in bf16: the same
     // bits as converting after), dq and dk through R^T (the inverse rotation) on the way; else packed, merged below
-    GpuHeads out = out_heads_(&a, B, T, H, D), dst[3];
+    GpuHeads out = out_heads_(&a, T, H, D), dst[3];
     float *packed[3] = {dq, dk, dv};
     for (int part = 0; part < 3; part++) {
         if (!fused_heads_(o)) {
@@ -407,7 +423,7 @@ static void attention_gpu_backward_(Mixer *m, float *dx, const float *dy, GpuAct
             gpu_heads_rotate(&dst[part], a.cos_, a.sin_, per_head_rope_(o), o->layout == ROTARY_HALF, -1.0f);
     }
     // timed inside, per kernel (attn.kernel.delta, .dq, .dkdv)
-    gpu_attention_backward(&dst[0], &dst[1], &dst[2], o->fgate ? dF : NULL, delta, bf ? (const void *)dob : doh, &out,
+    gpu_attention_backward(&dst[0], &dst[1], &dst[2], sc.dF, sc.delta, bf ? (const void *)dob : doh, &out,
                            a.lse, kernel_in_(&a, 0), kernel_in_(&a, 1), kernel_in_(&a, 2), &ko, B, H, T, D);
     GpuAct dqkv_in = gpu_act(dqkv, bf && fused_heads_(o));
     if (!fused_heads_(o)) {
@@ -432,7 +448,7 @@ static void attention_gpu_backward_(Mixer *m, float *dx, const float *dy, GpuAct
     }
     GPU_TIMED("attn.qkv.backward", gpu_matmul_backward(gpu_f32(dx), mixer_grad(m, o->k_wqkv), o->bias ? mixer_grad(m, o->k_bqkv) : NULL,
                                                        dqkv_in, x, mixer_param(m, o->k_wqkv), BT, C, 3 * HD, 1));
-    if (o->fgate) GPU_TIMED("attn.fgate", fox_backward_(m, dx, dpre, dF, &a, x, B, T));
+    if (o->fgate) GPU_TIMED("attn.fgate", fox_backward_(m, dx, sc.dpre, sc.dF, &a, x, B, T));
 }
 
 const GpuMixerOps GPU_MIXER_ATTENTION = {

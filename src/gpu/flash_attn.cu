@@ -130,11 +130,16 @@ static __device__ void write_rows_(const GpuHeads &dst, const float *w, int lw, 
     }
 }
 
+// 1 when every row of h starts on a multiple of 4 elements (16 bytes of floats, 8 of bf16) from an aligned p
+static __host__ __device__ __forceinline__ bool heads_aligned4_(const GpuHeads &h) {
+    size_t a = (size_t)h.p / (h.bf16 ? 2 : 4);
+    return a % 4 == 0 && h.st % 4 == 0 && h.sh % 4 == 0 && h.sb % 4 == 0;
+}
+
 // write_rows_ for dst's rotation, 16-byte pieces where every piece starts aligned (the rows, the pair's second half
 // and the table's rows), then a __syncwarp (w may be staged again)
 static __device__ void write_heads_(const GpuHeads &dst, const float *w, int lw, int r0, int T, int D, int NH) {
-    size_t a = (size_t)dst.p / (dst.bf16 ? 2 : 4);  // 4 elements: 8 or 16 bytes
-    bool al = a % 4 == 0 && dst.st % 4 == 0 && dst.sh % 4 == 0 && dst.sb % 4 == 0;
+    bool al = heads_aligned4_(dst);
     if (!dst.cos_) {
         if (al && D % 4 == 0) write_rows_<4, 0>(dst, w, lw, r0, T, D, NH);
         else write_rows_<1, 0>(dst, w, lw, r0, T, D, NH);
@@ -157,10 +162,10 @@ struct HeadOpts_ {
     const float *F;  // (T,) or NULL
     int W;           // 0 = full causal
     // Units of a score tile x (logits_): with a slope or F (bias), x is the logit; without, x stays the dot
-    // product q·k and the logit is unit·x (unit = scale > 0: the maximum is taken over x all the same), so the
-    // scale rides in the exponent's multiply: exp(logit - m) = 2^(c2 x - c2 m'), c2 = unit·log2 e
+    // product q·k and the logit is scale·x (scale > 0: the maximum is taken over x all the same), so the scale
+    // rides in the exponent's multiply: exp(logit - m) = 2^(c2 x - c2 m'), c2 = (bias ? 1 : scale)·log2 e
     bool bias;
-    float unit, c2;
+    float c2;
 };
 
 static __device__ __forceinline__ HeadOpts_ head_opts_(const GpuAttnOpts &o, int NH, int T) {
@@ -172,8 +177,7 @@ static __device__ __forceinline__ HeadOpts_ head_opts_(const GpuAttnOpts &o, int
     ho.F = o.fgate ? o.fgate + (size_t)blockIdx.x * T : NULL;
     ho.W = o.window > 0 && o.window < T ? o.window : 0;  // a window of T or more hides nothing, as on the CPU
     ho.bias = ho.slope != 0.0f || ho.F || !(o.scale > 0.0f);
-    ho.unit = ho.bias ? 1.0f : o.scale;
-    ho.c2 = ho.unit * LOG2E_;
+    ho.c2 = (ho.bias ? 1.0f : o.scale) * LOG2E_;
     return ho;
 }
 
@@ -700,8 +704,7 @@ void gpu_attention_forward(const GpuHeads *out, const GpuHeads *out2, float *lse
 template <typename E>
 static void delta_(float *delta, const void *dout, const GpuHeads *out, int NH, int T, int D, size_t rows) {
     unsigned blocks = gpu_blocks(rows * 16, 256);
-    size_t a = (size_t)out->p / sizeof(float);
-    if (D % 4 == 0 && a % 4 == 0 && out->st % 4 == 0 && out->sh % 4 == 0 && out->sb % 4 == 0)
+    if (D % 4 == 0 && heads_aligned4_(*out))
         attn_delta_kernel<4, E><<<blocks, 256>>>(delta, (const E *)dout, *out, NH, T, D, rows);
     else
         attn_delta_kernel<1, E><<<blocks, 256>>>(delta, (const E *)dout, *out, NH, T, D, rows);

@@ -38,8 +38,8 @@ typedef struct GpuAttnOpts {
 // Where a (B,NH,T,D) result of the kernels lives: element (b, h, t, d) at p + b·sb + h·sh + t·st + d, floats or
 // bf16. gpu_heads_packed is the head layout; gpu_heads_rows the row layout (B,T,ld) the projections take, head h
 // at columns col0 + h·D: the kernels write their results where the next op reads them (the output projection's
-// input; the qkv projection's dout), without a permutation pass. A result may be rotated on the way (rotate_,
-// below: the inverse RoPE of dq and dk).
+// input; the qkv projection's dout), without a permutation pass. A result may be rotated on the way
+// (gpu_heads_rotate, below: the inverse RoPE of dq and dk).
 typedef struct GpuHeads {
     void *p;
     int bf16;
