@@ -714,11 +714,15 @@ static void test_threads_(void) {
     gc_fill_normal(&rng, inp, (size_t)N * C, 1.0f);
     for (int i = 0; i < C; i++) w[i] = 1.0f + 0.01f * (float)i;
 
-    float *dwte[2], *losses[2], *lse[2], *dl[2], *ln_dx[2], *ln_dw[2], *ln_db[2];
-    double mean[2];
+    // 1, 2 and 7 threads: at 7, the norm weight gradients' column blocks narrow to 16 columns
+    // (nn/colblock.h), so the split by columns differs from the 1- and 2-thread runs' 64
+    enum { RUNS = 3 };
+    const int threads[RUNS] = {1, 2, 7};
+    float *dwte[RUNS], *losses[RUNS], *lse[RUNS], *dl[RUNS], *ln_dx[RUNS], *ln_dw[RUNS], *ln_db[RUNS];
+    double mean[RUNS];
     float *mu = zalloc_(N), *rs = zalloc_(N), *ln_out = zalloc_((size_t)N * C);
-    for (int k = 0; k < 2; k++) {
-        set_threads_(k + 1);
+    for (int k = 0; k < RUNS; k++) {
+        set_threads_(threads[k]);
         dwte[k] = zalloc_((size_t)V * C);
         embedding_backward(dwte[k], dout, ids, N, C);
         losses[k] = zalloc_(N); lse[k] = zalloc_(2 * (size_t)N); dl[k] = zalloc_((size_t)N * NV);
@@ -729,17 +733,20 @@ static void test_threads_(void) {
         layernorm_backward(ln_dx[k], ln_dw[k], ln_db[k], dout, inp, w, mu, rs, N, C);
     }
     set_threads_(2);
-    CHECK(memcmp(dwte[0], dwte[1], (size_t)V * C * sizeof(float)) == 0,
-          "embedding_backward: identical with 1 and 2 threads");
-    CHECK(mean[0] == mean[1] && memcmp(losses[0], losses[1], (size_t)N * sizeof(float)) == 0 &&
-              memcmp(lse[0], lse[1], 2 * (size_t)N * sizeof(float)) == 0,
-          "crossentropy_forward: identical with 1 and 2 threads");
-    CHECK(memcmp(dl[0], dl[1], (size_t)N * NV * sizeof(float)) == 0,
-          "crossentropy_backward: identical with 1 and 2 threads");
-    CHECK(memcmp(ln_dx[0], ln_dx[1], (size_t)N * C * sizeof(float)) == 0 &&
-              memcmp(ln_dw[0], ln_dw[1], (size_t)C * sizeof(float)) == 0 &&
-              memcmp(ln_db[0], ln_db[1], (size_t)C * sizeof(float)) == 0,
-          "layernorm_backward: identical with 1 and 2 threads");
+    for (int k = 1; k < RUNS; k++) {
+        int t = threads[k];
+        CHECK(memcmp(dwte[0], dwte[k], (size_t)V * C * sizeof(float)) == 0,
+              "embedding_backward: identical with 1 and %d threads", t);
+        CHECK(mean[0] == mean[k] && memcmp(losses[0], losses[k], (size_t)N * sizeof(float)) == 0 &&
+                  memcmp(lse[0], lse[k], 2 * (size_t)N * sizeof(float)) == 0,
+              "crossentropy_forward: identical with 1 and %d threads", t);
+        CHECK(memcmp(dl[0], dl[k], (size_t)N * NV * sizeof(float)) == 0,
+              "crossentropy_backward: identical with 1 and %d threads", t);
+        CHECK(memcmp(ln_dx[0], ln_dx[k], (size_t)N * C * sizeof(float)) == 0 &&
+                  memcmp(ln_dw[0], ln_dw[k], (size_t)C * sizeof(float)) == 0 &&
+                  memcmp(ln_db[0], ln_db[k], (size_t)C * sizeof(float)) == 0,
+              "layernorm_backward: identical with 1 and %d threads", t);
+    }
     // same-id rows accumulate in position order: the reference below sums them the same way
     float *ref = zalloc_((size_t)V * C);
     for (int n = 0; n < N; n++) {
@@ -747,7 +754,7 @@ static void test_threads_(void) {
     }
     CHECK(memcmp(ref, dwte[1], (size_t)V * C * sizeof(float)) == 0,
           "embedding_backward: bitwise equal to a serial sum in position order");
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < RUNS; k++) {
         free(dwte[k]); free(losses[k]); free(lse[k]); free(dl[k]); free(ln_dx[k]); free(ln_dw[k]); free(ln_db[k]);
     }
     free(ref); free(mu); free(rs); free(ln_out); free(ids); free(tg); free(dout); free(logits); free(inp); free(w);

@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "core/err.h"
+#include "nn/colblock.h"
 #include "nn/gelu.h"
 
 #ifdef _OPENMP
@@ -585,10 +586,12 @@ void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dou
     if (dinp != NULL) matmul(dinp, dout, weight, BT, C, OC, 0, 0, 1);
     if (dweight != NULL) matmul(dweight, dout, inp, OC, C, BT, 1, 0, 1);
     if (dbias != NULL && BT > 0) {
-        // each thread owns a chunk of dbias and sums over bt in order: deterministic, no atomics
+        // each thread owns a block of dbias columns (nn/colblock.h) and sums over bt in order: deterministic,
+        // no atomics
+        int w = col_block_width_(OC);
 #pragma omp parallel for schedule(static) if ((double)BT * OC > 1e5)
-        for (int o0 = 0; o0 < OC; o0 += 64) {
-            int o1 = o0 + 64 < OC ? o0 + 64 : OC;
+        for (int o0 = 0; o0 < OC; o0 += w) {
+            int o1 = o0 + w < OC ? o0 + w : OC;
             for (int bt = 0; bt < BT; bt++) {
                 const float *dout_bt = dout + (size_t)bt * OC;
                 for (int o = o0; o < o1; o++) dbias[o] += dout_bt[o];

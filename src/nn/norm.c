@@ -13,6 +13,7 @@
 #include <math.h>
 #include <stddef.h>
 
+#include "nn/colblock.h"
 #include "nn/fastmath.h"
 
 // the other row sums run in FM_LANES_ interleaved double partial sums like sum_sq_dev_ (nn/fastmath.h)
@@ -51,21 +52,18 @@ static void row_dnorm_sums_(double *sum_dn, double *sum_dnn, const float *dout, 
     *sum_dnn = fm_lanes_total_(s2);
 }
 
-// columns per block in the weight-gradient pass: 64 floats = 4 cache lines, so neighbouring threads
-// rarely share a line of dweight, and the per-block double accumulators stay in L1
-#define NORM_COL_BLOCK_ 64
-
 // dweight (C,) += sum_n norm[n,i] * dout[n,i] and dbias (C,) += sum_n dout[n,i], where
-// norm = (inp - mean) * rstd (mean NULL for RMSNorm). Threads own blocks of columns and sum rows in
-// order in double, so the result does not depend on the thread count.
+// norm = (inp - mean) * rstd (mean NULL for RMSNorm). Threads own blocks of columns (nn/colblock.h) and sum
+// rows in order in double, so the result does not depend on the thread count.
 static void norm_param_backward_(float *dweight, float *dbias, const float *dout, const float *inp,
                                  const float *mean, const float *rstd, int N, int C) {
-    int n_blocks = (C + NORM_COL_BLOCK_ - 1) / NORM_COL_BLOCK_;
+    int w = col_block_width_(C);
+    int n_blocks = (C + w - 1) / w;
 #pragma omp parallel for schedule(static)
     for (int cb = 0; cb < n_blocks; cb++) {
-        int c0 = cb * NORM_COL_BLOCK_;
-        int c1 = c0 + NORM_COL_BLOCK_ < C ? c0 + NORM_COL_BLOCK_ : C;
-        double dw[NORM_COL_BLOCK_] = {0}, db[NORM_COL_BLOCK_] = {0};
+        int c0 = cb * w;
+        int c1 = c0 + w < C ? c0 + w : C;
+        double dw[COL_BLOCK_MAX_] = {0}, db[COL_BLOCK_MAX_] = {0};
         for (int n = 0; n < N; n++) {
             const float *dout_n = dout + (size_t)n * C;
             const float *inp_n = inp + (size_t)n * C;
