@@ -8,6 +8,9 @@
 #                              library path, OPENBLAS_CORETYPE and allocator setting (VAR=value) in its environment;
 #                              prints its result line, or nothing when it crashed (the caller skips that probe)
 #   tps_of                     the tokens_per_s value of a result line on stdin
+#   torch_python               sets PY to a Python that imports torch: $PY if the caller set it (checked), else
+#                              Debian's /usr/bin/python3 (python3-torch), else the python3 on PATH (a venv or
+#                              pip install); exits with what to install when none does
 bench_setup() {
     local name=$1; shift
     [ -x bin/seqtrain ] || make -j"$(nproc)" tools
@@ -29,3 +32,14 @@ torch_run() {
 }
 
 tps_of() { sed -n 's/.*tokens_per_s=\([0-9.]*\).*/\1/p'; }
+
+torch_python() {
+    local c
+    for c in ${PY:-/usr/bin/python3 python3}; do
+        if "$c" -c 'import torch' >/dev/null 2>&1; then PY=$c; return 0; fi
+    done
+    echo "error: ${PY:+PY=$PY: }no Python here imports torch (tried ${PY:-/usr/bin/python3 and python3 on PATH})." >&2
+    echo "       Install Debian's PyTorch (apt-get install python3-torch), or point PY at a Python that has it" >&2
+    echo "       (e.g. PY=/opt/venv/bin/python3 bash $0)." >&2
+    exit 1
+}

@@ -21,12 +21,12 @@ CONTEXT=${CONTEXT:-4096}
 WINDOWS=${WINDOWS:-8}
 THREADS=${THREADS:-2}
 CONFIG=${CONFIG:-bench/configs/speed_rope.json}
-PY=${PY:-/usr/bin/python3}
 LIBDIR=/usr/lib/x86_64-linux-gnu
 RUN_DIR=$(mktemp -d /tmp/seqeval_speed.XXXXXX)
 trap 'rm -rf "$RUN_DIR"' EXIT
 
 source bench/common.sh
+torch_python  # PY: Debian's python3 with python3-torch, else python3 on PATH (a pyenv python3 may shadow the first)
 bench_setup eval_speed "context $CONTEXT, $WINDOWS windows, $THREADS threads"
 
 TORCH_MODEL=$(bin/seqtrain --config "$CONFIG" --print-config | "$PY" bench/model_cost.py torch-args)
@@ -58,7 +58,7 @@ for lib in "" "$LIBDIR/openblas-openmp"; do
         if [ -n "$tps" ] && "$PY" -c "import sys; sys.exit(not $tps > $best_tps)"; then best_tps=$tps best_line=$line; fi
     done
 done
-[ -n "$best_line" ] || { echo "eval_speed: PyTorch did not run" >&2; exit 1; }
+[ -n "$best_line" ] || { echo "eval_speed: PyTorch did not run; to see why, run: $PY bench/torch_train.py --threads $THREADS $TORCH_MODEL --eval-context $CONTEXT --steps 1" >&2; exit 1; }
 TORCH_DESC="PyTorch $("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null) fp32 ($(echo "$best_line" | sed -n 's/.*\(attn=[a-z]*\).* blas=\([^ ]*\).*/\1, \2/p'))"
 
 PEAK=$(env -u OPENBLAS_CORETYPE OMP_NUM_THREADS="$THREADS" build/release/bench/matmul \

@@ -29,7 +29,6 @@ cd "$(dirname "$0")/.."
 STEPS=${STEPS:-12}
 THREADS=${THREADS:-2}
 CONFIG=${CONFIG:-bench/configs/speed_rope.json}
-PY=${PY:-/usr/bin/python3}          # Debian's python3 with python3-torch (a pyenv python3 may shadow it)
 LIBDIR=/usr/lib/x86_64-linux-gnu
 RUN_DIR=$(mktemp -d /tmp/seqtrain_speed.XXXXXX)
 trap 'rm -rf "$RUN_DIR"' EXIT
@@ -38,6 +37,7 @@ if [ "$STEPS" -le 3 ]; then echo "train_speed: STEPS must be > 3 (the first 2 st
 
 # ---- build and data ------------------------------------------------------------------------------------
 source bench/common.sh
+torch_python  # PY: Debian's python3 with python3-torch, else python3 on PATH (a pyenv python3 may shadow the first)
 bench_setup train_speed "$STEPS steps, $THREADS threads"
 
 # torch_train.py's model flags from the resolved config (an attention + GELU-MLP model with a tied head, as the
@@ -105,6 +105,10 @@ echo "train_speed: torch best: ${lib:-system libblas.so.3}, OPENBLAS_CORETYPE=${
 TORCH_LINE=$(torch_run "$lib" "$ct" "$alloc" --qkv auto --attn auto --warmup 2 --steps $((STEPS - 2)))
 echo "$TORCH_LINE"
 TORCH_TPS=$(echo "$TORCH_LINE" | tps_of)
+if [ -z "$TORCH_TPS" ]; then
+    echo "train_speed: PyTorch's run failed; to see why, run: $PY bench/torch_train.py --threads $THREADS $TORCH_MODEL --steps 2" >&2
+    exit 1
+fi
 TORCH_BEST=$(echo "$TORCH_LINE" | sed -n 's/.* best=\([0-9.]*\).*/\1/p')
 case "$alloc" in
     "") ALLOC_DESC="glibc malloc";;
