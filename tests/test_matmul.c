@@ -179,7 +179,8 @@ static void test_backward(void) {
 }
 
 #ifdef _OPENMP
-// results must not depend on the thread count (the tiling does: it is chosen per thread count)
+// results must not depend on the thread count (the tiling does: it is chosen per thread count, and from
+// MM_GRAIN_THREADS_ threads on the tiles are finer and handed out dynamically: 9 threads takes that path)
 static void test_threads_shape(int M, int N, int K) {
     GcRng rng = {5};
     float *A = alloc_normal(&rng, (size_t)M * K), *B = alloc_normal(&rng, (size_t)K * N);
@@ -189,12 +190,14 @@ static void test_threads_shape(int M, int N, int K) {
         int ta = layout >> 1, tb = layout & 1, same = 1;
         omp_set_num_threads(1);
         matmul(C1, A, B, M, N, K, ta, tb, 0);
-        for (int nt = 2; nt <= 3; nt++) {
-            omp_set_num_threads(nt);
+        static const int counts[] = {2, 3, 9};
+        for (int c = 0; c < 3; c++) {
+            omp_set_num_threads(counts[c]);
             matmul(C2, A, B, M, N, K, ta, tb, 0);
             same &= memcmp(C1, C2, (size_t)M * N * sizeof(float)) == 0;
         }
-        CHECK(same, "matmul %dx%dx%d bit-identical with 1, 2 and 3 threads (transA=%d transB=%d)", M, N, K, ta, tb);
+        CHECK(same, "matmul %dx%dx%d bit-identical with 1, 2, 3 and 9 threads (transA=%d transB=%d)", M, N, K, ta,
+              tb);
     }
     omp_set_num_threads(saved);
     free(A); free(B); free(C1); free(C2);
@@ -207,11 +210,12 @@ static void test_threads(void) {
     // block (a thread reuses its packed A across them)
     test_threads_shape(200, 300, 600);
     test_threads_shape(100, 700, 200);
+    test_threads_shape(520, 300, 130);  // with 9 threads, more tiles than threads: the dynamic schedule
 #endif
 }
 
 // matmul_fused against matmul plus the separate passes it replaces, exactly (== per element, so the GELU
-// gradient's 0 + x = x vs x may differ only in the sign of a zero), every layout, 1-3 threads, with edge
+// gradient's 0 + x = x vs x may differ only in the sign of a zero), every layout, 1-3 and 9 threads, with edge
 // tiles, several K blocks and K = 0
 static void test_fused(void) {
     static const int shapes[][3] = {{7, 13, 5}, {65, 33, 129}, {9, 40, 257}, {530, 70, 300}, {40, 600, 100},
@@ -229,7 +233,9 @@ static void test_fused(void) {
         float *got = alloc_normal(&rng, mn), *got2 = alloc_normal(&rng, mn);
         for (int layout = 0; layout < 4; layout++) {
             int ta = layout >> 1, tb = layout & 1;
-            for (int nt = 1; nt <= 3; nt++) {
+            static const int counts[] = {1, 2, 3, 9};
+            for (int c = 0; c < 4; c++) {
+                int nt = counts[c];
 #ifdef _OPENMP
                 omp_set_num_threads(nt);
 #endif
