@@ -24,6 +24,7 @@ in the warmup steps, not timed); each step ends with torch.cuda.synchronize() so
 the result line adds peak_mem_mib (torch.cuda.max_memory_allocated over the run) and device=<GPU name>.
 """
 import argparse
+import contextlib
 import math
 import os
 import statistics
@@ -133,7 +134,10 @@ def run(args, fused, attn, steps, warmup):
         if cuda:
             torch.cuda.synchronize()
         t0 = time.perf_counter()
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda and args.precision == "bf16"):
+        # no autocast context at all off the GPU: a CPU-only torch (Debian's 1.13) fails on entering even a
+        # disabled CUDA autocast ("Torch not compiled with CUDA enabled")
+        bf16 = cuda and args.precision == "bf16"
+        with torch.autocast("cuda", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext():
             loss = step_fn(tok[:, :-1].contiguous(), tok[:, 1:].contiguous())
         opt.zero_grad(set_to_none=True)
         loss.backward()
