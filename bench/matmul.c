@@ -156,8 +156,8 @@ int main(void) {
     double peak = peak_gflops_(widest);
     enum { SHAPES = 15 };
     _Static_assert(sizeof layers / sizeof layers[0] * 3 == SHAPES, "three layouts per layer");
-    char names[SHAPES][16], shapes[SHAPES][48];
-    const char *layouts[SHAPES];
+    char shapes[SHAPES][48];
+    const char *names[SHAPES], *layouts[SHAPES];
     double ms[SHAPES], gf[SHAPES];
     double total_ms = 0, total_flops = 0;  // the 15 shapes of one training step (each layer type once)
     int n = 0;
@@ -174,7 +174,7 @@ int main(void) {
             gf[n] = bench_one_(runs[r].M, runs[r].N, runs[r].K, runs[r].ta, runs[r].tb, runs[r].acc, &ms[n]);
             total_ms += ms[n];
             total_flops += 2.0 * runs[r].M * runs[r].N * runs[r].K;
-            snprintf(names[n], sizeof names[n], "%s", layers[l].name);
+            names[n] = layers[l].name;
             snprintf(shapes[n], sizeof shapes[n], "%dx%dx%d", runs[r].M, runs[r].N, runs[r].K);
             layouts[n] = runs[r].layout;
         }

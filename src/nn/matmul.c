@@ -81,9 +81,10 @@
 #endif
 #define PAR_FLOPS_ 2e6  // below this much work per call, waking threads costs more than it saves
 // from this many threads on, each matmul is cut into MM_GRAIN_ tiles per thread, handed out dynamically.
-// Measured on a 16-vCPU Xeon VM (speed_rope.json, 20 steps, alternating in one call, 8 of 8 pairs faster):
-// +9% tokens/s at 16 threads, from finishing together when some vCPUs run slow; at 2 threads the smaller
-// tiles' extra packing cost 4%, so few threads keep one static run each
+// Measured on a 16-vCPU Xeon VM (speed_rope.json, 20 steps, old and new alternating in one call, three
+// calls): faster in 11 of 11 pairs at 16 threads (+4% to +29%) and 3 of 3 at 8, from finishing together when
+// some vCPUs run slow; at 2 threads the smaller tiles' extra packing cost 4%, so few threads keep one static
+// run each (docs/results/speed.md)
 #define MM_GRAIN_THREADS_ 8
 #define MM_GRAIN_ 4
 
