@@ -54,7 +54,10 @@ static void test_layouts(void) {
                                     {8, 32, 256},  {17, 31, 1},
                                     // several column tiles with K in one block (the packed A is reused
                                     // across them), and several row tiles with K in several blocks
-                                    {40, 600, 100}, {530, 70, 300}};
+                                    {40, 600, 100}, {530, 70, 300},
+                                    // transposed A packed in tiles of the most rows, with a whole KC_ block
+                                    // (the AVX2 set once planned 516-row tiles, 6 more than its A buffer)
+                                    {1024, 20, 256}};
     GcRng rng = {42};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];

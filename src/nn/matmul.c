@@ -1,7 +1,8 @@
 /*
  * Matrix multiply (see matmul.h). GotoBLAS/BLIS-style blocking, written for this project:
  *
- *   one parallel region per call; the output is cut into MT x NT tiles, handed out statically
+ *   one parallel region per call; the output is cut into MT x NT tiles (plan_), handed out statically (from
+ *   MM_GRAIN_THREADS_ threads on: dynamically, several per thread)
  *   for each tile a thread owns:
  *     for each K block of kc (in order, so every C element is reduced over K in a fixed order)
  *       pack op(A)[tile rows, kblock] into MR_-row panels  (k-major inside a panel: a[k*MR_ + i]),
@@ -359,31 +360,41 @@ typedef struct Tiling {
 // choose the tile shape: big tiles amortize packing (each tile repacks its A rows and B cols per K block),
 // but the tile count must split evenly over the threads. Scores each candidate by the rows x cols a thread
 // computes in the slowest share (padding included), inflated by the packing overhead of small tiles.
+// With A read in place only the height is searched (a narrower tile would read the A rows once more per
+// column tile, which the score does not count); with A packed (the weight gradients) the width too: the
+// full width would leave few, short tiles for many threads on a small output with a long K (the q|k|v
+// weight gradient, 512 x 256 over K 4096, as 64 tiles of 8 x 256 at 16 threads repacked all of B (K x 256)
+// for every 8 rows and ran at 44% of the peak; 32 x 64 tiles copy 2.75x less)
 static Tiling plan_(int M, int N, int K, int threads, int a_in_place) {
-    Tiling t;
-    int n_full = (N + NR_ - 1) / NR_ * NR_;
-    t.nt = n_full < NT_MAX_ ? n_full : NT_MAX_;
-    t.n_tiles = (N + t.nt - 1) / t.nt;
-    // even N tiles: e.g. N = 288 as 160 + 128 rather than 256 + 32
-    t.nt = ((N + t.n_tiles - 1) / t.n_tiles + NR_ - 1) / NR_ * NR_;
-    double best = 1e300;
-    t.mt = MR_;
-    int m_full = (M + MR_ - 1) / MR_ * MR_;
+    Tiling t = {0};
+    int n_full = (N + NR_ - 1) / NR_ * NR_, m_full = (M + MR_ - 1) / MR_ * MR_;
     // A read in place has no A block to keep in L2, so tiles may be taller: each tile packs its B block
     // once per K block, so fewer, taller tiles pack B fewer times
-    int mt_max = !a_in_place ? MT_MAX_ : (K <= KC_ ? MT_MAX_IN_PLACE_ : MT_MAX_IN_PLACE_KBLOCKS_);
-    for (int mt = mt_max; mt >= MR_; mt -= MR_) {
-        if (mt > m_full) continue;
-        int m_tiles = (M + mt - 1) / mt;
-        int rows = (M + m_tiles - 1) / m_tiles;  // rows of the tiles if spread evenly
-        rows = (rows + MR_ - 1) / MR_ * MR_;
-        long tiles = (long)m_tiles * t.n_tiles;
-        long share = (tiles + threads - 1) / threads;
-        // packing: per tile and K element, A costs ~ rows/8 and B ~ cols/8 micro-kernel steps' worth
-        double cost = (double)share * rows * t.nt * (1.0 + 8.0 / rows + (a_in_place ? 0.0 : 8.0 / t.nt));
-        if (cost < best * 0.999) {
-            best = cost;
-            t.mt = rows;
+    // (a packed A block must fit apack: MT_MAX_ rounded down to whole panels, 510 rows for the AVX2 set's
+    // MR_ 6; rounding up to 516 once let the last panel run into bpack, which overwrote part of it)
+    int mt_max = !a_in_place ? MT_MAX_ / MR_ * MR_
+                             : ((K <= KC_ ? MT_MAX_IN_PLACE_ : MT_MAX_IN_PLACE_KBLOCKS_) + MR_ - 1) / MR_ * MR_;
+    int nt_top = n_full < NT_MAX_ ? n_full : NT_MAX_;
+    int nt_min = a_in_place ? nt_top : NR_;
+    double best = 1e300;
+    for (int nt_try = nt_top; nt_try >= nt_min; nt_try -= NR_) {
+        int n_tiles = (N + nt_try - 1) / nt_try;
+        // even N tiles: e.g. N = 288 as 160 + 128 rather than 256 + 32
+        int cols = ((N + n_tiles - 1) / n_tiles + NR_ - 1) / NR_ * NR_;
+        for (int m_tiles = (M + mt_max - 1) / mt_max; m_tiles <= m_full / MR_; m_tiles++) {
+            int rows = (M + m_tiles - 1) / m_tiles;  // rows of the tiles if spread evenly
+            rows = (rows + MR_ - 1) / MR_ * MR_;
+            if (rows > mt_max) continue;
+            long tiles = (long)m_tiles * n_tiles;
+            long share = (tiles + threads - 1) / threads;
+            // packing: per tile and K element, A costs ~ rows/8 and B ~ cols/8 micro-kernel steps' worth
+            double cost = (double)share * rows * cols * (1.0 + 8.0 / rows + (a_in_place ? 0.0 : 8.0 / cols));
+            if (cost < best * 0.999) {
+                best = cost;
+                t.mt = rows;
+                t.nt = cols;
+                t.n_tiles = n_tiles;
+            }
         }
     }
     t.m_tiles = (M + t.mt - 1) / t.mt;
