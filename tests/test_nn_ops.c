@@ -760,7 +760,33 @@ static void test_threads_(void) {
     free(ref); free(mu); free(rs); free(ln_out); free(ids); free(tg); free(dout); free(logits); free(inp); free(w);
 }
 
+// zero_fill: every element of large (parallel: 1, 2 and 7 slices) and small (serial) buffers cleared, at odd
+// lengths and an odd start; nothing written before or after
+static void test_zero_fill_(void) {
+    enum { PAD = 16 };
+    const size_t lens[] = {0, 1, 1000, 262143, 262144 + 7, 1048576 + 13};
+    const int threads[] = {1, 2, 7};
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+        size_t n = lens[li];
+        float *buf = zalloc_(n + 2 * PAD + 1), *x = buf + PAD + 1;  // x not 64-byte aligned
+        for (int ti = 0; ti < 3; ti++) {
+            set_threads_(threads[ti]);
+            for (size_t i = 0; i < n + 2 * PAD + 1; i++) buf[i] = (float)i + 0.5f;
+            zero_fill(x, n);
+            size_t nonzero = 0, clobbered = 0;
+            for (size_t i = 0; i < n; i++) nonzero += x[i] != 0.0f || signbit(x[i]);
+            for (size_t i = 0; i < PAD + 1; i++) clobbered += buf[i] != (float)i + 0.5f;
+            for (size_t i = PAD + 1 + n; i < n + 2 * PAD + 1; i++) clobbered += buf[i] != (float)i + 0.5f;
+            CHECK(nonzero == 0 && clobbered == 0, "zero_fill n=%zu threads=%d: %zu left nonzero (0), %zu outside written (0)",
+                  n, threads[ti], nonzero, clobbered);
+        }
+        free(buf);
+    }
+    set_threads_(2);
+}
+
 int main(void) {
+    test_zero_fill_();
     test_l2norm_();
     test_layernorm_grad_(1, 1);
     test_layernorm_grad_(0, 5);

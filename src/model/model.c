@@ -732,7 +732,7 @@ int model_forward_backward(Model *m, const int *inputs, const int *targets, int 
     return rc;
 }
 
-void model_zero_grad(Model *m) { memset(m->grads, 0, m->pt.numel * sizeof(float)); }
+void model_zero_grad(Model *m) { zero_fill(m->grads, m->pt.numel); }
 
 void model_backward(Model *m, int n_norm) {
     int B = m->B, T = m->T, BT = B * T, C = m->C, H = m->hidden, F = m->mlp_kind == MLP_SWIGLU ? 2 * H : H;
@@ -755,7 +755,7 @@ void model_backward(Model *m, int n_norm) {
     matmul_backward(NULL, dhead, G_(m->k_head_b), dlogits, m->lnf, head, NH, HW, m->V);
     if (NH < BT) head_scatter_(m->dtmp, m->head_rows, NH, BT, HW);
     m->n_head = BT;
-    memset(m->dres, 0, (size_t)BT * HW * sizeof(float));
+    zero_fill(m->dres, (size_t)BT * HW);
     norm_backward_w_(m, m->dres, m->dtmp, m->ae ? m->dec_a2 : m->res_out, m->lnf_mean, m->lnf_rstd, m->k_lnf_w,
                      m->k_lnf_b, BT, HW);
     if (m->ae) {
@@ -777,7 +777,7 @@ void model_backward(Model *m, int n_norm) {
             } else {
                 // dact (BT,H) = dres (BT,C) @ proj_w (C,H) written directly (no memset pass over BT*H floats)
                 matmul(m->dact, m->dres, P_(lp->proj_w), BT, H, C, 0, 0, 0);
-                memset(m->dfc, 0, (size_t)BT * F * sizeof(float));
+                zero_fill(m->dfc, (size_t)BT * F);
                 if (m->mlp_kind == MLP_RELU) relu_backward(m->dfc, a->fc, m->dact, (size_t)BT * H);
                 else swiglu_backward(m->dfc, a->fc, m->dact, BT, H);
             }
@@ -788,7 +788,7 @@ void model_backward(Model *m, int n_norm) {
             norm_backward_(m, m->dres, m->dtmp, a->res_mid, a->ln2_mean, a->ln2_rstd, lp->ln2_w, lp->ln2_b, BT);
         }
         // in the forward pass this was: res_mid = res + mixer(norm(res))
-        memset(m->dtmp, 0, BTC * sizeof(float));
+        zero_fill(m->dtmp, BTC);
         m->mspec[l].ops->backward(&m->mix[l], m->dtmp, m->dres, a->ln1, B, T);
         norm_backward_(m, m->dres, m->dtmp, a->res, a->ln1_mean, a->ln1_rstd, lp->ln1_w, lp->ln1_b, BT);
     }

@@ -5,6 +5,7 @@
  *   silu      x * sigmoid(x), finite for any finite x
  *   swiglu    inp (N,2H) holds [a | b] per row, out (N,H) = silu(a) * b
  *   residual  out = a + b
+ *   zero_fill x = 0, in parallel
  * Backward ACCUMULATES (+=) into every gradient buffer and needs the forward's input (not its
  * output), so out must not overwrite inp when a backward follows. Element counts are size_t
  * because B*T*4C can pass 2^31 at larger sizes.
@@ -28,5 +29,8 @@ void swiglu_backward(float *dinp, const float *inp, const float *dout, int N, in
 
 void residual_forward(float *out, const float *a, const float *b, size_t n);
 void residual_backward(float *da, float *db, const float *dout, size_t n);
+
+// x (n,) = 0, the threads each clearing a slice (large buffers: the gradients, the backward's (B,T,C) sums)
+void zero_fill(float *x, size_t n);
 
 #endif

@@ -157,6 +157,7 @@ VOID_(swiglu_forward, (float *out, const float *inp, int N, int H), (out, inp, N
 VOID_(swiglu_backward, (float *dinp, const float *inp, const float *dout, int N, int H), (dinp, inp, dout, N, H))
 VOID_(residual_forward, (float *out, const float *a, const float *b, size_t n), (out, a, b, n))
 VOID_(residual_backward, (float *da, float *db, const float *dout, size_t n), (da, db, dout, n))
+VOID_(zero_fill, (float *x, size_t n), (x, n))
 
 // adamw.h
 VOID_(adamw_update,

@@ -45,6 +45,7 @@
 #define swiglu_backward ISA_FN(swiglu_backward)
 #define residual_forward ISA_FN(residual_forward)
 #define residual_backward ISA_FN(residual_backward)
+#define zero_fill ISA_FN(zero_fill)
 // adamw.c
 #define adamw_update ISA_FN(adamw_update)
 // attention.c
