@@ -38,7 +38,6 @@ mixers=$("$BIN/seqtrain" --config "$W/base.json" --check --set model.mixer.kind=
          sed -n 's/.*mixers: \(.*\))$/\1/p' | tr -d ',')
 if [ -z "$mixers" ]; then
     not_ok "the list of mixers" "seqtrain's unknown-kind message did not list them"
-    mixers=""
 fi
 
 last_loss() { python3 -c 'import json,sys; print(repr(json.loads(open(sys.argv[1]).readlines()[-1])["loss"]))' "$1"; }

@@ -10,10 +10,6 @@
 #include <math.h>
 #include <string.h>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 #include "nn/fastmath.h"
 #include "nn/gelu.h"
 
@@ -25,6 +21,7 @@
 
 #define ACT_PAR_MIN_ 4096  // below this many elements the loops run serially
 #define ZERO_PAR_MIN_ (1 << 18)  // zero_fill: 1 MiB; a memset of less is over before the threads wake
+#define ZERO_CHUNK_ ((size_t)1 << 14)  // zero_fill's unit of work: 64 KiB
 
 // ----------------------------------------------------------------------------
 // GELU (nn/gelu.h)
@@ -123,20 +120,13 @@ void residual_forward(float *out, const float *a, const float *b, size_t n) {
 }
 
 void zero_fill(float *x, size_t n) {
-    // x is (n,). One memset per thread's slice: a single thread's memset of the model's gradients and the
-    // backward's (B,T,C) buffers ran outside every other op's parallel speed-up (several ms a step at 16
-    // threads); slices are whole multiples of 16 floats, so on an aligned x no two threads share a cache line
-#pragma omp parallel if (n >= ZERO_PAR_MIN_)
-    {
-        int nth = 1, tid = 0;
-#ifdef _OPENMP
-        nth = omp_get_num_threads();
-        tid = omp_get_thread_num();
-#endif
-        size_t per = (n + nth - 1) / nth;
-        per = (per + 15) / 16 * 16;
-        size_t i0 = (size_t)tid * per, i1 = i0 + per < n ? i0 + per : n;
-        if (i0 < i1) memset(x + i0, 0, (i1 - i0) * sizeof(float));
+    // x is (n,). A memset per 64 KiB chunk, the chunks split over the threads: a single thread's memset of the
+    // model's gradients and the backward's (B,T,C) buffers ran outside every other op's parallel speed-up
+    // (several ms a step at 16 threads)
+#pragma omp parallel for schedule(static) if (n >= ZERO_PAR_MIN_)
+    for (size_t i0 = 0; i0 < n; i0 += ZERO_CHUNK_) {
+        size_t len = n - i0 < ZERO_CHUNK_ ? n - i0 : ZERO_CHUNK_;
+        memset(x + i0, 0, len * sizeof(float));
     }
 }
 
