@@ -383,7 +383,8 @@ static void dot_tile_(float *restrict C, const float *restrict A, const float *r
 #if ISA_AVX2
 // acc_block_simd_ below for AVX2 (one 16-column vector): the 6 x 2 ymm accumulators as named variables and X's
 // two halves loaded once per t, the same operations. Written with arrays, gcc folded the X loads into every
-// FMA (18 loads per 12 FMAs), and the loads, not the FMAs, set the speed.
+// FMA (18 loads per 12 FMAs), and the loads, not the FMAs, set the speed; with named variables it still did,
+// until the asm below pinned them.
 #define ROWS6_(X) X(0) X(1) X(2) X(3) X(4) X(5)
 ALWAYS_INLINE_ void acc_block_avx2_(float *restrict Y, const float *restrict A, int so, int st,
                                     const float *restrict X, int nt, int HS, const float *alpha, int fresh, int R) {
@@ -414,6 +415,9 @@ ALWAYS_INLINE_ void acc_block_avx2_(float *restrict Y, const float *restrict A, 
         const float *x = X + (size_t)t * HS;
         const float *a = A + (size_t)t * st;
         __m256 xl = _mm256_loadu_ps(x), xh = _mm256_loadu_ps(x + 8);
+        // an empty asm that "changes" the two halves, so gcc must hold them in registers: otherwise it
+        // still folds the X loads back into every FMA (12 loads + 6 broadcasts per 12 FMAs)
+        __asm__("" : "+x"(xl), "+x"(xh));
         ROWS6_(STEP_)
     }
     ROWS6_(STORE_)
@@ -478,8 +482,16 @@ static __attribute__((noinline)) void acc_block_any_simd_(float *restrict Y, con
     acc_rows_simd_(Y, A, so, st, X, nt, HS, alpha, fresh, R, NV);
 }
 
-// acc_tile_portable_ for HS a multiple of 16: blocks of ATTN_MR rows x 64 columns
-ALWAYS_INLINE_ void acc_tile_simd_(float *restrict Y, const float *restrict A, int so, int st, const float *restrict X,
+// acc_tile_portable_ for HS a multiple of 16: blocks of ATTN_MR rows x 64 columns. Not inlined with AVX2:
+// inside the forward's tile loop, values live around the call held 3 of the 16 ymm registers, and gcc
+// spilled two of the 12 accumulators to the stack in the inner loop (forward 99-114 GFLOP/s on the EPYC's
+// 2 threads, 123-151 with the call). AVX-512's 32 registers leave room, and there the call cost a little.
+#if ISA_AVX2
+#define ACC_TILE_INLINE_ static __attribute__((noinline))
+#else
+#define ACC_TILE_INLINE_ ALWAYS_INLINE_
+#endif
+ACC_TILE_INLINE_ void acc_tile_simd_(float *restrict Y, const float *restrict A, int so, int st, const float *restrict X,
                                    int n, int nt, int HS, const float *alpha, int fresh, int dlo, int dhi) {
     for (int o = 0; o < n; o += ATTN_MR) {
         int R = n - o < ATTN_MR ? n - o : ATTN_MR, t0, t1;
