@@ -5,12 +5,28 @@
 #   kernels_of FILE            the kernel set a seqtrain/seqeval output FILE names ("... 2 threads, avx2 kernels")
 #   torch_run LIB CORETYPE ALLOC ARGS...
 #                              bench/torch_train.py with $TORCH_MODEL ARGS on $THREADS threads, with only this BLAS
-#                              library path, OPENBLAS_CORETYPE and allocator setting (VAR=value) in its environment;
-#                              prints its result line, or nothing when it crashed (the caller skips that probe)
+#                              library path, OPENBLAS_CORETYPE and allocator setting (VAR=value) in its environment
+#                              (and AVX2_ONLY's limits); prints its result line, or nothing when it crashed (the
+#                              caller skips that probe)
+#   peak_of MATMUL_OUTPUT      the fp32 peak (GFLOP/s) bench/matmul printed: of the widest vectors, or of 256-bit
+#                              ones under AVX2_ONLY
 #   tps_of                     the tokens_per_s value of a result line on stdin
 #   torch_python               sets PY to a Python that imports torch: $PY if the caller set it (checked), else
 #                              Debian's /usr/bin/python3 (python3-torch), else the python3 on PATH (a venv or
 #                              pip install); exits with what to install when none does
+#
+# AVX2_ONLY=1 makes an AVX-512 CPU stand in for an AVX2-only one (none may be at hand): seqtrain/seqeval run
+# their avx2 kernels (SEQ_KERNELS=avx2), PyTorch is held to AVX2 as well (ATEN_CPU_CAPABILITY=avx2 for its own
+# kernels, MKL_ENABLE_INSTRUCTIONS=AVX2 for MKL, OPENBLAS_CORETYPE the core OpenBLAS picks on an AVX2 CPU of
+# this vendor: Zen on AMD, Haswell on Intel), and the speed of light uses the peak of 256-bit FMAs. Closest to
+# a real AVX2 CPU on one whose AVX-512 runs on 256-bit units (AMD Zen 4): there both peaks are the same.
+#
+# AVX2_CORETYPE: OpenBLAS's AVX2 kernels for this vendor (also one of train_speed.sh's probes: on an AVX-512
+# CPU, OpenBLAS's own pick, e.g. Cooperlake on Zen 4, is not always its fastest)
+if grep -q AuthenticAMD /proc/cpuinfo; then AVX2_CORETYPE=Zen; else AVX2_CORETYPE=Haswell; fi
+AVX2_NOTE=""  # appended to what a script prints of PyTorch's setting
+if [ "${AVX2_ONLY:-0}" = 1 ]; then export SEQ_KERNELS=avx2 AVX2_NOTE=", AVX2 only"; fi
+
 bench_setup() {
     local name=$1; shift
     [ -x bin/seqtrain ] || make -j"$(nproc)" tools
@@ -23,12 +39,24 @@ bench_setup() {
 kernels_of() { sed -n 's/.* \([a-z0-9]*\) kernels$/\1/p' "$1" | head -n 1; }
 
 torch_run() {
-    local lib=$1 ct=$2 alloc=$3; shift 3
-    env -u OPENBLAS_CORETYPE -u LD_LIBRARY_PATH -u LD_PRELOAD -u GLIBC_TUNABLES \
-        ${lib:+LD_LIBRARY_PATH=$lib} ${ct:+OPENBLAS_CORETYPE=$ct} ${alloc:+"$alloc"} \
+    local lib=$1 ct=$2 alloc=$3 limits=(); shift 3
+    if [ "${AVX2_ONLY:-0}" = 1 ]; then
+        ct=$AVX2_CORETYPE
+        limits=(ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2)
+    fi
+    env -u OPENBLAS_CORETYPE -u LD_LIBRARY_PATH -u LD_PRELOAD -u GLIBC_TUNABLES -u ATEN_CPU_CAPABILITY \
+        -u MKL_ENABLE_INSTRUCTIONS ${lib:+LD_LIBRARY_PATH=$lib} ${ct:+OPENBLAS_CORETYPE=$ct} ${alloc:+"$alloc"} \
+        ${limits[@]+"${limits[@]}"} \
         OMP_NUM_THREADS="$THREADS" OPENBLAS_NUM_THREADS="$THREADS" \
         "$PY" bench/torch_train.py --threads "$THREADS" $TORCH_MODEL "$@" 2>/dev/null \
         | grep '^torch_train: .*tokens_per_s=' || true
+}
+
+peak_of() {
+    local all avx2
+    all=$(echo "$1" | sed -n 's/.*measured fp32 FMA peak \([0-9.]*\) GFLOP\/s.*/\1/p')
+    avx2=$(echo "$1" | sed -n 's/^peak with avx2 vectors: \([0-9.]*\) GFLOP\/s.*/\1/p')
+    if [ "${AVX2_ONLY:-0}" = 1 ] && [ -n "$avx2" ]; then echo "$avx2"; else echo "$all"; fi
 }
 
 tps_of() { sed -n 's/.*tokens_per_s=\([0-9.]*\).*/\1/p'; }

@@ -4,6 +4,7 @@
 #
 #   bash bench/eval_speed.sh                     # CONTEXT=4096 WINDOWS=8 THREADS=2
 #   SEQ_KERNELS=avx2 THREADS=16 bash bench/eval_speed.sh
+#   AVX2_ONLY=1 bash bench/eval_speed.sh         # both sides held to AVX2 (bench/common.sh)
 #
 # Model: bench/configs/speed_rope.json (or CONFIG=...), initialised and trained for one step (the speed of a
 # forward pass does not depend on the weights). seqeval scores WINDOWS non-overlapping windows of CONTEXT
@@ -11,8 +12,8 @@
 # included, a few ms); tokens/s = tokens scored / seconds. PyTorch: bench/torch_train.py --eval-context,
 # single windows (B = 1) under torch.inference_mode with the loss computed, median window after 2 warmup
 # windows, at its fastest attention formulation (sdpa on torch >= 2.0) and the fastest BLAS / allocator of
-# the ones bench/train_speed.sh probes (here: the system BLAS, then OpenBLAS openmp if present, glibc malloc
-# with mmap off). A speed-of-light row: the least forward work per token at that context (every Linear once,
+# short probes like bench/train_speed.sh's (the system BLAS; OpenBLAS openmp if present, with its own core
+# type, its AVX2 one and SkylakeX on an AVX-512 CPU; then glibc malloc with and without mmap). A speed-of-light row: the least forward work per token at that context (every Linear once,
 # causal attention over the keys at or before each query, the head) at the fp32 peak bench/matmul measures.
 set -euo pipefail
 
@@ -48,21 +49,38 @@ SEQ_TPS=$("$PY" -c "print(f'{$TOKENS / ($t1 - $t0):.1f}')")
 echo "eval_speed: seqeval $TOKENS tokens in $("$PY" -c "print(f'{$t1 - $t0:.2f}')") s = $SEQ_TPS tok/s, ${KSET:-?} kernels"
 
 # ---- PyTorch -------------------------------------------------------------------------------------------
-best_line="" best_tps=0
-for lib in "" "$LIBDIR/openblas-openmp"; do
-    [ -z "$lib" ] || [ -f "$lib/libblas.so.3" ] || continue
-    for alloc in "" "GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=4294967295"; do
-        line=$(torch_run "$lib" "" "$alloc" --eval-context "$CONTEXT" --warmup 2 --steps "$WINDOWS")
-        tps=$(echo "$line" | tps_of)
-        echo "eval_speed: torch blas=${lib:-system} allocator=${alloc:-glibc}: ${tps:-failed} tok/s"
-        if [ -n "$tps" ] && "$PY" -c "import sys; sys.exit(not $tps > $best_tps)"; then best_tps=$tps best_line=$line; fi
-    done
+# short probes (one window after one warmup) choose the BLAS build and OpenBLAS core type, then the allocator;
+# the full run uses the fastest of each
+faster() { "$PY" -c "import sys; sys.exit(not float(sys.argv[1]) > float(sys.argv[2]))" "$1" "$2"; }
+probe_tps() { torch_run "$1" "$2" "$3" --eval-context "$CONTEXT" --warmup 1 --steps 1 | tps_of; }
+candidates=("|")
+if [ "${AVX2_ONLY:-0}" = 1 ]; then candidates=("|$AVX2_CORETYPE"); fi
+if [ -f "$LIBDIR/openblas-openmp/libblas.so.3" ]; then
+    candidates+=("$LIBDIR/openblas-openmp|$AVX2_CORETYPE")
+    if [ "${AVX2_ONLY:-0}" != 1 ]; then
+        candidates+=("$LIBDIR/openblas-openmp|")
+        if grep -qw avx512f /proc/cpuinfo; then candidates+=("$LIBDIR/openblas-openmp|SkylakeX"); fi
+    fi
+fi
+best_tps=0 best="|"
+for c in "${candidates[@]}"; do
+    tps=$(probe_tps "${c%%|*}" "${c#*|}" "")
+    echo "eval_speed: torch probe blas=${c%%|*} OPENBLAS_CORETYPE=${c#*|}${AVX2_NOTE}: ${tps:-failed} tok/s"
+    if [ -n "$tps" ] && faster "$tps" "$best_tps"; then best_tps=$tps best=$c; fi
 done
+lib=${best%%|*} ct=${best#*|} alloc="" best_tps=0
+for a in "" "GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=4294967295"; do
+    tps=$(probe_tps "$lib" "$ct" "$a")
+    echo "eval_speed: torch probe allocator ${a:-glibc malloc (default)}: ${tps:-failed} tok/s"
+    if [ -n "$tps" ] && faster "$tps" "$best_tps"; then best_tps=$tps alloc=$a; fi
+done
+best_line=$(torch_run "$lib" "$ct" "$alloc" --eval-context "$CONTEXT" --warmup 2 --steps "$WINDOWS")
+echo "$best_line"
+best_tps=$(echo "$best_line" | tps_of)
 [ -n "$best_line" ] || { echo "eval_speed: PyTorch did not run; to see why, run: $PY bench/torch_train.py --threads $THREADS $TORCH_MODEL --eval-context $CONTEXT --steps 1" >&2; exit 1; }
-TORCH_DESC="PyTorch $("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null) fp32 ($(echo "$best_line" | sed -n 's/.*\(attn=[a-z]*\).* blas=\([^ ]*\).*/\1, \2/p'))"
+TORCH_DESC="PyTorch $("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null) fp32 ($(echo "$best_line" | sed -n 's/.*\(attn=[a-z]*\).* blas=\([^ ]*\).*/\1, \2/p'), OPENBLAS_CORETYPE=${ct:-unset}${AVX2_NOTE}, glibc malloc${alloc:+, mmap_max=0})"
 
-PEAK=$(env -u OPENBLAS_CORETYPE OMP_NUM_THREADS="$THREADS" build/release/bench/matmul \
-       | sed -n 's/.*measured fp32 FMA peak \([0-9.]*\) GFLOP\/s.*/\1/p')
+PEAK=$(peak_of "$(env -u OPENBLAS_CORETYPE OMP_NUM_THREADS="$THREADS" build/release/bench/matmul)")
 
 echo
 echo "| implementation (context $CONTEXT, B = 1) | threads | tokens/s | ratio | share of the fp32 peak |"

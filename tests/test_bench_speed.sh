@@ -67,5 +67,13 @@ if [ "$BIN" = bin ]; then
         not_ok "thread_scaling.sh row" "$(tail -n 2 "$W/t.md")"
     fi
 fi
+# bench/common.sh's AVX2_ONLY: the avx2 kernels for seqtrain, and the speed of light from the peak of 256-bit FMAs
+# (bench/matmul prints both peaks when the active set is narrower than the CPU's widest)
+mm_out='kernel set avx2, threads 2, measured fp32 FMA peak 255.1 GFLOP/s (avx512 vectors)
+peak with avx2 vectors: 128.6 GFLOP/s'
+got=$(AVX2_ONLY=0 SEQ_KERNELS= bash -c 'source bench/common.sh; echo "$(peak_of "$1") ${SEQ_KERNELS:-auto}"' _ "$mm_out")
+if [ "$got" = "255.1 auto" ]; then ok "bench/common.sh: the widest peak by default"; else not_ok "bench/common.sh default peak" "got '$got'"; fi
+got=$(AVX2_ONLY=1 SEQ_KERNELS= bash -c 'source bench/common.sh; echo "$(peak_of "$1") $SEQ_KERNELS"' _ "$mm_out")
+if [ "$got" = "128.6 avx2" ]; then ok "bench/common.sh: AVX2_ONLY=1 takes the 256-bit peak and the avx2 kernels"; else not_ok "bench/common.sh AVX2_ONLY" "got '$got'"; fi
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
