@@ -64,8 +64,9 @@ if [ -f "$LIBDIR/openblas-openmp/libblas.so.3" ]; then
 fi
 best_tps=0 best="|"
 for c in "${candidates[@]}"; do
-    tps=$(probe_tps "${c%%|*}" "${c#*|}" "")
-    echo "eval_speed: torch probe blas=${c%%|*} OPENBLAS_CORETYPE=${c#*|}${AVX2_NOTE}: ${tps:-failed} tok/s"
+    lib=${c%%|*} ct=${c#*|}
+    tps=$(probe_tps "$lib" "$ct" "")
+    echo "eval_speed: torch probe blas=${lib:-system} OPENBLAS_CORETYPE=${ct:-unset}${AVX2_NOTE}: ${tps:-failed} tok/s"
     if [ -n "$tps" ] && faster "$tps" "$best_tps"; then best_tps=$tps best=$c; fi
 done
 lib=${best%%|*} ct=${best#*|} alloc="" best_tps=0

@@ -483,9 +483,10 @@ static __attribute__((noinline)) void acc_block_any_simd_(float *restrict Y, con
 }
 
 // acc_tile_portable_ for HS a multiple of 16: blocks of ATTN_MR rows x 64 columns. Not inlined with AVX2:
-// inside the forward's tile loop, values live around the call held 3 of the 16 ymm registers, and gcc
-// spilled two of the 12 accumulators to the stack in the inner loop (forward 99-114 GFLOP/s on the EPYC's
-// 2 threads, 123-151 with the call). AVX-512's 32 registers leave room, and there the call cost a little.
+// inside the forward's tile loop, values live around the call held 3 of the 16 ymm registers, and with X
+// pinned (acc_block_avx2_) gcc spilled two of the 12 accumulators to the stack in the inner loop instead
+// (forward 99-114 GFLOP/s on the EPYC's 2 threads, 123-161 as a call). AVX-512's 32 registers leave room, and
+// there the call cost a little.
 #if ISA_AVX2
 #define ACC_TILE_INLINE_ static __attribute__((noinline))
 #else
