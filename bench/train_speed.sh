@@ -40,6 +40,7 @@ RUN_DIR=$(mktemp -d /tmp/seqtrain_speed.XXXXXX)
 trap 'rm -rf "$RUN_DIR"' EXIT
 
 if [ "$STEPS" -le 3 ]; then echo "train_speed: STEPS must be > 3 (the first 2 steps are not timed)" >&2; exit 1; fi
+case "$PAIRS" in ''|*[!0-9]*|0) echo "train_speed: PAIRS must be a whole number >= 1 (got '$PAIRS')" >&2; exit 1;; esac
 
 # ---- build and data ------------------------------------------------------------------------------------
 source bench/common.sh
