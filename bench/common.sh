@@ -11,6 +11,13 @@
 #   peak_of MATMUL_OUTPUT      the fp32 peak (GFLOP/s) bench/matmul printed: of the widest vectors, or of 256-bit
 #                              ones under AVX2_ONLY
 #   tps_of                     the tokens_per_s value of a result line on stdin
+#   faster A B                 true when tokens/s A > B
+#   blas_candidates BUILD...   sets candidates to the BLAS settings to probe, "LD_LIBRARY_PATH|OPENBLAS_CORETYPE"
+#                              each (an empty path: the system's libblas.so.3): the system BLAS, then each OpenBLAS
+#                              build named (openblas-openmp, ...) that is installed under $LIBDIR, with OpenBLAS's own
+#                              core type, its AVX2 one ($AVX2_CORETYPE) and, on an AVX-512 CPU, SkylakeX (elsewhere
+#                              those kernels die of an illegal instruction); under AVX2_ONLY the AVX2 one only
+#   GLIBC_NO_MMAP              the allocator setting that keeps glibc from returning freed tensors to the kernel
 #   torch_python               sets PY to a Python that imports torch: $PY if the caller set it (checked), else
 #                              Debian's /usr/bin/python3 (python3-torch), else the python3 on PATH (a venv or
 #                              pip install); exits with what to install when none does
@@ -60,6 +67,21 @@ peak_of() {
 }
 
 tps_of() { sed -n 's/.*tokens_per_s=\([0-9.]*\).*/\1/p'; }
+
+faster() { "$PY" -c "import sys; sys.exit(not float(sys.argv[1]) > float(sys.argv[2]))" "$1" "$2"; }
+
+blas_candidates() {
+    local lib
+    if [ "${AVX2_ONLY:-0}" = 1 ]; then candidates=("|$AVX2_CORETYPE"); else candidates=("|"); fi
+    for lib in "$@"; do
+        [ -f "$LIBDIR/$lib/libblas.so.3" ] || continue
+        if [ "${AVX2_ONLY:-0}" = 1 ]; then candidates+=("$LIBDIR/$lib|$AVX2_CORETYPE"); continue; fi
+        candidates+=("$LIBDIR/$lib|" "$LIBDIR/$lib|$AVX2_CORETYPE")
+        if grep -qw avx512f /proc/cpuinfo; then candidates+=("$LIBDIR/$lib|SkylakeX"); fi
+    done
+}
+
+GLIBC_NO_MMAP="GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=4294967295"
 
 torch_python() {
     local c

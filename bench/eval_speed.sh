@@ -13,8 +13,9 @@
 # single windows (B = 1) under torch.inference_mode with the loss computed, median window after 2 warmup
 # windows, at its fastest attention formulation (sdpa on torch >= 2.0) and the fastest BLAS / allocator of
 # short probes like bench/train_speed.sh's (the system BLAS; OpenBLAS openmp if present, with its own core
-# type, its AVX2 one and SkylakeX on an AVX-512 CPU; then glibc malloc with and without mmap). A speed-of-light row: the least forward work per token at that context (every Linear once,
-# causal attention over the keys at or before each query, the head) at the fp32 peak bench/matmul measures.
+# type, its AVX2 one and SkylakeX on an AVX-512 CPU; then glibc malloc with and without mmap). A speed-of-light
+# row: the least forward work per token at that context (every Linear once, causal attention over the keys at
+# or before each query, the head) at the fp32 peak bench/matmul measures.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -51,17 +52,8 @@ echo "eval_speed: seqeval $TOKENS tokens in $("$PY" -c "print(f'{$t1 - $t0:.2f}'
 # ---- PyTorch -------------------------------------------------------------------------------------------
 # short probes (one window after one warmup) choose the BLAS build and OpenBLAS core type, then the allocator;
 # the full run uses the fastest of each
-faster() { "$PY" -c "import sys; sys.exit(not float(sys.argv[1]) > float(sys.argv[2]))" "$1" "$2"; }
 probe_tps() { torch_run "$1" "$2" "$3" --eval-context "$CONTEXT" --warmup 1 --steps 1 | tps_of; }
-candidates=("|")
-if [ "${AVX2_ONLY:-0}" = 1 ]; then candidates=("|$AVX2_CORETYPE"); fi
-if [ -f "$LIBDIR/openblas-openmp/libblas.so.3" ]; then
-    candidates+=("$LIBDIR/openblas-openmp|$AVX2_CORETYPE")
-    if [ "${AVX2_ONLY:-0}" != 1 ]; then
-        candidates+=("$LIBDIR/openblas-openmp|")
-        if grep -qw avx512f /proc/cpuinfo; then candidates+=("$LIBDIR/openblas-openmp|SkylakeX"); fi
-    fi
-fi
+blas_candidates openblas-openmp
 best_tps=0 best="|"
 for c in "${candidates[@]}"; do
     lib=${c%%|*} ct=${c#*|}
@@ -70,7 +62,7 @@ for c in "${candidates[@]}"; do
     if [ -n "$tps" ] && faster "$tps" "$best_tps"; then best_tps=$tps best=$c; fi
 done
 lib=${best%%|*} ct=${best#*|} alloc="" best_tps=0
-for a in "" "GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=4294967295"; do
+for a in "" "$GLIBC_NO_MMAP"; do
     tps=$(probe_tps "$lib" "$ct" "$a")
     echo "eval_speed: torch probe allocator ${a:-glibc malloc (default)}: ${tps:-failed} tok/s"
     if [ -n "$tps" ] && faster "$tps" "$best_tps"; then best_tps=$tps alloc=$a; fi

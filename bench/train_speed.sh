@@ -74,14 +74,7 @@ echo "train_speed: seqtrain median tokens/s = $SEQ_TPS (fastest step $SEQ_BEST),
 
 # ---- PyTorch: find its fastest BLAS and allocator settings ---------------------------------------------
 # each BLAS candidate: "LD_LIBRARY_PATH|OPENBLAS_CORETYPE" (empty library path = the system's libblas.so.3)
-candidates=("|")
-if [ "${AVX2_ONLY:-0}" = 1 ]; then candidates=("|$AVX2_CORETYPE"); fi
-for lib in openblas-openmp openblas-pthread; do
-    [ -f "$LIBDIR/$lib/libblas.so.3" ] || continue
-    if [ "${AVX2_ONLY:-0}" = 1 ]; then candidates+=("$LIBDIR/$lib|$AVX2_CORETYPE"); continue; fi
-    candidates+=("$LIBDIR/$lib|" "$LIBDIR/$lib|$AVX2_CORETYPE")
-    if grep -qw avx512f /proc/cpuinfo; then candidates+=("$LIBDIR/$lib|SkylakeX"); fi
-done
+blas_candidates openblas-openmp openblas-pthread
 if [ ${#candidates[@]} -eq 1 ]; then
     echo "train_speed: WARNING: no OpenBLAS found (apt-get install libopenblas0-openmp); torch uses $(readlink -f $LIBDIR/libblas.so.3)" >&2
 fi
@@ -91,12 +84,10 @@ fi
 # keeps freed memory avoids that (PyTorch's CPU performance guide recommends tcmalloc or jemalloc). glibc's
 # own tunables do it without extra packages; tcmalloc and jemalloc are tried when installed
 # (apt-get install libtcmalloc-minimal4 libjemalloc2).
-allocators=("" "GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=4294967295")
+allocators=("" "$GLIBC_NO_MMAP")
 for so in libtcmalloc_minimal.so.4 libjemalloc.so.2; do
     if [ -f "$LIBDIR/$so" ]; then allocators+=("LD_PRELOAD=$LIBDIR/$so"); fi
 done
-
-faster() { "$PY" -c "import sys; sys.exit(not float(sys.argv[1]) > float(sys.argv[2]))" "$1" "$2"; }
 
 # short probes with a fixed formulation (fused qkv, baddbmm attention): the BLAS first (with glibc's mmap off,
 # so that the page faults of the default, which vary from run to run, do not pick the BLAS), then the allocator
@@ -104,7 +95,7 @@ faster() { "$PY" -c "import sys; sys.exit(not float(sys.argv[1]) > float(sys.arg
 best_tps=0 best=""
 for c in "${candidates[@]}"; do
     lib=${c%%|*} ct=${c#*|}
-    tps=$(torch_run "$lib" "$ct" "${allocators[1]}" --qkv fused --attn baddbmm --warmup 1 --steps 2 | tps_of)
+    tps=$(torch_run "$lib" "$ct" "$GLIBC_NO_MMAP" --qkv fused --attn baddbmm --warmup 1 --steps 2 | tps_of)
     echo "train_speed: torch probe blas=${lib:-system $(readlink -f $LIBDIR/libblas.so.3)} OPENBLAS_CORETYPE=${ct:-unset}${AVX2_NOTE}: ${tps:-failed} tok/s"
     if [ -n "$tps" ] && faster "$tps" "$best_tps"; then best_tps=$tps best=$c; fi
 done

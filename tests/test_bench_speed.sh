@@ -75,5 +75,19 @@ got=$(AVX2_ONLY=0 SEQ_KERNELS= bash -c 'source bench/common.sh; echo "$(peak_of 
 if [ "$got" = "255.1 auto" ]; then ok "bench/common.sh: the widest peak by default"; else not_ok "bench/common.sh default peak" "got '$got'"; fi
 got=$(AVX2_ONLY=1 SEQ_KERNELS= bash -c 'source bench/common.sh; echo "$(peak_of "$1") $SEQ_KERNELS"' _ "$mm_out")
 if [ "$got" = "128.6 avx2" ]; then ok "bench/common.sh: AVX2_ONLY=1 takes the 256-bit peak and the avx2 kernels"; else not_ok "bench/common.sh AVX2_ONLY" "got '$got'"; fi
+# blas_candidates: the system BLAS plus each OpenBLAS build that is installed (a fake one here), with the core
+# types to probe; under AVX2_ONLY only OpenBLAS's AVX2 core type
+mkdir -p "$W/lib/openblas-openmp" && touch "$W/lib/openblas-openmp/libblas.so.3"
+got=$(AVX2_ONLY=0 LIBDIR="$W/lib" bash -c 'source bench/common.sh; blas_candidates openblas-openmp openblas-pthread
+      echo "${candidates[*]} / $AVX2_CORETYPE"')
+want="| $W/lib/openblas-openmp| $W/lib/openblas-openmp|${got##* / }"
+if grep -qw avx512f /proc/cpuinfo; then want="$want $W/lib/openblas-openmp|SkylakeX"; fi
+if [ "${got% / *}" = "$want" ]; then ok "blas_candidates: system, then the installed build with its core types"
+else not_ok "blas_candidates" "got '${got% / *}', want '$want'"; fi
+got=$(AVX2_ONLY=1 LIBDIR="$W/lib" bash -c 'source bench/common.sh; blas_candidates openblas-openmp openblas-pthread
+      echo "${candidates[*]} / $AVX2_CORETYPE"')
+ct=${got##* / }
+if [ "${got% / *}" = "|$ct $W/lib/openblas-openmp|$ct" ]; then ok "blas_candidates under AVX2_ONLY: the AVX2 core type only ($ct)"
+else not_ok "blas_candidates AVX2_ONLY" "got '$got'"; fi
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
