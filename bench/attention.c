@@ -28,15 +28,8 @@
 #include "core/timer.h"
 
 
-static float *alloc_filled_(size_t n, unsigned seed) {
-    float *x = (float *)malloc(n * sizeof(float));
-    if (!x) { fprintf(stderr, "out of memory\n"); exit(1); }
-    for (size_t i = 0; i < n; i++) {
-        seed = seed * 1664525u + 1013904223u;
-        x[i] = ((seed >> 8) * (1.0f / 16777216.0f) - 0.5f) * 2.0f;
-    }
-    return x;
-}
+// n floats uniform in [-1, 1)
+static float *unit_(size_t n, unsigned seed) { return bench_filled(n, seed, -1.0f, 1.0f); }
 
 // ----------------------------------------------------------------------------
 // naive reference: full logit row per query, float, parallel over (b,h,i) / (b,h)
@@ -115,9 +108,9 @@ typedef struct Bufs {
 } Bufs;
 
 static void bufs_init_(Bufs *b, size_t n, size_t nbt) {
-    b->q = alloc_filled_(n, 1); b->k = alloc_filled_(n, 2); b->v = alloc_filled_(n, 3);
-    b->dout = alloc_filled_(n, 4); b->out = alloc_filled_(n, 5); b->lse = alloc_filled_(nbt, 6);
-    b->dq = alloc_filled_(n, 7); b->dk = alloc_filled_(n, 8); b->dv = alloc_filled_(n, 9);
+    b->q = unit_(n, 1); b->k = unit_(n, 2); b->v = unit_(n, 3);
+    b->dout = unit_(n, 4); b->out = unit_(n, 5); b->lse = unit_(nbt, 6);
+    b->dq = unit_(n, 7); b->dk = unit_(n, 8); b->dv = unit_(n, 9);
 }
 
 static void bufs_free_(Bufs *b) {
@@ -164,7 +157,7 @@ int main(void) {
         printf("%-28s %6d %10.2f %9.1f\n", "tiled forward", T, tf * 1e3, fwd_flop / tf * 1e-9);
         printf("%-28s %6d %10.2f %9.1f\n", "tiled forward+backward", T, tfb * 1e3, (fwd_flop + bwd_flop) / tfb * 1e-9);
         if (T == 512) {
-            float *att = alloc_filled_(nbt * T, 10);
+            float *att = unit_(nbt * T, 10);
             time_best_(2, &bf, att, &o, B, NH, T, HS, 0.0);
             double nf = time_best_(2, &bf, att, &o, B, NH, T, HS, 0.5);
             double nfb = time_best_(3, &bf, att, &o, B, NH, T, HS, 0.5);

@@ -39,16 +39,6 @@
 #define MAX_REPS 64
 #define MIN_TIME_S 0.3  // a short call repeats until this much was timed: one 2 ms call is at the mercy of the scheduler
 
-static float *filled_(size_t n, unsigned seed, float lo, float hi) {
-    float *x = malloc(n * sizeof(float));
-    if (!x) { fprintf(stderr, "out of memory (%zu floats)\n", n); exit(1); }
-    for (size_t i = 0; i < n; i++) {
-        seed = seed * 1664525u + 1013904223u;
-        x[i] = lo + (hi - lo) * ((seed >> 8) * (1.0f / 16777216.0f));
-    }
-    return x;
-}
-
 // the naive scan: forward keeping every state, backward by the reverse sweep; per (b,h) a (T+1, K, V) buffer
 static void naive_fwd_bwd_(float *o, float *dq, float *dk, float *dv, float *dg, const float *q, const float *k,
                            const float *v, const float *g, const float *dout, const LinrecDims *d) {
@@ -227,8 +217,8 @@ int main(int argc, char **argv) {
             LinrecDims d = {Bt, T, H, D, D, decay, 0, chunk, 1.0f / sqrtf((float)D)};
             size_t BTH = (size_t)Bt * T * H, nK = BTH * D;
             size_t ng = decay == LINREC_HEAD ? (size_t)H : decay == LINREC_TOKEN ? BTH : decay >= LINREC_CHANNEL ? nK : 1;
-            float *q = filled_(nK, 1, -1, 1), *k = filled_(nK, 2, -1, 1), *v = filled_(nK, 3, -1, 1);
-            float *g = filled_(ng, 4, -0.5f, -0.01f), *dout = filled_(nK, 5, -1, 1), *o = malloc(nK * sizeof(float));
+            float *q = bench_filled(nK, 1, -1, 1), *k = bench_filled(nK, 2, -1, 1), *v = bench_filled(nK, 3, -1, 1);
+            float *g = bench_filled(ng, 4, -0.5f, -0.01f), *dout = bench_filled(nK, 5, -1, 1), *o = malloc(nK * sizeof(float));
             float *dq = calloc(nK, sizeof(float)), *dk = calloc(nK, sizeof(float)), *dv = calloc(nK, sizeof(float));
             float *dg = calloc(ng, sizeof(float)), *ck = malloc(linrec_ckpt_size(&d) * sizeof(float));
             double t1[MAX_REPS], t2[MAX_REPS];
@@ -278,14 +268,14 @@ int main(int argc, char **argv) {
             int T = Ts[ti], Bt = B ? B : (tokens / T > 0 ? tokens / T : 1);
             DeltaDims d = {Bt, T, H, D, D, chunk, 1.0f / sqrtf((float)D)};
             size_t BTH = (size_t)Bt * T * H, nK = BTH * D;
-            float *q = filled_(nK, 1, -1, 1), *k = filled_(nK, 2, -1, 1), *v = filled_(nK, 3, -1, 1);
+            float *q = bench_filled(nK, 1, -1, 1), *k = bench_filled(nK, 2, -1, 1), *v = bench_filled(nK, 3, -1, 1);
             for (size_t r = 0; r < BTH; r++) {
                 double s = 0;
                 for (int c = 0; c < D; c++) s += (double)k[r * D + c] * k[r * D + c];
                 for (int c = 0; c < D; c++) k[r * D + c] /= (float)sqrt(s);
             }
-            float *beta = filled_(BTH, 6, 0.05f, 0.95f), *g = filled_(BTH, 4, -0.5f, -0.01f);
-            float *dout = filled_(nK, 5, -1, 1), *o = malloc(nK * sizeof(float)), *on = malloc(nK * sizeof(float));
+            float *beta = bench_filled(BTH, 6, 0.05f, 0.95f), *g = bench_filled(BTH, 4, -0.5f, -0.01f);
+            float *dout = bench_filled(nK, 5, -1, 1), *o = malloc(nK * sizeof(float)), *on = malloc(nK * sizeof(float));
             float *dq = calloc(nK, sizeof(float)), *dk = calloc(nK, sizeof(float)), *dv = calloc(nK, sizeof(float));
             float *db = calloc(BTH, sizeof(float)), *dg = calloc(BTH, sizeof(float));
             float *ck = malloc(delta_ckpt_size(&d) * sizeof(float));

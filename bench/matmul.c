@@ -104,16 +104,6 @@ static double peak_gflops_(KernelSet k) {
     return best * 1e-9;
 }
 
-static float *alloc_filled_(size_t n, unsigned seed) {
-    float *x = (float *)malloc(n * sizeof(float));
-    if (!x) { fprintf(stderr, "out of memory\n"); exit(1); }
-    for (size_t i = 0; i < n; i++) {
-        seed = seed * 1664525u + 1013904223u;
-        x[i] = ((seed >> 8) * (1.0f / 16777216.0f) - 0.5f) * 0.1f;
-    }
-    return x;
-}
-
 // one benchmark shape: C (M,N) = op(A) op(B), its buffers, and the fastest call seen so far
 typedef struct {
     int M, N, K, ta, tb, acc;
@@ -122,8 +112,9 @@ typedef struct {
 } Shape_;
 
 static void shape_init_(Shape_ *s, int M, int N, int K, int ta, int tb, int acc) {
-    *s = (Shape_){M, N, K, ta, tb, acc, alloc_filled_((size_t)M * K, 1), alloc_filled_((size_t)K * N, 2),
-                  alloc_filled_((size_t)M * N, 3), 1e30};
+    *s = (Shape_){M, N, K, ta, tb, acc, bench_filled((size_t)M * K, 1, -0.05f, 0.05f),
+                  bench_filled((size_t)K * N, 2, -0.05f, 0.05f),
+                  bench_filled((size_t)M * N, 3, -0.05f, 0.05f), 1e30};
 }
 
 // one round of a shape: an untimed call (its operands back in cache, as when the reps run back to back),

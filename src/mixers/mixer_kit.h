@@ -55,10 +55,12 @@ int mixer_param_add(ParamTable *pt, const char *prefix, const char *suffix, int 
 // *n unchanged) when the buffer is absent (!cond). With base NULL it only counts, so one layout function
 // gives both act_size (base NULL) and the pointers (base = m->acts):
 //   a->q_lin = mixer_take(base, &n, BT * HD, o->qk_norm);
+// Each buffer takes whole cache lines (16 floats), so every one starts on a line as the arena does
+// (core/err.c says why that matters).
 static inline float *mixer_take(float *base, size_t *n, size_t count, int cond) {
     if (!cond) return NULL;
     float *p = base ? base + *n : NULL;
-    *n += count;
+    *n += (count + 15) & ~(size_t)15;
     return p;
 }
 

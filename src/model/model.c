@@ -303,6 +303,16 @@ int model_build(Model *m, const ModelSection *c, int vocab_size, const CfgOrigin
     return 0;
 }
 
+// the activation arena and the per-batch buffers sized with it
+static void model_free_acts_(Model *m) {
+    free(m->arena);
+    free(m->la);
+    free(m->inputs);
+    free(m->targets);
+    free(m->head_rows);
+    free(m->head_tg);
+}
+
 void model_free(Model *m) {
     if (m->mspec)
         for (int l = 0; l < m->L; l++) mixer_spec_free(&m->mspec[l]);
@@ -312,12 +322,7 @@ void model_free(Model *m) {
     param_table_free(&m->pt);
     free(m->params);
     free(m->grads);
-    free(m->arena);
-    free(m->la);
-    free(m->inputs);
-    free(m->targets);
-    free(m->head_rows);
-    free(m->head_tg);
+    model_free_acts_(m);
     memset(m, 0, sizeof *m);
 }
 
@@ -373,46 +378,28 @@ size_t model_layer_posterior_var(const Model *m, int l, int b, float *var) {
 // ----------------------------------------------------------------------------
 // activations: one arena for the current (B,T)
 
-static void model_alloc_acts_(Model *m, int B, int T) {
-    if (m->arena && m->B == B && m->T == T) return;
-    size_t BT = (size_t)B * T, C = (size_t)m->C, H = (size_t)m->hidden;
-    size_t F = m->mlp_kind == MLP_SWIGLU ? 2 * H : H;
-    size_t per_layer = 4 * BT * C + 4 * BT, mlp_acts = 0, mix_acts = 0, scratch = 0;
+// the arena's layout: with base NULL it only counts (the arena's size in floats); with the arena, it also
+// points every buffer into it. Buffers take whole cache lines (16 floats) so each starts on one, as the
+// arena does (core/err.c says why that matters).
+static size_t model_layout_acts_(Model *m, int B, int T, float *base) {
+    size_t BT = (size_t)B * T, C = (size_t)m->C, H = (size_t)m->hidden, n = 0;
+    size_t F = m->mlp_kind == MLP_SWIGLU ? 2 * H : H, scratch = 0;
     for (int l = 0; l < m->L; l++) {
-        if (m->lp[l].has_mlp) mlp_acts += BT * (F + H);
         const MixerSpec *s = &m->mspec[l];
-        mix_acts += s->ops->act_size(s, B, T);
         size_t sc = s->ops->scratch_size(s, B, T);
         if (sc > scratch) scratch = sc;
     }
     // the autoencoder's widths: the head reads HW = D2; its gradient buffers and dres, dtmp hold the widest
     size_t HW = (size_t)m->HW, D1 = (size_t)m->D1, D2 = (size_t)m->D2, W = C;
     if (m->ae) W = C > D1 ? (C > D2 ? C : D2) : (D1 > D2 ? D1 : D2);
-    size_t final = BT * C + BT * HW + 2 * BT + BT * (size_t)m->V + 3 * BT + (m->mc > 1 ? BT : 0);
-    if (m->ae) final += 2 * BT * C + 3 * BT * D1 + 2 * BT * D2 + BT * W + 4 * BT;
     // dact only for ReLU/SwiGLU: GELU's backward is an epilogue of the matmul that forms d act
     size_t dact = m->mlp_kind == MLP_GELU ? 0 : BT * H;
-    size_t grads = 2 * BT * W + BT * F + dact;
-    size_t total = m->L * per_layer + mlp_acts + mix_acts + final + scratch + grads + BT * C /* mixer out */;
-    free(m->arena);
-    free(m->la);
-    free(m->inputs);
-    free(m->targets);
-    free(m->head_rows);
-    free(m->head_tg);
-    m->arena = xmalloc_for(total * sizeof(float), "the activations of a batch of %d x %d tokens "
-                           "(train.batch_size x train.seq_len when training) through model.n_layers = %d layers "
-                           "of model.d_model = %d and a vocabulary of %d: lower train.batch_size or train.seq_len",
-                           B, T, m->L, m->C, m->V);
-    m->arena_size = total;
-    m->la = xcalloc((size_t)m->L, sizeof(LayerActs));
-    m->inputs = xmalloc(BT * sizeof(int));
-    m->targets = xmalloc(BT * sizeof(int));
-    m->head_rows = xmalloc(BT * sizeof(int));
-    m->head_tg = xmalloc(BT * sizeof(int));
-    m->n_head = (int)BT;
-    float *p = m->arena;
-#define TAKE_(ptr, n) do { (ptr) = p; p += (n); } while (0)
+#define TAKE_(ptr, count)                               \
+    do {                                                \
+        float *p_ = base ? base + n : NULL;             \
+        n += ((size_t)(count) + 15) & ~(size_t)15;      \
+        if (base) (ptr) = p_;                           \
+    } while (0)
     for (int l = 0; l < m->L; l++) {
         LayerActs *a = &m->la[l];
         TAKE_(a->res, BT * C);
@@ -423,15 +410,13 @@ static void model_alloc_acts_(Model *m, int B, int T) {
         TAKE_(a->ln2, BT * C);
         TAKE_(a->ln2_mean, BT);
         TAKE_(a->ln2_rstd, BT);
-        a->fc = a->act = NULL;
+        if (base) a->fc = a->act = NULL;
         if (m->lp[l].has_mlp) {
             TAKE_(a->fc, BT * F);
             TAKE_(a->act, BT * H);
         }
         const MixerSpec *s = &m->mspec[l];
         TAKE_(m->mix[l].acts, s->ops->act_size(s, B, T));
-        m->mix[l].B = B;
-        m->mix[l].T = T;
     }
     TAKE_(m->res_out, BT * C);
     TAKE_(m->lnf, BT * HW);
@@ -440,10 +425,12 @@ static void model_alloc_acts_(Model *m, int B, int T) {
     TAKE_(m->logits, BT * (size_t)m->V);
     TAKE_(m->xstats, 2 * BT);
     TAKE_(m->losses, BT);
-    m->mc_w = NULL;
+    if (base) m->mc_w = NULL;
     if (m->mc > 1) TAKE_(m->mc_w, BT);
-    m->dec_x = m->dec_n1 = m->dec_f1 = m->dec_a1 = m->dec_n2 = m->dec_f2 = m->dec_a2 = m->dec_g = NULL;
-    m->dec_n1_mean = m->dec_n1_rstd = m->dec_n2_mean = m->dec_n2_rstd = NULL;
+    if (base) {
+        m->dec_x = m->dec_n1 = m->dec_f1 = m->dec_a1 = m->dec_n2 = m->dec_f2 = m->dec_a2 = m->dec_g = NULL;
+        m->dec_n1_mean = m->dec_n1_rstd = m->dec_n2_mean = m->dec_n2_rstd = NULL;
+    }
     if (m->ae) {
         TAKE_(m->dec_x, BT * C);
         TAKE_(m->dec_n1, BT * C);
@@ -463,10 +450,34 @@ static void model_alloc_acts_(Model *m, int B, int T) {
     TAKE_(m->dtmp, BT * W);
     TAKE_(m->dfc, BT * F);
     TAKE_(m->dact, dact);
-    if (!dact) m->dact = NULL;
+    if (base && !dact) m->dact = NULL;
     TAKE_(m->mix_out, BT * C);
 #undef TAKE_
-    for (int l = 0; l < m->L; l++) m->mix[l].scratch = m->scratch;
+    return n;
+}
+
+static void model_alloc_acts_(Model *m, int B, int T) {
+    if (m->arena && m->B == B && m->T == T) return;
+    size_t BT = (size_t)B * T;
+    model_free_acts_(m);
+    m->la = xcalloc((size_t)m->L, sizeof(LayerActs));
+    size_t total = model_layout_acts_(m, B, T, NULL);
+    m->arena = xmalloc_for(total * sizeof(float), "the activations of a batch of %d x %d tokens "
+                           "(train.batch_size x train.seq_len when training) through model.n_layers = %d layers "
+                           "of model.d_model = %d and a vocabulary of %d: lower train.batch_size or train.seq_len",
+                           B, T, m->L, m->C, m->V);
+    m->arena_size = total;
+    model_layout_acts_(m, B, T, m->arena);
+    m->inputs = xmalloc(BT * sizeof(int));
+    m->targets = xmalloc(BT * sizeof(int));
+    m->head_rows = xmalloc(BT * sizeof(int));
+    m->head_tg = xmalloc(BT * sizeof(int));
+    m->n_head = (int)BT;
+    for (int l = 0; l < m->L; l++) {
+        m->mix[l].B = B;
+        m->mix[l].T = T;
+        m->mix[l].scratch = m->scratch;
+    }
     m->B = B;
     m->T = T;
 }
