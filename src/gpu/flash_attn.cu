@@ -154,7 +154,7 @@ static __device__ void write_heads_(const GpuHeads &dst, const float *w, int lw,
 }
 
 // ----------------------------------------------------------------------------
-// the position scheme, per block (nn/attention.c's HeadOpts_; logits_ below is its logit_)
+// the position scheme, per block (nn/attention_tile.h's HeadOpts_; logits_ below is its logit_)
 
 // the scheme of the block's (b, h) (blockIdx.x = b·NH + h)
 struct HeadOpts_ {
@@ -228,7 +228,7 @@ static __device__ __forceinline__ int query_end_(const HeadOpts_ &ho, int j0, in
 // without the dot products as they are), WRITTEN in place; with MASKED, -INFINITY where the pair is not visible
 // or the query is past T (without, the caller knows every pair is visible: no test). The lane's two rows are ri[0..1] with F values Fr, its columns c0 + 8n + 2t + {0, 1} with F
 // at fc[8n + 2t + {0, 1}]. QROWS: rows are queries and columns keys (forward, dq), else the other way (dk/dv).
-// Branch-free in the scheme: a missing slope or F adds exact zeros (nn/attention.c's order of operations).
+// Branch-free in the scheme: a missing slope or F adds exact zeros (nn/attention_tile.h's order of operations).
 template <int N, bool MASKED, bool QROWS, bool BIAS>
 static __device__ __forceinline__ void logits_(float (*s)[4], const HeadOpts_ &ho, const int ri[2], const float Fr[2],
                                                int c0, const float *fc, int T) {

@@ -48,7 +48,7 @@
 #define zero_fill ISA_FN(zero_fill)
 // adamw.c
 #define adamw_update ISA_FN(adamw_update)
-// attention.c
+// attention.c, attention_backward.c
 #define alibi_slopes ISA_FN(alibi_slopes)
 #define attn_opts_default ISA_FN(attn_opts_default)
 #define attention_forward ISA_FN(attention_forward)

@@ -1,13 +1,14 @@
 /*
- * 16-lane float vectors for the kernels written around AVX-512 registers (nn/attention.c): v16f (16 floats),
- * v16i (16 int32), m16 (a 16-bit lane mask, bit u = lane u). In the avx512 copy (nn/isa.h) each operation
- * is the AVX-512 instruction of the same name; in the avx2 copy a v16f is two ymm halves and an m16 is the
- * same 16-bit integer, turned into a lane mask where an operation needs one. Every operation rounds as its
+ * 16-lane float vectors for the kernels written around AVX-512 registers (the tiled attention:
+ * nn/attention_tile.h and the files that include it): v16f (16 floats), v16i (16 int32), m16 (a 16-bit lane
+ * mask, bit u = lane u). In the avx512 copy (nn/isa.h) each operation is the AVX-512 instruction of the
+ * same name; in the avx2 copy a v16f is two ymm halves and an m16 is the same 16-bit integer, turned into a
+ * lane mask where an operation needs one. Every operation rounds as its
  * AVX-512 namesake does, so the two copies give the same bits (and so does the plain C code beside them,
  * which does the same float operations lane by lane).
  *
- * Only what nn/attention.c uses is here. Register blocks that need many accumulators are sized per set by
- * the caller (a v16f costs two of AVX2's 16 registers).
+ * Only what the attention kernels use is here. Register blocks that need many accumulators are sized per set
+ * by the caller (a v16f costs two of AVX2's 16 registers).
  */
 #ifndef SEQ_SIMD16_H
 #define SEQ_SIMD16_H
