@@ -14,16 +14,13 @@ set -u
 cd "$(dirname "$0")/.." || exit 2
 BENCH_TEST=test_bench_kla.sh source tests/bench_build.sh
 KLA=build/$variant/bench/kla
-pass=0; fail=0
-ok()     { echo "ok - $1"; pass=$((pass+1)); }
-not_ok() { echo "not ok - $1 ($2)"; fail=$((fail+1)); }
-W=$(mktemp -d "${TMPDIR:-/tmp}/seqtrain-bench-kla.XXXXXX") || exit 2
-trap '[ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
+source tests/lib.sh || exit 2
+test_scratch bench-kla
 export OMP_NUM_THREADS=2 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 
 if make -s "${flags[@]}" "$KLA" > "$W/build.log" 2>&1; then ok "build $KLA"; else
     not_ok "build $KLA" "$(tail -n 5 "$W/build.log" | tr '\n' ' ')"
-    echo "$pass passed, $fail failed" >&2
+    test_done
     exit 1
 fi
 
@@ -133,5 +130,4 @@ usage "--memory with two T" "one T" --memory --T 8,16
 usage "repeated T" "repeated" --T 8,8
 "$KLA" --help > "$W/h.out" 2>&1 && grep -q '^usage: kla' "$W/h.out" && ok "--help" || not_ok "--help" "$(head -n 2 "$W/h.out")"
 
-echo "$pass passed, $fail failed" >&2
-[ "$fail" -eq 0 ]
+test_done

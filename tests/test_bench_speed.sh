@@ -10,11 +10,8 @@
 set -u
 cd "$(dirname "$0")/.." || exit 2
 BIN=${BIN:-bin}
-pass=0; fail=0
-ok()     { echo "ok - $1"; pass=$((pass+1)); }
-not_ok() { echo "not ok - $1 ($2)"; fail=$((fail+1)); }
-W=$(mktemp -d "${TMPDIR:-/tmp}/seqtrain-bench-speed.XXXXXX") || exit 2
-trap 'rm -rf "$W"' EXIT
+source tests/lib.sh || exit 2
+test_scratch bench-speed
 
 "$BIN/seqtrain" --config bench/configs/speed_rope.json --print-config > "$W/speed.json"
 "$BIN/seqtrain" --config configs/quickstart.json --print-config > "$W/quick.json"
@@ -89,5 +86,4 @@ got=$(AVX2_ONLY=1 LIBDIR="$W/lib" bash -c 'source bench/common.sh; blas_candidat
 ct=${got##* / }
 if [ "${got% / *}" = "|$ct $W/lib/openblas-openmp|$ct" ]; then ok "blas_candidates under AVX2_ONLY: the AVX2 core type only ($ct)"
 else not_ok "blas_candidates AVX2_ONLY" "got '$got'"; fi
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+test_done

@@ -11,11 +11,8 @@ set -u
 cd "$(dirname "$0")/.." || exit 2
 BENCH_TEST=test_bench_step.sh source tests/bench_build.sh
 STEP=build/$variant/bench/step
-pass=0; fail=0
-ok()     { echo "ok - $1"; pass=$((pass+1)); }
-not_ok() { echo "not ok - $1 ($2)"; fail=$((fail+1)); }
-W=$(mktemp -d "${TMPDIR:-/tmp}/seqtrain-bench-step.XXXXXX") || exit 2
-trap '[ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
+source tests/lib.sh || exit 2
+test_scratch bench-step
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 make -s "${flags[@]}" "$STEP" >/dev/null 2>&1 || { echo "not ok - make $STEP"; echo "0 passed, 1 failed" >&2; exit 1; }
 
@@ -50,5 +47,4 @@ assert abs(over - 100 * (step / comp - 1)) < 0.1 + 100 * 0.01 / comp, (over, ste
 PY
 then ok "the a5 row: positive times, overhead = step / compute - 1 (to the printed rounding)"
 else not_ok "the a5 row" "$(cat "$W/t.md")"; fi
-echo "$pass passed, $fail failed" >&2
-[ "$fail" = 0 ]
+test_done

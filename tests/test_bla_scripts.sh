@@ -14,11 +14,8 @@ export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export SCALE=tiny JOBS=2 THREADS=1
 unset SEQ_OUT MIXERS DIMS HEADS LRS WDS SEEDS DIM EXPAND_KS BLA_EXPAND_KS BLA_MODES SWA_WINDOWS GSA_SLOTS RESOLUTIONS \
     RES_MODES RES_DIM WIN_MODES WIN_DIMS GLA_EXPAND_KS GDN_EXPAND_VS
-W=$(mktemp -d "${TMPDIR:-/tmp}/seqtrain-bla-scripts.XXXXXX") || exit 2
-trap '[ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
-PASS=0; FAIL=0
-ok() { PASS=$((PASS + 1)); echo "ok - $1"; }
-not_ok() { FAIL=$((FAIL + 1)); echo "not ok - $1 ($2)"; }
+source tests/lib.sh || exit 2
+test_scratch bla-scripts
 check() { local what=$1; shift; if "$@" >/dev/null 2>&1; then ok "$what"; else not_ok "$what" "condition failed: $*"; fi; }
 MQ="$ROOT/scripts/bla_mqar.sh"; RB="$ROOT/scripts/bla_regbench.sh"
 # a PNG file of 900 x 540 (the signature and the IHDR chunk)
@@ -142,5 +139,4 @@ SEQ_OUT=$O "$RB" > "$W/r2.md" 2> "$W/r2.err"; rc=$?
 check "a second bla_regbench.sh reuses all 10 runs and prints the same table" \
     eval '[ "$rc" = 0 ] && [ "$(grep -c "finished earlier, reused" "$W/r2.err")" = 10 ] && ! grep -q ": training" "$W/r2.err" && diff <(grep "^|" "$W/r.md") <(grep "^|" "$W/r2.md")'
 
-echo "$PASS passed, $FAIL failed" >&2
-[ "$FAIL" -eq 0 ]
+test_done

@@ -12,11 +12,8 @@ ROOT=$(pwd)
 BIN=$(cd "$BIN" && pwd)
 export OMP_NUM_THREADS=2
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
-W=$(mktemp -d "${TMPDIR:-/tmp}/seqtrain-bounded.XXXXXX") || exit 2
-trap 'rm -rf "$W"' EXIT
-PASS=0; FAIL=0
-ok() { PASS=$((PASS + 1)); echo "ok - $1"; }
-not_ok() { FAIL=$((FAIL + 1)); echo "not ok - $1 ($2)"; }
+source tests/lib.sh || exit 2
+test_scratch bounded
 show() { head -c 300 "$1" | tr '\n' '|'; }
 # expect_fail WHAT SECONDS SUBSTRING -- CMD...: CMD ends within SECONDS with status 1 and one stderr line
 # holding SUBSTRING
@@ -125,5 +122,4 @@ if command -v spm_encode >/dev/null; then
     else not_ok "300 KB line in pieces: as many tokens as SentencePiece on the whole line" "$got vs $want + 1"; fi
 fi
 
-echo "$PASS passed, $FAIL failed" >&2
-[ "$FAIL" -eq 0 ]
+test_done

@@ -31,15 +31,10 @@ export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=0}
 export OMP_NUM_THREADS=2
 
-W=$(mktemp -d "${TMPDIR:-/tmp}/seqtrain-cli.XXXXXX") || exit 2
-trap 'rm -rf "$W"' EXIT
+source tests/lib.sh || exit 2
+test_scratch cli
 OUT="$W/stdout"
 ERR="$W/stderr"
-
-PASS=0
-FAIL=0
-ok() { PASS=$((PASS + 1)); echo "ok - $1"; }
-not_ok() { FAIL=$((FAIL + 1)); echo "not ok - $1 ($2)"; }
 
 # one line of a file for a message: newlines shown as '|', cut short
 show() { head -c 400 "$1" | tr '\n' '|'; }
@@ -770,5 +765,4 @@ check "safetensors_read.py FILE | head -1: one line, nothing on stderr" \
 check "safetensors_read.py FILE | head -c 0 (reader gone before the first write): nothing on stderr" \
     eval '[ ! -s "$ERR" ]'
 
-echo "$PASS passed, $FAIL failed" >&2
-[ "$FAIL" -eq 0 ]
+test_done

@@ -6,9 +6,7 @@
 set -u
 cd "$(dirname "$0")/.."
 BIN=${BIN:-bin}
-pass=0; fail=0
-ok()     { echo "ok - $1"; pass=$((pass+1)); }
-not_ok() { echo "not ok - $1 ($2)"; fail=$((fail+1)); }
+source tests/lib.sh || exit 2
 tmp=$(mktemp)
 trap 'rm -f "$tmp"' EXIT
 if BIN=$BIN bash scripts/gen_config_docs.sh "$tmp" 2>/dev/null && diff -q "$tmp" docs/config.md >/dev/null; then
@@ -110,5 +108,4 @@ if [ -n "$want" ] && tr '\n' ' ' < README.md | grep -qF -- "(\`$want\`, see \`sc
 else
     not_ok "README lists the packages of scripts/install_deps.sh" "install_deps.sh: $want"
 fi
-echo "$pass passed, $fail failed" >&2
-[ "$fail" -eq 0 ]
+test_done

@@ -8,11 +8,8 @@
 set -u
 cd "$(dirname "$0")/.." || exit 2
 BIN=${BIN:-bin}
-pass=0; fail=0
-ok()     { echo "ok - $1"; pass=$((pass+1)); }
-not_ok() { echo "not ok - $1 ($2)"; fail=$((fail+1)); }
-W=$(mktemp -d "${TMPDIR:-/tmp}/seqtrain-env.XXXXXX") || exit 2
-trap 'rm -rf "$W"' EXIT
+source tests/lib.sh || exit 2
+test_scratch env
 decoy="$W/decoy"
 
 # prepare_wikitext2.sh: OUT is not its output folder, SEQ_DATA_DIR is
@@ -39,5 +36,4 @@ for s in scripts/rfa_table1.sh scripts/mad_table.sh scripts/mqar_sweep.sh script
         not_ok "$s ignores OUT" "rc $rc: $(grep -m 2 "$decoy" "$W/d.out"; tail -n 2 "$W/d.out")"
     fi
 done
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+test_done

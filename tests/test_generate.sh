@@ -13,11 +13,8 @@ BIN=$(cd "$BIN" && pwd)
 # here: 3 tokens/s on 2 threads, 3000 on one); test_model checks decoding on 2 threads
 export OMP_NUM_THREADS=1
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
-W=$(mktemp -d "${TMPDIR:-/tmp}/seqtrain-generate.XXXXXX") || exit 2
-trap '[ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
-PASS=0; FAIL=0
-ok() { PASS=$((PASS + 1)); echo "ok - $1"; }
-not_ok() { FAIL=$((FAIL + 1)); echo "not ok - $1 ($2)"; }
+source tests/lib.sh || exit 2
+test_scratch generate
 check() { local what=$1; shift; if "$@" >/dev/null 2>&1; then ok "$what"; else not_ok "$what" "condition failed: $*"; fi; }
 run() { "$@" >"$W/out" 2>"$W/err"; RC=$?; }
 # a bad invocation: non-zero exit and stderr naming the problem
@@ -117,5 +114,4 @@ check "seqeval --generate --help lists the options" eval '[ "$RC" = 0 ] && grep 
 run "$EV" --help
 check "seqeval --help mentions --generate" grep -q -- "--generate" "$W/out"
 
-echo "test_generate.sh: $PASS passed, $FAIL failed" >&2
-[ "$FAIL" = 0 ]
+test_done

@@ -14,11 +14,8 @@ BIN=${BIN:-bin}
 ROOT=$(pwd)
 BIN=$(cd "$BIN" && pwd)
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
-W=$(mktemp -d "${TMPDIR:-/tmp}/seqtrain-sets.XXXXXX") || exit 2
-trap '[ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
-PASS=0; FAIL=0
-ok() { PASS=$((PASS + 1)); echo "ok - $1"; }
-not_ok() { FAIL=$((FAIL + 1)); echo "not ok - $1 ($2)"; }
+source tests/lib.sh || exit 2
+test_scratch sets
 
 zstd -dc "$ROOT/data/wikitext-2/wiki.valid.tokens.zst" | head -n 600 > "$W/train.txt"
 "$BIN/seqtok" encode --quiet --model "$ROOT/data/tokenizer/wikitext2_bpe8192.model" --input "$W/train.txt" \
@@ -73,5 +70,4 @@ PY
         not_ok "$m: losses after 3 steps under$sets differ by more than $tol" "$losses"
     fi
 done
-echo "$PASS passed, $FAIL failed" >&2
-[ "$FAIL" -eq 0 ]
+test_done

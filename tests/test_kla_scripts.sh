@@ -14,11 +14,8 @@ export BIN=$(cd "$BIN" && pwd)
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export SCALE=tiny JOBS=2 THREADS=1 PROGRESS_EVERY=0
 unset SEQ_OUT ROWS DEPTHS CHANNELS
-W=$(mktemp -d "${TMPDIR:-/tmp}/seqtrain-kla-scripts.XXXXXX") || exit 2
-trap '[ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
-PASS=0; FAIL=0
-ok() { PASS=$((PASS + 1)); echo "ok - $1"; }
-not_ok() { FAIL=$((FAIL + 1)); echo "not ok - $1 ($2)"; }
+source tests/lib.sh || exit 2
+test_scratch kla-scripts
 check() { local what=$1; shift; if "$@" >/dev/null 2>&1; then ok "$what"; else not_ok "$what" "condition failed: $*"; fi; }
 F="$ROOT/scripts/kla_figures.sh"
 L="$ROOT/scripts/kla_lm.sh"
@@ -106,5 +103,4 @@ check "--task on a run trained on shards is refused" eval '[ "$rc" = 1 ] && grep
 check "--posterior-var on a kla language model's first 32 test tokens: 32 rows of the 32 channels" \
     eval '[ "$rc" = 0 ] && [ "$(wc -l < "$W/v.tsv")" = 33 ] && [ "$(head -n 1 "$W/v.tsv" | wc -w)" = 36 ]'
 
-echo "$PASS passed, $FAIL failed"
-[ "$FAIL" -eq 0 ]
+test_done

@@ -11,11 +11,8 @@ export BIN=$(cd "$BIN" && pwd)
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export SCALE=tiny JOBS=2 THREADS=1 PROGRESS_EVERY=0
 unset SEQ_OUT ROWS TASKS LRS WDS SEEDS PROTOCOL
-W=$(mktemp -d "${TMPDIR:-/tmp}/seqtrain-mad-table.XXXXXX") || exit 2
-trap '[ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
-PASS=0; FAIL=0
-ok() { PASS=$((PASS + 1)); echo "ok - $1"; }
-not_ok() { FAIL=$((FAIL + 1)); echo "not ok - $1 ($2)"; }
+source tests/lib.sh || exit 2
+test_scratch mad-table
 check() { local what=$1; shift; if "$@" >/dev/null 2>&1; then ok "$what"; else not_ok "$what" "condition failed: $*"; fi; }
 S="$ROOT/scripts/mad_table.sh"
 O="$W/out"
@@ -142,5 +139,4 @@ check "a second call reuses all 78 finished runs" \
     eval '[ "$rc" = 0 ] && [ "$(grep -c "finished earlier, reused" "$W/t2.err")" = 78 ] && ! grep -q ": training" "$W/t2.err"'
 check "... and prints the same table" diff <(rows "$W/t.md") <(rows "$W/t2.md")
 
-echo "$PASS passed, $FAIL failed" >&2
-[ "$FAIL" -eq 0 ]
+test_done

@@ -13,9 +13,7 @@
 # KEEP=1 keeps its temp folder, to look at the figures.
 set -u
 cd "$(dirname "$0")/.." || exit 2
-pass=0; fail=0
-ok()     { echo "ok - $1"; pass=$((pass+1)); }
-not_ok() { echo "not ok - $1 ($2)"; fail=$((fail+1)); }
+source tests/lib.sh || exit 2
 check()  { if [ "$1" -eq 0 ]; then ok "$2"; else not_ok "$2" "$3"; fi; }
 
 if ! command -v gnuplot >/dev/null 2>&1; then
@@ -24,12 +22,11 @@ if ! command -v gnuplot >/dev/null 2>&1; then
 fi
 if command -v gnuplot >/dev/null 2>&1; then ok "gnuplot is installed"; else
     not_ok "gnuplot is installed" "scripts/install_deps.sh could not install gnuplot-nox; run: apt-get install gnuplot-nox"
-    echo "$pass passed, $fail failed" >&2
+    test_done
     exit 1
 fi
 
-W=$(mktemp -d "${TMPDIR:-/tmp}/seqtrain-plot.XXXXXX") || exit 2
-trap '[ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
+test_scratch plot
 PLOT=scripts/plot_rfa.sh
 QUANTS="mu sigma_tilde2 eta2 gamma2 alpha nu_over_d tau"
 
@@ -201,5 +198,4 @@ expect_fail "attn --run without diag.jsonl fails" "diag.jsonl not found" attn "$
 expect_fail "params --cols is refused (attn's option)" "attn's option" params "$W/run" --cols 2
 [ ! -e "$W/p.png" ]; check $? "failed runs write no image" "$W/p.png exists"
 
-echo "$pass passed, $fail failed" >&2
-[ "$fail" -eq 0 ]
+test_done

@@ -21,11 +21,8 @@ done
 BIN=$(cd "$BIN" && pwd)
 export OMP_NUM_THREADS=1
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
-W=$(mktemp -d "${TMPDIR:-/tmp}/seqtrain-plotrun.XXXXXX") || exit 2
-trap '[ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
-PASS=0; FAIL=0
-ok() { PASS=$((PASS + 1)); echo "ok - $1"; }
-not_ok() { FAIL=$((FAIL + 1)); echo "not ok - $1 ($2)"; }
+source tests/lib.sh || exit 2
+test_scratch plotrun
 check() { local what=$1; shift; if "$@" >/dev/null 2>&1; then ok "$what"; else not_ok "$what" "condition failed: $*"; fi; }
 PLOT="$ROOT/scripts/plot_rfa.sh"
 
@@ -84,5 +81,4 @@ check "damping draws the same image whatever the order of the runs (lines sorted
 plot damping "$W/bad.png" "$W/maps"
 check "damping of a folder without config.json fails, naming it" eval '[ "$RC" = 1 ] && grep -q "config.json: not found" "$W/err"'
 
-echo "$PASS passed, $FAIL failed" >&2
-[ "$FAIL" -eq 0 ]
+test_done

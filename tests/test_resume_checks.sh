@@ -11,11 +11,8 @@ ROOT=$(pwd)
 BIN=$(cd "$BIN" && pwd)
 export OMP_NUM_THREADS=2
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
-W=$(mktemp -d "${TMPDIR:-/tmp}/seqtrain-resume.XXXXXX") || exit 2
-trap '[ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
-PASS=0; FAIL=0
-ok() { PASS=$((PASS + 1)); echo "ok - $1"; }
-not_ok() { FAIL=$((FAIL + 1)); echo "not ok - $1 ($2)"; }
+source tests/lib.sh || exit 2
+test_scratch resume
 check() { local what=$1; shift; if "$@" >/dev/null 2>&1; then ok "$what"; else not_ok "$what" "condition failed: $*"; fi; }
 run() { "$@" >"$W/out" 2>"$W/err"; RC=$?; }
 show() { head -c 400 "$1" | tr '\n' '|'; }
@@ -155,5 +152,4 @@ run "$BIN/seqtrain" --resume "$B" --quiet
 check "the unedited run resumes and finishes (exit 0), with no resumed_with_changes line" \
     eval '[ "$RC" = 0 ] && ! grep -q resumed_with_changes "$B/log.jsonl"'
 
-echo "$PASS passed, $FAIL failed" >&2
-[ "$FAIL" -eq 0 ]
+test_done

@@ -16,11 +16,8 @@ export BIN=$(cd "$BIN" && pwd)
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export SCALE=tiny JOBS=2 THREADS=1 PROGRESS_EVERY=0
 unset SEQ_OUT
-W=$(mktemp -d "${TMPDIR:-/tmp}/seqtrain-rfa-tables.XXXXXX") || exit 2
-trap '[ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
-PASS=0; FAIL=0
-ok() { PASS=$((PASS + 1)); echo "ok - $1"; }
-not_ok() { FAIL=$((FAIL + 1)); echo "not ok - $1 ($2)"; }
+source tests/lib.sh || exit 2
+test_scratch rfa-tables
 check() { local what=$1; shift; if "$@" >/dev/null 2>&1; then ok "$what"; else not_ok "$what" "condition failed: $*"; fi; }
 T1="$ROOT/scripts/rfa_table1.sh"; T2="$ROOT/scripts/rfa_table2.sh"; T3="$ROOT/scripts/rfa_table3.sh"
 # the bundled WikiText-2 shards: the scripts make them when a run needs them, but the B1 command below is
@@ -156,5 +153,4 @@ echo '{"data": {"train": "x.shard", "tset": "y"}}' > "$W/corpus/bad.json"
 check "a corpus .json with an unknown key exits 2 naming it" \
     eval 'SEQ_OUT=$O "$T3" "$W/corpus/bad.json" 2> "$W/bad.err"; [ $? = 2 ] && grep -q "tset" "$W/bad.err"'
 
-echo "$PASS passed, $FAIL failed" >&2
-[ "$FAIL" -eq 0 ]
+test_done

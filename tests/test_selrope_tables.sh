@@ -15,11 +15,8 @@ export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export SCALE=tiny JOBS=2 THREADS=1 PROGRESS_EVERY=0
 unset SEQ_OUT MQAR_MIXERS MQAR_LRS MQAR_DIMS MAD_ROWS MAD_TASKS MAD_LRS STATE_MIXERS STATE_PARTS LM_ROWS ROWS TASKS \
     MIXERS LRS DIMS TS SEEDS L_MAX A5_LEN TRAIN_LEN TEST_LENS PARTS PROTOCOL SETTING
-W=$(mktemp -d "${TMPDIR:-/tmp}/seqtrain-selrope-tables.XXXXXX") || exit 2
-trap '[ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
-PASS=0; FAIL=0
-ok() { PASS=$((PASS + 1)); echo "ok - $1"; }
-not_ok() { FAIL=$((FAIL + 1)); echo "not ok - $1 ($2)"; }
+source tests/lib.sh || exit 2
+test_scratch selrope-tables
 check() { local what=$1; shift; if "$@" >/dev/null 2>&1; then ok "$what"; else not_ok "$what" "condition failed: $*"; fi; }
 S="$ROOT/scripts/selrope_tables.sh"
 O="$W/out"
@@ -125,5 +122,4 @@ MQAR_MIXERS="gla_selrope" SEQ_OUT=$O "$S" mqar > "$W/t3.md" 2> "$W/t3.err"; rc=$
 check "one part with MQAR_MIXERS reruns nothing and tables that row only" \
     eval '[ "$rc" = 0 ] && ! grep -q ": training" "$W/t3.err" && [ "$(rows "$O/mqar/mqar_zoology_T16.md" | cut -d"|" -f1)" = "GLA + Selective RoPE" ] && ! grep -q "MAD synthetic" "$W/t3.md"'
 
-echo "$PASS passed, $FAIL failed" >&2
-[ "$FAIL" -eq 0 ]
+test_done

@@ -16,11 +16,8 @@ export SCALE=tiny JOBS=2 THREADS=1
 unset SEQ_OUT SETTING DIMS LRS TS L_MAX SEEDS A5_LEN TEST_LENS
 # the first five rows and one of the linear family (every row would cost CI time without testing the scripts more)
 export MIXERS="attn_rope attn_nope attn_alibi rfa kla gla"
-W=$(mktemp -d "${TMPDIR:-/tmp}/seqtrain-task-sweeps.XXXXXX") || exit 2
-trap '[ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
-PASS=0; FAIL=0
-ok() { PASS=$((PASS + 1)); echo "ok - $1"; }
-not_ok() { FAIL=$((FAIL + 1)); echo "not ok - $1 ($2)"; }
+source tests/lib.sh || exit 2
+test_scratch task-sweeps
 check() { local what=$1; shift; if "$@" >/dev/null 2>&1; then ok "$what"; else not_ok "$what" "condition failed: $*"; fi; }
 MQ="$ROOT/scripts/mqar_sweep.sh"; ST="$ROOT/scripts/state_tracking.sh"
 O="$W/out"
@@ -188,5 +185,4 @@ SEQ_OUT=$O "$ST" > "$W/s2.md" 2> "$W/s2.err"; rc=$?
 check "a second state_tracking.sh reuses all 30 runs and the evaluations, same tables" \
     eval '[ "$rc" = 0 ] && [ "$(grep -c "finished earlier, reused" "$W/s2.err")" = 30 ] && ! grep -q ": training" "$W/s2.err" && { [ ! -d "$O/evalcopy" ] || [ -z "$(ls -A "$O/evalcopy")" ]; } && diff <(rows "$W/s.md") <(rows "$W/s2.md")'
 
-echo "$PASS passed, $FAIL failed" >&2
-[ "$FAIL" -eq 0 ]
+test_done

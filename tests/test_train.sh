@@ -9,11 +9,8 @@ ROOT=$(pwd)
 BIN=$(cd "$BIN" && pwd)
 export OMP_NUM_THREADS=2
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
-W=$(mktemp -d "${TMPDIR:-/tmp}/seqtrain-train.XXXXXX") || exit 2
-trap '[ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
-PASS=0; FAIL=0
-ok() { PASS=$((PASS + 1)); echo "ok - $1"; }
-not_ok() { FAIL=$((FAIL + 1)); echo "not ok - $1 ($2)"; }
+source tests/lib.sh || exit 2
+test_scratch train
 check() { local what=$1; shift; if "$@" >/dev/null 2>&1; then ok "$what"; else not_ok "$what" "condition failed: $*"; fi; }
 run() { "$@" >"$W/out" 2>"$W/err"; RC=$?; }
 losses() {  # the training-loss lines of a log without the timing fields, which differ between runs
@@ -461,5 +458,4 @@ check "a damaged data.val at the end: exit 1 naming the shard, with ckpt-0000000
     eval '[ "$RC" = 1 ] && grep -q "bad-val.shard" "$W/err" && grep -qx ckpt-00000006 "$W/runs/badval/latest" &&
           [ -f "$W/runs/badval/ckpt-00000006/model.safetensors" ]'
 
-echo "$PASS passed, $FAIL failed" >&2
-[ "$FAIL" -eq 0 ]
+test_done

@@ -8,11 +8,8 @@ set -u
 BIN=${BIN:-bin}
 export OMP_NUM_THREADS=2
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
-W=$(mktemp -d "${TMPDIR:-/tmp}/seqtrain-zeroshot.XXXXXX") || exit 2
-trap '[ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
-PASS=0; FAIL=0
-ok() { PASS=$((PASS + 1)); echo "ok - $1"; }
-not_ok() { FAIL=$((FAIL + 1)); echo "not ok - $1 ($2)"; }
+source tests/lib.sh || exit 2
+test_scratch zeroshot
 check() { local what=$1; shift; if "$@" >/dev/null 2>&1; then ok "$what"; else not_ok "$what" "condition failed: $*"; fi; }
 run() { "$@" >"$W/out" 2>"$W/err"; RC=$?; }
 refused() {  # refused WHAT NEEDLE CMD...: non-zero exit and NEEDLE in stderr
@@ -76,5 +73,4 @@ refused "a tokenizer with another vocabulary is refused" "not trained with this 
 refused "a run without data.tokenizer and no --tokenizer" "--tokenizer" \
     "$BIN/seqeval" --run "$W/a" --zeroshot piqa --tokenizer ""
 
-echo "$PASS passed, $FAIL failed" >&2
-[ "$FAIL" -eq 0 ]
+test_done
