@@ -414,6 +414,48 @@ static void test_huge_pages(void) {
     free(p);
 }
 
+// Every block and every activation buffer starts on a 64-byte cache line (core/err.c: on Intel cores a vector
+// load that straddles two lines costs two), also at shapes whose buffers are not whole lines (B T = 21).
+static int on_line_(const void *p) { return p && (uintptr_t)p % 64 == 0; }
+
+static void test_alignment(void) {
+    size_t sizes[] = {1, 17, 100000, (size_t)16 << 20};
+    int ok = 1;
+    for (int i = 0; i < 4; i++) {
+        void *a = xmalloc(sizes[i]), *b = xcalloc(sizes[i], 1), *c = xmalloc_for(sizes[i], "test block %d", i);
+        ok &= on_line_(a) && on_line_(b) && on_line_(c);
+        free(a);
+        free(b);
+        free(c);
+    }
+    CHECK(ok, "xmalloc, xcalloc and xmalloc_for return 64-byte aligned blocks (1 byte to 16 MiB)");
+    const char *kinds[] = {"{\"kind\": \"attention\", \"heads\": 2}", "{\"kind\": \"gla\", \"heads\": 2}"};
+    for (int k = 0; k < 2; k++) {
+        char json[256];
+        snprintf(json, sizeof json, "{\"vocab_size\": 0, \"d_model\": 12, \"n_layers\": 2, \"mixer\": %s}", kinds[k]);
+        Model m;
+        if (!model_json_build(json, &m, 3)) continue;
+        int B = 3, T = 7, in[21], tg[21];
+        for (int i = 0; i < B * T; i++) in[i] = tg[i] = (i * 7 + 1) % m.V;
+        Err e = {{0}};
+        int rc = model_forward_backward(&m, in, tg, B, T, B * T, &e);
+        CHECK(rc == 0, "%s model at B 3, T 7: a training step runs (%.200s)", k ? "gla" : "attention", e.msg);
+        int all = on_line_(m.params) && on_line_(m.grads) && on_line_(m.arena);
+        for (int l = 0; l < m.L; l++) {
+            const LayerActs *a = &m.la[l];
+            all &= on_line_(a->res) && on_line_(a->ln1) && on_line_(a->ln1_mean) && on_line_(a->ln1_rstd) &&
+                   on_line_(a->res_mid) && on_line_(a->ln2) && on_line_(a->ln2_mean) && on_line_(a->ln2_rstd) &&
+                   on_line_(a->fc) && on_line_(a->act) && on_line_(m.mix[l].acts);
+        }
+        all &= on_line_(m.res_out) && on_line_(m.lnf) && on_line_(m.lnf_mean) && on_line_(m.lnf_rstd) &&
+               on_line_(m.logits) && on_line_(m.xstats) && on_line_(m.losses) && on_line_(m.scratch) &&
+               on_line_(m.dres) && on_line_(m.dtmp) && on_line_(m.dfc) && on_line_(m.mix_out);
+        CHECK(all, "%s model at B 3, T 7: parameters, gradients and every activation buffer on a cache line",
+              k ? "gla" : "attention");
+        model_free(&m);
+    }
+}
+
 // the same tensors (names, shapes, offsets) with the same initial values: the same model
 static int same_model_(const Model *a, const Model *b) {
     if (a->pt.n != b->pt.n || a->pt.numel != b->pt.numel) return 0;
@@ -481,6 +523,7 @@ static void test_block_auto(void) {
 
 int main(void) {
     test_huge_pages();
+    test_alignment();
     test_block_auto();
     test_autoencoder();
     test_decode();
