@@ -72,8 +72,7 @@ static void advise_huge_(void *p, size_t n) {
 #define ALIGN_BYTES_ 64
 static void *alloc_aligned_(size_t n) {
     void *p = NULL;
-    n = n ? (n + ALIGN_BYTES_ - 1) / ALIGN_BYTES_ * ALIGN_BYTES_ : ALIGN_BYTES_;
-    return posix_memalign(&p, ALIGN_BYTES_, n) == 0 ? p : NULL;
+    return posix_memalign(&p, ALIGN_BYTES_, n ? n : 1) == 0 ? p : NULL;
 }
 
 void *xmalloc(size_t n) {
