@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/rng.h"
+#include "mixers/mixer_kit.h"
 #include "nn/activation.h"
 #include "nn/embedding.h"
 #include "nn/matmul.h"
@@ -378,9 +379,9 @@ size_t model_layer_posterior_var(const Model *m, int l, int b, float *var) {
 // ----------------------------------------------------------------------------
 // activations: one arena for the current (B,T)
 
-// the arena's layout: with base NULL it only counts (the arena's size in floats); with the arena, it also
-// points every buffer into it. Buffers take whole cache lines (16 floats) so each starts on one, as the
-// arena does (core/err.c says why that matters).
+// the arena's layout: with base NULL it only counts (the arena's size in floats; the pointers it sets are
+// NULL then), with the arena it points every buffer into it. mixer_take gives each buffer whole cache lines,
+// as within a mixer's own activations.
 static size_t model_layout_acts_(Model *m, int B, int T, float *base) {
     size_t BT = (size_t)B * T, C = (size_t)m->C, H = (size_t)m->hidden, n = 0;
     size_t F = m->mlp_kind == MLP_SWIGLU ? 2 * H : H, scratch = 0;
@@ -394,12 +395,7 @@ static size_t model_layout_acts_(Model *m, int B, int T, float *base) {
     if (m->ae) W = C > D1 ? (C > D2 ? C : D2) : (D1 > D2 ? D1 : D2);
     // dact only for ReLU/SwiGLU: GELU's backward is an epilogue of the matmul that forms d act
     size_t dact = m->mlp_kind == MLP_GELU ? 0 : BT * H;
-#define TAKE_(ptr, count)                               \
-    do {                                                \
-        float *p_ = base ? base + n : NULL;             \
-        n += ((size_t)(count) + 15) & ~(size_t)15;      \
-        if (base) (ptr) = p_;                           \
-    } while (0)
+#define TAKE_(ptr, count) ((ptr) = mixer_take(base, &n, (count), 1))
     for (int l = 0; l < m->L; l++) {
         LayerActs *a = &m->la[l];
         TAKE_(a->res, BT * C);
@@ -410,7 +406,7 @@ static size_t model_layout_acts_(Model *m, int B, int T, float *base) {
         TAKE_(a->ln2, BT * C);
         TAKE_(a->ln2_mean, BT);
         TAKE_(a->ln2_rstd, BT);
-        if (base) a->fc = a->act = NULL;
+        a->fc = a->act = NULL;
         if (m->lp[l].has_mlp) {
             TAKE_(a->fc, BT * F);
             TAKE_(a->act, BT * H);
@@ -425,12 +421,10 @@ static size_t model_layout_acts_(Model *m, int B, int T, float *base) {
     TAKE_(m->logits, BT * (size_t)m->V);
     TAKE_(m->xstats, 2 * BT);
     TAKE_(m->losses, BT);
-    if (base) m->mc_w = NULL;
+    m->mc_w = NULL;
     if (m->mc > 1) TAKE_(m->mc_w, BT);
-    if (base) {
-        m->dec_x = m->dec_n1 = m->dec_f1 = m->dec_a1 = m->dec_n2 = m->dec_f2 = m->dec_a2 = m->dec_g = NULL;
-        m->dec_n1_mean = m->dec_n1_rstd = m->dec_n2_mean = m->dec_n2_rstd = NULL;
-    }
+    m->dec_x = m->dec_n1 = m->dec_f1 = m->dec_a1 = m->dec_n2 = m->dec_f2 = m->dec_a2 = m->dec_g = NULL;
+    m->dec_n1_mean = m->dec_n1_rstd = m->dec_n2_mean = m->dec_n2_rstd = NULL;
     if (m->ae) {
         TAKE_(m->dec_x, BT * C);
         TAKE_(m->dec_n1, BT * C);
@@ -450,7 +444,7 @@ static size_t model_layout_acts_(Model *m, int B, int T, float *base) {
     TAKE_(m->dtmp, BT * W);
     TAKE_(m->dfc, BT * F);
     TAKE_(m->dact, dact);
-    if (base && !dact) m->dact = NULL;
+    if (!dact) m->dact = NULL;
     TAKE_(m->mix_out, BT * C);
 #undef TAKE_
     return n;
