@@ -70,7 +70,7 @@ static void naive_backward_(float *dq, float *dk, float *dv, const float *dout, 
                             const float *k, const float *v, float scale, int B, int NH, int T, int HS) {
     #pragma omp parallel
     {
-        float *da = (float *)malloc((size_t)T * sizeof(float));
+        float *da = (float *)xmalloc((size_t)T * sizeof(float));
         #pragma omp for collapse(2)
         for (int b = 0; b < B; b++) {
             for (int h = 0; h < NH; h++) {
@@ -168,7 +168,7 @@ int main(void) {
             free(att);
         }
         // RFA: per-head lag tables shaped like the rfa mixer's at init
-        float *tabs = (float *)malloc(3 * (size_t)NH * T * sizeof(float)), beta[64];
+        float *tabs = (float *)xmalloc(3 * (size_t)NH * T * sizeof(float)), beta[64];
         for (int h = 0; h < NH; h++) {
             double mu = 0.002 * h;
             for (int d = 0; d < T; d++) {
@@ -181,7 +181,7 @@ int main(void) {
         }
         AttnFilter f = {ATTN_FILTER_STUDENT, T, tabs, tabs + (size_t)NH * T, tabs + 2 * (size_t)NH * T, beta,
                         NULL, NULL, NULL, NULL};
-        float *g = (float *)calloc(3 * (size_t)NH * T + NH, sizeof(float));
+        float *g = (float *)xcalloc(3 * (size_t)NH * T + NH, sizeof(float));
         f.dbias = g; f.dprec = g + (size_t)NH * T; f.ddecay = g + 2 * (size_t)NH * T; f.dbeta = g + 3 * (size_t)NH * T;
         AttnOpts of = o;
         of.filter = &f;

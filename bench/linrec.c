@@ -46,8 +46,8 @@ static void naive_fwd_bwd_(float *o, float *dq, float *dk, float *dv, float *dg,
     size_t KV = (size_t)K * V;
 #pragma omp parallel
     {
-        float *S = malloc((size_t)(T + 1) * KV * sizeof(float)), *dS = malloc(KV * sizeof(float));
-        float *a = malloc((size_t)K * sizeof(float)), *av = malloc((size_t)V * sizeof(float));  // av: per value channel
+        float *S = xmalloc((size_t)(T + 1) * KV * sizeof(float)), *dS = xmalloc(KV * sizeof(float));
+        float *a = xmalloc((size_t)K * sizeof(float)), *av = xmalloc((size_t)V * sizeof(float));  // av: per value channel
 #pragma omp for schedule(dynamic, 1)
         for (int bh = 0; bh < d->B * H; bh++) {
             int b = bh / H, h = bh % H;
@@ -109,8 +109,8 @@ static void naive_delta_fwd_bwd_(float *o, float *dq, float *dk, float *dv, floa
     size_t KV = (size_t)K * V;
 #pragma omp parallel
     {
-        float *S = malloc((size_t)(T + 1) * KV * sizeof(float)), *dS = malloc(KV * sizeof(float));
-        float *u = malloc((size_t)V * sizeof(float)), *w = malloc((size_t)V * sizeof(float));
+        float *S = xmalloc((size_t)(T + 1) * KV * sizeof(float)), *dS = xmalloc(KV * sizeof(float));
+        float *u = xmalloc((size_t)V * sizeof(float)), *w = xmalloc((size_t)V * sizeof(float));
 #pragma omp for schedule(dynamic, 1)
         for (int bh = 0; bh < d->B * H; bh++) {
             int b = bh / H, h = bh % H;
@@ -218,9 +218,9 @@ int main(int argc, char **argv) {
             size_t BTH = (size_t)Bt * T * H, nK = BTH * D;
             size_t ng = decay == LINREC_HEAD ? (size_t)H : decay == LINREC_TOKEN ? BTH : decay >= LINREC_CHANNEL ? nK : 1;
             float *q = bench_filled(nK, 1, -1, 1), *k = bench_filled(nK, 2, -1, 1), *v = bench_filled(nK, 3, -1, 1);
-            float *g = bench_filled(ng, 4, -0.5f, -0.01f), *dout = bench_filled(nK, 5, -1, 1), *o = malloc(nK * sizeof(float));
-            float *dq = calloc(nK, sizeof(float)), *dk = calloc(nK, sizeof(float)), *dv = calloc(nK, sizeof(float));
-            float *dg = calloc(ng, sizeof(float)), *ck = malloc(linrec_ckpt_size(&d) * sizeof(float));
+            float *g = bench_filled(ng, 4, -0.5f, -0.01f), *dout = bench_filled(nK, 5, -1, 1), *o = xmalloc(nK * sizeof(float));
+            float *dq = xcalloc(nK, sizeof(float)), *dk = xcalloc(nK, sizeof(float)), *dv = xcalloc(nK, sizeof(float));
+            float *dg = xcalloc(ng, sizeof(float)), *ck = xmalloc(linrec_ckpt_size(&d) * sizeof(float));
             double t1[MAX_REPS], t2[MAX_REPS];
             int n1 = 0, n2 = 0;
             double tot = 0.0;
@@ -275,10 +275,10 @@ int main(int argc, char **argv) {
                 for (int c = 0; c < D; c++) k[r * D + c] /= (float)sqrt(s);
             }
             float *beta = bench_filled(BTH, 6, 0.05f, 0.95f), *g = bench_filled(BTH, 4, -0.5f, -0.01f);
-            float *dout = bench_filled(nK, 5, -1, 1), *o = malloc(nK * sizeof(float)), *on = malloc(nK * sizeof(float));
-            float *dq = calloc(nK, sizeof(float)), *dk = calloc(nK, sizeof(float)), *dv = calloc(nK, sizeof(float));
-            float *db = calloc(BTH, sizeof(float)), *dg = calloc(BTH, sizeof(float));
-            float *ck = malloc(delta_ckpt_size(&d) * sizeof(float));
+            float *dout = bench_filled(nK, 5, -1, 1), *o = xmalloc(nK * sizeof(float)), *on = xmalloc(nK * sizeof(float));
+            float *dq = xcalloc(nK, sizeof(float)), *dk = xcalloc(nK, sizeof(float)), *dv = xcalloc(nK, sizeof(float));
+            float *db = xcalloc(BTH, sizeof(float)), *dg = xcalloc(BTH, sizeof(float));
+            float *ck = xmalloc(delta_ckpt_size(&d) * sizeof(float));
             const float *gp = gated ? g : NULL;
             double t1[MAX_REPS], t2[MAX_REPS];
             int n1 = 0, n2 = 0;
