@@ -3,7 +3,7 @@
  * triple loop over many (odd, edge, empty) shapes; every kernel set the machine supports (core/cpu.h:
  * avx512, avx2, generic - each with its own micro-kernel and blocking) agrees bit for bit with the active one;
  * matmul_forward with/without bias; matmul_backward by gradient check, accumulation and NULL outputs;
- * bit-identical results with 1, 2 and 3 threads; matmul_fused (bias start, GELU and GELU-gradient
+ * bit-identical results with 1, 2, 3 and 9 threads (K slices included); matmul_fused (bias start, GELU and GELU-gradient
  * epilogues) gives the same bits as matmul followed by the separate passes; up to 4 rows against a (N,K)
  * weight (decoding's row path) give the bits of the same rows inside a taller (tiled) call.
  */
@@ -57,7 +57,10 @@ static void test_layouts(void) {
                                     {40, 600, 100}, {530, 70, 300},
                                     // transposed A packed in tiles of the most rows, with a whole KC_ block
                                     // (the AVX2 set once planned 516-row tiles, 6 more than its A buffer)
-                                    {1024, 20, 256}};
+                                    {1024, 20, 256},
+                                    // transposed A with a long K: the K slices (3 with a short last one; 8, the
+                                    // most), summed onto C after
+                                    {40, 30, 2100}, {20, 9, 9000}};
     GcRng rng = {42};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
@@ -214,6 +217,7 @@ static void test_threads(void) {
     test_threads_shape(200, 300, 600);
     test_threads_shape(100, 700, 200);
     test_threads_shape(520, 300, 130);  // with 9 threads, more tiles than threads: the dynamic schedule
+    test_threads_shape(96, 200, 2600);  // transposed A: K slices, their tiles shared by the threads
 #endif
 }
 

@@ -2,7 +2,9 @@
  * Matrix multiply (see matmul.h). GotoBLAS/BLIS-style blocking, written for this project:
  *
  *   one parallel region per call; the output is cut into MT x NT tiles (plan_), handed out statically (from
- *   MM_GRAIN_THREADS_ threads on: dynamically, several per thread)
+ *   MM_GRAIN_THREADS_ threads on: dynamically, several per thread); a weight gradient with a small output and
+ *   a long K is also cut into K slices (k_slices_), each computed over its own copy of the output, and these
+ *   are then added onto C in order
  *   for each tile a thread owns:
  *     for each K block of kc (in order, so every C element is reduced over K in a fixed order)
  *       pack op(A)[tile rows, kblock] into MR_-row panels  (k-major inside a panel: a[k*MR_ + i]),
@@ -22,7 +24,8 @@
  * zero-padded to whole MR_/NR_ so the kernel never needs an edge case (edge micro-tiles go through a
  * small local tile).
  * Every output element is one fma chain over k = 0..K-1 starting from 0 (or C): K blocking only stores
- * and reloads the exact float, so neither the tiling nor the thread count changes a single bit.
+ * and reloads the exact float, so neither the tiling nor the thread count changes a single bit. With K slices
+ * it is one chain per slice, summed in slice order; the slices depend on the shape only, so the same holds.
  */
 #include "nn/matmul.h"
 
@@ -315,37 +318,48 @@ static void pack_b_cols_(float *dst, const float *B, int N, int K, int j0, int k
 }
 
 // ----------------------------------------------------------------------------
-// per-thread packing buffers: allocated on a thread's first call at the fixed maximum size and reused by
-// every later call (no malloc in the hot path; the OpenMP pool threads live as long as the process).
-// Every buffer is also linked into one list that an atexit handler frees, so nothing is left to leak.
+// per-thread buffers: the packing buffer (allocated on a thread's first call at the fixed maximum size) and the
+// K slices' scratch of a calling thread (grown as needed), reused by every later call (no malloc in the hot
+// path; the OpenMP pool threads live as long as the process). Every block is also linked into one list that an
+// atexit handler frees, so nothing is left to leak.
 
 #define APACK_FLOATS_ ((size_t)MT_MAX_ * KC_)  // A block (MT_MAX_ rows, KC_)
 #define BPACK_FLOATS_ ((size_t)KC_ * NT_MAX_)  // B block (KC_, NT_MAX_ cols)
+#define BLOCK_HDR_ 64  // a block's list link, padded to a cache line (xmalloc's blocks start on one)
 
 static _Thread_local float *pack_buf_ = NULL;  // this thread's buffer: APACK_FLOATS_ + BPACK_FLOATS_
-static void *pack_list_ = NULL;                // every thread's raw block; each starts with the next pointer
+static _Thread_local size_t pack_cap_ = 0;
+static void *block_list_ = NULL;  // every thread's raw blocks; each starts with the next pointer
+static int block_atexit_ = 0;
 
-static void free_pack_bufs_(void) {
-    while (pack_list_ != NULL) {
-        void *next = *(void **)pack_list_;
-        free(pack_list_);
-        pack_list_ = next;
+static void free_blocks_(void) {
+    while (block_list_ != NULL) {
+        void *next = *(void **)block_list_;
+        free(block_list_);
+        block_list_ = next;
     }
 }
 
-static float *thread_pack_buf_(void) {
-    if (pack_buf_ == NULL) {
-        // raw block: the list link, then the buffer 64-byte aligned (the kernels use aligned panel loads)
-        char *raw = (char *)xmalloc((APACK_FLOATS_ + BPACK_FLOATS_) * sizeof(float) + sizeof(void *) + 64);
-#pragma omp critical(matmul_pack_list)
-        {
-            if (pack_list_ == NULL) atexit(free_pack_bufs_);
-            *(void **)raw = pack_list_;
-            pack_list_ = raw;
-        }
-        pack_buf_ = (float *)(((uintptr_t)(raw + sizeof(void *)) + 63) & ~(uintptr_t)63);
+// *buf: this thread's block of at least n floats (*cap of them), on a cache line (the kernels use aligned panel
+// loads); a smaller block it held is freed
+static float *thread_block_(float **buf, size_t *cap, size_t n) {
+    if (*cap >= n) return *buf;
+    char *raw = (char *)xmalloc(n * sizeof(float) + BLOCK_HDR_);
+    char *old = *buf ? (char *)*buf - BLOCK_HDR_ : NULL;
+#pragma omp critical(matmul_block_list)
+    {
+        if (!block_atexit_) atexit(free_blocks_);
+        block_atexit_ = 1;
+        void **link = &block_list_;
+        while (old && *link && *link != old) link = (void **)*link;
+        if (old && *link == old) *link = *(void **)old;
+        *(void **)raw = block_list_;
+        block_list_ = raw;
     }
-    return pack_buf_;
+    free(old);
+    *buf = (float *)(raw + BLOCK_HDR_);
+    *cap = n;
+    return *buf;
 }
 
 // ----------------------------------------------------------------------------
@@ -422,19 +436,20 @@ static void epilogue_(const MatmulFuse *f, float *c, size_t ldc, int i0, int j0,
     }
 }
 
-// one output tile (rows i_begin.., cols j_begin..) over all of K
+// one output tile (rows i_begin.., cols j_begin..) over k in [k_begin, k_end) (all of K, or one K slice); K is
+// the full length (the row stride of A or B where they are stored with k along their rows)
 static void compute_tile_(KernelFn kernel, float *buf, float *C, const float *A, const float *B, int M, int N,
                           int K, int transA, int transB, int accumulate, int i_begin, int i_end, int j_begin,
-                          int j_end, int kc_max, int a_packed, const MatmulFuse *f) {
+                          int j_end, int k_begin, int k_end, int kc_max, int a_packed, const MatmulFuse *f) {
     const float *bias = f && !accumulate ? f->bias : NULL;
     int epi = f && f->epi != MM_EPI_NONE;
     float *apack = buf, *bpack = buf + APACK_FLOATS_;
     int m_panels = (i_end - i_begin + MR_ - 1) / MR_, n_panels = (j_end - j_begin + NR_ - 1) / NR_;
-    for (int k0 = 0; k0 < K; k0 += kc_max) {
-        int kc = K - k0 < kc_max ? K - k0 : kc_max;
+    for (int k0 = k_begin; k0 < k_end; k0 += kc_max) {
+        int kc = k_end - k0 < kc_max ? k_end - k0 : kc_max;
         // the first K block overwrites C (starting from the bias, if any) unless accumulating; later blocks
         // add on; the last one leaves the final values for the epilogue
-        int load_c = accumulate || k0 > 0, last = k0 + kc >= K;
+        int load_c = accumulate || k0 > k_begin, last = k0 + kc >= k_end;
         // apack: m_panels x (kc, MR_); bpack: n_panels x (kc, NR_)
         if (a_packed || !transA) {
             // apack already holds these rows over all of K (one K block), packed by the previous tile; or
@@ -524,21 +539,50 @@ static void rows_transb_(float *C, const float *A, const float *B, int M, int N,
     }
 }
 
-// tile number `tile` of plan t (row-major over the tile grid). A thread's consecutive tiles often share
-// their tile row (always under the static schedule), and when all of K is one block they then share its
-// packed A too (the LM head forward: 32 column tiles per row): *last_ti is the row this thread's apack holds
-static void run_tile_(KernelFn kernel, float *buf, float *C, const float *A, const float *B, int M, int N, int K,
-                      int transA, int transB, int accumulate, const Tiling *t, int tile, int *last_ti,
-                      const MatmulFuse *f) {
+// work item `item` of a call: K slice item / tiles (k in [slice * k_len, +k_len), into C for slice 0, else into
+// its part of the scratch, from zero), tile item % tiles of plan t (row-major over the tile grid). A thread's
+// consecutive tiles often share their tile row (always under the static schedule), and when the k range is one
+// K block they then share its packed A too (the LM head forward: 32 column tiles per row): *last_ti is the row
+// (numbered per slice) this thread's apack holds
+static void run_item_(KernelFn kernel, float *buf, float *C, float *scratch, const float *A, const float *B, int M,
+                      int N, int K, int k_len, int transA, int transB, int accumulate, const Tiling *t, int item,
+                      int *last_ti, const MatmulFuse *f) {
+    int tiles = t->m_tiles * t->n_tiles, slice = item / tiles, tile = item % tiles;
+    int k_begin = slice * k_len, k_end = k_begin + k_len < K ? k_begin + k_len : K;
+    float *out = slice ? scratch + (size_t)(slice - 1) * M * N : C;
     int ti = tile / t->n_tiles, tj = tile % t->n_tiles;
     int i_begin = ti * t->mt, j_begin = tj * t->nt;
     int i_end = i_begin + t->mt < M ? i_begin + t->mt : M;
     int j_end = j_begin + t->nt < N ? j_begin + t->nt : N;
-    int a_packed = ti == *last_ti && K <= t->kc;
-    compute_tile_(kernel, buf, C, A, B, M, N, K, transA, transB, accumulate, i_begin, i_end, j_begin, j_end, t->kc,
-                  a_packed, f);
-    *last_ti = ti;
+    int row_id = slice * t->m_tiles + ti;
+    int a_packed = row_id == *last_ti && k_end - k_begin <= t->kc;
+    compute_tile_(kernel, buf, out, A, B, M, N, K, transA, transB, slice ? 0 : accumulate, i_begin, i_end, j_begin,
+                  j_end, k_begin, k_end, t->kc, a_packed, f);
+    *last_ti = row_id;
 }
+
+// K slices: a weight gradient (transA: K = the tokens) with a small output and a long K is cut into slices
+// of K that are computed independently (slice 0 into C, the others from zero into a scratch), then added onto
+// C in slice order. Without them, 16 threads cut a 512 x 256 output (the q, k, v weight gradients over 4096
+// tokens) into 64 tiles of 32 x 64, and each tile repacked its A rows and B columns over all of K: as much
+// copying as computing, about half the peak. With 4 slices the same threads get 4x larger tiles.
+// The slices depend on M, N and K only, never on the thread count, so the bits do not either; they do differ
+// from one fma chain over all of K (each slice's chain starts from 0, and the slices are then summed).
+#define KSPLIT_MIN_K_ 2048           // shorter K: no slices
+#define KSPLIT_MAX_OUT_ (1L << 19)   // outputs up to this many elements (larger ones have tiles enough)
+#define KSPLIT_LEN_ 1024             // slice length (4 K blocks), so slices = K / 1024 ...
+#define KSPLIT_MAX_ 8                // ... up to 8 (the scratch holds slices - 1 outputs)
+
+static int k_slices_(int M, int N, int K, int transA, const MatmulFuse *f) {
+    if (!transA || K < KSPLIT_MIN_K_ || (long)M * N > KSPLIT_MAX_OUT_) return 1;
+    if (f && (f->bias || f->epi != MM_EPI_NONE)) return 1;  // the bias and epilogues belong to one chain
+    int s = (K + KSPLIT_LEN_ - 1) / KSPLIT_LEN_;
+    return s < KSPLIT_MAX_ ? s : KSPLIT_MAX_;
+}
+
+// the calling thread's scratch for the slices past the first, grown as needed and kept for later calls
+static _Thread_local float *slice_buf_ = NULL;
+static _Thread_local size_t slice_cap_ = 0;  // floats
 
 void matmul(float *C, const float *A, const float *B, int M, int N, int K, int transA, int transB, int accumulate) {
     matmul_fused(C, A, B, M, N, K, transA, transB, accumulate, NULL);
@@ -577,13 +621,19 @@ void matmul_fused(float *C, const float *A, const float *B, int M, int N, int K,
         rows_transb_(C, A, B, M, N, K, accumulate, f ? f->bias : NULL, threads);
         return;
     }
-    // many threads: plan for MM_GRAIN_ tiles per thread and hand them out dynamically (below)
+    // many threads: plan for MM_GRAIN_ tiles per thread and hand them out dynamically (below); with K slices,
+    // the slices share those tiles
     int grain = threads >= MM_GRAIN_THREADS_ ? MM_GRAIN_ : 1;
-    Tiling t = plan_(M, N, K, threads * grain, !transA);
-    int tiles = t.m_tiles * t.n_tiles;
+    int slices = k_slices_(M, N, K, transA, f);
+    int k_len = slices > 1 ? ((K + slices - 1) / slices + 7) / 8 * 8 : K;  // slice length (the last may be shorter)
+    int units = threads * grain / slices;
+    Tiling t = plan_(M, N, k_len, units > 1 ? units : 1, !transA);
+    int tiles = t.m_tiles * t.n_tiles, items = slices * tiles;
+    size_t mn = (size_t)M * N;
+    float *scratch = slices > 1 ? thread_block_(&slice_buf_, &slice_cap_, (size_t)(slices - 1) * mn) : NULL;
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
-        float *buf = thread_pack_buf_();
+        float *buf = thread_block_(&pack_buf_, &pack_cap_, APACK_FLOATS_ + BPACK_FLOATS_);
         int last_ti = -1;  // tile row whose A block this thread's apack holds (when K is a single block)
         // which thread computes a tile never changes its result, so the schedule is free to choose:
         // static (one contiguous run of tiles per thread, no shared counter) with few threads; dynamic with
@@ -591,12 +641,23 @@ void matmul_fused(float *C, const float *A, const float *B, int M, int N, int K,
         // hold every other thread at the end of each matmul
         if (grain > 1) {
 #pragma omp for schedule(dynamic, 1)
-            for (int tile = 0; tile < tiles; tile++) run_tile_(kernel, buf, C, A, B, M, N, K, transA, transB,
-                                                              accumulate, &t, tile, &last_ti, f);
+            for (int item = 0; item < items; item++) run_item_(kernel, buf, C, scratch, A, B, M, N, K, k_len, transA,
+                                                              transB, accumulate, &t, item, &last_ti, f);
         } else {
 #pragma omp for schedule(static)
-            for (int tile = 0; tile < tiles; tile++) run_tile_(kernel, buf, C, A, B, M, N, K, transA, transB,
-                                                              accumulate, &t, tile, &last_ti, f);
+            for (int item = 0; item < items; item++) run_item_(kernel, buf, C, scratch, A, B, M, N, K, k_len, transA,
+                                                              transB, accumulate, &t, item, &last_ti, f);
+        }
+        // the slices past the first onto C, in slice order (after the loop's barrier: every slice is done)
+        if (slices > 1) {
+#pragma omp for schedule(static)
+            for (int i = 0; i < M; i++) {
+                float *c_i = C + (size_t)i * N;
+                for (int s = 1; s < slices; s++) {
+                    const float *p_i = scratch + (size_t)(s - 1) * mn + (size_t)i * N;
+                    for (int j = 0; j < N; j++) c_i[j] += p_i[j];
+                }
+            }
         }
     }
 }

@@ -4,9 +4,10 @@
  * matmul() computes C = op(A) op(B) (optionally += into C) for all four transpose layouts by packing
  * panels of B (and of A when it is stored transposed; a row-major A is read in place) into one contiguous
  * layout, so a single register-tiled micro-kernel does the work.
- * Parallel over output tiles only: each output element is reduced over K in the same order whatever
- * the thread count, so results are bit-identical for any OMP_NUM_THREADS, and for every kernel set
- * (core/cpu.h: each set's micro-kernel does one fma per k per element in k order, as the portable one does).
+ * Parallel over output tiles (and, for a weight gradient with a small output and a long K, over fixed slices of
+ * K that are summed in order after): each output element is reduced over K in the same order whatever the
+ * thread count, so results are bit-identical for any OMP_NUM_THREADS, and for every kernel set (core/cpu.h:
+ * each set's micro-kernel does one fma per k per element in k order, as the portable one does).
  * matmul_forward/matmul_backward are the llm.c-style wrappers for a PyTorch Linear layer.
  */
 #ifndef SEQ_MATMUL_H
