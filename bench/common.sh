@@ -1,7 +1,8 @@
 # Shared by the bench scripts (sourced, not run):
-#   bench_setup NAME WHAT...   builds bin/ and the benches if absent, prepares the WikiText-2 shards if absent,
-#                              then prints "NAME: <CPU model>, nproc N, load average ..." and
-#                              "NAME: commit <hash>, WHAT..."
+#   bench_setup NAME WHAT...   brings bin/ and the benches up to date with the sources (make; nothing to do when
+#                              they are, so an edited tree is never timed with its old binaries), prepares the
+#                              WikiText-2 shards if absent, then prints "NAME: <CPU model>, nproc N, load average ..."
+#                              and "NAME: commit <hash>[ with uncommitted changes], WHAT..."
 #   kernels_of FILE            the kernel set a seqtrain/seqeval output FILE names ("... 2 threads, avx2 kernels")
 #   torch_run LIB CORETYPE ALLOC ARGS...
 #                              bench/torch_train.py with $TORCH_MODEL ARGS on $THREADS threads, with only this BLAS
@@ -36,11 +37,16 @@ if [ "${AVX2_ONLY:-0}" = 1 ]; then export SEQ_KERNELS=avx2 AVX2_NOTE=", AVX2 onl
 
 bench_setup() {
     local name=$1; shift
-    [ -x bin/seqtrain ] || make -j"$(nproc)" tools
-    [ -x build/release/bench/matmul ] || make -j"$(nproc)" benches
+    make -s -j"$(nproc)" tools benches >&2 || { echo "$name: make tools benches failed" >&2; exit 1; }
     [ -f build/data/wikitext2/train.shard ] || make data
     echo "$name: $(lscpu | sed -n 's/^Model name: *//p'), nproc $(nproc), load average $(cut -d' ' -f1-3 /proc/loadavg)"
-    echo "$name: commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $*"
+    local rev
+    rev=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+    # the numbers belong to the tree as it is: say so when it is not the commit
+    if [ "$rev" != unknown ] && [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then
+        rev="$rev with uncommitted changes"
+    fi
+    echo "$name: commit $rev, $*"
 }
 
 kernels_of() { sed -n 's/.* \([a-z0-9]*\) kernels$/\1/p' "$1" | head -n 1; }

@@ -29,7 +29,7 @@ SEQ=${SEQ:-build/cuda/bin/seqtrain}
 RUN_DIR=$(mktemp -d /tmp/seqtrain_gpu_speed.XXXXXX)
 trap 'rm -rf "$RUN_DIR"' EXIT
 if [ "$STEPS" -le 5 ]; then echo "gpu_speed: STEPS must be > 5 (3 warmup steps)" >&2; exit 1; fi
-[ -x "$SEQ" ] || make -j"$(nproc)" CUDA=1 tools
+make -s -j"$(nproc)" CUDA=1 tools >&2  # up to date with the sources (make does nothing when it is)
 [ -f build/data/wikitext2/train.shard ] || make data
 command -v nvidia-smi >/dev/null && echo "gpu_speed: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader)"
 echo "gpu_speed: $(lscpu | sed -n 's/^Model name: *//p'), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $STEPS steps"

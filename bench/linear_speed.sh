@@ -55,7 +55,7 @@ all=""; for r in "${ROWS[@]}"; do all+="${r%%|*} "; done
 MIXERS=${MIXERS:-$all}
 
 source bench/common.sh
-[ -x build/release/bench/linrec ] || make -s -j"$(nproc)" build/release/bench/linrec
+make -s -j"$(nproc)" build/release/bench/linrec >&2  # up to date with the sources (make does nothing when it is)
 
 section() {
     bench_setup linear_speed "$STEPS steps, $THREADS threads, T = $TS, $TOKENS tokens a step" | sed 's/^linear_speed: /- /'

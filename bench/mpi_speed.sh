@@ -8,7 +8,7 @@
 #
 # A step is GRAD_ACCUM (default 4) micro-batches of 8 / GRAD_ACCUM... windows: the same 8 x 512 tokens for
 # every row, shared by the ranks. tokens/s and the all-reduce share are medians over the steps after the
-# first 2. Builds the MPI variant (make MPI=1) when it is missing.
+# first 2. Builds the MPI variant (make MPI=1), or brings it up to date.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -25,7 +25,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 source bench/common.sh
 bench_setup mpi_speed "$CONFIG, $STEPS steps of $GRAD_ACCUM micro-batches, $TOTAL_THREADS threads in all"
-[ -x "$MPI_BIN/seqtrain" ] || make -j"$(nproc)" MPI=1 tools
+make -s -j"$(nproc)" MPI=1 tools >&2  # up to date with the sources (make does nothing when it is)
 batch=$(( $("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["train"]["batch_size"])' "$CONFIG") / GRAD_ACCUM ))
 [ "$batch" -ge 1 ] || { echo "mpi_speed: GRAD_ACCUM $GRAD_ACCUM is larger than the config's batch" >&2; exit 2; }
 

@@ -16,7 +16,7 @@ CONFIG=bench/configs/speed_rope.json
 RUN_DIR=$(mktemp -d /tmp/seqtrain_rfa_speed.XXXXXX)
 trap 'rm -rf "$RUN_DIR"' EXIT
 if [ "$STEPS" -le 3 ]; then echo "rfa_speed: STEPS must be > 3 (the first 2 steps are not timed)" >&2; exit 1; fi
-[ -x bin/seqtrain ] || make -j2 tools
+make -s -j"$(nproc)" tools >&2  # up to date with the sources (make does nothing when it is)
 [ -f build/data/wikitext2/train.shard ] || make data
 
 echo "rfa_speed: $(lscpu | sed -n 's/^Model name: *//p'), nproc $(nproc), load average $(cut -d' ' -f1-3 /proc/loadavg)"

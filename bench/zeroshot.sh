@@ -17,7 +17,7 @@ CONFIGS=${CONFIGS:-gpt kla}
 TASKS=${TASKS:-paper}
 LIMIT=${LIMIT:-200}
 THREADS=${THREADS:-2}
-[ -x bin/seqeval ] || make -j"$(nproc)" tools
+make -s -j"$(nproc)" tools >&2  # up to date with the sources (make does nothing when it is)
 [ -f build/data/wikitext2/train.shard ] || make data
 DIR=$(mktemp -d /tmp/zeroshot_bench.XXXXXX)
 trap 'rm -rf "$DIR"' EXIT
