@@ -21,10 +21,11 @@ REPS=${REPS:-3}
 BATCH=${BATCH:-1}
 CONFIGS=${CONFIGS:-configs/lm/cpu/gpt.json configs/lm/cpu/kla.json}
 OUT=${1:-}
-BENCH=${BENCH:-build/release/bench/generate}
+BENCH_DEFAULT=build/release/bench/generate
+BENCH=${BENCH:-$BENCH_DEFAULT}
 
 # the default build is brought up to date with the sources (make does nothing when it is); a BENCH given is run as it is
-if [ "$BENCH" = build/release/bench/generate ]; then make -s -j"$(nproc)" "$BENCH" >&2; fi
+if [ "$BENCH" = "$BENCH_DEFAULT" ]; then make -s -j"$(nproc)" "$BENCH" >&2; fi
 [ -x "$BENCH" ] || { echo "$0: $BENCH is not an executable" >&2; exit 2; }
 args=(--contexts "$CONTEXTS" --tokens "$TOKENS" --reps "$REPS" --batch "$BATCH")
 

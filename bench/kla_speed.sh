@@ -25,10 +25,11 @@ MEM_T=${MEM_T:-$(tr ',' '\n' <<< "$TS" | sort -n | tail -n 1)}
 KLA=${KLA:-}
 ATTENTION=${ATTENTION:-}
 OUT=${1:-}
-BENCH=${BENCH:-build/release/bench/kla}   # another build of bench/kla.c, e.g. one made for another machine
+BENCH_DEFAULT=build/release/bench/kla
+BENCH=${BENCH:-$BENCH_DEFAULT}   # another build of bench/kla.c, e.g. one made for another machine
 
 # the default build is brought up to date with the sources (make does nothing when it is); a BENCH given is run as it is
-if [ "$BENCH" = build/release/bench/kla ]; then make -s -j"$(nproc)" "$BENCH" >&2; fi
+if [ "$BENCH" = "$BENCH_DEFAULT" ]; then make -s -j"$(nproc)" "$BENCH" >&2; fi
 [ -x "$BENCH" ] || { echo "$0: $BENCH is not an executable" >&2; exit 2; }
 specs=()
 [ -n "$KLA" ] && specs+=(--kla "$KLA")

@@ -54,8 +54,7 @@ ROWS=(
 all=""; for r in "${ROWS[@]}"; do all+="${r%%|*} "; done
 MIXERS=${MIXERS:-$all}
 
-source bench/common.sh
-make -s -j"$(nproc)" build/release/bench/linrec >&2  # up to date with the sources (make does nothing when it is)
+source bench/common.sh  # bench_setup (in section) brings bin/ and build/release/bench/linrec up to date
 
 section() {
     bench_setup linear_speed "$STEPS steps, $THREADS threads, T = $TS, $TOKENS tokens a step" | sed 's/^linear_speed: /- /'
