@@ -4,8 +4,9 @@
 #      tests again under every other kernel set this CPU supports (SEQ_KERNELS, src/core/cpu.h)
 #   2. the same under ASan + UBSan (SANITIZE=1): memory errors and undefined behaviour fail the run (the shell
 #      tests of the table and sweep scripts excepted: ASAN_SKIP below)
-#   3. PORTABLE=1 (base -march=x86-64): no AVX instruction outside the avx2/avx512 copies of nn/, and the C
-#      unit tests under every kernel set
+#   3. PORTABLE=1 (base -march=x86-64): no AVX instruction outside the avx2/avx512 copies of nn/, the C
+#      unit tests under every kernel set, and the binaries on CPUs emulated by QEMU (tests/emulated_cpus.sh:
+#      AMD Zen 3 without AVX-512, x86-64 without AVX)
 #   4. the NO_OMP=1 and DEBUG=1 variants must build
 #   5. MPI=1: data-parallel training with two ranks (tests/mpi/test_mpi.sh)
 #   6. the GPU backend (tests/gpu/run.sh): its kernels emulated on the CPU against the CPU path, everywhere; where
@@ -34,11 +35,13 @@ count() {  # count() NAME RC LOGFILE
     mark=$SECONDS
 }
 
-# the kernel sets this CPU runs (the names bench/matmul and seqtrain print), best first
-kernel_sets() {
+# the kernel sets this CPU and the build in BINDIR run (the names bench/matmul and seqtrain print), best first:
+# seqtrain checks SEQ_KERNELS before anything else and refuses a set the CPU lacks (a probe that never calls an
+# nn op would accept avx512 on an AVX2-only CPU, and every unit test would then fail on its first op)
+kernel_sets() {  # kernel_sets BINDIR
     local k
     for k in avx512 avx2 generic; do
-        if SEQ_KERNELS=$k "$1"/test_sha256 > /dev/null 2>&1; then echo "$k"; fi
+        if SEQ_KERNELS=$k "$1"/seqtrain --help > /dev/null 2>&1; then echo "$k"; fi
     done
 }
 
@@ -86,8 +89,8 @@ ASAN_SKIP=$(echo $ASAN_SKIP)
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
 run_variant release
-default_set=$(kernel_sets build/release/tests | head -n 1)  # what auto picks: the best one
-for k in $(kernel_sets build/release/tests); do
+default_set=$(kernel_sets bin | head -n 1)  # what auto picks: the best one
+for k in $(kernel_sets bin); do
     [ "$k" = "$default_set" ] || unit_tests "release[$k]" build/release/tests "$k"
 done
 run_variant asan SANITIZE=1
@@ -103,7 +106,10 @@ if [ "$(uname -m)" = x86_64 ] && build_variant portable PORTABLE=1; then
     else
         fail=$((fail + 1)); echo "not ok - portable: AVX instructions in baseline objects:"; echo "$bad" | sed 's/^/    /'
     fi
-    for k in $(kernel_sets "$pdir/tests"); do unit_tests "portable[$k]" "$pdir/tests" "$k"; done
+    for k in $(kernel_sets "$pdir/bin"); do unit_tests "portable[$k]" "$pdir/tests" "$k"; done
+    # the same binaries on an emulated AVX2-only CPU (AMD Zen 3) and an emulated x86-64 without AVX
+    PDIR=$pdir bash tests/emulated_cpus.sh > "$log_dir/emulated.log" 2>&1
+    count portable/emulated_cpus $? "$log_dir/emulated.log"
 fi
 for v in NO_OMP DEBUG; do
     if make -s -j"$JOBS" "$v=1" tools > "$log_dir/build-$v.log" 2>&1; then

@@ -11,15 +11,12 @@
 #   BIN=bin bash tests/test_kernel_sets.sh     (run from the repository root)
 set -u
 BIN=${BIN:-bin}
-ROOT=$(pwd)
 BIN=$(cd "$BIN" && pwd)
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 source tests/lib.sh || exit 2
 test_scratch sets
 
-zstd -dc "$ROOT/data/wikitext-2/wiki.valid.tokens.zst" | head -n 600 > "$W/train.txt"
-"$BIN/seqtok" encode --quiet --model "$ROOT/data/tokenizer/wikitext2_bpe8192.model" --input "$W/train.txt" \
-    --output "$W/train.shard" >/dev/null
+wiki_shard "$BIN" 600
 cat > "$W/base.json" <<JSON
 {
   "run": {"dir": "$W/runs", "seed": 5, "threads": 1},
@@ -30,14 +27,8 @@ cat > "$W/base.json" <<JSON
 }
 JSON
 
-# the mixers this build has, from the unknown-kind message: "... mixers: attention, rfa, ...)"
-mixers=$("$BIN/seqtrain" --config "$W/base.json" --check --set model.mixer.kind=no-such-mixer 2>&1 |
-         sed -n 's/.*mixers: \(.*\))$/\1/p' | tr -d ',')
-if [ -z "$mixers" ]; then
-    not_ok "the list of mixers" "seqtrain's unknown-kind message did not list them"
-fi
-
-last_loss() { python3 -c 'import json,sys; print(repr(json.loads(open(sys.argv[1]).readlines()[-1])["loss"]))' "$1"; }
+mixers=$(mixer_kinds "$BIN" "$W/base.json")
+[ -n "$mixers" ] || not_ok "the list of mixers" "seqtrain's unknown-kind message did not list them"
 for m in $mixers; do
     extra=()
     [ "$m" = attention ] && extra=(--set model.d_model=128)

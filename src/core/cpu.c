@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char *const NAMES_[KSET_COUNT] = {"generic", "avx2", "avx512"};
 
@@ -79,10 +80,19 @@ int kernel_set_init(Err *e) {
 KernelSet kernel_set(void) {
     int k = __atomic_load_n(&active_, __ATOMIC_RELAXED);
     if (k >= 0) return (KernelSet)k;
+    // The first nn call may come from every thread of a parallel region at once. A bad SEQ_KERNELS then
+    // ends the process from one of them: one message, and _Exit, since exit() would run the atexit
+    // handlers and free what the other threads are still using (seen as a crash after the message, on a
+    // CPU without AVX-512 asked for avx512).
     Err e = {{0}};
     if (kernel_set_init(&e) != 0) {
-        fprintf(stderr, "error: %s\n", e.msg);
-        exit(1);
+        static int reported_ = 0;
+        if (__atomic_exchange_n(&reported_, 1, __ATOMIC_ACQ_REL) == 0) {
+            fprintf(stderr, "error: %s\n", e.msg);
+            fflush(NULL);
+            _Exit(1);
+        }
+        for (;;) pause();  // the reporting thread ends the process
     }
     return (KernelSet)__atomic_load_n(&active_, __ATOMIC_RELAXED);
 }

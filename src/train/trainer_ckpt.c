@@ -195,10 +195,14 @@ static int load_checkpoint_(Trainer *t, const char *ckpt, const CkptState *st, E
                 "not bit-identical to an uninterrupted run (set OMP_NUM_THREADS=%d for that)\n", st->threads,
                 st->threads == 1 ? "" : "s", t->threads, st->threads);
     const char *now = kernel_set_name(kernel_set());
-    if (dist_main() && st->kernels[0] && strcmp(st->kernels, now) != 0)
+    if (dist_main() && st->kernels[0] && strcmp(st->kernels, now) != 0) {
+        // a run moved from an AVX-512 machine to an AVX2-only one cannot get its kernels back there
+        KernelSet was;
+        int here = kernel_set_parse(st->kernels, &was, NULL) == 0 && kernel_set_supported(was);
         fprintf(stderr, "seqtrain: note: the run used the %s kernels and resumes with %s; results stay correct but "
-                "are not bit-identical to an uninterrupted run (set SEQ_KERNELS=%s for that)\n", st->kernels, now,
-                st->kernels);
+                "are not bit-identical to an uninterrupted run (%s%s%s)\n", st->kernels, now,
+                here ? "set SEQ_KERNELS=" : "this CPU lacks the ", st->kernels, here ? " for that" : " kernels");
+    }
     t->stopped_early = st->stopped_early;
     t->has_best = st->has_best;
     t->best_step = st->best_step;
