@@ -765,4 +765,13 @@ check "safetensors_read.py FILE | head -1: one line, nothing on stderr" \
 check "safetensors_read.py FILE | head -c 0 (reader gone before the first write): nothing on stderr" \
     eval '[ ! -s "$ERR" ]'
 
+# --- the environment in --help, and a bad SEQ_KERNELS
+expect_ok "SEQ_KERNELS=generic seqtrain --help" env SEQ_KERNELS=generic "$SEQTRAIN" --help
+check "seqtrain --help names SEQ_KERNELS with the set in use and this CPU's" out_has "(active: generic; this CPU and build:"
+expect_ok "seqeval --help" "$SEQEVAL" --help
+check "seqeval --help names SEQ_KERNELS, SEQ_PROFILE and OMP_NUM_THREADS" \
+    eval 'out_has "SEQ_KERNELS=SET" && out_has "SEQ_PROFILE=1" && out_has "OMP_NUM_THREADS=N"'
+expect_fail "SEQ_KERNELS=avx3: one line naming the choices" 'SEQ_KERNELS: unknown kernel set "avx3"' \
+    "auto, avx512, avx2 or generic" -- env SEQ_KERNELS=avx3 "$SEQTRAIN" --help
+
 test_done

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/config.h"
+#include "core/cpu.h"
 
 // 0 and *out, -1 when s is not an integer, -2 when it is one too large for a long (ERANGE)
 static int parse_long_(const char *s, long *out) {
@@ -127,6 +128,17 @@ void args_usage(FILE *f, const ArgSpec *specs, int n_specs) {
                  specs[i].metavar ? specs[i].metavar : "");
         fprintf(f, "  %-28s %s\n", left, specs[i].help);
     }
+}
+
+void args_env_usage(FILE *f) {
+    char sets[160];
+    kernel_set_describe(sets, sizeof sets);
+    fprintf(f, "\nenvironment:\n"
+               "  %-28s %s\n  %-28s %s\n  %-28s (active: %s)\n  %-28s %s\n",
+            "SEQ_KERNELS=SET", "the kernel set: auto (the default: the best this CPU has), avx512, avx2 or generic;",
+            "", "a set the CPU lacks is an error", "", sets, "SEQ_PROFILE=1",
+            "time every nn op and print the table to stderr at exit");
+    fprintf(f, "  %-28s %s\n", "OMP_NUM_THREADS=N", "threads, where run.threads is 0 (its default)");
 }
 
 int args_int_list(const char *s, long *out, int max, long lo, long hi, const char *what, Err *e) {

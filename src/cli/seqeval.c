@@ -213,7 +213,10 @@ int main(int argc, char **argv) {
                    "perplexity, --task, --probe and --zeroshot run on the run's run.device (cpu or cuda): --device picks\n"
                    "another\n"
                    "\noptions:\n");
-        if (dist_main()) args_usage(f, specs, ns);
+        if (dist_main()) {
+            args_usage(f, specs, ns);
+            args_env_usage(f);
+        }
         return dist_exit(help ? 0 : 2);
     }
     if (device && strcmp(device, "cpu") && strcmp(device, "cuda")) {
