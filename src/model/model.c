@@ -520,7 +520,12 @@ static void model_mc_loss_(Model *m, size_t BT1) {
             continue;
         }
         double mx = -1e300, sum = 0.0;
-        for (int s = 0; s < S; s++) mx = fmax(mx, -(double)m->losses[s * BT1 + i]);
+        // a compare, not fmax (the same for every value, a NaN loss included): gcc 12's aarch64 vectoriser
+        // crashes (internal compiler error in vect_transform_reduction) on this loop as an fmax reduction
+        for (int s = 0; s < S; s++) {
+            double x = -(double)m->losses[s * BT1 + i];
+            mx = x > mx ? x : mx;
+        }
         for (int s = 0; s < S; s++) sum += exp(-(double)m->losses[s * BT1 + i] - mx);
         for (int s = 0; s < S; s++) m->mc_w[s * BT1 + i] = (float)(exp(-(double)m->losses[s * BT1 + i] - mx) / sum);
         double l = -(mx + log(sum)) + log((double)S);
