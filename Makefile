@@ -111,8 +111,10 @@ CXXFLAGS += -std=c++17 $(OPT) $(ARCH) $(OMPFLAGS) -Wall -Wextra -Isrc -MMD -MP
 LDLIBS   += -lcjson -lzstd -lsentencepiece -lsentencepiece_train -lm -lpthread
 LDFLAGS  += $(OPT) $(OMPFLAGS)
 
+# the compiler's target ("x86_64-linux-gnu", "aarch64-linux-gnu")
+TARGET   := $(shell $(CC) -dumpmachine 2>/dev/null || gcc -dumpmachine)
 # kernel sets: the x86 ones wherever the compiler targets x86-64 (the running CPU picks among them)
-ifneq ($(filter x86_64%,$(shell $(CC) -dumpmachine 2>/dev/null || gcc -dumpmachine)),)
+ifneq ($(filter x86_64%,$(TARGET)),)
 ISA_SETS := generic avx2 avx512
 CFLAGS   += -DSEQ_X86_SETS
 else
@@ -121,7 +123,7 @@ endif
 # gcc 12 for aarch64 (Debian 12's) crashes in its vectoriser on an fmax reduction of a float widened to double
 # (internal compiler error in vect_transform_reduction), the error measure the tests use throughout: there the
 # tests build without loop vectorisation. The library keeps it (its one such loop is a compare: model.c).
-ifneq ($(filter aarch64%,$(shell $(CC) -dumpmachine 2>/dev/null)),)
+ifneq ($(filter aarch64%,$(TARGET)),)
 TEST_CFLAGS := -fno-tree-loop-vectorize
 endif
 ISA_generic := -DSEQ_ISA=0 $(ARCH)

@@ -18,13 +18,13 @@ static inline float u_of_(const float *x, const float *z, size_t i, int before) 
 // (GATED_ below), so that the loops without a gate never touch z or dz. One loop that tested the gate per
 // element was if-converted by gcc into masked loads and stores of z and dz, which are NULL without a gate:
 // AMD documents that the masked-out lanes of VMASKMOVPS may fault (QEMU's Zen 3 model faults them).
-#define ALWAYS_INLINE_ static inline __attribute__((always_inline))
 #define GATED_(before, after, f, ...) \
     ((before) ? f(__VA_ARGS__, 1, 0) : (after) ? f(__VA_ARGS__, 0, 1) : f(__VA_ARGS__, 0, 0))
 
 // one group's statistics and output: x, z, out at the group's first element, wg its weights
-ALWAYS_INLINE_ void forward_group_(float *out, float *mean, float *rstd, const float *x, const float *z, const float *wg,
-                                   size_t ng, int D, const GroupNormOpts *o, int before, int after) {
+static inline __attribute__((always_inline)) void forward_group_(float *out, float *mean, float *rstd, const float *x,
+                                                                  const float *z, const float *wg, size_t ng, int D,
+                                                                  const GroupNormOpts *o, int before, int after) {
     double s = 0.0, ss = 0.0;
     for (int i = 0; i < D; i++) {
         double u = u_of_(x, z, i, before);
@@ -58,9 +58,10 @@ void groupnorm_forward(float *out, float *mean, float *rstd, const float *x, con
 #define GROUPNORM_ROW_BLOCK 32
 
 // one group's dx, dz (accumulated) and its dw partial pg; every pointer at the group's first element
-ALWAYS_INLINE_ void backward_group_(float *dx, float *dz, double *pg, const float *dout, const float *x,
-                                    const float *z, const float *wg, float m, float r, int D, const GroupNormOpts *o,
-                                    int before, int after) {
+static inline __attribute__((always_inline)) void backward_group_(float *dx, float *dz, double *pg, const float *dout,
+                                                                   const float *x, const float *z, const float *wg,
+                                                                   float m, float r, int D, const GroupNormOpts *o,
+                                                                   int before, int after) {
     double s1 = 0.0, s2 = 0.0;
     for (int i = 0; i < D; i++) {
         float nv = (u_of_(x, z, i, before) - m) * r;
