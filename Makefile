@@ -22,6 +22,14 @@
 # generic (the base -march), avx2 (x86-64-v3) and avx512 (x86-64-v4) whatever the build host has; at run time
 # the best set the CPU supports is used (SEQ_KERNELS=avx2 etc. chooses another). Elsewhere only generic.
 
+# `make`, `make tools` and `make run` run one compile job per CPU unless the command line gives -j (or -jN): a
+# fresh 2-core machine spent half of `make run`'s non-training time compiling one file at a time. Other goals keep
+# make's default: `make test` runs makes of its own with their -j (a -j here would hand them a jobserver they
+# cannot use, with a warning each), and `make clean all` must not delete and build at once.
+ifeq ($(filter -j%,$(MAKEFLAGS))$(filter-out all tools run,$(MAKECMDGOALS)),)
+MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 1)
+endif
+
 CC  ?= cc
 CXX ?= c++
 ifeq ($(origin CC),default)
