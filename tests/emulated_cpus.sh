@@ -102,7 +102,7 @@ for spec in "EPYC-Milan avx2 $mixers" "qemu64 generic attention gla"; do
     # the emulated runs (the slow ones) JOBS at a time
     printf '%s\n' $ms | xargs -P "$JOBS" -I{} bash -c "train_one $cpu $set {} > \"\$W/res-$cpu-{}\""
     # a host without the set (an x86-64 without AVX2 running this test) has no native run to compare with
-    native=1; SEQ_KERNELS=$set "$PDIR/bin/seqtrain" --help > /dev/null 2>&1 || native=0
+    native=1; has_kernel_set "$PDIR/bin" "$set" || native=0
     for m in $ms; do
         emu_res=$(cat "$W/res-$cpu-$m"); nat_res=""
         [ "$native" = 1 ] && nat_res=$(train_one native "$set" "$m")
@@ -117,7 +117,7 @@ for spec in "EPYC-Milan avx2 $mixers" "qemu64 generic attention gla"; do
 done
 
 # --- a run resumed on a CPU that lacks its kernels: it goes on, and the note says why it cannot be bit-identical
-if ! SEQ_KERNELS=avx2 "$PDIR/bin/seqtrain" --help > /dev/null 2>&1; then
+if ! has_kernel_set "$PDIR/bin" avx2; then
     echo "skipped - the resume on qemu64 (this host has no avx2 to train the run with)"
 else
     SEQ_KERNELS=avx2 "$PDIR/bin/seqtrain" --config "$W/base.json" --quiet --set run.name=moved > /dev/null 2>&1

@@ -5,7 +5,8 @@
 #   test_scratch generate                  # W = a fresh directory /tmp/seqtrain-generate.XXXXXX
 #   ok "what held"; not_ok "what failed" "what was seen instead"
 #   test_done                              # the last command: "N passed, M failed"; fails if one failed
-# and the small-training helpers of the tests that train every mixer (wiki_shard, mixer_kinds, last_loss).
+# and the small-training helpers of the tests that train every mixer (wiki_shard, mixer_kinds, last_loss), and
+# the kernel sets a build runs on this CPU (has_kernel_set, kernel_sets).
 PASS=0
 FAIL=0
 ok() { PASS=$((PASS + 1)); echo "ok - $1"; }
@@ -33,3 +34,14 @@ mixer_kinds() {
 }
 # last_loss LOG: the loss on the last line of a log.jsonl, every digit (Python's repr)
 last_loss() { python3 -c 'import json,sys; print(repr(json.loads(open(sys.argv[1]).readlines()[-1])["loss"]))' "$1"; }
+
+# has_kernel_set BINDIR SET: whether the build in BINDIR runs SET on this CPU. seqtrain checks SEQ_KERNELS before
+# anything else and refuses a set the CPU lacks (a probe that never calls an nn op would accept avx512 on an
+# AVX2-only CPU, and every test run with it would then fail on its first op)
+has_kernel_set() { SEQ_KERNELS=$2 "$1/seqtrain" --help > /dev/null 2>&1; }
+# kernel_sets BINDIR: every set it runs here, best first (the names bench/matmul and seqtrain print)
+kernel_sets() {
+    local k
+    for k in avx512 avx2 generic; do has_kernel_set "$1" "$k" && echo "$k"; done
+    return 0
+}

@@ -21,6 +21,7 @@ JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 log_dir=$(mktemp -d)
 trap 'rm -rf "$log_dir"' EXIT
 pass=0; fail=0
+source tests/lib.sh || exit 2  # kernel_sets
 mark=$SECONDS  # each count() line shows the seconds since the previous one: that test's time
 
 count() {  # count() NAME RC LOGFILE
@@ -34,16 +35,6 @@ count() {  # count() NAME RC LOGFILE
     fi
     printf '%-34s %4d ok  %3d not ok  (exit %d, %d s)\n' "$1" "$p" "$f" "$2" $((SECONDS - mark))
     mark=$SECONDS
-}
-
-# the kernel sets this CPU and the build in BINDIR run (the names bench/matmul and seqtrain print), best first:
-# seqtrain checks SEQ_KERNELS before anything else and refuses a set the CPU lacks (a probe that never calls an
-# nn op would accept avx512 on an AVX2-only CPU, and every unit test would then fail on its first op)
-kernel_sets() {  # kernel_sets BINDIR
-    local k
-    for k in avx512 avx2 generic; do
-        if SEQ_KERNELS=$k "$1"/seqtrain --help > /dev/null 2>&1; then echo "$k"; fi
-    done
 }
 
 unit_tests() {  # unit_tests NAME TESTDIR [SET]: every C unit test, with SEQ_KERNELS=SET when given
