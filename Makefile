@@ -251,7 +251,7 @@ $(EMU_DIR)/seq%: $(OBJDIR)/cli/seq%.o $(EMU_LIB)
 test-cuda: $(DEPS_STAMP)
 	@bash tests/gpu/run.sh
 
-# prepare WikiText-2 shards, then train the quickstart config (7-9 minutes on 2 cores) and print its
+# prepare WikiText-2 shards, then train the quickstart config (6.5-8.5 minutes on 2 cores) and print its
 # perplexity-by-context table; a second `make run` continues (or just re-evaluates) runs/quickstart
 run: tools
 	@bash scripts/prepare_wikitext2.sh

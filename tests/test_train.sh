@@ -223,6 +223,11 @@ cat > "$W/mqar.json" <<JSON
 JSON
 run "$BIN/seqtrain" --config "$W/mqar.json" --check
 check "task --check: prints the task's vocab and split sizes" grep -q "task        mqar: vocab 64, 4096 train / 128 test examples" "$W/out"
+check "--check: prints the run's length (160 steps of 32 x 64 tokens over 4096 examples = 1.25 epochs)" \
+    grep -q "^training    160 steps x 2048 tokens = 3.28e+05 tokens, 1.25 epochs of data.train$" "$W/out"
+run "$BIN/seqtrain" --config "$W/mqar.json" --set train.steps=0 --set train.epochs=0.5 --check
+check "--check: train.epochs 0.5 of 4096 examples in batches of 32 is 64 steps" \
+    grep -q "^training    64 steps x 2048 tokens = 1.31e+05 tokens, 0.50 epochs of data.train$" "$W/out"
 run "$BIN/seqtrain" --config "$W/mqar.json" --info
 check "--info: per-layer KV cache of 2 x 64 floats per token, 8192 at T = 64, as Table 1's H(dk+dv)·T" \
     eval 'grep -q "^| 0 | attention | 16384 | 128 per token (KV cache) | 8192 | KV cache: H(dk+dv)·T = 2·(32+32)·64 = 8192 |\$" "$W/out" && grep -q "^| all | | | | 16384 | Table 1 counts 16384 |" "$W/out"'

@@ -241,8 +241,9 @@ static long total_steps_(const RunConfig *c, const Loader *train) {
 }
 
 // what the run uses instead of what its config names: a model vocabulary above the data's (a paper config
-// on the bundled WikiText-2), and a token budget of many epochs over small data
-static void print_substitutions_(const RunConfig *c, const Loader *train, int model_vocab, long total_steps) {
+// on the bundled WikiText-2), and (budget_note) a token budget of many epochs over small data
+static void print_substitutions_(const RunConfig *c, const Loader *train, int model_vocab, long total_steps,
+                                 int budget_note) {
     if (run_config_has_task(c)) return;
     if ((uint32_t)model_vocab > train->vocab_size)
         printf("note: model.vocab_size %d is larger than the data's %u (%s): the %u extra embedding and head rows "
@@ -252,7 +253,7 @@ static void print_substitutions_(const RunConfig *c, const Loader *train, int mo
     int64_t per_step = (int64_t)c->train.grad_accum * c->train.batch_size * c->train.seq_len;
     double budget = (double)total_steps * (double)per_step;
     double epochs = train->n_tokens ? budget / (double)train->n_tokens : 0;
-    if (epochs > 1.5)
+    if (budget_note && epochs > 1.5)
         printf("note: %ld steps x %lld tokens = %.3g tokens, %.1f epochs of the %llu training tokens (%s)\n",
                total_steps, (long long)per_step, budget, epochs,
                (unsigned long long)train->n_tokens, train->n_shards ? train->shards[0].path : "");
@@ -315,7 +316,14 @@ int trainer_check(const RunConfig *c, int info, Err *e) {
             printf("model       %zu parameters, %d layers, d_model %d, vocab %d\n", model_num_params(&m), m.L, m.C, m.V);
             if (info) print_layers_(&m, c->train.seq_len);
             long total = total_steps_(c, &l[0]);
-            print_substitutions_(c, &l[0], m.V, total);
+            int64_t per_step = (int64_t)c->train.grad_accum * c->train.batch_size * c->train.seq_len;
+            // the length of the run, which train.epochs leaves to the data (and the checkpoints' step numbers)
+            if (total >= 1)
+                printf("training    %ld steps x %lld tokens = %.3g tokens, %.2f epochs of data.train\n", total,
+                       (long long)per_step, (double)total * (double)per_step,
+                       l[0].n_windows ? (double)total * c->train.batch_size * c->train.grad_accum / (double)l[0].n_windows
+                                      : 0.0);
+            print_substitutions_(c, &l[0], m.V, total, 0);  // the budget is on the line above
             Schedule sc;
             if (total < 1) rc = err_set(e, "train: 0 steps (set train.steps, or train.epochs > 0)");
             else rc = schedule_setup_(&sc, c, total, e);
@@ -802,7 +810,7 @@ int trainer_main(const TrainerOpts *o, Err *e) {
                    t->model.V, t->total_steps, t->c.train.grad_accum, t->c.train.batch_size, t->c.train.seq_len, procs,
                    t->threads, t->threads == 1 ? "" : "s", kernel_set_name(kernel_set()));
             if (t->gpu) printf("device: %s\n", gpu_device_name(t->gpu));
-            print_substitutions_(&t->c, &t->train, t->model.V, t->total_steps);
+            print_substitutions_(&t->c, &t->train, t->model.V, t->total_steps, 1);
         }
         int cpus = dist_cpus_allowed();
         if (t->ranks > 1 && cpus > 0 && t->threads > cpus)
