@@ -49,6 +49,18 @@ static void check_config_(const char *what, const char *json, int ignore_some, d
     Model m;
     rc = model_build(&m, &ms, 37, NULL, 1234, &e);
     CHECK(rc == 0, "%s: model builds (%.200s)", what, e.msg);
+    if (rc == 0) {
+        // seqeval's path (build without init, the values loaded next) then model_init: the same parameters
+        Model u;
+        int urc = model_build_uninit(&u, &ms, 37, NULL, &e);
+        CHECK(urc == 0 && u.pt.numel == m.pt.numel, "%s: model_build_uninit builds the same table", what);
+        if (urc == 0) {
+            model_init(&u, 1234);
+            CHECK(u.pt.numel == m.pt.numel && !memcmp(u.params, m.params, m.pt.numel * sizeof(float)),
+                  "%s: model_build_uninit + model_init == model_build, bit for bit (mixer init rules included)", what);
+            model_free(&u);
+        }
+    }
     config_free(&ms, &MODEL_SECTION);
     if (rc) return;
     int B = 2, T = 11;

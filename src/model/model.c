@@ -188,7 +188,7 @@ static int add_(ParamTable *pt, const char *name, int ndim, const int *shape, Pa
     return param_add(pt, name, ndim, shape, init, decay, e);
 }
 
-int model_build(Model *m, const ModelSection *c, int vocab_size, const CfgOrigins *origins, uint64_t seed, Err *e) {
+int model_build_uninit(Model *m, const ModelSection *c, int vocab_size, const CfgOrigins *origins, Err *e) {
     memset(m, 0, sizeof *m);
     m->V = c->vocab_size ? c->vocab_size : vocab_size;
     if (c->vocab_size && vocab_size > c->vocab_size)
@@ -292,15 +292,26 @@ int model_build(Model *m, const ModelSection *c, int vocab_size, const CfgOrigin
     m->params = xmalloc_for(pt->numel * sizeof(float), "the %zu parameters (model.n_layers = %d, model.d_model = %d, "
                             "vocabulary %d)", (size_t)pt->numel, m->L, m->C, m->V);
     m->grads = xcalloc(pt->numel, sizeof(float));
-    param_init_all(pt, m->params, seed);
     for (int l = 0; l < m->L; l++) {
         Mixer *mx = &m->mix[l];
         mx->spec = &m->mspec[l];
         mx->pt = pt;
         mx->params = m->params;
         mx->grads = m->grads;
-        if (mx->spec->ops->init) mx->spec->ops->init(mx);
     }
+    return 0;
+}
+
+void model_init(Model *m, uint64_t seed) {
+    param_init_all(&m->pt, m->params, seed);
+    // the mixers' own rules on top (inverse softplus of a drawn dt, and the like)
+    for (int l = 0; l < m->L; l++)
+        if (m->mix[l].spec->ops->init) m->mix[l].spec->ops->init(&m->mix[l]);
+}
+
+int model_build(Model *m, const ModelSection *c, int vocab_size, const CfgOrigins *origins, uint64_t seed, Err *e) {
+    if (model_build_uninit(m, c, vocab_size, origins, e) != 0) return -1;
+    model_init(m, seed);
     return 0;
 }
 

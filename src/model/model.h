@@ -128,6 +128,11 @@ int model_resolve_mixer(ModelSection *c, const CfgOrigins *origins, Err *e);
 // build the spec from the config (vocab from the data when model.vocab_size is 0), declare and
 // initialise the parameters with seed; origins may be NULL
 int model_build(Model *m, const ModelSection *cfg, int vocab_size, const CfgOrigins *origins, uint64_t seed, Err *e);
+// model_build without the initialisation (the parameters hold whatever malloc gave): for a model whose every
+// parameter is read from a checkpoint next, where drawing the random init would only cost time (seconds for
+// a 180M-parameter model); model_init then does what model_build adds
+int model_build_uninit(Model *m, const ModelSection *cfg, int vocab_size, const CfgOrigins *origins, Err *e);
+void model_init(Model *m, uint64_t seed);
 void model_free(Model *m);
 // inputs/targets (B,T); targets may be NULL (logits only). Returns 0, or -1 with e set for bad ids.
 int model_forward(Model *m, const int *inputs, const int *targets, int B, int T, Err *e);

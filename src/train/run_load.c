@@ -28,7 +28,7 @@ int run_load_model(Model *m, RunConfig *c, const char *run, const char *ckpt, Er
     int V = wte && wte->ndim == 2 ? (int)wte->shape[0] : 0;
     safetensors_close(&f);
     if (!V) { config_origins_free(origins); return err_set(e, "%s: no 'wte' tensor: not a seqtrain model", path); }
-    int rc = model_build(m, &c->model, V, origins, (uint64_t)c->run.seed, e);
+    int rc = model_build_uninit(m, &c->model, V, origins, e);  // every parameter comes from the checkpoint below
     config_origins_free(origins);
     if (rc != 0) return -1;
     if (safetensors_read_table(path, &m->pt, m->params, e) != 0) return -1;

@@ -311,7 +311,7 @@ int trainer_check(const RunConfig *c, int info, Err *e) {
     }
     if (rc == 0) {
         Model m;
-        rc = model_build(&m, &c->model, (int)l[0].vocab_size, NULL, (uint64_t)c->run.seed, e);
+        rc = model_build_uninit(&m, &c->model, (int)l[0].vocab_size, NULL, e);  // shapes and options, no values
         if (rc == 0) {
             printf("model       %zu parameters, %d layers, d_model %d, vocab %d\n", model_num_params(&m), m.L, m.C, m.V);
             if (info) print_layers_(&m, c->train.seq_len);
