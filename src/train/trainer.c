@@ -240,6 +240,19 @@ static long total_steps_(const RunConfig *c, const Loader *train) {
     return c->train.steps ? c->train.steps : (long)ceil(c->train.epochs * (double)train->n_windows / (double)per_step);
 }
 
+// the epochs of data.train's windows (train.epochs' unit) that total_steps steps of grad_accum x batch_size make
+static double run_epochs_(const RunConfig *c, const Loader *train, long total_steps) {
+    double seqs = (double)c->train.batch_size * c->train.grad_accum;
+    return train->n_windows ? (double)total_steps * seqs / (double)train->n_windows : 0.0;
+}
+
+// the run's length: steps x tokens per step, and its epochs; lead starts the line
+static void print_budget_(const char *lead, const RunConfig *c, const Loader *train, long total_steps) {
+    long long per_step = (long long)c->train.batch_size * c->train.grad_accum * c->train.seq_len;
+    printf("%s%ld steps x %lld tokens = %.3g tokens, %.2f epochs of data.train\n", lead, total_steps, per_step,
+           (double)total_steps * (double)per_step, run_epochs_(c, train, total_steps));
+}
+
 // what the run uses instead of what its config names: a model vocabulary above the data's (a paper config
 // on the bundled WikiText-2), and (budget_note) a token budget of many epochs over small data
 static void print_substitutions_(const RunConfig *c, const Loader *train, int model_vocab, long total_steps,
@@ -250,13 +263,7 @@ static void print_substitutions_(const RunConfig *c, const Loader *train, int mo
                "never see a target but are counted in the parameters; model.vocab_size 0 sizes the model to the "
                "data\n", model_vocab, train->vocab_size, c->data.tokenizer[0] ? c->data.tokenizer : "its tokenizer",
                (uint32_t)model_vocab - train->vocab_size);
-    int64_t per_step = (int64_t)c->train.grad_accum * c->train.batch_size * c->train.seq_len;
-    double budget = (double)total_steps * (double)per_step;
-    double epochs = train->n_tokens ? budget / (double)train->n_tokens : 0;
-    if (budget_note && epochs > 1.5)
-        printf("note: %ld steps x %lld tokens = %.3g tokens, %.1f epochs of the %llu training tokens (%s)\n",
-               total_steps, (long long)per_step, budget, epochs,
-               (unsigned long long)train->n_tokens, train->n_shards ? train->shards[0].path : "");
+    if (budget_note && run_epochs_(c, train, total_steps) > 1.5) print_budget_("note: ", c, train, total_steps);
 }
 
 int trainer_check(const RunConfig *c, int info, Err *e) {
@@ -316,13 +323,8 @@ int trainer_check(const RunConfig *c, int info, Err *e) {
             printf("model       %zu parameters, %d layers, d_model %d, vocab %d\n", model_num_params(&m), m.L, m.C, m.V);
             if (info) print_layers_(&m, c->train.seq_len);
             long total = total_steps_(c, &l[0]);
-            int64_t per_step = (int64_t)c->train.grad_accum * c->train.batch_size * c->train.seq_len;
-            // the length of the run, which train.epochs leaves to the data (and the checkpoints' step numbers)
-            if (total >= 1)
-                printf("training    %ld steps x %lld tokens = %.3g tokens, %.2f epochs of data.train\n", total,
-                       (long long)per_step, (double)total * (double)per_step,
-                       l[0].n_windows ? (double)total * c->train.batch_size * c->train.grad_accum / (double)l[0].n_windows
-                                      : 0.0);
+            // always: train.epochs leaves the length to the data (and the checkpoints' step numbers with it)
+            if (total >= 1) print_budget_("training    ", c, &l[0], total);
             print_substitutions_(c, &l[0], m.V, total, 0);  // the budget is on the line above
             Schedule sc;
             if (total < 1) rc = err_set(e, "train: 0 steps (set train.steps, or train.epochs > 0)");
