@@ -58,6 +58,9 @@ check "stdout starts with the prompt" grep -q "^The game was" "$W/s3a"
 check "stderr reports tokens/s" grep -q "24 tokens generated .* tokens/s" "$W/err"
 run "$EV" --run "$A" --generate --prompt "The game was" --max-new 24 --seed 3
 check "the same seed gives the same text" cmp -s "$W/out" "$W/s3a"
+run "$EV" --run "$A" --generate --prompt "The game was" --max-new 24 --seed 3 --threads 2
+check "--threads 2 (over OMP_NUM_THREADS=1) is what it reports, with the same text" \
+    eval 'grep -q ", 2 threads, " "$W/err" && cmp -s "$W/out" "$W/s3a"'
 run "$EV" --run "$A" --generate --prompt "The game was" --max-new 24 --seed 4
 check "another seed gives another text" eval '! cmp -s "$W/out" "$W/s3a"'
 

@@ -117,6 +117,19 @@ check "seqeval --run --data valid: exit 0 and the tables" \
     test "$RC" = 0 -a -f "$W/ev/ppl.json" -a -f "$W/ev/positions_32.csv"
 check "seqeval agrees with the trainer's own final evaluation (same windows)" \
     diff <(cut -d, -f1-5 "$A/eval/ppl.csv") <(cut -d, -f1-5 "$W/ev/ppl.csv")
+check "seqeval on a run without run.threads uses OMP_NUM_THREADS (tests run with 2)" \
+    grep -q ", 2 threads, " "$W/err"
+# --threads overrides the run's run.threads (here set in a copy of the run's config) and gives the same numbers
+cp -r "$A" "$W/a1"
+python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c["run"]["threads"] = 1; json.dump(c, open(sys.argv[1], "w"))' \
+    "$W/a1/config.json"
+run "$BIN/seqeval" --run "$W/a1" --data valid --context 32,64 --max-windows 12 --out "$W/ev-t1"
+check "seqeval takes run.threads = 1 from the run's config" grep -q ", 1 thread, " "$W/err"
+run "$BIN/seqeval" --run "$W/a1" --data valid --context 32,64 --max-windows 12 --threads 3 --out "$W/ev-t3"
+check "seqeval --threads 3 overrides run.threads = 1" grep -q ", 3 threads, " "$W/err"
+check "1 and 3 threads give the same table" diff <(cut -d, -f1-5 "$W/ev-t1/ppl.csv") <(cut -d, -f1-5 "$W/ev-t3/ppl.csv")
+run "$BIN/seqeval" --run "$W/a1" --data valid --context 32 --threads 0
+check "seqeval --threads 0 is refused naming the option" eval '[ "$RC" != 0 ] && grep -q -- "--threads" "$W/err"'
 run "$BIN/seqeval" --run "$A" --data "$W/val.shard" --context 64 --stride 16 --max-windows 8 --out "$W/ev2"
 check "sliding windows: 8 windows score 64 + 7*16 = 176 tokens" grep -q "^64,8,176," "$W/ev2/ppl.csv"
 check "per-position curve: positions 0..63 of the first window, 48..63 of the others" python3 -c '

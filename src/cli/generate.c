@@ -111,7 +111,7 @@ static int read_prompts_(const char *path, char ***out, int *n, Err *e) {
 
 int generate_main(const char *prog, int argc, char **argv) {
     const char *run = NULL, *ckpt = NULL, *prompt = NULL, *prompt_file = NULL, *tok_path = NULL;
-    long max_new = 200, top_k = 50, seed = 1, context = 0;
+    long max_new = 200, top_k = 50, seed = 1, context = 0, threads = 0;
     double temperature = 0.8, top_p = 0.95;
     int gen = 0, help = 0;
     ArgSpec specs[] = {
@@ -127,6 +127,7 @@ int generate_main(const char *prog, int argc, char **argv) {
         {"--seed", ARG_INT, &seed, "S", "sampling seed: the same seed gives the same text (default 1)", 0, 9e18},
         {"--context", ARG_INT, &context, "L", "positions attention caches hold and the longest prompt kept (default: the run's train.seq_len); full caches slide to the last L/2 tokens", 2, 1 << 24},
         {"--tokenizer", ARG_STR, &tok_path, "MODEL", "SentencePiece model (default: the run's data.tokenizer)", 0, 0},
+        {"--threads", ARG_INT, &threads, "N", "CPU threads (default: the run's run.threads, or OMP_NUM_THREADS where that is 0)", 1, 4096},
         {"--help", ARG_FLAG, &help, NULL, "show this help", 0, 0},
     };
     int ns = sizeof specs / sizeof specs[0];
@@ -159,7 +160,7 @@ int generate_main(const char *prog, int argc, char **argv) {
     Model m;
     memset(&c, 0, sizeof c);
     memset(&m, 0, sizeof m);
-    if (run_load_model(&m, &c, run, ckpt, &e) != 0) err_die(prog, &e);
+    if (run_load_model(&m, &c, run, ckpt, (int)threads, &e) != 0) err_die(prog, &e);
     if (!tok_path) tok_path = c.data.tokenizer;
     if (!tok_path[0]) {
         err_set(&e, "%s: the run's config names no data.tokenizer; give one with --tokenizer MODEL", run);
@@ -200,12 +201,12 @@ int generate_main(const char *prog, int argc, char **argv) {
         free(dec);
         free(u);
     }
-    int threads = 1;
+    int nthreads = 1;
 #ifdef _OPENMP
-    threads = omp_get_max_threads();
+    nthreads = omp_get_max_threads();
 #endif
     fprintf(stderr, "%s: %s, %d prompt%s, context %d, %d thread%s, %s kernels\n", prog, run, n, n == 1 ? "" : "s",
-            go.context, threads, threads == 1 ? "" : "s", kernel_set_name(kernel_set()));
+            go.context, nthreads, nthreads == 1 ? "" : "s", kernel_set_name(kernel_set()));
     if (n == 1) {
         fputs(texts[0], stdout);
         fflush(stdout);

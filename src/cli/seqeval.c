@@ -151,7 +151,7 @@ int main(int argc, char **argv) {
     const char *device = NULL, *precision = NULL;
     int task = 0, matrix = 0;
     long attn_layer = -1;  // ARG_INT stores a long
-    long stride = 0, vocab = 0, max_windows = 0;
+    long stride = 0, vocab = 0, max_windows = 0, threads = 0;
     int help = 0, plan = 0;
     ZeroshotCmd zs = {NULL, NULL, 0, "data/eval", NULL, NULL};
     ArgSpec specs[] = {
@@ -175,6 +175,7 @@ int main(int argc, char **argv) {
         {"--tokenizer", ARG_STR, &zs.tokenizer, "FILE", "--zeroshot: the run's SentencePiece .model (default: its data.tokenizer)", 0, 0},
         {"--device", ARG_STR, &device, "cpu|cuda", "where perplexity, --task, --probe and --zeroshot run their forward passes (default: the run's run.device; cuda needs a `make CUDA=1` build and a GPU; --attention-map and --generate run on the CPU)", 0, 0},
         {"--precision", ARG_STR, &precision, "fp32|tf32|bf16", "the GPU's matmul precision (default: the run's run.precision)", 0, 0},
+        {"--threads", ARG_INT, &threads, "N", "CPU threads (default: the run's run.threads, or OMP_NUM_THREADS where that is 0)", 1, 4096},
         {"--plan", ARG_FLAG, &plan, NULL, "print only the windows and tokens each length would score (no model)", 0, 0},
         {"--format", ARG_STR, &format, "FMT", "shard format of a FILE (default auto)", 0, 0},
         {"--vocab", ARG_INT, &vocab, "N", "vocab size of a raw FILE", 0, 1 << 30},
@@ -231,7 +232,7 @@ int main(int argc, char **argv) {
     memset(&c, 0, sizeof c);
     Model m;
     memset(&m, 0, sizeof m);
-    if (dist_agree(run ? run_load_model(&m, &c, run, ckpt, &e) : 0, &e) != 0) dist_die(PROG, &e);
+    if (dist_agree(run ? run_load_model(&m, &c, run, ckpt, (int)threads, &e) : 0, &e) != 0) dist_die(PROG, &e);
     if (run && device) snprintf(c.run.device, sizeof c.run.device, "%s", device);
     if (run && precision) snprintf(c.run.precision, sizeof c.run.precision, "%s", precision);
     Forward fw;
@@ -355,15 +356,15 @@ int main(int argc, char **argv) {
         }
     } else {
         EvalResult *r = xcalloc((size_t)n_ctx, sizeof(EvalResult));
-        int threads = 1;
+        int nthreads = 1;
 #ifdef _OPENMP
-        threads = omp_get_max_threads();
+        nthreads = omp_get_max_threads();
 #endif
         char procs[64] = "";
         if (dist_size() > 1) snprintf(procs, sizeof procs, "%d ranks x ", dist_size());
         forward_open_(&fw, &m, &c, run);  // first: a refused device stops before anything is printed
         if (dist_main())
-            fprintf(stderr, "seqeval: %s, %s%d thread%s, %s kernels\n", run, procs, threads, threads == 1 ? "" : "s",
+            fprintf(stderr, "seqeval: %s, %s%d thread%s, %s kernels\n", run, procs, nthreads, nthreads == 1 ? "" : "s",
                     kernel_set_name(kernel_set()));
         for (int i = 0; i < n_ctx; i++) {
             if (evaluate_context(&fw, shards, n_files, ctx[i], stride, max_windows, &r[i], &e) != 0) dist_die(PROG, &e);

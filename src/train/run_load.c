@@ -9,7 +9,7 @@
 #include "train/evaluate.h"
 #include "train/safetensors.h"
 
-int run_load_model(Model *m, RunConfig *c, const char *run, const char *ckpt, Err *e) {
+int run_load_model(Model *m, RunConfig *c, const char *run, const char *ckpt, int threads, Err *e) {
     char path[2048], latest[1200];
     snprintf(path, sizeof path, "%s/config.json", run);
     CfgOrigins *origins = NULL;
@@ -39,7 +39,11 @@ int run_load_model(Model *m, RunConfig *c, const char *run, const char *ckpt, Er
         return err_set(e, "%s: tensor '%s' holds a non-finite value (%g at element %zu): the run %s diverged, there is "
                        "nothing to evaluate", path, m->pt.t[k].name, (double)m->params[m->pt.t[k].offset + at], at, run);
 #ifdef _OPENMP
-    if (c->run.threads > 0) omp_set_num_threads(c->run.threads);
+    // a run trained with run.threads = 2 may be evaluated on a bigger machine: --threads wins over it
+    if (threads > 0) omp_set_num_threads(threads);
+    else if (c->run.threads > 0) omp_set_num_threads(c->run.threads);
+#else
+    (void)threads;
 #endif
     return 0;
 }
