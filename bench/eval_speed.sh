@@ -13,7 +13,8 @@
 # checkpoint's load: tokens scored / seconds) and its windows after those 2 (WINDOWS x CONTEXT tokens / the
 # difference of the two times), which is what PyTorch's number counts. PyTorch: bench/torch_train.py --eval-context,
 # single windows (B = 1) under torch.inference_mode with the loss computed, median window after 2 warmup
-# windows, at its fastest attention formulation (sdpa on torch >= 2.0) and the fastest BLAS / allocator of
+# windows, at its fastest attention formulation (sdpa on torch >= 2.0, the only one timed there; torch 1.13's
+# baddbmm or matmul, probed) and the fastest BLAS / allocator of
 # short probes like bench/train_speed.sh's (the system BLAS; OpenBLAS openmp if present, with its own core
 # type, its AVX2 one and SkylakeX on an AVX-512 CPU; then glibc malloc with and without mmap). A speed-of-light
 # row: the least forward work per token at that context (every Linear once, causal attention over the keys at
@@ -34,6 +35,12 @@ torch_python  # PY: Debian's python3 with python3-torch, else python3 on PATH (a
 bench_setup eval_speed "context $CONTEXT, $WINDOWS windows, $THREADS threads"
 
 TORCH_MODEL=$(bin/seqtrain --config "$CONFIG" --print-config | "$PY" bench/model_cost.py torch-args)
+# where torch has sdpa, only it is timed (the q/k/v layouts are still probed): the formulations that hold every
+# head's (T, T) logits were 3.2-5.5x slower at context 4096 (PyTorch 2.11 on the Xeon, 2 and 16 threads), and their
+# probes took minutes on 2 threads
+if "$PY" -c 'import sys, torch.nn.functional as F; sys.exit(not hasattr(F, "scaled_dot_product_attention"))' 2>/dev/null; then
+    TORCH_MODEL="$TORCH_MODEL --attn sdpa"
+fi
 # the least forward work per token at this context (bench/model_cost.py says what it counts)
 FLOPS_TOK=$(bin/seqtrain --config "$CONFIG" --print-config | "$PY" bench/model_cost.py forward-flops "$CONTEXT")
 
