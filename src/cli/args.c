@@ -130,7 +130,7 @@ void args_usage(FILE *f, const ArgSpec *specs, int n_specs) {
     }
 }
 
-void args_env_usage(FILE *f) {
+void args_env_usage(FILE *f, int threads_opt) {
     char sets[160];
     kernel_set_describe(sets, sizeof sets);
     fprintf(f, "\nenvironment:\n"
@@ -138,7 +138,9 @@ void args_env_usage(FILE *f) {
             "SEQ_KERNELS=SET", "the kernel set: auto (the default: the best this CPU has), avx512, avx2 or generic;",
             "", "a set the CPU lacks is an error", "", sets, "SEQ_PROFILE=1",
             "time every nn op and print the table to stderr at exit");
-    fprintf(f, "  %-28s %s\n", "OMP_NUM_THREADS=N", "threads, where run.threads is 0 (its default)");
+    fprintf(f, "  %-28s %s\n", "OMP_NUM_THREADS=N",
+            threads_opt ? "threads, where no --threads is given and run.threads is 0 (its default)"
+                        : "threads, where run.threads is 0 (its default)");
 }
 
 int args_int_list(const char *s, long *out, int max, long lo, long hi, const char *what, Err *e) {

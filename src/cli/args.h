@@ -30,8 +30,9 @@ typedef struct ArgSpec {
 // argv[start..argc) against specs; positional arguments go to *positional (NULL = none allowed)
 int args_parse(int argc, char **argv, int start, const ArgSpec *specs, int n_specs, ArgList *positional, Err *e);
 void args_usage(FILE *f, const ArgSpec *specs, int n_specs);
-// the "environment:" part of seqtrain's and seqeval's --help: the variables they read, with this CPU's kernel sets
-void args_env_usage(FILE *f);
+// the "environment:" part of seqtrain's and seqeval's --help: the variables they read, with this CPU's kernel sets;
+// threads_opt: the tool has a --threads option, which OMP_NUM_THREADS yields to
+void args_env_usage(FILE *f, int threads_opt);
 // "512,1024,2048" -> out (up to max values, each in [lo, hi]); returns the count or -1
 int args_int_list(const char *s, long *out, int max, long lo, long hi, const char *what, Err *e);
 

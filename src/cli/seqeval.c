@@ -216,7 +216,7 @@ int main(int argc, char **argv) {
                    "\noptions:\n");
         if (dist_main()) {
             args_usage(f, specs, ns);
-            args_env_usage(f);
+            args_env_usage(f, 1);
         }
         return dist_exit(help ? 0 : 2);
     }

@@ -34,7 +34,7 @@ static void usage_(FILE *f, const ArgSpec *specs, int n) {
                "bit-identically; it refuses a config.json edited since the checkpoint unless each change is\n"
                "also given with --set (then printed and logged in log.jsonl).\n\noptions:\n");
     args_usage(f, specs, n);
-    args_env_usage(f);
+    args_env_usage(f, 0);
 }
 
 int main(int argc, char **argv) {
