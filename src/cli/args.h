@@ -27,6 +27,11 @@ typedef struct ArgSpec {
     double min, max;      // bounds for ARG_INT / ARG_DOUBLE (both 0 = unbounded)
 } ArgSpec;
 
+// the --threads option of the tools that load a trained run (seqeval and its --generate; run_load_model applies it)
+#define ARGS_THREADS_SPEC(dst)                                                                                      \
+    {"--threads", ARG_INT, (dst), "N", "CPU threads (default: the run's run.threads, or OMP_NUM_THREADS where that is 0)", \
+     1, 4096}
+
 // argv[start..argc) against specs; positional arguments go to *positional (NULL = none allowed)
 int args_parse(int argc, char **argv, int start, const ArgSpec *specs, int n_specs, ArgList *positional, Err *e);
 void args_usage(FILE *f, const ArgSpec *specs, int n_specs);

@@ -127,7 +127,7 @@ int generate_main(const char *prog, int argc, char **argv) {
         {"--seed", ARG_INT, &seed, "S", "sampling seed: the same seed gives the same text (default 1)", 0, 9e18},
         {"--context", ARG_INT, &context, "L", "positions attention caches hold and the longest prompt kept (default: the run's train.seq_len); full caches slide to the last L/2 tokens", 2, 1 << 24},
         {"--tokenizer", ARG_STR, &tok_path, "MODEL", "SentencePiece model (default: the run's data.tokenizer)", 0, 0},
-        {"--threads", ARG_INT, &threads, "N", "CPU threads (default: the run's run.threads, or OMP_NUM_THREADS where that is 0)", 1, 4096},
+        ARGS_THREADS_SPEC(&threads),
         {"--help", ARG_FLAG, &help, NULL, "show this help", 0, 0},
     };
     int ns = sizeof specs / sizeof specs[0];

@@ -175,7 +175,7 @@ int main(int argc, char **argv) {
         {"--tokenizer", ARG_STR, &zs.tokenizer, "FILE", "--zeroshot: the run's SentencePiece .model (default: its data.tokenizer)", 0, 0},
         {"--device", ARG_STR, &device, "cpu|cuda", "where perplexity, --task, --probe and --zeroshot run their forward passes (default: the run's run.device; cuda needs a `make CUDA=1` build and a GPU; --attention-map and --generate run on the CPU)", 0, 0},
         {"--precision", ARG_STR, &precision, "fp32|tf32|bf16", "the GPU's matmul precision (default: the run's run.precision)", 0, 0},
-        {"--threads", ARG_INT, &threads, "N", "CPU threads (default: the run's run.threads, or OMP_NUM_THREADS where that is 0)", 1, 4096},
+        ARGS_THREADS_SPEC(&threads),
         {"--plan", ARG_FLAG, &plan, NULL, "print only the windows and tokens each length would score (no model)", 0, 0},
         {"--format", ARG_STR, &format, "FMT", "shard format of a FILE (default auto)", 0, 0},
         {"--vocab", ARG_INT, &vocab, "N", "vocab size of a raw FILE", 0, 1 << 30},
