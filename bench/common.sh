@@ -21,7 +21,8 @@
 #   GLIBC_NO_MMAP              the allocator setting that keeps glibc from returning freed tensors to the kernel
 #   torch_python               sets PY to a Python that imports torch: $PY if the caller set it (checked), else
 #                              Debian's /usr/bin/python3 (python3-torch), else the python3 on PATH (a venv or
-#                              pip install); exits with what to install when none does
+#                              pip install); exits with what to install when none does, or when that PyTorch
+#                              would multiply on the reference BLAS (torch_blas_check)
 #
 # AVX2_ONLY=1 makes an AVX-512 CPU stand in for an AVX2-only one (none may be at hand): seqtrain/seqeval run
 # their avx2 kernels (SEQ_KERNELS=avx2), PyTorch is held to AVX2 as well (ATEN_CPU_CAPABILITY=avx2 for its own
@@ -89,10 +90,29 @@ blas_candidates() {
 
 GLIBC_NO_MMAP="GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=4294967295"
 
+# a PyTorch built on the system BLAS (Debian's: BLAS_INFO=generic) with only the reference BLAS installed
+# (netlib's, what python3-torch pulls in by default) multiplies 10-40x slower than with OpenBLAS: a ratio
+# against it says nothing, so stop and say what to install (the probes then try each OpenBLAS build)
+torch_blas_check() {
+    "$PY" -c 'import sys, torch; sys.exit("BLAS_INFO=generic" not in torch.__config__.show())' 2>/dev/null || return 0
+    local d
+    for d in "$LIBDIR"/openblas*/ "$LIBDIR"/blis*/ "$LIBDIR"/atlas/; do
+        [ -f "$d/libblas.so.3" ] && return 0
+    done
+    case "$(readlink -f "$LIBDIR/libblas.so.3" 2>/dev/null)" in
+        "$LIBDIR"/blas/*|"") ;;
+        *) return 0 ;;
+    esac
+    echo "error: $PY's PyTorch multiplies with the system BLAS, and the only one here is the reference BLAS" >&2
+    echo "       ($(readlink -f "$LIBDIR/libblas.so.3" 2>/dev/null || echo "no $LIBDIR/libblas.so.3"), unoptimised): its times would make any ratio meaningless." >&2
+    echo "       Install OpenBLAS (apt-get install libopenblas0-openmp libopenblas0-pthread); the script then probes both builds." >&2
+    exit 1
+}
+
 torch_python() {
     local c
     for c in ${PY:-/usr/bin/python3 python3}; do
-        if "$c" -c 'import torch' >/dev/null 2>&1; then PY=$c; return 0; fi
+        if "$c" -c 'import torch' >/dev/null 2>&1; then PY=$c; torch_blas_check; return 0; fi
     done
     echo "error: ${PY:+PY=$PY: }no Python here imports torch (tried ${PY:-/usr/bin/python3 and python3 on PATH})." >&2
     echo "       Install Debian's PyTorch (apt-get install python3-torch), or point PY at a Python that has it" >&2

@@ -5,6 +5,7 @@
 #   bash bench/eval_speed.sh                     # CONTEXT=4096 WINDOWS=8 THREADS=2
 #   SEQ_KERNELS=avx2 THREADS=16 bash bench/eval_speed.sh
 #   AVX2_ONLY=1 bash bench/eval_speed.sh         # both sides held to AVX2 (bench/common.sh)
+#   PAIRS=3 bash bench/eval_speed.sh             # 3 seqeval/PyTorch measurements alternating; medians
 #
 # Model: bench/configs/speed_rope.json (or CONFIG=...), initialised and trained for one step (the speed of a
 # forward pass does not depend on the weights). seqeval scores 2 + WINDOWS non-overlapping windows of CONTEXT
@@ -19,14 +20,20 @@
 # type, its AVX2 one and SkylakeX on an AVX-512 CPU; then glibc malloc with and without mmap). A speed-of-light
 # row: the least forward work per token at that context (every Linear once, causal attention over the keys at
 # or before each query, the head) at the fp32 peak bench/matmul measures.
+# With PAIRS > 1, seqeval and PyTorch (its settings fixed to the ones chosen) are measured PAIRS times,
+# alternating, and the table gives the medians, each ratio the median of the pairs' ratios: on a virtual
+# machine the cores behind the CPUs come and go (two threads ran at one core's FMA rate for a second, then at
+# two cores'), so one pair can land on either side of the target.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 CONTEXT=${CONTEXT:-4096}
 WINDOWS=${WINDOWS:-8}
 THREADS=${THREADS:-2}
+PAIRS=${PAIRS:-1}
 CONFIG=${CONFIG:-bench/configs/speed_rope.json}
 LIBDIR=/usr/lib/x86_64-linux-gnu
+case "$PAIRS" in ''|*[!0-9]*|0) echo "eval_speed: PAIRS must be a whole number >= 1 (got '$PAIRS')" >&2; exit 1;; esac
 RUN_DIR=$(mktemp -d /tmp/seqeval_speed.XXXXXX)
 trap 'rm -rf "$RUN_DIR"' EXIT
 
@@ -58,14 +65,20 @@ env -u OPENBLAS_CORETYPE OMP_NUM_THREADS="$THREADS" bin/seqtrain --config "$CONF
     --set run.name=m --set train.steps=1 --set train.ckpt_every=0 --set schedule.warmup_steps=0 --set run.threads="$THREADS" \
     --set data.test=build/data/wikitext2/test.shard --quiet > "$RUN_DIR/train.out" 2>&1 \
     || { cat "$RUN_DIR/train.out" >&2; exit 1; }
-T_WARM=$(seqeval_time 2)
-T_ALL=$(seqeval_time $((2 + WINDOWS)))
-KSET=$(kernels_of "$RUN_DIR/eval.out")
-TOKENS=$(sed -n "s/.*context $CONTEXT: \([0-9]*\) tokens.*/\1/p" "$RUN_DIR/eval.out")
-[ "$TOKENS" = $(((2 + WINDOWS) * CONTEXT)) ] || { echo "eval_speed: seqeval scored $TOKENS tokens, not $((2 + WINDOWS)) windows of $CONTEXT (too little test data for WINDOWS=$WINDOWS?)" >&2; exit 1; }
-SEQ_TPS=$("$PY" -c "print(f'{$TOKENS / $T_ALL:.1f}')")
-SEQ_WARM_TPS=$("$PY" -c "print(f'{$WINDOWS * $CONTEXT / ($T_ALL - $T_WARM):.1f}')")
-echo "eval_speed: seqeval $TOKENS tokens in $("$PY" -c "print(f'{$T_ALL:.2f}')") s = $SEQ_TPS tok/s (the first 2 windows alone: $("$PY" -c "print(f'{$T_WARM:.2f}')") s), ${KSET:-?} kernels"
+# one measurement: SEQ_TPS (the whole process) and SEQ_WARM_TPS (the windows after the first 2)
+seqeval_measure() {
+    local t_warm t_all tokens
+    t_warm=$(seqeval_time 2)
+    t_all=$(seqeval_time $((2 + WINDOWS)))
+    KSET=$(kernels_of "$RUN_DIR/eval.out")
+    tokens=$(sed -n "s/.*context $CONTEXT: \([0-9]*\) tokens.*/\1/p" "$RUN_DIR/eval.out")
+    [ "$tokens" = $(((2 + WINDOWS) * CONTEXT)) ] || { echo "eval_speed: seqeval scored $tokens tokens, not $((2 + WINDOWS)) windows of $CONTEXT (too little test data for WINDOWS=$WINDOWS?)" >&2; exit 1; }
+    "$PY" -c "import sys; sys.exit(not $t_all > $t_warm)" || { echo "eval_speed: $((2 + WINDOWS)) windows took no longer than the first 2 ($t_all s, $t_warm s): too little work to time; raise WINDOWS or CONTEXT" >&2; exit 1; }
+    SEQ_TPS=$("$PY" -c "print(f'{$tokens / $t_all:.1f}')")
+    SEQ_WARM_TPS=$("$PY" -c "print(f'{$WINDOWS * $CONTEXT / ($t_all - $t_warm):.1f}')")
+    echo "eval_speed: seqeval $tokens tokens in $("$PY" -c "print(f'{$t_all:.2f}')") s = $SEQ_TPS tok/s (the first 2 windows alone: $("$PY" -c "print(f'{$t_warm:.2f}')") s; after them $SEQ_WARM_TPS tok/s), ${KSET:-?} kernels"
+}
+seqeval_measure
 
 # ---- PyTorch -------------------------------------------------------------------------------------------
 # short probes (one window after one warmup) choose the BLAS build and OpenBLAS core type, then the allocator;
@@ -89,23 +102,43 @@ best_line=$(torch_run "$lib" "$ct" "$alloc" --eval-context "$CONTEXT" --warmup 2
 echo "$best_line"
 best_tps=$(echo "$best_line" | tps_of)
 [ -n "$best_line" ] || { echo "eval_speed: PyTorch did not run; to see why, run: $PY bench/torch_train.py --threads $THREADS $TORCH_MODEL --eval-context $CONTEXT --steps 1" >&2; exit 1; }
+# ---- more pairs: seqeval and PyTorch (its q/k/v layout and attention fixed to the ones chosen) alternating
+PAIR_LOG="$SEQ_WARM_TPS $SEQ_TPS $best_tps"
+QKV=$(echo "$best_line" | sed -n 's/.* qkv=\([a-z]*\).*/\1/p') ATTN=$(echo "$best_line" | sed -n 's/.* attn=\([a-z]*\).*/\1/p')
+for p in $(seq 2 "$PAIRS"); do
+    seqeval_measure
+    t=$(torch_run "$lib" "$ct" "$alloc" --eval-context "$CONTEXT" --warmup 2 --steps "$WINDOWS" --qkv "$QKV" --attn "$ATTN" | tps_of)
+    [ -n "$t" ] || { echo "eval_speed: PyTorch's run of pair $p failed" >&2; exit 1; }
+    echo "eval_speed: pair $p: seqeval after 2 windows $SEQ_WARM_TPS, whole process $SEQ_TPS, PyTorch $t tok/s"
+    PAIR_LOG="$PAIR_LOG
+$SEQ_WARM_TPS $SEQ_TPS $t"
+done
+# medians over the pairs (one pair: its numbers), each ratio the median of the pairs' ratios
+read -r SEQ_WARM_TPS SEQ_TPS best_tps RATIO_WARM RATIO_ALL < <(echo "$PAIR_LOG" | "$PY" -c '
+import statistics, sys
+rows = [list(map(float, l.split())) for l in sys.stdin if l.strip()]
+med = lambda f: statistics.median(f(r) for r in rows)
+print(med(lambda r: r[0]), med(lambda r: r[1]), med(lambda r: r[2]), med(lambda r: r[0] / r[2]), med(lambda r: r[1] / r[2]))')
 TORCH_DESC="PyTorch $("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null) fp32 ($(echo "$best_line" | sed -n 's/.*\(attn=[a-z]*\).* blas=\([^ ]*\).*/\1, \2/p'), OPENBLAS_CORETYPE=${ct:-unset}${AVX2_NOTE}, glibc malloc${alloc:+, mmap_max=0})"
 
 PEAK=$(peak_of "$(env -u OPENBLAS_CORETYPE OMP_NUM_THREADS="$THREADS" build/release/bench/matmul)")
 
 echo
+if [ "$PAIRS" -gt 1 ]; then echo "medians over $PAIRS alternating pairs; a ratio is the median of the pairs' ratios:"; echo; fi
 echo "| implementation (context $CONTEXT, B = 1) | threads | tokens/s | ratio | share of the fp32 peak |"
 echo "|---|---|---|---|---|"
-"$PY" - "$SEQ_TPS" "$best_tps" "$THREADS" "${KSET:-?}" "$TORCH_DESC" "$FLOPS_TOK" "$PEAK" "$SEQ_WARM_TPS" "$WINDOWS" <<'EOF'
+"$PY" - "$SEQ_TPS" "$best_tps" "$THREADS" "${KSET:-?}" "$TORCH_DESC" "$FLOPS_TOK" "$PEAK" "$SEQ_WARM_TPS" "$WINDOWS" \
+    "$RATIO_WARM" "$RATIO_ALL" <<'EOF'
 import sys
 seq, torch_ = float(sys.argv[1]), float(sys.argv[2])
 th, kset, desc = sys.argv[3], sys.argv[4], sys.argv[5]
 flops, peak = float(sys.argv[6]), float(sys.argv[7]) * 1e9
 warm, nwin = float(sys.argv[8]), int(sys.argv[9])
+ratio_warm, ratio_all = float(sys.argv[10]), float(sys.argv[11])
 sol = peak / flops
 print(f"| seqeval (C11 + OpenMP, fp32, {kset} kernels), its {nwin} windows after the first 2 | {th} | {warm:.0f} "
-      f"| {warm / torch_:.2f}x | {100 * warm / sol:.1f}% |")
-print(f"| seqeval, the whole process ({nwin + 2} windows, start-up included) | {th} | {seq:.0f} | {seq / torch_:.2f}x "
+      f"| {ratio_warm:.2f}x | {100 * warm / sol:.1f}% |")
+print(f"| seqeval, the whole process ({nwin + 2} windows, start-up included) | {th} | {seq:.0f} | {ratio_all:.2f}x "
       f"| {100 * seq / sol:.1f}% |")
 print(f"| {desc} | {th} | {torch_:.0f} | 1.00x | {100 * torch_ / sol:.1f}% |")
 print(f"| speed of light: {flops / 1e6:.1f} MFLOP/token at the measured peak ({peak / 1e9:.1f} GFLOP/s) | {th} "

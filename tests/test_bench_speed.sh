@@ -86,4 +86,23 @@ got=$(AVX2_ONLY=1 LIBDIR="$W/lib" bash -c 'source bench/common.sh; blas_candidat
 ct=${got##* / }
 if [ "${got% / *}" = "|$ct $W/lib/openblas-openmp|$ct" ]; then ok "blas_candidates under AVX2_ONLY: the AVX2 core type only ($ct)"
 else not_ok "blas_candidates AVX2_ONLY" "got '$got'"; fi
+# torch_blas_check: a PyTorch on the system BLAS (the fake PY below answers "BLAS_INFO=generic" by exiting 0)
+# with only the reference BLAS installed is refused, naming what to install; with an OpenBLAS build, or a
+# PyTorch that brings its own BLAS (exit 1: not generic), it passes
+mkdir -p "$W/ref/blas" && touch "$W/ref/blas/libblas.so.3" && ln -sf blas/libblas.so.3 "$W/ref/libblas.so.3"
+printf '#!/bin/sh\nexit 0\n' > "$W/py_generic" && printf '#!/bin/sh\nexit 1\n' > "$W/py_mkl" && chmod +x "$W/py_generic" "$W/py_mkl"
+blas_check() { LIBDIR="$1" PY="$2" bash -c 'source bench/common.sh; torch_blas_check; echo passed' 2>&1; }
+got=$(blas_check "$W/ref" "$W/py_generic")
+if [[ "$got" == *"reference BLAS"*"apt-get install libopenblas0-openmp"* ]] && [[ "$got" != *passed* ]]; then
+    ok "torch_blas_check refuses the reference BLAS, naming the package to install"
+else not_ok "torch_blas_check on the reference BLAS" "got '$got'"; fi
+got=$(blas_check "$W/ref" "$W/py_mkl")
+if [ "$got" = passed ]; then ok "torch_blas_check: a PyTorch with its own BLAS passes"; else not_ok "torch_blas_check own BLAS" "got '$got'"; fi
+mkdir -p "$W/ref/openblas-pthread" && touch "$W/ref/openblas-pthread/libblas.so.3"
+got=$(blas_check "$W/ref" "$W/py_generic")
+if [ "$got" = passed ]; then ok "torch_blas_check: with an OpenBLAS build installed it passes"; else not_ok "torch_blas_check OpenBLAS" "got '$got'"; fi
+# eval_speed.sh refuses a bad PAIRS before any work
+PAIRS=0 bash bench/eval_speed.sh > "$W/es.out" 2>&1; rc=$?
+if [ "$rc" = 1 ] && grep -q "PAIRS must be a whole number >= 1 (got '0')" "$W/es.out"; then ok "eval_speed.sh refuses PAIRS=0"
+else not_ok "eval_speed.sh PAIRS=0" "rc $rc: $(head -n 2 "$W/es.out")"; fi
 test_done
