@@ -12,6 +12,8 @@
 #   peak_of MATMUL_OUTPUT      the fp32 peak (GFLOP/s) bench/matmul printed: of the widest vectors, or of 256-bit
 #                              ones under AVX2_ONLY
 #   tps_of                     the tokens_per_s value of a result line on stdin
+#   pair_medians I/J...        stdin: one line of numbers per alternating pair; prints the median of each column,
+#                              then the median over the pairs of each ratio column I / column J (0-based)
 #   faster A B                 true when tokens/s A > B
 #   blas_candidates BUILD...   sets candidates to the BLAS settings to probe, "LD_LIBRARY_PATH|OPENBLAS_CORETYPE"
 #                              each (an empty path: the system's libblas.so.3): the system BLAS, then each OpenBLAS
@@ -74,6 +76,15 @@ peak_of() {
 }
 
 tps_of() { sed -n 's/.*tokens_per_s=\([0-9.]*\).*/\1/p'; }
+
+pair_medians() {
+    "$PY" -c '
+import statistics, sys
+rows = [list(map(float, l.split())) for l in sys.stdin if l.strip()]
+ratios = [tuple(map(int, a.split("/"))) for a in sys.argv[1:]]
+cols = [statistics.median(r[c] for r in rows) for c in range(len(rows[0]))]
+print(*cols, *(statistics.median(r[i] / r[j] for r in rows) for i, j in ratios))' "$@"
+}
 
 faster() { "$PY" -c "import sys; sys.exit(not float(sys.argv[1]) > float(sys.argv[2]))" "$1" "$2"; }
 

@@ -114,11 +114,7 @@ for p in $(seq 2 "$PAIRS"); do
 $SEQ_WARM_TPS $SEQ_TPS $t"
 done
 # medians over the pairs (one pair: its numbers), each ratio the median of the pairs' ratios
-read -r SEQ_WARM_TPS SEQ_TPS best_tps RATIO_WARM RATIO_ALL < <(echo "$PAIR_LOG" | "$PY" -c '
-import statistics, sys
-rows = [list(map(float, l.split())) for l in sys.stdin if l.strip()]
-med = lambda f: statistics.median(f(r) for r in rows)
-print(med(lambda r: r[0]), med(lambda r: r[1]), med(lambda r: r[2]), med(lambda r: r[0] / r[2]), med(lambda r: r[1] / r[2]))')
+read -r SEQ_WARM_TPS SEQ_TPS best_tps RATIO_WARM RATIO_ALL < <(echo "$PAIR_LOG" | pair_medians 0/2 1/2)
 TORCH_DESC="PyTorch $("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null) fp32 ($(echo "$best_line" | sed -n 's/.*\(attn=[a-z]*\).* blas=\([^ ]*\).*/\1, \2/p'), OPENBLAS_CORETYPE=${ct:-unset}${AVX2_NOTE}, glibc malloc${alloc:+, mmap_max=0})"
 
 PEAK=$(peak_of "$(env -u OPENBLAS_CORETYPE OMP_NUM_THREADS="$THREADS" build/release/bench/matmul)")

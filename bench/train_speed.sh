@@ -120,7 +120,7 @@ QKV=$(echo "$TORCH_LINE" | sed -n 's/.* qkv=\([a-z]*\).*/\1/p') ATTN=$(echo "$TO
 # ---- more pairs: seqtrain and PyTorch (its formulation fixed to the one chosen above) alternating ----------
 # with PAIRS > 1 the table gives the medians over the pairs, the ratio the median pair's: both sides move
 # between runs on a shared machine, so a single pair can land on either side of a target
-PAIR_LOG="1 $SEQ_TPS $TORCH_TPS $SEQ_BEST $TORCH_BEST"
+PAIR_LOG="$SEQ_TPS $TORCH_TPS $SEQ_BEST $TORCH_BEST"
 for p in $(seq 2 "$PAIRS"); do
     seq_run "$p"
     line=$(torch_run "$lib" "$ct" "$alloc" --qkv "$QKV" --attn "$ATTN" --warmup 2 --steps $((STEPS - 2)))
@@ -128,14 +128,9 @@ for p in $(seq 2 "$PAIRS"); do
     [ -n "$t" ] || { echo "train_speed: PyTorch's run of pair $p failed" >&2; exit 1; }
     echo "train_speed: pair $p: seqtrain $SEQ_TPS, PyTorch $t tokens/s (median steps)"
     PAIR_LOG="$PAIR_LOG
-$p $SEQ_TPS $t $SEQ_BEST $tb"
+$SEQ_TPS $t $SEQ_BEST $tb"
 done
-read -r SEQ_TPS TORCH_TPS SEQ_BEST TORCH_BEST RATIO RATIO_BEST < <(echo "$PAIR_LOG" | "$PY" -c '
-import statistics, sys
-rows = [list(map(float, l.split()[1:])) for l in sys.stdin if l.strip()]
-med = lambda f: statistics.median(f(r) for r in rows)
-print(med(lambda r: r[0]), med(lambda r: r[1]), med(lambda r: r[2]), med(lambda r: r[3]),
-      med(lambda r: r[0] / r[1]), med(lambda r: r[2] / r[3]))')
+read -r SEQ_TPS TORCH_TPS SEQ_BEST TORCH_BEST RATIO RATIO_BEST < <(echo "$PAIR_LOG" | pair_medians 0/1 2/3)
 case "$alloc" in
     "") ALLOC_DESC="glibc malloc";;
     GLIBC_TUNABLES=*) ALLOC_DESC="glibc malloc, mmap_max=0";;

@@ -28,8 +28,12 @@ if ! command -v qemu-x86_64 >/dev/null 2>&1; then
     bash scripts/install_deps.sh qemu-user > "$W/install.log" 2>&1 ||
         { not_ok "qemu-user installed" "$(tail -n 3 "$W/install.log")"; test_done; exit; }
 fi
-# QEMU warns about every CPUID feature of the model that TCG lacks (pcid, rdseed, ...); none is one of ours
-emu() { local cpu=$1; shift; qemu-x86_64 -cpu "$cpu" "$@" 2> >(grep -v "TCG doesn't support requested feature" >&2); }
+# QEMU warns about every CPUID feature of the model that TCG lacks (pcid, rdseed, ...); none is one of ours.
+# EMU_TIMEOUT=S in the environment stops the program after S seconds (exit 124)
+emu() {
+    local cpu=$1; shift
+    ${EMU_TIMEOUT:+timeout "$EMU_TIMEOUT"} qemu-x86_64 -cpu "$cpu" "$@" 2> >(grep -v "TCG doesn't support requested feature" >&2)
+}
 
 # --- controls: the emulated CPUs lack what they should
 cat > "$W/probe.c" <<'C'
@@ -148,7 +152,7 @@ units=$(cd "$PDIR/tests" && ls test_* | grep -v -x -e test_model -e test_zerosho
 EMU_UNIT_BUDGET=${EMU_UNIT_BUDGET:-60}
 export EMU_UNIT_BUDGET
 run_unit() {
-    OMP_NUM_THREADS=1 timeout "$EMU_UNIT_BUDGET" qemu-x86_64 -cpu EPYC-Milan "$PDIR/tests/$1" > "$W/unit-$1.log" 2> "$W/unit-$1.err"
+    OMP_NUM_THREADS=1 EMU_TIMEOUT=$EMU_UNIT_BUDGET emu EPYC-Milan "$PDIR/tests/$1" > "$W/unit-$1.log" 2> "$W/unit-$1.err"
     echo $? > "$W/unit-$1.rc"
 }
 export -f run_unit

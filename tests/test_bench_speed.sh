@@ -101,6 +101,10 @@ if [ "$got" = passed ]; then ok "torch_blas_check: a PyTorch with its own BLAS p
 mkdir -p "$W/ref/openblas-pthread" && touch "$W/ref/openblas-pthread/libblas.so.3"
 got=$(blas_check "$W/ref" "$W/py_generic")
 if [ "$got" = passed ]; then ok "torch_blas_check: with an OpenBLAS build installed it passes"; else not_ok "torch_blas_check OpenBLAS" "got '$got'"; fi
+# pair_medians: the median of each column over the pairs, then the median of each pair's ratio
+got=$(printf '100 50 7\n300 100 9\n200 50 8\n' | PY=python3 bash -c 'source bench/common.sh; pair_medians 0/1 2/1')
+if [ "$got" = "200.0 50.0 8.0 3.0 0.14" ]; then ok "pair_medians: column medians, then medians of the ratios"
+else not_ok "pair_medians" "got '$got', want '200.0 50.0 8.0 3.0 0.14'"; fi
 # eval_speed.sh refuses a bad PAIRS before any work
 PAIRS=0 bash bench/eval_speed.sh > "$W/es.out" 2>&1; rc=$?
 if [ "$rc" = 1 ] && grep -q "PAIRS must be a whole number >= 1 (got '0')" "$W/es.out"; then ok "eval_speed.sh refuses PAIRS=0"
