@@ -77,12 +77,16 @@ for spec in "EPYC-Milan avx2 avx512" "qemu64 generic avx2"; do
     fi
 done
 
-# --- every mixer, 2 steps, emulated against native with the same kernel set
-wiki_shard "$PDIR/bin" 300
+# --- every mixer, 2 steps, emulated against native with the same kernel set. The tokens are random ids below
+# 256 in a raw shard: with the WikiText tokenizer's 8192 ids the head and its cross-entropy took most of each
+# emulated run (1.1 s a run under EPYC-Milan, 13.5 s under qemu64 on the EPYC; 0.2-0.4 s and 0.9-1.4 s with
+# 256), and QEMU on an Intel Xeon host is about 10x slower still (the phase took 203 s there)
+python3 -c 'import random, struct, sys; r = random.Random(5)
+open(sys.argv[1], "wb").write(struct.pack("<8192H", *(r.randrange(256) for _ in range(8192))))' "$W/train.u16"
 cat > "$W/base.json" <<JSON
 {
   "run": {"dir": "$W/runs", "seed": 3, "threads": 1},
-  "data": {"train": "$W/train.shard"},
+  "data": {"train": "$W/train.u16", "format": "raw_u16", "vocab_size": 256},
   "model": {"d_model": 32, "n_layers": 1, "mixer": {"kind": "attention"}},
   "train": {"batch_size": 2, "seq_len": 32, "steps": 2, "eval_every": 0, "ckpt_every": 0},
   "optim": {"lr": 3e-3}
@@ -100,7 +104,8 @@ train_one() {  # train_one CPU|native SET MIXER: prints "loss kernels-line" of i
 export -f train_one last_loss emu
 export W PDIR
 # every mixer under EPYC-Milan; attention and gla under qemu64 (the generic set is the same C for every CPU,
-# and QEMU runs it 10x slower than the AVX2 code: 13-15 s a run)
+# and QEMU runs it 4-6x slower than the AVX2 code: its fmaf calls are emulated one at a time)
+phase=$SECONDS
 for spec in "EPYC-Milan avx2 $mixers" "qemu64 generic attention gla"; do
     read -r cpu set ms <<< "$spec"
     # the emulated runs (the slow ones) JOBS at a time
@@ -119,6 +124,8 @@ for spec in "EPYC-Milan avx2 $mixers" "qemu64 generic attention gla"; do
         fi
     done
 done
+
+echo "# the mixers' runs, emulated and native: $((SECONDS - phase)) s"
 
 # --- a run resumed on a CPU that lacks its kernels: it goes on, and the note says why it cannot be bit-identical
 if ! has_kernel_set "$PDIR/bin" avx2; then
@@ -147,21 +154,26 @@ units=$(cd "$PDIR/tests" && ls test_* | grep -v -x -e test_model -e test_zerosho
 # one OpenMP thread each, JOBS at a time: emulated threads that wait for each other spin slowly (2 threads each
 # took twice as long). Each program gets EMU_UNIT_BUDGET seconds: how fast QEMU emulates these FMAs depends on
 # the host (the whole pass took about 110 s on an AMD EPYC, 1476 s on an Intel Xeon, where test_matmul's
-# thread-count checks alone ran 12 minutes). A program stopped by the budget passes on the checks it printed
-# (every one ok, at least one), since the same program runs whole on the same kernels in portable[avx2].
-EMU_UNIT_BUDGET=${EMU_UNIT_BUDGET:-60}
+# thread-count checks alone ran 12 minutes; with 60 s a program the script still took 537 s there, and CI 34
+# minutes). A program stopped by the budget passes on the checks it printed (every one ok, at least one), since
+# the same program runs whole on the same kernels in portable[avx2]. On the EPYC, 20 s stops test_attention,
+# test_matmul and test_path_attn (29-37 s each) after their first few hundred checks; every other program ends
+EMU_UNIT_BUDGET=${EMU_UNIT_BUDGET:-20}
 export EMU_UNIT_BUDGET
 run_unit() {
+    local t0=$SECONDS
     OMP_NUM_THREADS=1 EMU_TIMEOUT=$EMU_UNIT_BUDGET emu EPYC-Milan "$PDIR/tests/$1" > "$W/unit-$1.log" 2> "$W/unit-$1.err"
-    echo $? > "$W/unit-$1.rc"
+    echo "$? $((SECONDS - t0))" > "$W/unit-$1.rc"
 }
 export -f run_unit
+phase=$SECONDS
 printf '%s\n' $units | xargs -P "$JOBS" -I{} bash -c 'run_unit {}'
+echo "# the unit tests under EPYC-Milan, $JOBS at a time: $((SECONDS - phase)) s"
 for u in $units; do
-    rc=$(cat "$W/unit-$u.rc"); summary=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$W/unit-$u.err" | tail -n 1)
+    read -r rc secs < "$W/unit-$u.rc"; summary=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$W/unit-$u.err" | tail -n 1)
     nok=$(grep -c '^ok - ' "$W/unit-$u.log")
     if [ "$rc" = 0 ] && [ -n "$summary" ] && ! grep -q '^not ok' "$W/unit-$u.log"; then
-        ok "EPYC-Milan: $u ($summary)"
+        ok "EPYC-Milan: $u ($summary, $secs s)"
     elif [ "$rc" = 124 ] && [ "$nok" -gt 0 ] && ! grep -q '^not ok' "$W/unit-$u.log"; then
         ok "EPYC-Milan: $u ($nok checks passed before the ${EMU_UNIT_BUDGET} s budget ended; all of it runs in portable[avx2])"
     else
