@@ -104,7 +104,8 @@ train_one() {  # train_one CPU|native SET MIXER: prints "loss kernels-line" of i
 export -f train_one last_loss emu
 export W PDIR
 # every mixer under EPYC-Milan; attention and gla under qemu64 (the generic set is the same C for every CPU,
-# and QEMU runs it 4-6x slower than the AVX2 code: its fmaf calls are emulated one at a time)
+# and QEMU runs it 4-6x slower than the AVX2 code: built for baseline x86-64, it calls libm's fmaf for every
+# fused multiply-add, where the native build's generic copy has vfmadd instructions)
 phase=$SECONDS
 for spec in "EPYC-Milan avx2 $mixers" "qemu64 generic attention gla"; do
     read -r cpu set ms <<< "$spec"
