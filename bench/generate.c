@@ -25,7 +25,7 @@
 #include "core/timer.h"
 #include "model/model.h"
 #include "model/sample.h"
-#include "train/run_config.h"
+#include "run/run_config.h"
 
 static int fail_(const Err *e) {
     fprintf(stderr, "generate: %s\n", e->msg);

@@ -32,8 +32,8 @@
 #include "data/loader.h"
 #include "model/model.h"
 #include "data/tasks.h"
-#include "train/evaluate.h"
-#include "train/run_config.h"
+#include "eval/evaluate.h"
+#include "run/run_config.h"
 
 int main(int argc, char **argv) {
     const char *config = NULL, *json = NULL;

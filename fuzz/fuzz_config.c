@@ -1,9 +1,9 @@
-// libFuzzer harness: the config loader (core/config.h through train/run_config.h): a run config, a base
+// libFuzzer harness: the config loader (core/config.h through run/run_config.h): a run config, a base
 // file it may inherit from, and --set overrides, then binding against the schema, validation and dump.
 // The input is split at NUL bytes: part 0 is main.json, part 1 base.json (main may say "base":
 // "base.json"), parts 2.. (at most 8) are --set strings.
 #include "fuzz_common.h"
-#include "train/run_config.h"
+#include "run/run_config.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const uint8_t *part[10];

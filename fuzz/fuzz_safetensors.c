@@ -1,7 +1,7 @@
-// libFuzzer harness: the safetensors reader (train/safetensors.h): header validation, then every tensor
+// libFuzzer harness: the safetensors reader (ckpt/safetensors.h): header validation, then every tensor
 // read in its own dtype and as F32 when it is one, and the metadata.
 #include "fuzz_common.h"
-#include "train/safetensors.h"
+#include "ckpt/safetensors.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char path[256];

@@ -1,6 +1,6 @@
-// libFuzzer harness: state.json of a checkpoint (train/ckpt_state.h), parsed and validated from memory.
+// libFuzzer harness: state.json of a checkpoint (ckpt/ckpt_state.h), parsed and validated from memory.
 #include "fuzz_common.h"
-#include "train/ckpt_state.h"
+#include "ckpt/ckpt_state.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char *text = malloc(size + 1);

@@ -12,7 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "train/ckptdir.h"
+#include "ckpt/ckptdir.h"
 #include "test.h"
 #include "testfs.h"
 

@@ -1,5 +1,5 @@
 /*
- * Sampling (model/sample.h) and generation (train/generate.h):
+ * Sampling (model/sample.h) and generation (eval/generate.h):
  *   - greedy is the argmax; top-k 1 is greedy at any temperature;
  *   - draws follow softmax(logits / T) restricted by top-k and top-p: frequencies over 200000 draws within
  *     0.005 of the renormalised probabilities (the binomial standard deviation is at most 0.0012);
@@ -20,7 +20,7 @@
 #include "model/model.h"
 #include "model/sample.h"
 #include "test.h"
-#include "train/generate.h"
+#include "eval/generate.h"
 
 static void test_sample(void) {
     float lg[6] = {0.5f, 2.0f, -1.0f, 2.0f, 1.0f, 0.0f};

@@ -10,7 +10,7 @@
 
 #include "core/params.h"
 #include "test.h"
-#include "train/optim.h"
+#include "optim/optim.h"
 
 // a small model-like table: names as the model declares them, decay flags as their owners would set
 static void build_table_(ParamTable *pt) {

@@ -15,8 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "train/ckptdir.h"
-#include "train/safetensors.h"
+#include "ckpt/ckptdir.h"
+#include "ckpt/safetensors.h"
 #include "test.h"
 #include "testfs.h"
 

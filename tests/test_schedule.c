@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "test.h"
-#include "train/schedule.h"
+#include "optim/schedule.h"
 
 static double rel_err_(double got, double want) { return fabs(got - want) / fmax(fabs(want), 1e-30); }
 

@@ -32,8 +32,8 @@
 #include "data/npy.h"
 #include "model/model.h"
 #include "test.h"
-#include "train/run_config.h"
-#include "train/safetensors.h"
+#include "run/run_config.h"
+#include "ckpt/safetensors.h"
 
 #define REF_DIR "tests/data/torch_ref"
 #define TOL_ATOL_SCALE 2e-5  // atol = TOL_ATOL_SCALE * max|ref| + TOL_ATOL_FLOOR

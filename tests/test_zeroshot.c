@@ -1,5 +1,5 @@
 /*
- * Zero-shot evaluation (src/train/zeroshot.c, src/data/evalsets.c) against an outside reference, and its
+ * Zero-shot evaluation (src/eval/zeroshot.c, src/data/evalsets.c) against an outside reference, and its
  * tokenisation edge cases.
  *
  * tests/data/zeroshot/ holds a tiny checkpoint (d_model 16, 2 attention layers, context 64, 150 steps of
@@ -31,9 +31,9 @@
 #include "data/evalsets.h"
 #include "data/tokenizer.h"
 #include "test.h"
-#include "train/run_config.h"
-#include "train/safetensors.h"
-#include "train/zeroshot.h"
+#include "run/run_config.h"
+#include "ckpt/safetensors.h"
+#include "eval/zeroshot.h"
 
 #define CASE_DIR "tests/data/zeroshot"
 #define TOKENIZER "data/tokenizer/wikitext2_bpe8192.model"

@@ -4,7 +4,7 @@
  *
  * One prompt streams its continuation to stdout as it is drawn; a prompt file (one prompt per line) is
  * generated as one batch and each prompt's text is printed when the batch is done. EOS prints as a newline
- * (as seqtok decode writes it). Speed goes to stderr. The generation itself is train/generate.h.
+ * (as seqtok decode writes it). Speed goes to stderr. The generation itself is eval/generate.h.
  */
 #include "cli/generate.h"
 
@@ -20,8 +20,8 @@
 #include "core/cpu.h"
 #include "core/files.h"
 #include "data/tokenizer.h"
-#include "train/generate.h"
-#include "train/run_load.h"
+#include "eval/generate.h"
+#include "eval/run_load.h"
 
 #define REPLACEMENT_CHAR "\xEF\xBF\xBD"  // what SentencePiece decodes an unfinished UTF-8 byte sequence to
 

@@ -10,7 +10,7 @@
 #include "core/png.h"
 #include "data/loader.h"
 #include "data/tasks.h"
-#include "train/evaluate.h"
+#include "eval/evaluate.h"
 
 // the largest attention-map PNG side; longer contexts are downsampled to it (and the message says so)
 #define ATTN_MAP_MAX_PX 1024

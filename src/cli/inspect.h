@@ -19,7 +19,7 @@
 #include "core/err.h"
 #include "data/shard.h"
 #include "model/model.h"
-#include "train/run_config.h"
+#include "run/run_config.h"
 
 typedef struct InspectInput {
     int *in, *tg;  // (T,) input tokens and their targets

@@ -23,7 +23,7 @@
  *       zero-shot multiple-choice accuracy on data/eval (the KLA paper's Table 4; cli/zeroshot_cmd.c)
  *
  * Perplexity, --task, --probe and --zeroshot run their forward passes on the run's run.device (the GPU backend
- * for cuda, train/forward.h) unless --device says otherwise; --attention-map and --generate run on the CPU.
+ * for cuda, eval/forward.h) unless --device says otherwise; --attention-map and --generate run on the CPU.
  */
 #include <errno.h>
 #include <math.h>
@@ -44,12 +44,12 @@
 #include "data/eval_windows.h"
 #include "data/npy.h"
 #include "data/shard.h"
-#include "train/ckptdir.h"
-#include "train/evaluate.h"
-#include "train/forward.h"
-#include "train/run_load.h"
-#include "train/run_config.h"
-#include "train/safetensors.h"
+#include "ckpt/ckptdir.h"
+#include "eval/evaluate.h"
+#include "eval/forward.h"
+#include "eval/run_load.h"
+#include "run/run_config.h"
+#include "ckpt/safetensors.h"
 
 static const char *PROG = "seqeval";
 

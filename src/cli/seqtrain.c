@@ -18,8 +18,8 @@
 #include "cli/args.h"
 #include "core/cpu.h"
 #include "core/dist.h"
-#include "train/ckptdir.h"
-#include "train/run_config.h"
+#include "ckpt/ckptdir.h"
+#include "run/run_config.h"
 #include "train/trainer.h"
 
 static const char *PROG = "seqtrain";

@@ -13,7 +13,7 @@
 #include "data/evalsets.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
-#include "train/zeroshot.h"
+#include "eval/zeroshot.h"
 
 // the tokenizer must be the one the run was trained with: the same vocabulary size as the model, and the
 // same file as the training shards recorded (seqtok shards carry their tokenizer's sha256)

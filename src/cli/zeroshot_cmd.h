@@ -1,5 +1,5 @@
 /*
- * seqeval --zeroshot: the wiring between the command line and train/zeroshot.h (tokenizer, checks that
+ * seqeval --zeroshot: the wiring between the command line and eval/zeroshot.h (tokenizer, checks that
  * it belongs to the run, the sets, the tables), kept out of seqeval.c's main.
  */
 #ifndef SEQ_ZEROSHOT_CMD_H
@@ -7,8 +7,8 @@
 
 #include "core/err.h"
 #include "model/model.h"
-#include "train/forward.h"
-#include "train/run_config.h"
+#include "eval/forward.h"
+#include "run/run_config.h"
 
 typedef struct ZeroshotCmd {
     const char *run;        // RUN_DIR (names the model in the tables)

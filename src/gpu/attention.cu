@@ -9,7 +9,8 @@
 #include "gpu/common.cuh"
 #include "gpu/flash_attn.cuh"
 #include "gpu/mixer_gpu.cuh"
-#include "gpu/ops.cuh"
+#include "gpu/matmul.cuh"
+#include "gpu/norm.cuh"
 
 extern "C" {
 #include "mixers/attention.h"

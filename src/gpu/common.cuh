@@ -9,6 +9,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <stddef.h>
+#include <stdint.h>
 
 extern "C" {
 #include "core/err.h"
@@ -131,6 +132,51 @@ static __device__ __forceinline__ float exp2_fast_(float x) {
     return y;
 #endif
 }
+
+// An activation tensor as the ops pass it: p points at floats, or at bfloat16s (__nv_bfloat16) when bf16 is set
+// (run.precision bf16 only: there the producers of the matmuls' inputs -- the norms, the MLP's activation and its
+// gradient, the attention's output rows and dqkv, the cross-entropy's dlogits -- write bf16, what the matmul
+// multiplies, so that no matmul converts them; and the matmuls write bf16 what an elementwise pass reads next --
+// the MLP's fc output and the activation's gradient, the qkv projection -- as autocast keeps them). ld: elements
+// from one row to the next (0: the row's length, rows packed).
+typedef struct GpuAct {
+    void *p;
+    int bf16;
+    int ld;
+} GpuAct;
+static inline GpuAct gpu_f32(const float *p) { return GpuAct{(void *)p, 0, 0}; }
+static inline GpuAct gpu_act(void *p, int bf16) { return GpuAct{p, bf16, 0}; }
+
+// warp and block reductions in a fixed order (a tree over the lanes, then over the warps)
+static __device__ __forceinline__ float warp_sum_(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+static __device__ __forceinline__ float warp_max_(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+// sum (max) over a block of blockDim.x threads (a multiple of 32, at most 1024); every thread gets the result
+static __device__ __forceinline__ float block_sum_(float v, float *sh) {
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum_(v);
+    __syncthreads();  // sh may still be read by a previous call
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : 0.0f;
+    return warp_sum_(v);
+}
+static __device__ __forceinline__ float block_max_(float v, float *sh) {
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_max_(v);
+    __syncthreads();
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : -INFINITY;
+    return warp_max_(v);
+}
+
+static inline int aligned16_(const void *p) { return (uintptr_t)p % 16 == 0; }  // NULL too
 
 static inline unsigned gpu_blocks(size_t n, unsigned threads) { return (unsigned)((n + threads - 1) / threads); }
 

@@ -6,7 +6,7 @@
  *     checkpoints are written from. The device holds params, grads and Adam's m, v as flat fp32 buffers of
  *     the SAME layout (pt->numel floats, every tensor at its table offset), so moving state between the
  *     devices is one copy of each buffer and checkpoints are byte-for-byte the CPU's format.
- *   - Optimizer groups, clipping and the update's per-tensor scalars are the CPU's code (train/optim.c's
+ *   - Optimizer groups, clipping and the update's per-tensor scalars are the CPU's code (optim/optim.c's
  *     host halves: optim_norms_from_chunks, optim_clip_scales, optim_step_coefs); only the elementwise
  *     parts and the per-chunk sums of squares run on the GPU.
  *   - A mixer trains on the GPU when it has a GpuMixerOps (gpu/mixer_gpu.cuh, listed in gpu/model.cu); its
@@ -25,7 +25,7 @@
 
 #include "core/err.h"
 #include "model/model.h"
-#include "train/optim.h"
+#include "optim/optim.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -65,7 +65,7 @@ int gpu_forward_backward(Gpu *g, const int *inputs, const int *targets, int B, i
 int gpu_forward(Gpu *g, const int *inputs, const int *targets, int B, int T, float *logits, double *loss,
                 int *n_sup, Err *e);
 
-// model_forward on the GPU for evaluation (train/forward.h), copying back nothing of the (B,T,V) logits: inputs,
+// model_forward on the GPU for evaluation (eval/forward.h), copying back nothing of the (B,T,V) logits: inputs,
 // targets (B,T) on the host (targets may be NULL). losses (B*T,): the per-position losses (0 where the target is
 // ignored), *loss their mean over the *n_sup supervised positions, as gpu_forward's; argmax (B*T,): each
 // position's predicted token, model_argmax's rule (the first index of the largest logit; 0 when the first logit

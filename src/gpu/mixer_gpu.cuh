@@ -1,14 +1,14 @@
 /*
- * The device side of a mixer. A mixer trains on the GPU when it has one of these, listed in gpu/model.cu's
- * table next to its name; MixerOps (mixers/mixer.h) stays the host side and the one place its options are
+ * The device side of a mixer. A mixer trains on the GPU when it has one of these, listed in gpu/registry.cu's
+ * table; MixerOps (mixers/mixer.h) stays the host side and the one place its options are
  * parsed, checked and its tensors declared. The device side gets the SAME Mixer struct as the CPU's forward
  * and backward, with every buffer in it (params, grads, acts, scratch) a device pointer of the same layout,
  * so mixer_param()/mixer_grad() and the option struct work unchanged. The contract is the CPU's: forward
  * keeps what backward needs in m->acts; backward ACCUMULATES into dx and the parameter gradients; m->scratch
  * is shared by all layers. x, the block's normed input, comes as the model keeps it: floats, or bf16 in
- * run.precision bf16 (gpu/ops.cuh's GpuAct: what the model's matmuls take; hand it to them as it is).
+ * run.precision bf16 (gpu/common.cuh's GpuAct: what the model's matmuls take; hand it to them as it is).
  *
- * Adding a mixer's kernels = a gpu/<mixer>.cu with a GpuMixerOps, one line in gpu/model.cu's table, and its
+ * Adding a mixer's kernels = a gpu/<mixer>.cu with a GpuMixerOps, one line in gpu/registry.cu's table, and its
  * rows in the parity test (tests/gpu/test_gpu_parity.c). docs/gpu.md has the walk-through.
  */
 #ifndef SEQ_GPU_MIXER_GPU_CUH
@@ -16,7 +16,7 @@
 
 #include <stddef.h>
 
-#include "gpu/ops.cuh"
+#include "gpu/common.cuh"
 
 extern "C" {
 #include "core/err.h"
@@ -35,5 +35,10 @@ typedef struct GpuMixerOps {
 } GpuMixerOps;
 
 extern const GpuMixerOps GPU_MIXER_ATTENTION;
+
+// the device side of the mixer called name (MixerOps.name), or NULL when it has none (gpu/registry.cu)
+const GpuMixerOps *gpu_mixer_lookup(const char *name);
+// the names of the mixers with a device side, ", "-separated, into buf (n,); returns buf
+const char *gpu_mixer_names(char *buf, size_t n);
 
 #endif

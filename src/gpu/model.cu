@@ -8,21 +8,16 @@
 
 #include "gpu/common.cuh"
 #include "gpu/mixer_gpu.cuh"
-#include "gpu/ops.cuh"
+#include "gpu/activation.cuh"
+#include "gpu/adamw.cuh"
+#include "gpu/embedding.cuh"
+#include "gpu/matmul.cuh"
+#include "gpu/norm.cuh"
+#include "gpu/xent.cuh"
 
 extern "C" {
 #include "gpu/gpu.h"
-#include "nn/embedding.h"
 #include "nn/xent.h"
-}
-
-// the mixers with a device side (gpu/mixer_gpu.cuh)
-static const GpuMixerOps *const GPU_MIXERS_[] = {&GPU_MIXER_ATTENTION};
-
-static const GpuMixerOps *gpu_mixer_lookup_(const char *name) {
-    for (size_t i = 0; i < sizeof GPU_MIXERS_ / sizeof GPU_MIXERS_[0]; i++)
-        if (!strcmp(GPU_MIXERS_[i]->name, name)) return GPU_MIXERS_[i];
-    return NULL;
 }
 
 static cublasHandle_t blas_ = NULL;
@@ -36,13 +31,6 @@ void gpu_fail_(const char *what, const char *detail, const char *file, int line)
     exit(1);
 }
 
-// model.h's LayerActs on the device. ln1, ln2, act (and the Gpu's lnf and dfc) are the matmuls' inputs: bf16
-// (__nv_bfloat16) in run.precision bf16, written so by their producers (gpu/ops.cuh's GpuAct); fc (and the Gpu's
-// dact) the matmuls' outputs the activation reads, bf16 there too
-typedef struct GpuLayerActs {
-    float *res, *ln1, *ln1_mean, *ln1_rstd, *res_mid, *ln2, *ln2_mean, *ln2_rstd, *fc, *act;  // fc: before its bias
-} GpuLayerActs;
-
 struct Gpu {
     const Model *m;
     char name[400];
@@ -52,13 +40,14 @@ struct Gpu {
     // activations for the current (B,T), one allocation
     int B, T;
     float *arena;
-    GpuLayerActs *la;
+    LayerActs *la;  // (L,) model.h's layout on the device; the buffers LAYER_ACTS_MATMUL marks (the matmuls' inputs
+                    //   and outputs, as the Gpu's lnf, dfc, dact) hold bf16 under run.precision bf16
     float *res_out, *lnf, *lnf_mean, *lnf_rstd, *logits, *losses, *mix_out, *dres, *dtmp, *dfc, *dact, *scratch;
     int *inputs, *targets, *emb_tok, *emb_offs, *emb_pos;  // (B*T,) each, emb_offs (B*T+1,)
     // host side of the embedding backward's bucket sort, and the losses
     int *h_count, *h_tok, *h_offs, *h_pos;
     float *h_losses;
-    // optimizer: the chunks of train/optim.c on the device
+    // optimizer: the chunks of optim/optim.c on the device
     int n_chunks;
     size_t *chunk_start;
     int *chunk_len, *chunk_tensor;
@@ -79,11 +68,10 @@ int gpu_check_model(const Model *m, Err *e) {
                        "with run.device cpu", m->mc);
     for (int l = 0; l < m->L; l++) {
         const char *name = m->mspec[l].ops->name;
-        const GpuMixerOps *g = gpu_mixer_lookup_(name);
+        const GpuMixerOps *g = gpu_mixer_lookup(name);
         if (!g) {
-            char list[256] = "";
-            for (size_t i = 0; i < sizeof GPU_MIXERS_ / sizeof GPU_MIXERS_[0]; i++)
-                snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", GPU_MIXERS_[i]->name);
+            char list[256];
+            gpu_mixer_names(list, sizeof list);
             return err_set(e, "run.device cuda: layer %d: mixer \"%s\" has no GPU kernels yet (model.mixer.kind or "
                            "model.layers; the GPU trains: %s); train it with run.device cpu", l, name, list);
         }
@@ -137,18 +125,12 @@ static int acts_alloc_(Gpu *g, int B, int T, Err *e) {
 #define TAKE_(ptr, count) do { if (pass) (ptr) = base + n; n += ((count) + 63) & ~(size_t)63; } while (0)
 #define TAKE_MM_(ptr, count) TAKE_(ptr, ((count) + mm - 1) / mm)
         for (int l = 0; l < m->L; l++) {
-            GpuLayerActs *a = &g->la[l];
-            TAKE_(a->res, BT * C);
-            TAKE_MM_(a->ln1, BT * C);
-            TAKE_(a->ln1_mean, BT);
-            TAKE_(a->ln1_rstd, BT);
-            if (m->lp[l].has_mlp) {
-                TAKE_(a->res_mid, BT * C);
-                TAKE_MM_(a->ln2, BT * C);
-                TAKE_(a->ln2_mean, BT);
-                TAKE_(a->ln2_rstd, BT);
-                TAKE_MM_(a->fc, BT * F);
-                TAKE_MM_(a->act, BT * H);
+            size_t count[LAYER_ACTS];
+            model_layer_act_counts(m, l, B, T, count);
+            for (int k = 0; k < LAYER_ACTS; k++) {
+                if (!count[k]) g->la[l].buf[k] = NULL;
+                else if (LAYER_ACTS_MATMUL[k]) TAKE_MM_(g->la[l].buf[k], count[k]);
+                else TAKE_(g->la[l].buf[k], count[k]);
             }
             TAKE_(g->mix[l].acts, g->mops[l]->act_size(&m->mspec[l], B, T));
             size_t s = g->mops[l]->scratch_size(&m->mspec[l], B, T);
@@ -269,13 +251,13 @@ int gpu_open(Gpu **out, const Model *m, const Optim *o, const char *precision, E
     // the layers: the host's Mixer fields, device buffers
     g->mix = (Mixer *)xcalloc(m->L ? m->L : 1, sizeof(Mixer));
     g->mops = (const GpuMixerOps **)xcalloc(m->L ? m->L : 1, sizeof(GpuMixerOps *));
-    g->la = (GpuLayerActs *)xcalloc(m->L ? m->L : 1, sizeof(GpuLayerActs));
+    g->la = (LayerActs *)xcalloc(m->L ? m->L : 1, sizeof(LayerActs));
     for (int l = 0; l < m->L; l++) {
         g->mix[l] = m->mix[l];
         g->mix[l].params = g->params;
         g->mix[l].grads = g->grads;
         g->mix[l].acts = g->mix[l].scratch = NULL;
-        g->mops[l] = gpu_mixer_lookup_(m->mspec[l].ops->name);
+        g->mops[l] = gpu_mixer_lookup(m->mspec[l].ops->name);
     }
     g->h_count = (int *)xcalloc((size_t)m->V + 1, sizeof(int));
     *out = g;
@@ -356,13 +338,8 @@ static void norm_bwd_(Gpu *g, float *dinp, const float *dout, const float *inp, 
 // positions of each distinct id in increasing order (a counting sort over the vocabulary)
 static int batch_upload_(Gpu *g, const int *inputs, const int *targets, int B, int T, int *n_sup, Err *e) {
     const Model *m = g->m;
-    int BT = B * T, bad = embedding_check_ids(inputs, BT, m->V);
-    if (bad >= 0)
-        return err_set(e, "input token id %d at position %d is outside the model's vocabulary of %d", inputs[bad], bad,
-                       m->V);
-    if (targets && (bad = crossentropy_check_targets(targets, BT, m->V)) >= 0)
-        return err_set(e, "target %d at position %d is outside the vocabulary of %d (and not the ignore index -100)",
-                       targets[bad], bad, m->V);
+    int BT = B * T;
+    if (model_check_batch(m, inputs, targets, BT, e) != 0) return -1;
     if (acts_alloc_(g, B, T, e) != 0) return -1;
     CUDA_CHECK(cudaMemcpy(g->inputs, inputs, BT * sizeof(int), cudaMemcpyHostToDevice));
     *n_sup = 0;
@@ -399,7 +376,7 @@ static GpuAct forward_(Gpu *g, int B, int T, int has_targets, int n_norm, int gr
     int BT = B * T, C = m->C, H = m->hidden, F = m->mlp_kind == MLP_SWIGLU ? 2 * H : H;
     GPU_TIMED("embedding.forward", gpu_embedding_forward(m->L ? g->la[0].res : g->res_out, g->inputs, P_(m->k_wte), BT, C));
     for (int l = 0; l < m->L; l++) {
-        GpuLayerActs *a = &g->la[l];
+        LayerActs *a = &g->la[l];
         const LayerParams *lp = &m->lp[l];
         float *next = l + 1 < m->L ? g->la[l + 1].res : g->res_out;
         norm_fwd_(g, a->ln1, a->ln1_mean, a->ln1_rstd, a->res, lp->ln1_w, lp->ln1_b, BT);
@@ -437,7 +414,7 @@ static void backward_(Gpu *g, GpuAct dlogits, int B, int T, int n_tok) {
     GPU_TIMED("memset", CUDA_CHECK(cudaMemset(g->dres, 0, BTC * sizeof(float))));
     norm_bwd_(g, g->dres, g->dtmp, g->res_out, g->lnf_mean, g->lnf_rstd, m->k_lnf_w, m->k_lnf_b, BT);
     for (int l = m->L - 1; l >= 0; l--) {
-        GpuLayerActs *a = &g->la[l];
+        LayerActs *a = &g->la[l];
         const LayerParams *lp = &m->lp[l];
         if (lp->has_mlp) {
             // next = res_mid + proj(act(fc(norm(res_mid))))
@@ -488,7 +465,7 @@ int gpu_forward(Gpu *g, const int *inputs, const int *targets, int B, int T, flo
 }
 
 // ----------------------------------------------------------------------------
-// optimizer: the host computes every scalar (train/optim.c), the device does the elementwise work
+// optimizer: the host computes every scalar (optim/optim.c), the device does the elementwise work
 
 double gpu_clip_grads(Gpu *g, Optim *o) {
     GPU_TIMED("optim.sumsq", gpu_chunk_sumsq(g->chunk_sumsq, g->grads, g->chunk_start, g->chunk_len, g->n_chunks));
@@ -516,41 +493,6 @@ void gpu_optim_step(Gpu *g, Optim *o, float lr, float beta1) {
 // ----------------------------------------------------------------------------
 // evaluation
 
-#define ARGMAX_THREADS_ 128  // a power of two (the tree below)
-
-// out (N,) = each row of logits (N,V)'s predicted token by model_argmax's rule: the first index of the largest
-// value, NaNs never chosen; a NaN first value gives 0 (the CPU's scan never leaves it: nothing compares greater).
-// A selection, not a sum: the (value, lower index) order picks one element whatever order the tree combines in.
-__global__ void argmax_rows_kernel(int *out, const float *logits, int V) {
-    __shared__ float sv[ARGMAX_THREADS_];
-    __shared__ int si[ARGMAX_THREADS_];
-    const float *x = logits + (size_t)blockIdx.x * V;
-    float bv = -INFINITY;
-    int bi = -1;  // -1: no candidate yet (every value seen so far NaN)
-    for (int i = threadIdx.x; i < V; i += blockDim.x)
-        if (x[i] > bv || (bi < 0 && x[i] == bv)) bv = x[i], bi = i;  // strict: this thread's first of equals
-    sv[threadIdx.x] = bv;
-    si[threadIdx.x] = bi;
-    __syncthreads();
-    for (int o = blockDim.x / 2; o > 0; o >>= 1) {
-        if ((int)threadIdx.x < o) {
-            float ov = sv[threadIdx.x + o];
-            int oi = si[threadIdx.x + o], mi = si[threadIdx.x];
-            if (oi >= 0 && (mi < 0 || ov > sv[threadIdx.x] || (ov == sv[threadIdx.x] && oi < mi))) {
-                sv[threadIdx.x] = ov;
-                si[threadIdx.x] = oi;
-            }
-        }
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) out[blockIdx.x] = isnan(x[0]) || si[0] < 0 ? 0 : si[0];
-}
-
-static void argmax_rows_(int *out, const float *logits, int N, int V) {
-    argmax_rows_kernel<<<N, ARGMAX_THREADS_>>>(out, logits, V);
-    KERNEL_CHECK();
-}
-
 int gpu_forward_eval(Gpu *g, const int *inputs, const int *targets, int B, int T, float *losses, int *argmax,
                      double *loss, int *n_sup, Err *e) {
     int sup;
@@ -559,7 +501,7 @@ int gpu_forward_eval(Gpu *g, const int *inputs, const int *targets, int B, int T
     forward_(g, B, T, targets != NULL, 0, 0);
     if (argmax) {
         // into the embedding backward's position list: (B*T,) ints that an evaluation forward does not use
-        GPU_TIMED("eval.argmax", argmax_rows_(g->emb_pos, g->logits, BT, g->m->V));
+        GPU_TIMED("eval.argmax", gpu_argmax_rows(g->emb_pos, g->logits, BT, g->m->V));
         CUDA_CHECK(cudaMemcpy(argmax, g->emb_pos, BT * sizeof(int), cudaMemcpyDeviceToHost));
     }
     double mean = targets ? mean_loss_(g, BT, sup) : 0.0;  // the losses land in g->h_losses

@@ -1,6 +1,7 @@
 #include "model/model.h"
 
 #include <limits.h>
+#include <stddef.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -390,6 +391,32 @@ size_t model_layer_posterior_var(const Model *m, int l, int b, float *var) {
 // ----------------------------------------------------------------------------
 // activations: one arena for the current (B,T)
 
+const unsigned char LAYER_ACTS_MATMUL[LAYER_ACTS] = {[LA_LN1] = 1, [LA_LN2] = 1, [LA_FC] = 1, [LA_ACT] = 1};
+_Static_assert(sizeof(LayerActs) == LAYER_ACTS * sizeof(float *) &&
+               offsetof(LayerActs, act) == LA_ACT * sizeof(float *), "LayerActs: one LA_* index per named buffer");
+
+void model_layer_act_counts(const Model *m, int l, int B, int T, size_t *count) {
+    size_t BT = (size_t)B * T, C = (size_t)m->C, H = (size_t)m->hidden, F = m->mlp_kind == MLP_SWIGLU ? 2 * H : H;
+    size_t mlp = m->lp[l].has_mlp != 0;
+    count[LA_RES] = count[LA_LN1] = BT * C;
+    count[LA_LN1_MEAN] = count[LA_LN1_RSTD] = BT;
+    count[LA_RES_MID] = count[LA_LN2] = mlp * BT * C;
+    count[LA_LN2_MEAN] = count[LA_LN2_RSTD] = mlp * BT;
+    count[LA_FC] = mlp * BT * F;
+    count[LA_ACT] = mlp * BT * H;
+}
+
+int model_check_batch(const Model *m, const int *inputs, const int *targets, int BT, Err *e) {
+    int bad = embedding_check_ids(inputs, BT, m->V);
+    if (bad >= 0)
+        return err_set(e, "input token id %d at position %d is outside the model's vocabulary of %d", inputs[bad], bad,
+                       m->V);
+    if (targets && (bad = crossentropy_check_targets(targets, BT, m->V)) >= 0)
+        return err_set(e, "target %d at position %d is outside the vocabulary of %d (and not the ignore index -100)",
+                       targets[bad], bad, m->V);
+    return 0;
+}
+
 // the arena's layout: with base NULL it only counts (the arena's size in floats; the pointers it sets are
 // NULL then), with the arena it points every buffer into it. mixer_take gives each buffer whole cache lines,
 // as within a mixer's own activations.
@@ -409,19 +436,11 @@ static size_t model_layout_acts_(Model *m, int B, int T, float *base) {
 #define TAKE_(ptr, count) ((ptr) = mixer_take(base, &n, (count), 1))
     for (int l = 0; l < m->L; l++) {
         LayerActs *a = &m->la[l];
-        TAKE_(a->res, BT * C);
-        TAKE_(a->ln1, BT * C);
-        TAKE_(a->ln1_mean, BT);
-        TAKE_(a->ln1_rstd, BT);
-        TAKE_(a->res_mid, BT * C);
-        TAKE_(a->ln2, BT * C);
-        TAKE_(a->ln2_mean, BT);
-        TAKE_(a->ln2_rstd, BT);
-        a->fc = a->act = NULL;
-        if (m->lp[l].has_mlp) {
-            TAKE_(a->fc, BT * F);
-            TAKE_(a->act, BT * H);
-        }
+        size_t count[LAYER_ACTS];
+        model_layer_act_counts(m, l, B, T, count);
+        for (int k = 0; k < LAYER_ACTS; k++) TAKE_(a->buf[k], count[k]);
+        for (int k = 0; k < LAYER_ACTS; k++)
+            if (!count[k]) a->buf[k] = NULL;
         const MixerSpec *s = &m->mspec[l];
         TAKE_(m->mix[l].acts, s->ops->act_size(s, B, T));
     }
@@ -670,12 +689,7 @@ static int head_compact_(Model *m, int BT) {
 // model_forward; with n_norm > 0 (training, targets given), the logits become dlogits at once (the
 // cross-entropy's forward and backward in one pass) and m->xent_done tells model_backward_ so
 static int model_forward_(Model *m, const int *inputs, const int *targets, int B, int T, int n_norm, Err *e) {
-    int bad = embedding_check_ids(inputs, B * T, m->V);
-    if (bad >= 0)
-        return err_set(e, "input token id %d at position %d is outside the model's vocabulary of %d", inputs[bad], bad, m->V);
-    if (targets && (bad = crossentropy_check_targets(targets, B * T, m->V)) >= 0)
-        return err_set(e, "target %d at position %d is outside the vocabulary of %d (and not the ignore index -100)",
-                       targets[bad], bad, m->V);
+    if (model_check_batch(m, inputs, targets, B * T, e) != 0) return -1;
     // KLA+: S copies of the batch, one posterior sample each
     int S = m->mc, B1 = B;
     B *= S;

@@ -63,16 +63,25 @@ typedef struct LayerParams {  // tensor indices of one block (-1 = absent)
     int has_mlp;      // prenorm with an MLP; 0 for fused blocks and model.mlp.kind none
 } LayerParams;
 
-typedef struct LayerActs {
-    float *res;         // (B,T,C) residual stream entering the layer
-    float *ln1;         // (B,T,C)
-    float *ln1_mean, *ln1_rstd;  // (B*T,)
-    float *res_mid;     // (B,T,C) after the mixer
-    float *ln2;         // (B,T,C)
-    float *ln2_mean, *ln2_rstd;
-    float *fc;          // (B,T,F) F = hidden or 2*hidden (swiglu)
-    float *act;         // (B,T,hidden)
+// The activations one block keeps for its backward, by name and as an array (LAYER_ACTS buffers in this order),
+// so that every device lays a layer out from the one table of model_layer_act_counts (indexed by LA_*)
+enum { LA_RES, LA_LN1, LA_LN1_MEAN, LA_LN1_RSTD, LA_RES_MID, LA_LN2, LA_LN2_MEAN, LA_LN2_RSTD, LA_FC, LA_ACT, LAYER_ACTS };
+typedef union LayerActs {
+    struct {
+        float *res;         // (B,T,C) residual stream entering the layer
+        float *ln1;         // (B,T,C)
+        float *ln1_mean, *ln1_rstd;  // (B*T,)
+        float *res_mid;     // (B,T,C) after the mixer (blocks with an MLP)
+        float *ln2;         // (B,T,C)
+        float *ln2_mean, *ln2_rstd;
+        float *fc;          // (B,T,F) F = hidden or 2*hidden (swiglu)
+        float *act;         // (B,T,hidden)
+    };
+    float *buf[LAYER_ACTS];
 } LayerActs;
+// which of a layer's buffers are a matmul's input or output (ln1, ln2, fc, act): the GPU keeps those in bf16 under
+// run.precision bf16
+extern const unsigned char LAYER_ACTS_MATMUL[LAYER_ACTS];
 
 typedef struct Model {
     int V, C, L, hidden, mlp_kind, rms, norm_bias, mlp_bias, tie, head_bias;
@@ -146,6 +155,12 @@ void model_backward(Model *m, int n_norm);
 // After it, m->logits holds dlogits, not logits. n_norm <= 0 adds nothing to the gradients.
 int model_forward_backward(Model *m, const int *inputs, const int *targets, int B, int T, int n_norm, Err *e);
 size_t model_num_params(const Model *m);
+// counts (LAYER_ACTS,): the floats of each of layer l's LayerActs buffers for a batch (B,T), 0 where the layer has
+// no such buffer (the MLP's without an MLP)
+void model_layer_act_counts(const Model *m, int l, int B, int T, size_t *counts);
+// the batch's token ids against the vocabulary, inputs and targets (BT,) (targets may be NULL; -100 = ignored):
+// 0, or -1 with e naming the first bad one and its position; what every device checks before a forward
+int model_check_batch(const Model *m, const int *inputs, const int *targets, int BT, Err *e);
 // --- decoding, a token at a time (generation) ---
 // A ModelDecoder holds what B sequences need to go on token by token: every layer's recurrent state or
 // key/value cache (MixerOps.state_size/state_init/step), one block per layer of (B, size[l]) floats, and the

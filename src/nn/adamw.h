@@ -1,5 +1,5 @@
 /*
- * The AdamW update of one contiguous run of parameters (the elementwise half of train/optim.c's step:
+ * The AdamW update of one contiguous run of parameters (the elementwise half of optim/optim.c's step:
  * the optimizer computes the per-tensor scalars in double once, this loop only reads them).
  */
 #ifndef SEQ_ADAMW_H

@@ -19,10 +19,10 @@
 #include "core/dist.h"
 #include "core/timer.h"
 #include "data/tokenizer.h"
-#include "train/ckptdir.h"
+#include "ckpt/ckptdir.h"
 #include "train/trainer_ckpt.h"
-#include "train/evaluate.h"
-#include "train/safetensors.h"
+#include "eval/evaluate.h"
+#include "ckpt/safetensors.h"
 
 static volatile sig_atomic_t stop_signal_ = 0;
 
@@ -333,7 +333,7 @@ int trainer_check(const RunConfig *c, int info, Err *e) {
             OptimGroup *groups = NULL;
             if (rc == 0 && (rc = optim_setup_(&opt, &groups, &c->optim, &m.pt, e)) == 0) optim_free(&opt);
             free(groups);
-            if (rc == 0 && !strcmp(c->run.device, "cuda")) rc = gpu_check_model(&m, e);
+            if (rc == 0) rc = step_check_device(&m, c->run.device, e);
             model_free(&m);
         }
     }
@@ -406,13 +406,7 @@ static int setup_(Trainer *t, const TrainerOpts *o, Err *e) {
     if (optim_setup_(&t->opt, &t->groups, &c->optim, &t->model.pt, e) != 0 ||
         schedule_setup_(&t->sched, c, t->total_steps, e) != 0)
         return -1;
-    if (!strcmp(c->run.device, "cuda")) {
-        if (t->ranks > 1)
-            return err_set(e, "run.device cuda: the GPU backend trains in one process; start it without mpirun "
-                           "(several GPUs are not supported yet, docs/gpu.md)");
-        if (gpu_open(&t->gpu, &t->model, &t->opt, c->run.precision, e) != 0) return -1;
-    }
-    return 0;
+    return step_open(&t->dev, &t->model, &t->opt, c->run.device, c->run.precision, e);
 }
 
 // every rank must see the same data and build the same model, or the ranks' steps would not line up
@@ -504,9 +498,9 @@ static int log_line_(RunLog_ *log, Err *e, const char *fmt, ...) {
 static int validate_(Trainer *t, RunLog_ *log, double *loss_out, double *acc_out, Err *e) {
     *loss_out = *acc_out = NAN;
     if (!t->has_val) return 0;
-    // run.device cuda: the forward passes run on the GPU, with its parameters (train/forward.h)
+    // run.device cuda: the forward passes run on the GPU, with its parameters (eval/forward.h)
     Forward f;
-    forward_init(&f, &t->model, t->gpu);
+    forward_init(&f, &t->model, t->dev.gpu);
     double loss, acc;
     uint64_t n;
     int task = run_config_has_task(&t->c);
@@ -573,7 +567,7 @@ static int final_eval_task_(Trainer *t, Err *e) {
     double loss, acc;
     uint64_t n;
     Forward fw;
-    forward_init(&fw, &t->model, t->gpu);
+    forward_init(&fw, &t->model, t->dev.gpu);
     rc = evaluate_task(&fw, &t->c, f, &loss, &acc, &n, e);
     forward_close(&fw);
     if (f) {
@@ -607,7 +601,7 @@ static int final_eval_(Trainer *t, Err *e) {
     }
     EvalResult *r = xcalloc((size_t)n, sizeof(EvalResult));
     Forward f;
-    forward_init(&f, &t->model, t->gpu);
+    forward_init(&f, &t->model, t->dev.gpu);
     for (int i = 0; i < n && rc == 0; i++)
         rc = evaluate_context(&f, l.shards, l.n_shards, ctx[i], ev->stride, ev->max_windows, &r[i], e);
     forward_close(&f);
@@ -676,21 +670,12 @@ static int loop_(Trainer *t, Err *e) {
             rc = loader_next(&t->train, in + a * BT, tg + a * BT, B, e);
             for (size_t i = 0; rc == 0 && i < BT; i++) n_sup += tg[a * BT + i] != -100;
         }
-        if (rc == 0 && t->gpu) gpu_zero_grad(t->gpu);
-        else if (rc == 0) model_zero_grad(&t->model);
+        if (rc == 0) step_zero_grad(&t->dev);
         double loss_sum = 0;
         for (int a = rank; a < A && rc == 0; a += ranks) {
-            if (t->gpu) {
-                double mb_loss;
-                int mb_sup;
-                rc = gpu_forward_backward(t->gpu, in + a * BT, tg + a * BT, B, T, (int)n_sup, &mb_loss, &mb_sup, e);
-                if (rc == 0) loss_sum += mb_loss * mb_sup;
-            } else {
-                // KLA+ samples: fresh per micro-batch, and the same again when a resumed run replays the step
-                t->model.noise_seed = ((uint64_t)t->step << 20) ^ (uint64_t)a;
-                rc = model_forward_backward(&t->model, in + a * BT, tg + a * BT, B, T, (int)n_sup, e);
-                if (rc == 0) loss_sum += t->model.loss * t->model.n_supervised;
-            }
+            // KLA+ samples: fresh per micro-batch, and the same again when a resumed run replays the step
+            rc = step_micro_batch(&t->dev, in + a * BT, tg + a * BT, B, T, (int)n_sup,
+                                  ((uint64_t)t->step << 20) ^ (uint64_t)a, &loss_sum, e);
             if (rc == 0 && a == 0 && A > ranks && steps_here == 0 && !t->quiet) {
                 // a step of many micro-batches can take minutes: estimate from the first one
                 double dt = time_now_s() - t0, tps = (double)BT * ranks / dt;
@@ -709,10 +694,10 @@ static int loop_(Trainer *t, Err *e) {
         sig = red[3] > 0 ? SIGTERM : red[2] > 0 ? SIGINT : red[1] > 0 ? SIGUSR1 : 0;
         loss_sum = red[0];
         double t_red = time_now_s();
-        if (!t->gpu) dist_sum_f32(t->model.grads, model_num_params(&t->model));  // the GPU runs in one process
+        step_reduce_grads(&t->dev);
         t_red = time_now_s() - t_red;  // the all-reduce's share of the step (logged with several ranks)
         double loss = n_sup ? loss_sum / (double)n_sup : 0;
-        double gnorm = t->gpu ? gpu_clip_grads(t->gpu, &t->opt) : optim_clip_grads(&t->opt, t->model.grads);
+        double gnorm = step_clip_grads(&t->dev);
         if (!isfinite(loss) || !isfinite(gnorm)) {
             char note[1400];
             trainer_last_ckpt_note(t, note, sizeof note);
@@ -723,8 +708,7 @@ static int loop_(Trainer *t, Err *e) {
         }
         float lr = schedule_lr(&t->sched, t->step);
         float beta1 = schedule_beta1(&t->sched, t->step, (float)c->optim.beta1);
-        if (t->gpu) gpu_optim_step(t->gpu, &t->opt, lr, beta1);
-        else optim_step(&t->opt, t->model.params, t->model.grads, lr, beta1);
+        step_update(&t->dev, lr, beta1);
         t->step++;
         steps_here++;
         t->tokens += (double)(A * BT);
@@ -735,12 +719,12 @@ static int loop_(Trainer *t, Err *e) {
         char tb[32];
         int last = t->step == t->total_steps;
         if (t->step % c->train.log_every == 0 || last) {
-            char red_s[96] = "";
+            char red_s[96] = "", dev_s[96];
             if (ranks > 1) snprintf(red_s, sizeof red_s, ", \"allreduce_s\": %.6f", t_red);
-            if (t->gpu) snprintf(red_s, sizeof red_s, ", \"gpu_mem_mib\": %.1f", gpu_mem_used(t->gpu) / 1048576.0);
             rc = log_line_(log, e, "{\"step\": %ld, \"loss\": %.17g, \"lr\": %.9g, \"beta1\": %.9g, \"grad_norm\": "
-                           "%.9g, \"tokens_per_s\": %s, \"tokens\": %.0f, \"elapsed_s\": %.3f%s}", t->step, loss, lr,
-                           beta1, gnorm, json_num(tb, sizeof tb, tps, 1, 1), t->tokens, t->elapsed, red_s);
+                           "%.9g, \"tokens_per_s\": %s, \"tokens\": %.0f, \"elapsed_s\": %.3f%s%s}", t->step, loss,
+                           lr, beta1, gnorm, json_num(tb, sizeof tb, tps, 1, 1), t->tokens, t->elapsed, red_s,
+                           step_log_fields(&t->dev, dev_s, sizeof dev_s));
             if (rc == 0 && dist_main()) rc = diag_write_(t, e);
             if ((rc = dist_agree(rc, e)) != 0) break;
         }
@@ -811,7 +795,7 @@ int trainer_main(const TrainerOpts *o, Err *e) {
                    "%s%d thread%s, %s kernels\n", t->run_dir, model_num_params(&t->model), t->model.L, t->model.C,
                    t->model.V, t->total_steps, t->c.train.grad_accum, t->c.train.batch_size, t->c.train.seq_len, procs,
                    t->threads, t->threads == 1 ? "" : "s", kernel_set_name(kernel_set()));
-            if (t->gpu) printf("device: %s\n", gpu_device_name(t->gpu));
+            if (step_device_name(&t->dev)) printf("device: %s\n", step_device_name(&t->dev));
             print_substitutions_(&t->c, &t->train, t->model.V, t->total_steps, 1);
         }
         int cpus = dist_cpus_allowed();
@@ -831,7 +815,7 @@ int trainer_main(const TrainerOpts *o, Err *e) {
     }
     if (t->has_val) loader_close(&t->val);
     loader_close(&t->train);  // a zeroed Loader (setup failed early) closes as a no-op
-    gpu_close(t->gpu);
+    step_close(&t->dev);
     if (t->model.params) optim_free(&t->opt);
     model_free(&t->model);
     free(t->groups);

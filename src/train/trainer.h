@@ -9,11 +9,11 @@
 
 #include "core/err.h"
 #include "data/loader.h"
-#include "gpu/gpu.h"
 #include "model/model.h"
-#include "train/optim.h"
-#include "train/run_config.h"
-#include "train/schedule.h"
+#include "optim/optim.h"
+#include "optim/schedule.h"
+#include "run/run_config.h"
+#include "train/step.h"
 
 typedef struct TrainerOpts {
     const char *config_path;   // NULL when resuming
@@ -35,8 +35,8 @@ typedef struct Trainer {
     Optim opt;
     OptimGroup *groups;
     Schedule sched;
-    Gpu *gpu;               // run.device cuda: the step and evaluation run there (gpu/gpu.h, train/forward.h); the
-                            //   host model holds the state only when synced (checkpoints); NULL on the CPU
+    Step dev;               // the training step on run.device (train/step.h); evaluation runs there too
+                            //   (eval/forward.h, with dev.gpu)
     long step, total_steps;
     double tokens;          // tokens trained on, over all processes of the run
     double elapsed;         // seconds of training, over all processes of the run

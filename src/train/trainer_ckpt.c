@@ -7,10 +7,10 @@
 #include "core/cpu.h"
 #include "core/dist.h"
 #include "core/files.h"
-#include "train/ckpt_state.h"
-#include "train/ckptdir.h"
-#include "train/evaluate.h"
-#include "train/safetensors.h"
+#include "ckpt/ckpt_state.h"
+#include "ckpt/ckptdir.h"
+#include "eval/evaluate.h"
+#include "ckpt/safetensors.h"
 
 int trainer_write_config(const Trainer *t, Err *e) {
     cJSON *j = config_dump(&t->c, &RUN_CONFIG_SCHEMA);
@@ -61,7 +61,7 @@ static int write_checkpoint_(Trainer *t, Err *e);
 int trainer_save_checkpoint(Trainer *t, Err *e) {
     // run.device cuda: the state lives on the GPU; the files are written from the host copies, so they are
     // the CPU's format byte for byte
-    if (t->gpu) gpu_download(t->gpu, t->model.params, t->opt.m, t->opt.v);
+    step_sync_to_host(&t->dev);
     // every rank holds the same state, so every rank checks it (one message when it is not finite)
     int rc = check_finite_state_(t, e);
     if (rc == 0 && dist_main()) rc = write_checkpoint_(t, e);
@@ -377,7 +377,7 @@ int trainer_resume(Trainer *t, const char *log_path, Err *e) {
     if (rc == 0) rc = config_changes_(t, t->o, state_path, &st, &changes, e);
     if (rc == 0) rc = check_state_(t, ckpt, state_path, &st, changes != NULL, e);
     if (rc == 0) rc = load_checkpoint_(t, ckpt, &st, e);
-    if (rc == 0 && t->gpu) gpu_upload(t->gpu, t->model.params, t->opt.m, t->opt.v);
+    if (rc == 0) step_sync_from_host(&t->dev);
     ckpt_state_free(&st);
     // every rank has read and checked the checkpoint; only then does rank 0 touch the run directory
     if (dist_agree(rc, e) != 0) {

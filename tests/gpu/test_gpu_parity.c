@@ -31,7 +31,7 @@
 #include "../model_json.h"
 #include "../test.h"
 #include "gpu/gpu.h"
-#include "train/optim.h"
+#include "optim/optim.h"
 
 // V above the cross-entropy kernel's 256 threads per row; T more than one 64-row block and a partial 32-key tile.
 // The emulator (a fiber per CUDA thread) takes a smaller batch to stay within a minute.
@@ -302,7 +302,7 @@ static int run_case_(const Case *c, const Prec *p) {
     return 0;
 }
 
-// evaluation on the GPU (gpu_forward_eval, what train/forward.h runs seqeval's and the trainer's evaluations on):
+// evaluation on the GPU (gpu_forward_eval, what eval/forward.h runs seqeval's and the trainer's evaluations on):
 // a backend opened without an optimizer, per-position losses and predictions against the host's at several
 // (B,T) shapes, one a single window of EVAL_LONG_ tokens, with and without targets; and the device memory: the
 // activations re-sized for each shape replace the old ones (the same shape after a round holds the same bytes).

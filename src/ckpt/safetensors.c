@@ -1,4 +1,4 @@
-#include "train/safetensors.h"
+#include "ckpt/safetensors.h"
 #include "core/files.h"
 
 #include <cjson/cJSON.h>
@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "train/ckptdir.h"
+#include "ckpt/ckptdir.h"
 
 // the data section is the host's memory image, which the format defines as little-endian
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__

@@ -1,7 +1,7 @@
 /*
  * Where evaluation's forward passes run: the host model, or the GPU backend (gpu/gpu.h) holding the same
- * network (run.device cuda). The evaluation loops (train/evaluate.c: perplexity by context, validation, task
- * accuracy; train/zeroshot.c) and seqeval --probe see only this: a batch in, per-position losses and predicted
+ * network (run.device cuda). The evaluation loops (eval/evaluate.c: perplexity by context, validation, task
+ * accuracy; eval/zeroshot.c) and seqeval --probe see only this: a batch in, per-position losses and predicted
  * tokens out, in host memory whichever device computed them, so each loop exists once.
  *
  * The GPU side copies back B*T losses (and B*T predictions when asked), never the (B,T,V) logits: the argmax

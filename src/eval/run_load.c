@@ -1,13 +1,13 @@
-#include "train/run_load.h"
+#include "eval/run_load.h"
 
 #include <stdio.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
-#include "train/ckptdir.h"
-#include "train/evaluate.h"
-#include "train/safetensors.h"
+#include "ckpt/ckptdir.h"
+#include "eval/evaluate.h"
+#include "ckpt/safetensors.h"
 
 int run_load_model(Model *m, RunConfig *c, const char *run, const char *ckpt, int threads, Err *e) {
     char path[2048], latest[1200];

@@ -1,4 +1,4 @@
-#include "train/generate.h"
+#include "eval/generate.h"
 
 #include <stdlib.h>
 #include <string.h>

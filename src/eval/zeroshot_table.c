@@ -1,6 +1,6 @@
 // The zero-shot tables: the KLA paper's Table 4 layout (tasks as columns, the metric it reports under each,
 // an average) and a per-task table with items, standard errors and chance levels, as Markdown, CSV and JSON.
-#include "train/zeroshot.h"
+#include "eval/zeroshot.h"
 
 #include <errno.h>
 #include <math.h>

@@ -7,7 +7,7 @@
 
 #include "core/err.h"
 #include "model/model.h"
-#include "train/run_config.h"
+#include "run/run_config.h"
 
 // c from RUN_DIR/config.json, m built from it and loaded from ckpt (a checkpoint directory; NULL = the newest),
 // the vocabulary read from the checkpoint's embedding; refuses weights holding a NaN or infinity (a diverged

@@ -1,4 +1,4 @@
-#include "train/schedule.h"
+#include "optim/schedule.h"
 
 #include <math.h>
 #include <string.h>

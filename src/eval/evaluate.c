@@ -1,4 +1,4 @@
-#include "train/evaluate.h"
+#include "eval/evaluate.h"
 
 #include <errno.h>
 #include <math.h>
@@ -11,7 +11,7 @@
 #include "core/dist.h"
 #include "data/eval_windows.h"
 #include "data/loader.h"
-#include "train/run_config.h"
+#include "run/run_config.h"
 
 #define EVAL_NOISE_SEED 0x5EEDull
 

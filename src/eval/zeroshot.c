@@ -1,4 +1,4 @@
-#include "train/zeroshot.h"
+#include "eval/zeroshot.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -12,7 +12,7 @@
 #include "core/err.h"
 #include "data/shard.h"
 #include "model/model.h"
-#include "train/forward.h"
+#include "eval/forward.h"
 
 typedef struct EvalResult {
     long context;
@@ -28,7 +28,7 @@ const char *json_num(char *buf, size_t n, double v, int prec, int fixed);
 // the first non-finite entry of a parameter table's buffer (the tensor's index, *at its element), or -1
 int params_first_nonfinite(const ParamTable *pt, const float *buf, size_t *at);
 // score the windows of every shard for context L (stride 0 = non-overlapping); max_windows 0 = all. Every
-// evaluation runs its forward passes through f: on the host model or the GPU (train/forward.h)
+// evaluation runs its forward passes through f: on the host model or the GPU (eval/forward.h)
 int evaluate_context(Forward *f, Shard *shards, int n_shards, long L, long stride, long max_windows,
                      EvalResult *r, Err *e);
 void eval_result_free(EvalResult *r);

@@ -1,4 +1,4 @@
-#include "train/ckpt_state.h"
+#include "ckpt/ckpt_state.h"
 
 #include <errno.h>
 #include <math.h>

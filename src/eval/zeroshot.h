@@ -28,7 +28,7 @@
 #include "data/evalsets.h"
 #include "data/tokenizer.h"
 #include "model/model.h"
-#include "train/forward.h"
+#include "eval/forward.h"
 
 // the tokens of one request after truncation: ids (n,) = the kept context tokens, then the continuation's;
 // the last n_scored of them are scored (each predicted from everything before it)

@@ -1,4 +1,4 @@
-#include "train/ckptdir.h"
+#include "ckpt/ckptdir.h"
 #include "core/files.h"
 
 #include <dirent.h>

@@ -1,4 +1,4 @@
-#include "train/forward.h"
+#include "eval/forward.h"
 
 #include <stdlib.h>
 #include <string.h>
