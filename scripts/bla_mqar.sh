@@ -40,6 +40,7 @@
 #   JOBS=N       runs trained at the same time (default: tiny nproc, else 1); OMP_WAIT_POLICY=passive if > 1
 #   THREADS=N    run.threads of every run (default max(1, nproc / JOBS))
 #   BIN=DIR      where seqtrain is (default bin)
+#   PROGRESS_EVERY=S   print the running trainings' progress every S seconds (default 60, 0 = off)
 # Resumable: finished runs (RUN_DIR/eval/acc.json) are reused, interrupted ones resumed from their
 # checkpoint; run the same command again after Ctrl-C. A run shared by two figures is trained once.
 # Accuracy is the final test accuracy over the whole test split (RUN_DIR/eval/acc.json; with the cosine
@@ -50,14 +51,12 @@
 # (frontier per mixer, log2 state axis, and the smallest state reaching 0.5/0.9/0.99), fig3b_resolution.md|
 # csv|png, fig3c_dim.md|csv|png; the Markdown also goes to stdout.
 set -u -o pipefail
-PROG=bla_mqar
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 USAGE=$(sed -n '2,/^set -u/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//')
 
-source "$ROOT/scripts/tasks_common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib/tasks.sh"  # the run queue, the state-size sweeps
 parse_opts "$@"
 sweep_mixers "bla swa gla gdn gsa attention"
-setup bla_mqar
+setup runs/tasks/bla_mqar
 CFG=configs/tasks/mqar/bla.json
 
 case "$SCALE" in
@@ -131,13 +130,13 @@ done; fi
 [ "${#JOB_IDS[@]}" -gt 0 ] || DIE_RC=2 die "nothing to run (MIXERS='$MIXERS')"
 say "SCALE=$SCALE, T=$T: ${#JOB_IDS[@]} runs (mixers: $MIXERS; d: $DIMS; heads: $HEADS; lr: $LRS; $SEEDS seed(s)), $NJOBS at a time, $THREADS threads each; output in $OUTD"
 run_jobs; rc=$?
-[ "$DRY_RUN" = 1 ] && exit 0
+exit_if_interrupted
 
 # the per-run CSV (a run that failed has an empty accuracy; its state is still given when --info works)
 runs="$OUTD/bla_mqar_runs.csv"
 sweep_csv "$runs" "mixer,d_model,heads,expand_k,state_param,state_value,resolution"
-commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
-CMDLINE=$(sweep_cmdline scripts/bla_mqar.sh MIXERS DIMS HEADS LRS SEEDS EXPAND_KS BLA_EXPAND_KS BLA_MODES SWA_WINDOWS \
+commit=$(commit_of)
+CMDLINE=$(cmdline MIXERS DIMS HEADS LRS SEEDS EXPAND_KS BLA_EXPAND_KS BLA_MODES SWA_WINDOWS \
     GSA_SLOTS RESOLUTIONS RES_MODES RES_DIM WIN_MODES WIN_DIMS)
 where="MQAR T = $T, SCALE=$SCALE$([ "$SCALE" = paper ] || echo ", not the paper's T 512 / 64 pairs / V 8192 budget")"
 prov="Runs: \`$CMDLINE\` (commit $commit); every run in $(basename "$runs")."

@@ -31,6 +31,7 @@
 #   JOBS=N       runs trained at the same time (default: tiny nproc, else 1); OMP_WAIT_POLICY=passive if > 1
 #   THREADS=N    run.threads of every run (default max(1, nproc / JOBS))
 #   BIN=DIR      where seqtrain is (default bin)
+#   PROGRESS_EVERY=S   print the running trainings' progress every S seconds (default 60, 0 = off)
 # Resumable: finished runs (RUN_DIR/eval/acc.json) are reused, interrupted ones resumed from their
 # checkpoint; run the same command again after Ctrl-C.
 # Accuracy is the final test accuracy over the whole test split (RUN_DIR/eval/acc.json): the fraction of
@@ -41,14 +42,12 @@
 # state_value, resolution, lr, wd, seed, state_floats, accuracy) and fig4_state.md|csv|png (best accuracy
 # per line and state size, log2 state axis); the Markdown also goes to stdout.
 set -u -o pipefail
-PROG=bla_regbench
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 USAGE=$(sed -n '2,/^set -u/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//')
 
-source "$ROOT/scripts/tasks_common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib/tasks.sh"  # the run queue, the state-size sweeps
 parse_opts "$@"
 sweep_mixers "bla swa gla gdn gsa attention"
-setup bla_regbench
+setup runs/tasks/bla_regbench
 CFG=configs/tasks/regbench/bla.json
 
 case "$SCALE" in
@@ -98,12 +97,12 @@ if sweep_has gsa; then for S in $GSA_SLOTS; do
 if sweep_has attention; then queue attention "Attention (full)" w "$T" "" 0 "{\"kind\":\"attention\",\"heads\":$H,\"window\":0}"; fi
 say "SCALE=$SCALE, T=$T, d $DIM, $H heads: ${#JOB_IDS[@]} runs (mixers: $MIXERS; lr: $LRS; wd: $WDS; $SEEDS seed(s)), $NJOBS at a time, $THREADS threads each; output in $OUTD"
 run_jobs; rc=$?
-[ "$DRY_RUN" = 1 ] && exit 0
+exit_if_interrupted
 
 runs="$OUTD/bla_regbench_runs.csv"
 sweep_csv "$runs" "mixer,state_param,state_value,resolution"
-commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
-CMDLINE=$(sweep_cmdline scripts/bla_regbench.sh MIXERS LRS WDS SEEDS HEADS DIM BLA_MODES RESOLUTIONS SWA_WINDOWS \
+commit=$(commit_of)
+CMDLINE=$(cmdline MIXERS LRS WDS SEEDS HEADS DIM BLA_MODES RESOLUTIONS SWA_WINDOWS \
     GSA_SLOTS GLA_EXPAND_KS GDN_EXPAND_VS)
 where="RegBench T = $T, d $DIM, SCALE=$SCALE$([ "$SCALE" = paper ] || echo ", not the paper's T 512 / d 128 / 60-epoch budget")"
 python3 "$ROOT/scripts/state_tables.py" "$runs" "$OUTD/fig4_state" --x state_floats --tag fig4 --logx \

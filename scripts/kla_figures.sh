@@ -27,17 +27,15 @@
 #   SEQ_OUT=DIR      output folder (default runs/tasks/kla_figures/$SCALE): runs/, logs/, the figures
 #                    fig3b.png, fig5b.png, attn_<task>.png and their data (fig3b.tsv, fig3b_curves.tsv,
 #                    fig5b.tsv, maps/)
-#   JOBS=N, THREADS=N, BIN=DIR   as scripts/mqar_sweep.sh
+#   JOBS=N, THREADS=N, BIN=DIR, PROGRESS_EVERY=S   as scripts/mqar_sweep.sh
 # Resumable: finished runs (RUN_DIR/eval/acc.json) are reused; the figures are drawn again each time.
 # Needs gnuplot (Debian package gnuplot-nox, installed by scripts/install_deps.sh) and python3.
 set -u -o pipefail
-PROG=kla_figures
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 USAGE=$(sed -n '2,/^set -u/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//')
 
-source "$ROOT/scripts/tasks_common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib/runq.sh"
 parse_opts "$@"
-setup kla_figures
+setup runs/tasks/kla_figures
 [ "$DRY_RUN" = 1 ] || command -v gnuplot > /dev/null 2>&1 ||
     die "gnuplot not found: apt-get install gnuplot-nox (or scripts/install_deps.sh)"
 case "$SCALE" in tiny) depths="1 2" ;; *) depths="1 2 4" ;; esac
@@ -71,10 +69,10 @@ queue icr_ou_L1 icr ou 1
 queue memorization_ou_L1 memorization ou 1
 say "SCALE=$SCALE: ${#JOB_IDS[@]} runs (Fig. 3b depths: $DEPTHS), $NJOBS at a time, $THREADS threads each; output in $OUTD"
 run_jobs; rc=$?
-[ "$DRY_RUN" = 1 ] && exit 0
+exit_if_interrupted
 
 GP="$OUTD/gp"; mkdir -p "$GP" "$OUTD/maps"
-commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
+commit=$(commit_of)
 # gnuplot without its note on the maps' hidden (NaN) half; the exit status is gnuplot's
 plot_() { gnuplot "$1" 2> >(grep -v 'matrix contains missing or undefined values' >&2); }
 # the pngcairo terminal where gnuplot has it, else libgd's png

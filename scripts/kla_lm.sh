@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The KLA paper's language models (Table 13 / App. G.6: GPT, GPT+KLA, KLA, and KLA at the 180M recipe) as test
 # perplexity by context length, every length scored on the whole test split. Run `scripts/kla_lm.sh --help`.
-RFA_USAGE="usage: [SCALE=tiny|small|paper] [ROWS=id,id] [SEQ_OUT=DIR] [JOBS=N] [THREADS=N] scripts/kla_lm.sh [--set KEY=VALUE ...] [--dry-run]
+USAGE="usage: [SCALE=tiny|small|paper] [ROWS=id,id] [SEQ_OUT=DIR] [JOBS=N] [THREADS=N] scripts/kla_lm.sh [--set KEY=VALUE ...] [--dry-run]
 
 Trains the rows (gpt, gpt_kla, kla, kla_180m) that are not finished yet and prints their test perplexity by
 context length, as Markdown on stdout and in SEQ_OUT/kla_lm.md, and as CSV in SEQ_OUT/kla_lm.csv. Every
@@ -16,29 +16,26 @@ the test split at each length).
                 L 512-4096. The data is the bundled WikiText-2, not the paper's FineWeb-Edu (not bundled)
   ROWS=id,...   only these rows (default all): gpt gpt_kla kla kla_180m
   SEQ_OUT=DIR   output folder (default runs/kla_lm/SCALE): runs/<id>/, logs/<id>.log, kla_lm.md|csv
-  JOBS, THREADS, BIN, PROGRESS_EVERY   as in scripts/rfa_common.sh
+  JOBS, THREADS, BIN, PROGRESS_EVERY   as in scripts/lib/runq.sh
   --set K=V     an extra seqtrain override for every row
   --dry-run     resolve and check every config, print what would run, train nothing
 
 Resumable: finished rows are reused, interrupted ones resumed.
 Exit status: 0 every row has its numbers, 1 some row failed, 2 bad usage, 130/143 interrupted."
-source "$(dirname "$0")/rfa_common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib/ppl_table.sh"
 
-rfa_parse_opts kla_lm "$@"
-[ "${#RFA_POSITIONAL[@]}" = 0 ] || { echo "$RFA_USAGE" >&2; RFA_DIE_RC=2 rfa_die "unexpected argument '${RFA_POSITIONAL[0]}'"; }
-[ -n "${SEQ_OUT:-}" ] || SEQ_OUT="$RFA_ROOT/runs/kla_lm/${SCALE:-small}"
-rfa_setup
-rfa_need_wikitext2
-[ -z "${ROWS:-}" ] || RFA_CMDLINE="ROWS=$ROWS $RFA_CMDLINE"
+parse_opts "$@"
+setup runs/kla_lm
+need_wikitext2
 
-# --- hooks of rfa_common.sh: the configs by scale, the whole test split, the tiny model, the scale lines
-rfa_config_path() {
+# --- hooks of scripts/lib/ppl_table.sh: the configs by scale, the whole test split, the tiny model, the scale lines
+ppl_config_path() {
     case "$SCALE" in
         paper) case "$1" in kla_180m) echo configs/kla_180m.json ;; *) printf 'configs/%s_45m.json\n' "$1" ;; esac ;;
         *)     printf 'configs/lm/cpu/%s.json\n' "$1" ;;
     esac
 }
-rfa_scale_sets_() {  # KIND: attention (gpt, gpt_kla: attention heads to set at tiny) or kla
+ppl_scale_sets() {  # KIND: attention (gpt, gpt_kla: attention heads to set at tiny) or kla
     if [ "$SCALE" != tiny ]; then echo eval.max_windows=0; return 0; fi
     printf '%s\n' model.d_model=32 model.n_layers=2 train.batch_size=2 train.grad_accum=1 train.seq_len=32 \
         train.steps=4 train.eval_every=0 train.eval_batches=1 train.ckpt_every=0 eval.contexts=32,64,128,256 \
@@ -46,7 +43,7 @@ rfa_scale_sets_() {  # KIND: attention (gpt, gpt_kla: attention heads to set at 
     [ "$1" = attention ] && echo model.mixer.heads=2
     return 0
 }
-rfa_scale_note_() {
+ppl_scale_note() {
     case "$SCALE" in
         paper) echo "Scale \`paper\`: Table 13's recipe (configs/{gpt_45m,gpt_kla_45m,kla_45m,kla_180m}.json) on WikiText-2, trained at T = $1; L = ${2//,/, }, each on the whole test split." ;;
         small) echo "Scale \`small\`: CPU-sized configs (configs/lm/cpu/: 4 layers of d = 128, kla_180m 6 of d = 192, one epoch of WikiText-2), trained at T = $1;" \
@@ -54,7 +51,7 @@ rfa_scale_note_() {
         tiny)  echo "Scale \`tiny\`: a pipeline check (2 layers, d = 32, 4 steps, T = $1, L = ${2//,/, }, 2 windows per length); the numbers mean nothing." ;;
     esac
 }
-RFA_DATA_NOTE="Perplexities are not comparable with the paper's (FineWeb-Edu, the nanochat tokenizer, 1.8B / 10.9B tokens)."
+PPL_DATA_NOTE="Perplexities are not comparable with the paper's (FineWeb-Edu, the nanochat tokenizer, 1.8B / 10.9B tokens)."
 
 #     id         label                                   config name  kind       csv key
 rows_=(
@@ -64,6 +61,7 @@ rows_=(
     "kla_180m|KLA, kla_180m recipe|kla_180m|kla|kla_180m"
 )
 ROWS=${ROWS:-}
-rfa_rows_select "${rows_[@]}"
-rfa_main kla_lm \
-    "**KLA language models.** Test perplexity by context length L (trained at the first L), every L on the whole test split."
+ppl_rows_select "${rows_[@]}"
+ppl_main kla_lm \
+    "**KLA language models.** Test perplexity by context length L (trained at the first L), every L on the whole test split." \
+    Model model ROWS

@@ -6,13 +6,13 @@
 # configs/tasks/mad/kla_protocol/<task>.json). Every (mixer, task, lr, wd[, seed]) is one seqtrain run in
 # $SEQ_OUT/runs/<mixer>__<task>__lr<lr>_wd<wd>[_s<seed>]/ whose final accuracy is RUN_DIR/eval/acc.json.
 # Resumable: finished runs are reused, interrupted ones resumed (run the same command again).
-# The run queue, locking, resuming and settings come from scripts/rfa_common.sh.
-source "$(dirname "${BASH_SOURCE[0]}")/rfa_common.sh"
+# The run queue, locking, resuming and settings come from scripts/lib/runq.sh.
+source "$(dirname "${BASH_SOURCE[0]}")/lib/runq.sh"
 # SCALE=medium's rows when ROWS is not given: the positive control (attention) and the KLA paper's Fig. 5a /
 # Table 6 mixers that fit its half hour (kla_plus costs 10x kla)
 MAD_MEDIUM_ROWS=attn_rope,kla,kla_p0,gla,gdn
 
-RFA_USAGE="usage: scripts/mad_table.sh [--set KEY=VALUE ...] [--dry-run]
+USAGE="usage: scripts/mad_table.sh [--set KEY=VALUE ...] [--dry-run]
 
 Trains every (mixer, task, lr, wd) run of the MAD table that is not finished yet, then prints the table
 (Markdown on stdout, and SEQ_OUT/mad_table.md, SEQ_OUT/mad_table.csv).
@@ -49,7 +49,7 @@ Settings (environment):
   SEEDS=N                 seeds 1..N (PROTOCOL=kla, as SEEDS of the other task sweeps; PROTOCOL=mad trains one run
                           per grid point with the config's seed)
   SEQ_OUT=DIR                 output folder (default runs/mad_table/\$SCALE, with PROTOCOL=kla runs/mad_table/kla_\$SCALE)
-  JOBS=N, THREADS=N, BIN=DIR, PROGRESS_EVERY=S   as in scripts/rfa_common.sh (OMP_WAIT_POLICY=passive when JOBS>1)
+  JOBS=N, THREADS=N, BIN=DIR, PROGRESS_EVERY=S   as in scripts/lib/runq.sh (OMP_WAIT_POLICY=passive when JOBS>1)
 Options:
   --set KEY=VALUE         extra override for every run (after the row's)
   --dry-run               list the seqtrain commands of the runs still to do; train nothing
@@ -95,24 +95,21 @@ MAD_TASKS=(
     'compression|Compression'
 )
 
-rfa_parse_opts mad_table "$@"
+parse_opts "$@"
 SCALE=${SCALE:-small}
 PROTOCOL=${PROTOCOL:-mad}
-case "$PROTOCOL" in mad|kla) ;; *) RFA_DIE_RC=2 rfa_die "PROTOCOL must be mad or kla (got '$PROTOCOL')" ;; esac
-RFA_SCALES="tiny small medium paper"
+case "$PROTOCOL" in mad|kla) ;; *) DIE_RC=2 die "PROTOCOL must be mad or kla (got '$PROTOCOL')" ;; esac
 if [ "$SCALE" = medium ]; then
-    [ "$PROTOCOL" = mad ] || RFA_DIE_RC=2 rfa_die "SCALE=medium is PROTOCOL=mad's (no budget was probed for PROTOCOL=kla)"
+    [ "$PROTOCOL" = mad ] || DIE_RC=2 die "SCALE=medium is PROTOCOL=mad's (no budget was probed for PROTOCOL=kla)"
     ROWS=${ROWS:-$MAD_MEDIUM_ROWS}
 fi
-if [ -z "${SEQ_OUT:-}" ]; then
-    if [ "$PROTOCOL" = kla ]; then SEQ_OUT="$RFA_ROOT/runs/mad_table/kla_$SCALE"; else SEQ_OUT="$RFA_ROOT/runs/mad_table/$SCALE"; fi
-fi
-rfa_setup
+[ -n "${SEQ_OUT:-}" ] || [ "$PROTOCOL" != kla ] || SEQ_OUT="$ROOT/runs/mad_table/kla_$SCALE"
+setup runs/mad_table "tiny small medium paper" 2  # medium: 2 threads a run
 if [ "$PROTOCOL" = kla ]; then
     # Table 10: lr 1e-3, wd 0, no grid; the mean over seeds (G.1: 5 seeds)
     MAD_LRS=${LRS:-"1e-3"}; MAD_WDS=${WDS:-"0"}
     case "$SCALE" in paper) nseeds_=${SEEDS:-5} ;; *) nseeds_=${SEEDS:-2} ;; esac
-    case "$nseeds_" in ''|*[!0-9]*|0) RFA_DIE_RC=2 rfa_die "SEEDS must be a positive integer (got '$nseeds_')" ;; esac
+    case "$nseeds_" in ''|*[!0-9]*|0) DIE_RC=2 die "SEEDS must be a positive integer (got '$nseeds_')" ;; esac
     MAD_SEEDS=$(seq -s ' ' 1 "$nseeds_")
 else
     case "$SCALE" in
@@ -121,23 +118,17 @@ else
         medium) MAD_LRS=${LRS:-"2e-3"};          MAD_WDS=${WDS:-"0"} ;;
         tiny)  MAD_LRS=${LRS:-"1e-3"};           MAD_WDS=${WDS:-"0"} ;;
     esac
-    [ -z "${SEEDS:-}" ] || RFA_DIE_RC=2 rfa_die "SEEDS is for PROTOCOL=kla (PROTOCOL=mad trains one run per grid point)"
+    [ -z "${SEEDS:-}" ] || DIE_RC=2 die "SEEDS is for PROTOCOL=kla (PROTOCOL=mad trains one run per grid point)"
     MAD_SEEDS=""
 fi
-[ -n "${SEEDS:-}" ] && RFA_CMDLINE="SEEDS=$SEEDS $RFA_CMDLINE"
-[ -n "${LRS:-}" ] && RFA_CMDLINE="LRS='$LRS' $RFA_CMDLINE"
-[ -n "${WDS:-}" ] && RFA_CMDLINE="WDS='$WDS' $RFA_CMDLINE"
-[ -n "${TASKS:-}" ] && RFA_CMDLINE="TASKS=$TASKS $RFA_CMDLINE"
-[ -n "${ROWS:-}" ] && RFA_CMDLINE="ROWS=$ROWS $RFA_CMDLINE"
-[ "$PROTOCOL" = kla ] && RFA_CMDLINE="PROTOCOL=kla $RFA_CMDLINE"
 
-# --- hooks of rfa_common.sh, redefined for tasks
-rfa_config_path() {
+# the config of a task
+mad_config_() {
     if [ "$PROTOCOL" = kla ]; then printf 'configs/tasks/mad/kla_protocol/%s.json\n' "$1"
     else printf 'configs/tasks/mad/%s.json\n' "$1"; fi
 }
-# the scale's overrides for a task (rfa_row's KIND is the task here)
-rfa_scale_sets_() {
+# the scale's overrides for a task
+mad_scale_sets_() {
     case "$SCALE" in
         small)
             [ "$1" = memorization ] || echo data.task.train_examples=640
@@ -160,16 +151,6 @@ rfa_scale_sets_() {
             case "$1" in memorization|compression) ;; *) echo train.seq_len=64 ;; esac ;;
     esac
 }
-# the accuracy of RUN_DIR/eval/acc.json (empty when missing or not a number)
-mad_acc_() {
-    [ -f "$1/eval/acc.json" ] || return 0
-    sed -n 's/.*"accuracy": *\([-+0-9.eE]*\).*/\1/p' "$1/eval/acc.json" | awk 'NF && $1 + 0 == $1 { printf "%.6f", $1; exit }'
-}
-rfa_is_done_() { [ -n "$(mad_acc_ "$1")" ]; }
-
-# rfa_common.sh's progress line reports accuracy instead of perplexity
-rfa_result_() { printf 'test accuracy %s' "$(mad_acc_ "$2")"; }
-
 # --- the runs
 mad_in_list_() { [ -z "$2" ] && return 0; case ",$2," in *",$1,"*) return 0 ;; esac; return 1; }
 MAD_ROW_IDS=(); MAD_ROW_LABELS=(); MAD_COL_IDS=(); MAD_COL_LABELS=()
@@ -183,8 +164,18 @@ for t in "${MAD_TASKS[@]}"; do
     mad_in_list_ "$tid" "${TASKS:-}" || continue
     MAD_COL_IDS+=("$tid"); MAD_COL_LABELS+=("$tlabel")
 done
-[ "${#MAD_ROW_IDS[@]}" -gt 0 ] || RFA_DIE_RC=2 rfa_die "ROWS='${ROWS:-}' selects no row"
-[ "${#MAD_COL_IDS[@]}" -gt 0 ] || RFA_DIE_RC=2 rfa_die "TASKS='${TASKS:-}' selects no task"
+[ "${#MAD_ROW_IDS[@]}" -gt 0 ] || DIE_RC=2 die "ROWS='${ROWS:-}' selects no row"
+[ "${#MAD_COL_IDS[@]}" -gt 0 ] || DIE_RC=2 die "TASKS='${TASKS:-}' selects no task"
+# mad_job ID TASK SET...: queue run ID of TASK: its config, the scale's overrides, SET..., the command line's --set
+MAD_JOB_TASKS=()
+mad_job() {
+    local id=$1 task=$2 x args; shift 2
+    args=(--config "$(mad_config_ "$task")")
+    while IFS= read -r x; do [ -n "$x" ] && args+=(--set "$x"); done < <(mad_scale_sets_ "$task")
+    for x in "$@" "${EXTRA_SETS[@]+"${EXTRA_SETS[@]}"}"; do args+=(--set "$x"); done
+    job "$id" "${args[@]}"
+    MAD_JOB_TASKS+=("$task")
+}
 for m in "${MAD_MIXERS[@]}"; do
     IFS='|' read -r mid mlabel mjson mextra <<< "$m"
     mad_in_list_ "$mid" "${ROWS:-}" || continue
@@ -196,12 +187,12 @@ for m in "${MAD_MIXERS[@]}"; do
             for wd in $MAD_WDS; do
                 if [ "$PROTOCOL" = kla ]; then  # constant lr: no min_lr_frac; one run per seed
                     for seed in $MAD_SEEDS; do
-                        rfa_row "${mid}__${tid}__lr${lr}_wd${wd}_s${seed}" "$mlabel / $tid / lr $lr wd $wd seed $seed" "$tid" "$tid" "$mid" \
+                        mad_job "${mid}__${tid}__lr${lr}_wd${wd}_s${seed}" "$tid" \
                             "model.mixer=$mjson" "optim.lr=$lr" "optim.weight_decay=$wd" "run.seed=$seed" \
                             "${extra[@]+"${extra[@]}"}"
                     done
                 else
-                    rfa_row "${mid}__${tid}__lr${lr}_wd${wd}" "$mlabel / $tid / lr $lr wd $wd" "$tid" "$tid" "$mid" \
+                    mad_job "${mid}__${tid}__lr${lr}_wd${wd}" "$tid" \
                         "model.mixer=$mjson" "optim.lr=$lr" "optim.weight_decay=$wd" "schedule.min_lr_frac=$minfrac" \
                         "${extra[@]+"${extra[@]}"}"
                 fi
@@ -211,24 +202,20 @@ for m in "${MAD_MIXERS[@]}"; do
 done
 
 # start the long runs first: selective copy, then the recall tasks (compression and memorization are short)
-RFA_ORDER=()
+JOB_ORDER=()
 for t in selective_copy fuzzy_icr noisy_icr icr other; do
-    for ((i = 0; i < ${#RFA_IDS[@]}; i++)); do
-        case "${RFA_CONFIGS[$i]}" in selective_copy|fuzzy_icr|noisy_icr|icr) [ "${RFA_CONFIGS[$i]}" = "$t" ] ;; *) [ "$t" = other ] ;; esac &&
-            RFA_ORDER+=("$i")
+    for ((i = 0; i < ${#JOB_IDS[@]}; i++)); do
+        case "${MAD_JOB_TASKS[$i]}" in selective_copy|fuzzy_icr|noisy_icr|icr) [ "${MAD_JOB_TASKS[$i]}" = "$t" ] ;; *) [ "$t" = other ] ;; esac &&
+            JOB_ORDER+=("$i")
     done
 done
-rfa_run_all; rc=$?
-[ "$RFA_DRY_RUN" = 0 ] || exit 0
+run_jobs; rc=$?
 
 # --- the table: per (mixer, task) the best over the grid of the accuracy (PROTOCOL=kla: of the mean over the
 # seeds); the average over the tasks of a row
 mad_render() {
-    local md="$RFA_OUT/mad_table.md" csv="$RFA_OUT/mad_table.csv" r c lr wd id a acc best n k cells sum cnt avg
-    local commit host ngrid nseed seed ssum sn
-    commit=$(git -C "$RFA_ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
-    [ -n "$(git -C "$RFA_ROOT" status --porcelain -- src configs scripts 2>/dev/null)" ] && commit+=" (with uncommitted changes in src/, configs/ or scripts/)"
-    host=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -n 1)
+    local md="$OUTD/mad_table.md" csv="$OUTD/mad_table.csv" r c lr wd id a acc best n k cells sum cnt avg
+    local ngrid nseed seed ssum sn
     nseed=$(wc -w <<< "$MAD_SEEDS"); [ "$nseed" -gt 0 ] || nseed=1
     ngrid=$(( $(wc -w <<< "$MAD_LRS") * $(wc -w <<< "$MAD_WDS") * nseed ))
     local -a rowcells=() csvrows=()
@@ -241,8 +228,8 @@ mad_render() {
                 ssum=0; sn=0
                 for seed in ${MAD_SEEDS:-none}; do
                     id="${MAD_ROW_IDS[$r]}__${c}__lr${lr}_wd${wd}"; [ "$seed" = none ] || id+="_s$seed"
-                    [ "$(cat "$RFA_STATE/$id.rc" 2>/dev/null)" = 0 ] || continue
-                    a=$(mad_acc_ "$RFA_RUNS/$id"); [ -n "$a" ] || continue
+                    [ "$(job_rc "$id")" = 0 ] || continue
+                    a=$(json_acc "$RUNS/$id/eval/acc.json" %.6f); [ -n "$a" ] || continue
                     n=$((n + 1)); sn=$((sn + 1)); ssum=$(awk -v s="$ssum" -v a="$a" 'BEGIN { printf "%.8f", s + a }')
                 done
                 [ "$sn" -gt 0 ] || continue
@@ -287,8 +274,7 @@ mad_render() {
         esac
         fi
         echo "Grid: lr ∈ {${MAD_LRS// /, }} × wd ∈ {${MAD_WDS// /, }}${MAD_SEEDS:+ × seeds {${MAD_SEEDS// /, }\}} ($ngrid runs per cell; a cell with fewer finished runs shows (k/$ngrid)). Average over the tasks of the row."
-        echo "Generated by \`SCALE=$SCALE $RFA_CMDLINE\` on $(date -u '+%Y-%m-%d %H:%M UTC'), commit $commit;" \
-             "${host:-unknown CPU}, $RFA_NPROC cores, JOBS=$RFA_JOBS, THREADS=$RFA_THREADS."
+        generated_by "src configs scripts" PROTOCOL ROWS TASKS WDS LRS SEEDS
         echo
         printf '| Mixer |'; for c in "${MAD_COL_LABELS[@]}"; do printf ' %s |' "$c"; done; echo ' Avg |'
         printf '|---|'; for c in "${MAD_COL_LABELS[@]}"; do printf -- '---:|'; done; printf -- '---:|\n'
@@ -296,19 +282,18 @@ mad_render() {
         echo
         echo "Compression is trained with MAD's autoencoder backbone (model.head autoencoder: every token decoded from the last position's vector)."
         local failed=() i
-        for ((i = 0; i < ${#RFA_IDS[@]}; i++)); do
-            [ "$(cat "$RFA_STATE/${RFA_IDS[$i]}.rc" 2>/dev/null)" = 0 ] || failed+=("${RFA_IDS[$i]}")
+        for ((i = 0; i < ${#JOB_IDS[@]}; i++)); do
+            [ "$(job_rc "${JOB_IDS[$i]}")" = 0 ] || failed+=("${JOB_IDS[$i]}")
         done
-        if [ "${#failed[@]}" -gt 0 ]; then echo; echo "Runs without a result: ${failed[*]} (logs in $RFA_LOGS/)."; fi
+        if [ "${#failed[@]}" -gt 0 ]; then echo; echo "Runs without a result: ${failed[*]} (logs in $LOGS/)."; fi
     } > "$md"
     {
         printf 'id,mixer'; for c in "${MAD_COL_IDS[@]}"; do printf ',%s' "$c"; done; echo ',average'
         for r in "${csvrows[@]}"; do echo "$r"; done
     } > "$csv"
     cat "$md"
-    rfa_say "table written to $md and $csv"
+    say "table written to $md and $csv"
 }
 mad_render || rc=1
-[ "$RFA_INTERRUPTED" != 0 ] && { rfa_say "interrupted; run the same command again to resume"; exit "$RFA_INTERRUPTED"; }
-[ "$rc" = 0 ] || { rfa_say "$RFA_FAILED of ${#RFA_IDS[@]} runs have no result"; exit 1; }
-exit 0
+exit_if_interrupted
+exit "$rc"

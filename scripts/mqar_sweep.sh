@@ -35,26 +35,24 @@
 #   DIMS="64 128" LRS="1e-3 3e-3" TS="64 128"   override the scale's widths / lr grid / zoology lengths
 #   SEEDS=N      seeds 1..N per (mixer, d, lr) (run.seed; default 1, kla_long at paper 5); N > 1 names the
 #                runs ..._s<seed> and makes each cell the mean over the seeds
-#   MIXERS="attn_rope rfa"                      only these rows (ids of mixer_rows in scripts/tasks_common.sh)
+#   MIXERS="attn_rope rfa"                      only these rows (ids of mixer_rows in scripts/lib/tasks.sh)
 #   SEQ_OUT=DIR      output folder (default runs/tasks/mqar/$SCALE); runs in SEQ_OUT/runs, logs in SEQ_OUT/logs
 #   JOBS=N       runs trained at the same time (default: tiny nproc, medium nproc / THREADS, else 1);
 #                OMP_WAIT_POLICY=passive if > 1
 #   THREADS=N    run.threads of every run (default: medium 2, else max(1, nproc / JOBS)); a run's numbers are
 #                the same only on the same kind of CPU with the same THREADS (docs/training.md#determinism)
 #   BIN=DIR      where seqtrain is (default bin)
+#   PROGRESS_EVERY=S   print the running trainings' progress every S seconds (default 60, 0 = off)
 # Resumable: finished runs (RUN_DIR/eval/acc.json) are reused, interrupted ones resumed from their
 # checkpoint; run the same command again after Ctrl-C. The tables go to stdout and to
 # SEQ_OUT/mqar_<setting>_T<T>.md and .csv (with a second table: accuracy vs decoding state size, also in
 # SEQ_OUT/mqar_<setting>_T<T>_state.csv); every single run (mixer, d, lr, accuracy) to SEQ_OUT/mqar_<setting>_runs.csv.
 set -u -o pipefail
-PROG=mqar_sweep
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 USAGE=$(sed -n '2,/^set -u/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//')
 
-# the run queue, option parsing and setup shared with the other task sweep
-source "$ROOT/scripts/tasks_common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib/tasks.sh"  # the run queue, the mixer rows
 parse_opts "$@"
-setup mqar "tiny small medium paper" 2  # medium: 2 threads a run (its d 128 runs are the longest)
+setup runs/tasks/mqar "tiny small medium paper" 2  # medium: 2 threads a run (its d 128 runs are the longest)
 SETTING=${SETTING:-zoology}
 CFG="configs/tasks/mqar/$SETTING.json"
 [ -f "$CFG" ] || DIE_RC=2 die "SETTING must be zoology, kla_long or bla (no $CFG)"
@@ -126,7 +124,7 @@ for T in $TS; do for d in $(printf '%s\n' $DIMS | sort -rn); do for m in $MIXERS
 done; done; done; done; done
 say "$SETTING, SCALE=$SCALE: ${#JOB_IDS[@]} runs (T: $TS; mixers: $MIXERS; d: $DIMS; lr: $LRS; seeds: $SEEDS), $NJOBS at a time, $THREADS threads each; output in $OUTD"
 run_jobs; rc=$?
-[ "$DRY_RUN" = 1 ] && exit 0
+exit_if_interrupted
 
 # the tables: cell = best test accuracy over the lr grid (and the lr in the CSV); with SEEDS > 1 the best
 # over the grid of the mean over the seeds
@@ -143,10 +141,8 @@ mean_acc() {
     done
     [ "$n" -gt 0 ] && awk -v s="$sum" -v n="$n" 'BEGIN { printf "%.4f\n", s / n }'
 }
-commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
-CMDLINE="SETTING=$SETTING SCALE=$SCALE"
-for v in MIXERS DIMS LRS TS SEEDS; do [ -n "${!v+x}" ] && [ -n "$(printenv "$v")" ] && CMDLINE+=" $v=\"$(printenv "$v")\""; done
-CMDLINE+=" scripts/mqar_sweep.sh"; for x in "${EXTRA_SETS[@]+"${EXTRA_SETS[@]}"}"; do CMDLINE+=" --set $x"; done
+commit=$(commit_of)
+CMDLINE="SETTING=$SETTING $(cmdline MIXERS DIMS LRS TS SEEDS)"
 for T in $TS; do
     md="$OUTD/mqar_${SETTING}_T${T}.md"; csv="$OUTD/mqar_${SETTING}_T${T}.csv"
     {

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Write tests/data/onecycle_torch.txt: the lr and beta1 that torch.optim.lr_scheduler.OneCycleLR gives
-each optimizer update, for the cases tests/test_schedule.c checks src/train/schedule.c against.
+each optimizer update, for the cases tests/test_schedule.c checks src/optim/schedule.c against.
 
 Usage: python3 scripts/ref_onecycle.py > tests/data/onecycle_torch.txt   (needs PyTorch)
 

@@ -2,7 +2,7 @@
 # Table 1 of the RFA paper (Racioppo, "Robust Filter Attention"): test perplexity by context length of the
 # positional baselines B1-B4, RFA (M1), SC-RFA (M2) and the structural ablations M2.1-M2.6, all trained at
 # one length and evaluated at 1x, 2x, 4x and 8x it. Run `scripts/rfa_table1.sh --help` for the options.
-RFA_USAGE="usage: [SCALE=tiny|small|paper] [SEQ_OUT=DIR] [JOBS=N] [THREADS=N] scripts/rfa_table1.sh [--set KEY=VALUE ...] [--dry-run]
+USAGE="usage: [SCALE=tiny|small|paper] [SEQ_OUT=DIR] [JOBS=N] [THREADS=N] scripts/rfa_table1.sh [--set KEY=VALUE ...] [--dry-run]
 
 Trains the 12 rows of the RFA paper's Table 1 (B1-B4, M1, M2, M2.1-M2.6; configs/rfa/) on the bundled
 WikiText-2 (make data) and prints their test perplexity at 4 context lengths in the paper's layout, as
@@ -27,32 +27,25 @@ directory made with another configuration is never touched (the row fails with t
 Rows share run directories with scripts/rfa_table2.sh (M2 = the b = 5e-2 row) when SEQ_OUT is the same.
 Exit status: 0 every row has its numbers, 1 some row failed (the table says which), 2 bad usage,
 130/143 interrupted."
-source "$(dirname "$0")/rfa_common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib/ppl_table.sh"
 
-rfa_parse_opts rfa_table1 "$@"
-[ "${#RFA_POSITIONAL[@]}" = 0 ] || { echo "$RFA_USAGE" >&2; RFA_DIE_RC=2 rfa_die "unexpected argument '${RFA_POSITIONAL[0]}'"; }
-rfa_setup
-rfa_need_wikitext2
+parse_opts "$@"
+setup runs/rfa_tables
+need_wikitext2
 
 #       id                  label in the paper's Table 1   config name          mixer
-rfa_row b1_rope             "RoPE (B1)"                    b1_rope              attention
-rfa_row b2_alibi            "ALiBi (B2)"                   b2_alibi             attention
-rfa_row b3_decayed_rope     "Decayed RoPE (B3)"            b3_decayed_rope      attention
-rfa_row b4_sc_rope          "SC-RoPE (B4)"                 b4_sc_rope           attention
-rfa_row m1_rfa              "RFA (M1)"                     m1_rfa               rfa
-rfa_row m2_sc_rfa           "SC-RFA (M2)"                  m2_sc_rfa            rfa
-rfa_separator "Structural Ablations (Relative to M2)"
-rfa_row m2_1_gaussian       "Gaussian NLL (M2.1)"          m2_1_gaussian        rfa
-rfa_row m2_2_flat_prior     "Flat Prior (M2.2)"            m2_2_flat_prior      rfa
-rfa_row m2_3_no_mult_gate   "No Mult. Gate (M2.3)"         m2_3_no_mult_gate    rfa
-rfa_row m2_4_no_value_rot   "No Value Rot. (M2.4)"         m2_4_no_value_rot    rfa
-rfa_row m2_5_no_rotations   "No Rotations (M2.5)"          m2_5_no_rotations    rfa
-rfa_row m2_6_pure_rotation  "Pure Rotation (M2.6)"         m2_6_pure_rotation   rfa
+ppl_row b1_rope             "RoPE (B1)"                    b1_rope              attention
+ppl_row b2_alibi            "ALiBi (B2)"                   b2_alibi             attention
+ppl_row b3_decayed_rope     "Decayed RoPE (B3)"            b3_decayed_rope      attention
+ppl_row b4_sc_rope          "SC-RoPE (B4)"                 b4_sc_rope           attention
+ppl_row m1_rfa              "RFA (M1)"                     m1_rfa               rfa
+ppl_row m2_sc_rfa           "SC-RFA (M2)"                  m2_sc_rfa            rfa
+ppl_separator "Structural Ablations (Relative to M2)"
+ppl_row m2_1_gaussian       "Gaussian NLL (M2.1)"          m2_1_gaussian        rfa
+ppl_row m2_2_flat_prior     "Flat Prior (M2.2)"            m2_2_flat_prior      rfa
+ppl_row m2_3_no_mult_gate   "No Mult. Gate (M2.3)"         m2_3_no_mult_gate    rfa
+ppl_row m2_4_no_value_rot   "No Value Rot. (M2.4)"         m2_4_no_value_rot    rfa
+ppl_row m2_5_no_rotations   "No Rotations (M2.5)"          m2_5_no_rotations    rfa
+ppl_row m2_6_pure_rotation  "Pure Rotation (M2.6)"         m2_6_pure_rotation   rfa
 
-rfa_run_all; rc=$?
-[ "$RFA_DRY_RUN" = 1 ] && exit 0
-rfa_render table1 Model model \
-    "**Table 1.** Long-context extrapolation (test perplexity by context length L; RFA paper layout)." || rc=1
-[ "$RFA_INTERRUPTED" != 0 ] && { rfa_say "interrupted; run the same command again to resume"; exit "$RFA_INTERRUPTED"; }
-[ "$rc" = 0 ] || { rfa_say "$RFA_FAILED of ${#RFA_IDS[@]} rows have no result"; exit 1; }
-exit 0
+ppl_main table1 "**Table 1.** Long-context extrapolation (test perplexity by context length L; RFA paper layout)."

@@ -2,7 +2,7 @@
 # Table 2 of the RFA paper (Racioppo, "Robust Filter Attention"): SC-RFA (M2) trained with the damping
 # coefficient b in {5e-4, 5e-3, 5e-2, 5e-1, 5}; test perplexity at 1x, 2x, 4x and 8x the training length.
 # Run `scripts/rfa_table2.sh --help` for the options.
-RFA_USAGE="usage: [SCALE=tiny|small|paper] [SEQ_OUT=DIR] [JOBS=N] [THREADS=N] scripts/rfa_table2.sh [--set KEY=VALUE ...] [--dry-run]
+USAGE="usage: [SCALE=tiny|small|paper] [SEQ_OUT=DIR] [JOBS=N] [THREADS=N] scripts/rfa_table2.sh [--set KEY=VALUE ...] [--dry-run]
 
 Trains SC-RFA (M2, configs/rfa/m2_sc_rfa.json) with damping b = 5e-4, 5e-3, 5e-2, 5e-1 and 5
 (--set model.mixer.damping=B) on the bundled WikiText-2 (make data) and prints the test perplexity at
@@ -25,24 +25,18 @@ The b = 5e-2 row is M2 itself: it is the run directory runs/m2_sc_rfa that scrip
 with the same SEQ_OUT, so it is trained once for both tables. Resumable like rfa_table1.sh: finished rows
 are reused, interrupted ones resumed; run the same command again.
 Exit status: 0 every row has its numbers, 1 some row failed, 2 bad usage, 130/143 interrupted."
-source "$(dirname "$0")/rfa_common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib/ppl_table.sh"
 
-rfa_parse_opts rfa_table2 "$@"
-[ "${#RFA_POSITIONAL[@]}" = 0 ] || { echo "$RFA_USAGE" >&2; RFA_DIE_RC=2 rfa_die "unexpected argument '${RFA_POSITIONAL[0]}'"; }
-rfa_setup
-rfa_need_wikitext2
+parse_opts "$@"
+setup runs/rfa_tables
+need_wikitext2
 
 #       id                label       config     mixer  b (CSV)  override
-rfa_row m2_sc_rfa_b5e-4   "5×10⁻⁴"    m2_sc_rfa  rfa    0.0005   model.mixer.damping=5e-4
-rfa_row m2_sc_rfa_b5e-3   "5×10⁻³"    m2_sc_rfa  rfa    0.005    model.mixer.damping=5e-3
-rfa_row m2_sc_rfa         "5×10⁻²"    m2_sc_rfa  rfa    0.05     model.mixer.damping=5e-2
-rfa_row m2_sc_rfa_b5e-1   "5×10⁻¹"    m2_sc_rfa  rfa    0.5      model.mixer.damping=5e-1
-rfa_row m2_sc_rfa_b5      "5×10⁰"     m2_sc_rfa  rfa    5        model.mixer.damping=5
+ppl_row m2_sc_rfa_b5e-4   "5×10⁻⁴"    m2_sc_rfa  rfa    0.0005   model.mixer.damping=5e-4
+ppl_row m2_sc_rfa_b5e-3   "5×10⁻³"    m2_sc_rfa  rfa    0.005    model.mixer.damping=5e-3
+ppl_row m2_sc_rfa         "5×10⁻²"    m2_sc_rfa  rfa    0.05     model.mixer.damping=5e-2
+ppl_row m2_sc_rfa_b5e-1   "5×10⁻¹"    m2_sc_rfa  rfa    0.5      model.mixer.damping=5e-1
+ppl_row m2_sc_rfa_b5      "5×10⁰"     m2_sc_rfa  rfa    5        model.mixer.damping=5
 
-rfa_run_all; rc=$?
-[ "$RFA_DRY_RUN" = 1 ] && exit 0
-rfa_render table2 "Damping (b)" damping \
-    "**Table 2.** Sensitivity to the damping coefficient b of SC-RFA (M2) (test perplexity by context length L; RFA paper layout)." || rc=1
-[ "$RFA_INTERRUPTED" != 0 ] && { rfa_say "interrupted; run the same command again to resume"; exit "$RFA_INTERRUPTED"; }
-[ "$rc" = 0 ] || { rfa_say "$RFA_FAILED of ${#RFA_IDS[@]} rows have no result"; exit 1; }
-exit 0
+ppl_main table2 "**Table 2.** Sensitivity to the damping coefficient b of SC-RFA (M2) (test perplexity by context length L; RFA paper layout)." \
+    "Damping (b)" damping

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Table 3 of the RFA paper (Racioppo, "Robust Filter Attention"): the main rows (B1, B2, M1, M2) on a
 # second corpus (the paper: BabyLM-2025 Strict, which is not bundled). Run `scripts/rfa_table3.sh --help`.
-RFA_USAGE="usage: [SCALE=tiny|small|paper] [SEQ_OUT=DIR] [JOBS=N] [THREADS=N] scripts/rfa_table3.sh CORPUS [--set KEY=VALUE ...] [--dry-run]
+USAGE="usage: [SCALE=tiny|small|paper] [SEQ_OUT=DIR] [JOBS=N] [THREADS=N] scripts/rfa_table3.sh CORPUS [--set KEY=VALUE ...] [--dry-run]
 
 Trains RoPE (B1), ALiBi (B2), RFA (M1) and SC-RFA (M2) (configs/rfa/) on the corpus CORPUS and prints
 their test perplexity at 4 context lengths in the layout of the paper's Table 3, as Markdown on stdout
@@ -43,18 +43,25 @@ CORPUS is either
 The number of steps follows the corpus (15 epochs at the paper scale, 1 at small). Resumable like
 rfa_table1.sh: finished rows are reused, interrupted ones resumed; run the same command again.
 Exit status: 0 every row has its numbers, 1 some row failed, 2 bad usage (no corpus), 130/143 interrupted."
-source "$(dirname "$0")/rfa_common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib/ppl_table.sh"
 
-rfa_parse_opts rfa_table3 "$@"
-if [ "${#RFA_POSITIONAL[@]}" = 0 ]; then
-    echo "${RFA_USAGE%%$'\n'*}" >&2
-    RFA_DIE_RC=2 rfa_die "no corpus given. Table 3 is on BabyLM-2025 (Strict), which is not bundled: encode it (or any second corpus) into train/valid/test shards and pass their folder or a corpus .json; to try the script, pass build/data/wikitext2 (--help for more)"
+parse_opts --args "$@"
+if [ "${#ARGS[@]}" = 0 ]; then
+    echo "${USAGE%%$'\n'*}" >&2
+    DIE_RC=2 die "no corpus given. Table 3 is on BabyLM-2025 (Strict), which is not bundled: encode it (or any second corpus) into train/valid/test shards and pass their folder or a corpus .json; to try the script, pass build/data/wikitext2 (--help for more)"
 fi
-[ "${#RFA_POSITIONAL[@]}" = 1 ] || { echo "$RFA_USAGE" >&2; RFA_DIE_RC=2 rfa_die "one CORPUS expected, got ${#RFA_POSITIONAL[*]} arguments"; }
-CORPUS=$(realpath -m -- "$(rfa_abspath_ "${RFA_POSITIONAL[0]}")")
-rfa_setup
-[ "$CORPUS" = "$RFA_ROOT/build/data/wikitext2" ] && rfa_need_wikitext2   # the bundled corpus, as a stand-in
-[ -e "$CORPUS" ] || RFA_DIE_RC=2 rfa_die "corpus '${RFA_POSITIONAL[0]}' does not exist"
+[ "${#ARGS[@]}" = 1 ] || { echo "$USAGE" >&2; DIE_RC=2 die "one CORPUS expected, got ${#ARGS[*]} arguments"; }
+CORPUS=$(realpath -m -- "$(abspath "${ARGS[0]}")")
+setup runs/rfa_tables
+[ "$CORPUS" = "$ROOT/build/data/wikitext2" ] && need_wikitext2   # the bundled corpus, as a stand-in
+[ -e "$CORPUS" ] || DIE_RC=2 die "corpus '${ARGS[0]}' does not exist"
+
+# JSON string literal of $1 (paths for --set data.train=[...])
+json_str() {
+    local s=$1
+    s=${s//\\/\\\\}; s=${s//\"/\\\"}
+    printf '"%s"' "$s"
+}
 
 # a JSON list of the files of a folder matching the globs, in name order ("" when none)
 files_json_() {
@@ -65,7 +72,7 @@ files_json_() {
             [ -f "$f" ] || continue
             case "$seen" in *" $f "*) continue ;; esac
             seen+="$f "
-            out+="${out:+,}$(rfa_json_str "$f")"
+            out+="${out:+,}$(json_str "$f")"
         done
     done
     [ -n "$out" ] && printf '[%s]' "$out"
@@ -79,13 +86,13 @@ if [ -d "$CORPUS" ]; then
     val=$(files_json_ "$CORPUS" '*val*.shard' '*val*.bin')
     test=$(files_json_ "$CORPUS" '*test*.shard' '*test*.bin')
     models=("$CORPUS"/*.model)
-    [ -n "$train" ] || RFA_DIE_RC=2 rfa_die "$CORPUS: no training shards (*train*.shard or *train*.bin)"
-    [ -n "$test" ] || RFA_DIE_RC=2 rfa_die "$CORPUS: no test shards (*test*.shard or *test*.bin)"
-    [ "${#models[@]}" -le 1 ] || RFA_DIE_RC=2 rfa_die "$CORPUS: several *.model files; which tokenizer made the shards? (use a corpus .json)"
-    RFA_DATA_SETS=("data.train=$train" "data.val=${val:-[]}" "data.test=$test"
+    [ -n "$train" ] || DIE_RC=2 die "$CORPUS: no training shards (*train*.shard or *train*.bin)"
+    [ -n "$test" ] || DIE_RC=2 die "$CORPUS: no test shards (*test*.shard or *test*.bin)"
+    [ "${#models[@]}" -le 1 ] || DIE_RC=2 die "$CORPUS: several *.model files; which tokenizer made the shards? (use a corpus .json)"
+    DATA_SETS=("data.train=$train" "data.val=${val:-[]}" "data.test=$test"
                    "data.tokenizer=${models[0]:-}" data.format=auto data.vocab_size=0)
 elif [ -f "$CORPUS" ]; then
-    case "$CORPUS" in *.json) ;; *) RFA_DIE_RC=2 rfa_die "$CORPUS: a corpus is a folder of shards or a .json file" ;; esac
+    case "$CORPUS" in *.json) ;; *) DIE_RC=2 die "$CORPUS: a corpus is a folder of shards or a .json file" ;; esac
     CORPUS_NAME=$(basename "$CORPUS" .json)
     sets=$(python3 - "$CORPUS" <<'PY'
 import json, os, sys
@@ -126,29 +133,24 @@ print(str(doc.get("name", "")).replace("\n", " "))
 for k, v in out:
     print(f"{k}={v}")
 PY
-    ) || RFA_DIE_RC=2 rfa_die "bad corpus file (above)"
-    { IFS= read -r CORPUS_TITLE; mapfile -t RFA_DATA_SETS; } <<< "$sets"
+    ) || DIE_RC=2 die "bad corpus file (above)"
+    { IFS= read -r CORPUS_TITLE; mapfile -t DATA_SETS; } <<< "$sets"
     [ -n "$CORPUS_TITLE" ] || CORPUS_TITLE=$CORPUS_NAME
 else
-    RFA_DIE_RC=2 rfa_die "$CORPUS: a corpus is a folder of shards or a .json file"
+    DIE_RC=2 die "$CORPUS: a corpus is a folder of shards or a .json file"
 fi
 shopt -u nullglob
 CORPUS_NAME=$(printf '%s' "$CORPUS_NAME" | tr -c 'A-Za-z0-9._-' '_')
 
 # the runs of this corpus live apart from Table 1's (same ids, other data)
-RFA_RUNS="$RFA_OUT/runs-$CORPUS_NAME"
-RFA_LOGS="$RFA_OUT/logs-$CORPUS_NAME"
+RUNS="$OUTD/runs-$CORPUS_NAME"
+LOGS="$OUTD/logs-$CORPUS_NAME"
 
 #       id         label in the paper's Table 3   config name  mixer
-rfa_row b1_rope    "RoPE (B1)"                    b1_rope      attention
-rfa_row b2_alibi   "ALiBi (B2)"                   b2_alibi     attention
-rfa_row m1_rfa     "RFA (M1)"                     m1_rfa       rfa
-rfa_row m2_sc_rfa  "SC-RFA (M2)"                  m2_sc_rfa    rfa
+ppl_row b1_rope    "RoPE (B1)"                    b1_rope      attention
+ppl_row b2_alibi   "ALiBi (B2)"                   b2_alibi     attention
+ppl_row m1_rfa     "RFA (M1)"                     m1_rfa       rfa
+ppl_row m2_sc_rfa  "SC-RFA (M2)"                  m2_sc_rfa    rfa
 
-rfa_run_all; rc=$?
-[ "$RFA_DRY_RUN" = 1 ] && exit 0
-rfa_render "table3-$CORPUS_NAME" Model model \
-    "**Table 3.** Long-context extrapolation on $CORPUS_TITLE (test perplexity by context length L; RFA paper layout)." || rc=1
-[ "$RFA_INTERRUPTED" != 0 ] && { rfa_say "interrupted; run the same command again to resume"; exit "$RFA_INTERRUPTED"; }
-[ "$rc" = 0 ] || { rfa_say "$RFA_FAILED of ${#RFA_IDS[@]} rows have no result"; exit 1; }
-exit 0
+ppl_main "table3-$CORPUS_NAME" \
+    "**Table 3.** Long-context extrapolation on $CORPUS_TITLE (test perplexity by context length L; RFA paper layout)."

@@ -2,7 +2,7 @@
 # The Selective RoPE paper's language-model comparison (paper 003, §4.3, Table 2) as test perplexity by
 # context length: GLA, Gated DeltaNet and FoX, each without position encoding and with Selective RoPE, trained
 # at one length and scored at 1x-8x it. Run `scripts/selrope_lm.sh --help` for the options.
-RFA_USAGE="usage: [SCALE=tiny|small|paper] [ROWS=id,id] [SEQ_OUT=DIR] [JOBS=N] [THREADS=N] scripts/selrope_lm.sh [--set KEY=VALUE ...] [--dry-run]
+USAGE="usage: [SCALE=tiny|small|paper] [ROWS=id,id] [SEQ_OUT=DIR] [JOBS=N] [THREADS=N] scripts/selrope_lm.sh [--set KEY=VALUE ...] [--dry-run]
 
 Trains the rows (GLA, Gated DeltaNet, FoX, each ± Selective RoPE) that are not finished yet and prints their
 test perplexity by context length, as Markdown on stdout and in SEQ_OUT/selrope_lm.md, and as CSV in
@@ -17,7 +17,7 @@ SEQ_OUT/selrope_lm.csv.
                 with the Mistral tokenizer (not bundled): point data.* at other shards with --set
   ROWS=id,...   only these rows (default all): gla gla_selrope gdn gdn_selrope fox fox_selrope
   SEQ_OUT=DIR   output folder (default runs/selrope/SCALE/lm): runs/<id>/, logs/<id>.log, selrope_lm.md|csv
-  JOBS, THREADS, BIN, PROGRESS_EVERY   as in scripts/rfa_common.sh
+  JOBS, THREADS, BIN, PROGRESS_EVERY   as in scripts/lib/runq.sh
   --set K=V     an extra seqtrain override for every row (e.g. --set train.steps=150)
   --dry-run     resolve and check every config, print what would run, train nothing
 
@@ -25,29 +25,28 @@ Selective RoPE is the option's defaults (rank 16, conv over φ, no gate or bias,
 'Selective RoPE' rows, not its '+ phase gate' / '+ bias' variants (--set model.mixer.selective_rope.use_gate=true
 and so on give those, in another SEQ_OUT). Resumable: finished rows are reused, interrupted ones resumed.
 Exit status: 0 every row has its numbers, 1 some row failed, 2 bad usage, 130/143 interrupted."
-source "$(dirname "$0")/rfa_common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib/ppl_table.sh"
 
-rfa_parse_opts selrope_lm "$@"
-[ "${#RFA_POSITIONAL[@]}" = 0 ] || { echo "$RFA_USAGE" >&2; RFA_DIE_RC=2 rfa_die "unexpected argument '${RFA_POSITIONAL[0]}'"; }
-[ -n "${SEQ_OUT:-}" ] || SEQ_OUT="$RFA_ROOT/runs/selrope/${SCALE:-small}/lm"
-rfa_setup
-rfa_need_wikitext2
-[ -z "${ROWS:-}" ] || RFA_CMDLINE="ROWS=$ROWS $RFA_CMDLINE"
+parse_opts "$@"
+# the lm part of scripts/selrope_tables.sh's folder
+[ -n "${SEQ_OUT:-}" ] || SEQ_OUT="$ROOT/runs/selrope/${SCALE:-small}/lm"
+setup runs/selrope
+need_wikitext2
 
-# --- hooks of rfa_common.sh: the LM configs by scale, the tiny model, the table's scale lines
-rfa_config_path() {
+# --- hooks of scripts/lib/ppl_table.sh: the LM configs by scale, the tiny model, the table's scale lines
+ppl_config_path() {
     case "$SCALE" in
         paper) printf 'configs/lm/selrope/%s_370m.json\n' "$1" ;;
         *)     [ "$1" = fox ] && set -- gpt; printf 'configs/lm/cpu/%s.json\n' "$1" ;;
     esac
 }
-rfa_scale_sets_() {
+ppl_scale_sets() {
     [ "$SCALE" = tiny ] || return 0
     printf '%s\n' model.d_model=32 model.n_layers=2 model.mixer.heads=2 train.batch_size=2 train.seq_len=32 \
         train.steps=4 train.eval_every=0 train.eval_batches=1 train.ckpt_every=0 eval.contexts=32,64,128,256 \
         eval.max_windows=2
 }
-rfa_scale_note_() {
+ppl_scale_note() {
     case "$SCALE" in
         paper) echo "Scale \`paper\`: the paper's 370M recipe (configs/lm/selrope/*_370m.json), trained at T = $1, test perplexity at L = ${2//,/, }." ;;
         small) echo "Scale \`small\`: CPU-sized configs (configs/lm/cpu/: 4 layers, d = 128, 4 heads), trained at T = $1;" \
@@ -55,7 +54,7 @@ rfa_scale_note_() {
         tiny)  echo "Scale \`tiny\`: a pipeline check (2 layers, d = 32, 4 steps, T = $1, L = ${2//,/, }, 2 windows per length); the numbers mean nothing." ;;
     esac
 }
-RFA_DATA_NOTE="Perplexities are not comparable with the paper's (FineWeb, Mistral tokenizer, 35B tokens)."
+PPL_DATA_NOTE="Perplexities are not comparable with the paper's (FineWeb, Mistral tokenizer, 35B tokens)."
 
 SR=model.mixer.selective_rope.enabled=true
 #     id           label                              config name       kind         csv key          sets
@@ -68,6 +67,7 @@ rows_=(
     "fox_selrope|FoX + Selective RoPE|fox|attention|fox_selrope|model.mixer.pos=fox|$SR"
 )
 ROWS=${ROWS:-}
-rfa_rows_select "${rows_[@]}"
-rfa_main selrope_lm \
-    "**Selective RoPE, language modelling.** Test perplexity by context length L (trained at the first L)."
+ppl_rows_select "${rows_[@]}"
+ppl_main selrope_lm \
+    "**Selective RoPE, language modelling.** Test perplexity by context length L (trained at the first L)." \
+    Model model ROWS

@@ -37,7 +37,7 @@
 #              1e-2, App. B.2.3); MAD the full MAD protocol (3 lr x 2 wd); parity train 128 / test 128-512 and
 #              A5 length 128 as state_tracking.sh's paper scale; LM the 370M configs (35B tokens; the data
 #              there is WikiText-2: FineWeb and the Mistral tokenizer are not bundled)
-#   MQAR_MIXERS, MQAR_LRS, MQAR_DIMS   override the MQAR rows (ids of scripts/tasks_common.sh), lr grid, widths
+#   MQAR_MIXERS, MQAR_LRS, MQAR_DIMS   override the MQAR rows (ids of mixer_rows in scripts/lib/tasks.sh), lr grid, widths
 #   MAD_ROWS=a,b MAD_TASKS=a,b MAD_LRS="a b"   override the MAD rows (ids of scripts/mad_table.sh), tasks, lrs
 #   STATE_MIXERS, STATE_PARTS="a5 parity"      override the state-tracking rows and tables
 #   LM_ROWS=a,b   only these LM rows (ids: gla gla_selrope gdn gdn_selrope fox fox_selrope)
@@ -48,27 +48,19 @@
 # SEQ_OUT/mad/mad_table.md|csv, SEQ_OUT/state/parity.md|csv and a5.md|csv, SEQ_OUT/lm/selrope_lm.md|csv.
 # Exit status: 0 every part finished, 1 some run failed, 2 bad usage.
 set -u -o pipefail
-PROG=selrope_tables
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 USAGE=$(sed -n '2,/^set -u/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//')
-say() { printf '%s: %s\n' "$PROG" "$*" >&2; }
-die() { printf '%s: error: %s\n' "$PROG" "$*" >&2; exit "${DIE_RC:-1}"; }
+source "$(dirname "${BASH_SOURCE[0]}")/lib/runq.sh"  # say, die, the options and SCALE
 
-PARTS=(); SETS=(); DRY=()
-while [ $# -gt 0 ]; do
-    case "$1" in
-        -h|--help) echo "$USAGE"; exit 0 ;;
-        --set) [ $# -ge 2 ] || DIE_RC=2 die "--set needs KEY=VALUE"; SETS+=(--set "$2"); shift 2 ;;
-        --set=*) SETS+=(--set "${1#--set=}"); shift ;;
-        --dry-run) DRY=(--dry-run); shift ;;
-        mqar|mad|state|lm) PARTS+=("$1"); shift ;;
-        *) echo "$USAGE" >&2; DIE_RC=2 die "unknown argument '$1' (parts: mqar mad state lm)" ;;
-    esac
+parse_opts --args "$@"
+for p in "${ARGS[@]+"${ARGS[@]}"}"; do
+    case "$p" in mqar|mad|state|lm) ;; *) echo "$USAGE" >&2; DIE_RC=2 die "unknown argument '$p' (parts: mqar mad state lm)" ;; esac
 done
+PARTS=("${ARGS[@]+"${ARGS[@]}"}"); SETS=(); DRY=()
 [ "${#PARTS[@]}" -gt 0 ] || PARTS=(mqar mad state lm)
-SCALE=${SCALE:-small}
-case "$SCALE" in tiny|small|paper) ;; *) DIE_RC=2 die "SCALE must be tiny, small or paper (got '$SCALE')" ;; esac
-case "${SEQ_OUT:-}" in "") OUTD="$ROOT/runs/selrope/$SCALE" ;; /*) OUTD=$SEQ_OUT ;; *) OUTD="$PWD/$SEQ_OUT" ;; esac
+for x in "${EXTRA_SETS[@]+"${EXTRA_SETS[@]}"}"; do SETS+=(--set "$x"); done
+[ "$DRY_RUN" = 0 ] || DRY=(--dry-run)
+check_scale
+if [ -n "${SEQ_OUT:-}" ]; then OUTD=$(abspath "$SEQ_OUT"); else OUTD="$ROOT/runs/selrope/$SCALE"; fi
 export SCALE
 
 # the paper's MQAR grid: 8 learning rates evenly spaced from 1e-3 to 1e-2 (App. B.2.3)

@@ -27,25 +27,22 @@
 #   L_MAX=N SEEDS=N A5_LEN=N TRAIN_LEN=N TEST_LENS="128 512"   override the scale's values (TRAIN_LEN: parity's
 #                training length)
 #   PARTS="a5 parity"   only these of the two tables (default both)
-#   MIXERS="attn_rope rfa"    only these rows (ids of mixer_rows in scripts/tasks_common.sh)
+#   MIXERS="attn_rope rfa"    only these rows (ids of mixer_rows in scripts/lib/tasks.sh)
 #   SEQ_OUT=DIR      output folder (default runs/tasks/state/$SCALE); runs in SEQ_OUT/runs, logs in SEQ_OUT/logs
-#   JOBS, THREADS, BIN   as scripts/mqar_sweep.sh
+#   JOBS, THREADS, BIN, PROGRESS_EVERY   as scripts/mqar_sweep.sh
 # Resumable: finished runs and per-length evaluations are reused. Tables to stdout and SEQ_OUT/a5.md|csv,
 # SEQ_OUT/parity.md|csv.
 # The parity runs train with train.seq_len = TRAIN_LEN and test length TRAIN_LEN (the in-distribution
 # accuracy in RUN_DIR/eval/acc.json); the longer lengths are only scored afterwards, so no training step
 # pads to the longest test length (the result is the same: the models are causal).
 set -u -o pipefail
-PROG=state_tracking
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 USAGE=$(sed -n '2,/^set -u/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//')
 
 THRESH=0.9
 
-# the run queue, option parsing and setup shared with the other task sweep
-source "$ROOT/scripts/tasks_common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib/tasks.sh"  # the run queue, the mixer rows
 parse_opts "$@"
-setup state "tiny small medium paper"
+setup runs/tasks/state "tiny small medium paper"
 case "$SCALE" in
     tiny)  lmax=2; seeds=2; a5len=8;   trlen=8;   tlens="8 16 32" ;;
     small) lmax=3; seeds=2; a5len=16;  trlen=128; tlens="128 256 384 512" ;;
@@ -100,7 +97,7 @@ has_part a5 && what="A5 at length $A5_LEN, layers 1-$L_MAX, $SEEDS seeds"
 has_part parity && what+="${what:+; }parity train $TRAIN_LEN, test ${TEST_LENS// /,}"
 say "SCALE=$SCALE: ${#JOB_IDS[@]} runs ($what), $NJOBS at a time, $THREADS threads each; output in $OUTD"
 run_jobs; rc=$?
-[ "$DRY_RUN" = 1 ] && exit 0
+exit_if_interrupted
 
 # parity accuracy of run ID at test length L (cached in RUN_DIR/eval/len_L.json)
 len_acc() {
@@ -120,13 +117,11 @@ PY
         "$SEQEVAL" --run "$c" --task 2>>"$LOGS/$1.log" | grep '"accuracy"' | tail -n 1 > "$j.tmp" && [ -s "$j.tmp" ] && mv "$j.tmp" "$j" || { rm -f "$j.tmp"; return 1; }
         rm -rf "$c"
     fi
-    python3 -c 'import json,sys; print("%.4f" % json.load(open(sys.argv[1]))["accuracy"])' "$j"
+    local a; a=$(json_acc "$j"); [ -n "$a" ] && echo "$a"   # fails when there is no accuracy
 }
 
-commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
-CMDLINE="SCALE=$SCALE"
-for v in MIXERS PARTS L_MAX SEEDS A5_LEN TRAIN_LEN TEST_LENS; do [ -n "$(printenv "$v")" ] && CMDLINE+=" $v=\"$(printenv "$v")\""; done
-CMDLINE+=" scripts/state_tracking.sh"; for x in "${EXTRA_SETS[@]+"${EXTRA_SETS[@]}"}"; do CMDLINE+=" --set $x"; done
+commit=$(commit_of)
+CMDLINE=$(cmdline MIXERS PARTS L_MAX SEEDS A5_LEN TRAIN_LEN TEST_LENS)
 # (a) A5
 if has_part a5; then
 md="$OUTD/a5.md"; csv="$OUTD/a5.csv"

@@ -37,7 +37,7 @@ The implementation is the package scripts/torch_ref/ (one module per mixer famil
 split; each module's docstring holds the definitions it implements and names the C file it mirrors):
     common.py (shared helpers), attention.py, rfa.py, kla.py (the mixers), mixers.py (the registry
     kind -> module), model.py (embedding, blocks, MLP, heads, loss, parameter shapes), cases.py (the
-    committed cases and their regeneration).
+    committed cases and their regeneration), selftest.py (the mixers' self-tests).
 """
 import argparse
 import os

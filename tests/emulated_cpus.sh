@@ -22,7 +22,6 @@ JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 source tests/lib.sh || exit 2
 test_scratch emulated
 ulimit -c 0  # the controls die of SIGILL on purpose: no core file
-check() { local what=$1; shift; if "$@" >/dev/null 2>&1; then ok "$what"; else not_ok "$what" "condition failed: $*"; fi; }
 
 if ! command -v qemu-x86_64 >/dev/null 2>&1; then
     bash scripts/install_deps.sh qemu-user > "$W/install.log" 2>&1 ||

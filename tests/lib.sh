@@ -5,6 +5,11 @@
 #   test_scratch generate                  # W = a fresh directory /tmp/seqtrain-generate.XXXXXX
 #   ok "what held"; not_ok "what failed" "what was seen instead"
 #   test_done                              # the last command: "N passed, M failed"; fails if one failed
+# the checks and runs most tests are written in
+#   check "what holds" CMD...              # ok when CMD succeeds (its output discarded); DETAIL=... says more
+#   check_status $? "what" "detail"        # ok when a status taken already is 0
+#   run CMD...                             # stdout -> $OUT (default $W/out), stderr -> $ERR ($W/err), status -> $RC
+#   show FILE                              # its start on one line, for a message; md_rows FILE: a Markdown table's rows
 # and the small-training helpers of the tests that train every mixer (wiki_shard, mixer_kinds, last_loss), and
 # the kernel sets a build runs on this CPU (has_kernel_set, kernel_sets).
 PASS=0
@@ -18,6 +23,32 @@ test_scratch() {
 test_done() {
     echo "$PASS passed, $FAIL failed" >&2
     [ "$FAIL" -eq 0 ]
+}
+
+# check WHAT CMD...: CMD's status decides, its output is discarded (conditions on files and outputs already
+# produced); the failure line shows CMD, or $DETAIL when set (DETAIL is cleared after each check)
+DETAIL=""
+check() {
+    local what=$1; shift
+    if "$@" >/dev/null 2>&1; then ok "$what"; else not_ok "$what" "${DETAIL:-condition failed: $*}"; fi
+    DETAIL=""
+}
+# check_status RC WHAT DETAIL: ok when the status RC (taken already) is 0
+check_status() { if [ "$1" -eq 0 ]; then ok "$2"; else not_ok "$2" "$3"; fi; }
+# run CMD...: stdout -> $OUT, stderr -> $ERR (default $W/out, $W/err), status -> $RC
+run() { "$@" >"${OUT:-$W/out}" 2>"${ERR:-$W/err}"; RC=$?; }
+# show FILE: the first 400 bytes of FILE on one line (newlines shown as '|'), for a message
+show() { head -c 400 "$1" | tr '\n' '|'; }
+# md_rows [--all] FILE: the rows of the first Markdown table of FILE (after its header and rule), one per line,
+# the cells trimmed and joined by '|' ("label|c1|c2|..."); with --all, of every table (each ends at a blank line)
+md_rows() {
+    local all=0
+    [ "$1" = --all ] && { all=1; shift; }
+    awk -F'|' -v all="$all" '
+        /^\|---/ { on = 1; next }
+        on && /^\|/ { s = ""; for (i = 2; i < NF; i++) { gsub(/^ +| +$/, "", $i); s = s (i > 2 ? "|" : "") $i }; print s; next }
+        on && all && /^$/ { on = 0; next }
+        on && !all { exit }' "$1"
 }
 
 # wiki_shard BINDIR LINES: $W/train.shard, the first LINES lines of WikiText-2's validation text tokenised

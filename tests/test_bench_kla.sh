@@ -24,12 +24,10 @@ if make -s "${flags[@]}" "$KLA" > "$W/build.log" 2>&1; then ok "build $KLA"; els
     exit 1
 fi
 
-# the rows of the Markdown tables in FILE, cells joined by '|', blanks trimmed (header and rule excluded)
-rows() { awk -F'|' '/^\|---/ { on = 1; next } /^$/ { on = 0 } on && /^\|/ { s = ""; for (i = 2; i < NF; i++) { gsub(/^ +| +$/, "", $i); s = s (i > 2 ? "|" : "") $i }; print s }' "$1"; }
 # are cells FROM..TO of the row starting with KEY1|KEY2 in FILE positive numbers, the row present once,
 # with NCELLS cells?  (pos_row FILE KEY NCELLS FROM TO)
 pos_row() {
-    rows "$1" | awk -F'|' -v k="$2" -v n="$3" -v a="$4" -v b="$5" '
+    md_rows --all "$1" | awk -F'|' -v k="$2" -v n="$3" -v a="$4" -v b="$5" '
         index($0, k "|") == 1 { c++; if (NF != n) bad = 1; for (i = a; i <= b; i++) if ($i !~ /^[0-9]+(\.[0-9]+)?$/ || $i + 0 <= 0) bad = 1 }
         END { exit (c == 1 && !bad) ? 0 : 1 }'
 }
@@ -52,10 +50,10 @@ for T in 64 128; do
     if pos_row "$S" "$T" 4 2 4; then ok "ratio row T=$T: tokens/s of both and attention/kla positive"; else
         not_ok "ratio row T=$T: tokens/s of both and attention/kla positive" "$(grep "^| $T |" "$S")"; fi
 done
-n=$(rows "$S" | wc -l)
+n=$(md_rows --all "$S" | wc -l)
 [ "$n" -eq 6 ] && ok "speed tables have 4 + 2 rows" || not_ok "speed tables have 4 + 2 rows" "$n rows"
 # T ascending although given as 128,64
-order=$(rows "$S" | awk -F'|' '$1 == "kla" { printf "%s ", $2 }')
+order=$(md_rows --all "$S" | awk -F'|' '$1 == "kla" { printf "%s ", $2 }')
 [ "$order" = "64 128 " ] && ok "rows in ascending T" || not_ok "rows in ascending T" "$order"
 grep -Eq '^crossover: (below the smallest T|above the largest T|kla becomes faster than attention at T ~ [0-9]+)' "$S" \
     && ok "crossover line" || not_ok "crossover line" "$(grep crossover "$S")"
@@ -99,11 +97,11 @@ for c in 1 16 128; do
 done
 if pos_row "$Mf" "attention" 9 2 2; then ok "memory row attention"; else not_ok "memory row attention" "$(grep '^| attention' "$Mf")"; fi
 # act floats = bound floats, checkpoints = 2 B M S ceil(T/chunk) with M = d = 32 (expand 1), S = 16
-if rows "$Mf" | awk -F'|' '$1 ~ /^[0-9]+$/ { n++; c = $1; ck = 2 * 2 * 32 * 16 * int((128 + c - 1) / c);
+if md_rows --all "$Mf" | awk -F'|' '$1 ~ /^[0-9]+$/ { n++; c = $1; ck = 2 * 2 * 32 * 16 * int((128 + c - 1) / c);
         if ($2 != $3 || $4 != ck) bad = 1; if (n > 1 && $2 >= prev) bad = 1; prev = $2 } END { exit (n == 3 && !bad) ? 0 : 1 }'; then
     ok "act floats = bound, checkpoints = 2 B M S ceil(T/chunk), act shrinks with chunk"
 else
-    not_ok "act floats = bound, checkpoints = 2 B M S ceil(T/chunk), act shrinks with chunk" "$(rows "$Mf" | tr '\n' ' ')"
+    not_ok "act floats = bound, checkpoints = 2 B M S ceil(T/chunk), act shrinks with chunk" "$(md_rows --all "$Mf" | tr '\n' ' ')"
 fi
 grep -q '^act_size equals the bound at every chunk$' "$Mf" && ok "memory verdict line" || not_ok "memory verdict line" "$(tail -n 1 "$Mf")"
 if python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["M"] == 32 and d["S"] == 16 and len(d["memory"]) == 3

@@ -16,14 +16,10 @@ unset SEQ_OUT MIXERS DIMS HEADS LRS WDS SEEDS DIM EXPAND_KS BLA_EXPAND_KS BLA_MO
     RES_MODES RES_DIM WIN_MODES WIN_DIMS GLA_EXPAND_KS GDN_EXPAND_VS
 source tests/lib.sh || exit 2
 test_scratch bla-scripts
-check() { local what=$1; shift; if "$@" >/dev/null 2>&1; then ok "$what"; else not_ok "$what" "condition failed: $*"; fi; }
 MQ="$ROOT/scripts/bla_mqar.sh"; RB="$ROOT/scripts/bla_regbench.sh"
+source tests/png_check.sh  # is_png FILE [W H]
 # a PNG file of 900 x 540 (the signature and the IHDR chunk)
-png_ok() { python3 -c '
-import struct, sys
-b = open(sys.argv[1], "rb").read(24)
-assert b[:8] == b"\x89PNG\r\n\x1a\n" and b[12:16] == b"IHDR", "not a PNG"
-assert struct.unpack(">II", b[16:24]) == (900, 540), struct.unpack(">II", b[16:24])' "$1"; }
+png_ok() { is_png "$1" 900 540; }
 
 # --- usage errors
 for s in "$MQ" "$RB"; do

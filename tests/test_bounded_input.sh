@@ -14,7 +14,6 @@ export OMP_NUM_THREADS=2
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 source tests/lib.sh || exit 2
 test_scratch bounded
-show() { head -c 300 "$1" | tr '\n' '|'; }
 # expect_fail WHAT SECONDS SUBSTRING -- CMD...: CMD ends within SECONDS with status 1 and one stderr line
 # holding SUBSTRING
 expect_fail() {

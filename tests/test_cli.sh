@@ -33,14 +33,8 @@ export OMP_NUM_THREADS=2
 
 source tests/lib.sh || exit 2
 test_scratch cli
-OUT="$W/stdout"
+OUT="$W/stdout"   # run CMD... (tests/lib.sh) writes its output here
 ERR="$W/stderr"
-
-# one line of a file for a message: newlines shown as '|', cut short
-show() { head -c 400 "$1" | tr '\n' '|'; }
-
-# run CMD...: stdout -> $OUT, stderr -> $ERR, status -> $RC
-run() { "$@" >"$OUT" 2>"$ERR"; RC=$?; }
 
 sanitizer_said() { grep -qE 'AddressSanitizer|LeakSanitizer|UndefinedBehaviorSanitizer|runtime error' "$ERR"; }
 
@@ -71,14 +65,6 @@ expect_fail() {
     elif [ -n "$missing" ]; then not_ok "$what" "stderr lacks$missing: $(show "$ERR")"
     else ok "$what"; fi
 }
-
-# check WHAT CMD...: CMD's status decides (for conditions on files and outputs already produced)
-check() {
-    local what=$1; shift
-    if "$@"; then ok "$what"; else not_ok "$what" "${DETAIL:-condition failed: $*}"; fi
-    DETAIL=""
-}
-DETAIL=""
 
 out_has() { grep -qF -- "$1" "$OUT"; }           # stdout of the last run holds a fixed string
 out_has_re() { grep -qE -- "$1" "$OUT"; }        # ... an extended regex

@@ -15,8 +15,6 @@ export OMP_NUM_THREADS=1
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 source tests/lib.sh || exit 2
 test_scratch generate
-check() { local what=$1; shift; if "$@" >/dev/null 2>&1; then ok "$what"; else not_ok "$what" "condition failed: $*"; fi; }
-run() { "$@" >"$W/out" 2>"$W/err"; RC=$?; }
 # a bad invocation: non-zero exit and stderr naming the problem
 refuses() {
     local what=$1 pattern=$2; shift 2

@@ -16,11 +16,10 @@ export SCALE=tiny JOBS=2 THREADS=1 PROGRESS_EVERY=0
 unset SEQ_OUT ROWS DEPTHS CHANNELS
 source tests/lib.sh || exit 2
 test_scratch kla-scripts
-check() { local what=$1; shift; if "$@" >/dev/null 2>&1; then ok "$what"; else not_ok "$what" "condition failed: $*"; fi; }
 F="$ROOT/scripts/kla_figures.sh"
 L="$ROOT/scripts/kla_lm.sh"
 O="$W/fig"
-png() { [ -s "$1" ] && [ "$(head -c 8 "$1" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ]; }
+source tests/png_check.sh  # is_png FILE [W H]
 
 # --- kla_figures.sh
 check "kla_figures.sh --help exits 0 and names the figures" eval '"$F" --help | grep -q "Fig. 3b" && "$F" --help | grep -q "Fig. 5b"'
@@ -31,7 +30,7 @@ check "--dry-run plans 6 runs (OU and ZOH at depths 1, 2; ICR and memorization) 
 SEQ_OUT=$O "$F" > "$W/f.out" 2> "$W/f.err"; rc=$?
 check "kla_figures.sh SCALE=tiny finishes (exit 0)" test "$rc" = 0
 for p in fig3b fig5b attn_selective_copy attn_icr attn_memorization; do
-    check "$p.png is a PNG" png "$O/$p.png"
+    check "$p.png is a PNG" is_png "$O/$p.png"
 done
 check "fig3b.tsv: depths 1 and 2, OU and ZOH accuracies in [0, 1]" python3 -c '
 import sys

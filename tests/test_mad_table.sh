@@ -13,11 +13,8 @@ export SCALE=tiny JOBS=2 THREADS=1 PROGRESS_EVERY=0
 unset SEQ_OUT ROWS TASKS LRS WDS SEEDS PROTOCOL
 source tests/lib.sh || exit 2
 test_scratch mad-table
-check() { local what=$1; shift; if "$@" >/dev/null 2>&1; then ok "$what"; else not_ok "$what" "condition failed: $*"; fi; }
 S="$ROOT/scripts/mad_table.sh"
 O="$W/out"
-# the table rows of the Markdown table (after its rule), one per line: "label|c1|...|avg"
-rows() { awk -F'|' '/^\|---/ { on = 1; next } on && /^\|/ { s = ""; for (i = 2; i < NF; i++) { gsub(/^ +| +$/, "", $i); s = s (i > 2 ? "|" : "") $i }; print s }' "$1"; }
 
 # --- usage
 check "--help exits 0 and describes the scales" eval '"$S" --help | grep -q "SCALE=tiny|small|medium|paper"'
@@ -96,10 +93,10 @@ check "columns: Mixer, the six MAD tasks, Avg" \
     grep -qx '| Mixer | ICR | Noisy ICR | Fuzzy ICR | Sel. Copy | Memorization | Compression | Avg |' "$W/t.md"
 check "rows: the 13 mixers in order" diff <(printf '%s\n' "Attention (no PE)" "Attention (RoPE)" "Attention (ALiBi)" \
     "Attention (FoX)" "RFA" "SC-RFA" "KLA" "KLA (p = 0)" "KLA+" "GLA" "GLA + Selective RoPE" "Gated DeltaNet" \
-    "Gated DeltaNet + Selective RoPE") <(rows "$W/t.md" | cut -d'|' -f1)
+    "Gated DeltaNet + Selective RoPE") <(md_rows "$W/t.md" | cut -d'|' -f1)
 # is every cell of table FILE an accuracy in [0, 1] with 4 decimals, and Avg the mean of the six (to rounding)?
 cells_ok() {
-    rows "$1" | awk -F'|' '
+    md_rows "$1" | awk -F'|' '
         NF != 8 { exit 1 }
         { s = 0
           for (i = 2; i <= 8; i++) if ($i !~ /^[01]\.[0-9][0-9][0-9][0-9]$/ || $i + 0 > 1) exit 1
@@ -137,6 +134,6 @@ check "compression trained the autoencoder head (and only compression)" \
 SEQ_OUT=$O "$S" > "$W/t2.md" 2> "$W/t2.err"; rc=$?
 check "a second call reuses all 78 finished runs" \
     eval '[ "$rc" = 0 ] && [ "$(grep -c "finished earlier, reused" "$W/t2.err")" = 78 ] && ! grep -q ": training" "$W/t2.err"'
-check "... and prints the same table" diff <(rows "$W/t.md") <(rows "$W/t2.md")
+check "... and prints the same table" diff <(md_rows "$W/t.md") <(md_rows "$W/t2.md")
 
 test_done

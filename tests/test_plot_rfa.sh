@@ -14,7 +14,6 @@
 set -u
 cd "$(dirname "$0")/.." || exit 2
 source tests/lib.sh || exit 2
-check()  { if [ "$1" -eq 0 ]; then ok "$2"; else not_ok "$2" "$3"; fi; }
 
 if ! command -v gnuplot >/dev/null 2>&1; then
     echo "test_plot_rfa.sh: gnuplot missing; installing it with scripts/install_deps.sh (as \`make deps\` does)"
@@ -33,137 +32,69 @@ QUANTS="mu sigma_tilde2 eta2 gamma2 alpha nu_over_d tau"
 source tests/png_check.sh  # is_png FILE W H
 
 mkdir -p "$W/run"
-/usr/bin/python3 - "$W" <<'PY'
-import json, math, os, sys
-w = sys.argv[1]
-with open(os.path.join(w, "run", "diag.jsonl"), "w") as f:
-    for step in (0, 100, 200):
-        for layer in (0, 1):
-            H = 4
-            eta2 = [1.0 + 0.1 * h + 0.001 * step for h in range(H)]
-            s2 = [0.1 * (h + 1) * (1 + step / 400) for h in range(H)]
-            d = {"step": step, "layer": layer,
-                 "mu": [0.0 if h < 2 else 0.01 * h for h in range(H)], "sigma_tilde2": s2,
-                 "eta2": eta2, "gamma2": [1.0 - 0.05 * h for h in range(H)],
-                 "alpha": [e - s for e, s in zip(eta2, s2)],
-                 "nu_over_d": [4.0 + 0.5 * h for h in range(H)], "tau": [1.0 + 0.2 * h for h in range(H)]}
-            if step == 100 and layer == 1: d["tau"][2] = None  # cJSON writes a NaN so: a gap in the line
-            f.write(json.dumps(d) + "\n")
-    f.write('{"step": 300, "layer": 0, "mu": [0.0, 0.0')  # still being written
-def ppl(path, data, pts):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    res = [{"context": c, "windows": 64, "tokens": 64 * c, "loss": math.log(p), "ppl": p} for c, p in pts]
-    with open(path, "w") as f: json.dump({"data": data, "results": res}, f)
-ppl(os.path.join(w, "rfa-eval", "ppl.json"), "runs/m1: test perplexity by context (trained at 128)",
-    [(128, 44.3), (256, 43.1), (512, 42.8), (1024, 42.9)])
-ppl(os.path.join(w, "rope", "eval", "ppl.json"), "test perplexity by context (trained at 128)",
-    [(128, 44.0), (256, 45.9), (512, 120.5), (1024, 610.0)])
-# run folders that hold only what `bin/seqeval --run RUN` writes by default: RUN/eval-<data>[-sliding]/
-ppl(os.path.join(w, "evalrun", "eval-test", "ppl.json"), "evalrun: test perplexity by context (trained at 128)",
-    [(128, 45.0), (256, 44.1), (512, 44.0)])
-ppl(os.path.join(w, "slidrun", "eval-valid-sliding", "ppl.json"), "slidrun: valid perplexity by context",
-    [(128, 46.0), (256, 45.1)])
-# log.jsonl: training lines, validation lines (one null, one with val_loss only, step 20 logged twice)
-def log(path, lines):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        for d in lines: f.write(json.dumps(d) + "\n")
-train = [{"step": s, "loss": 7.0 - s / 100, "lr": 1e-3, "tokens": 1024 * s} for s in (10, 20, 30, 40)]
-log(os.path.join(w, "va", "log.jsonl"), train[:2] + [{"step": 20, "val_loss": 6.9, "val_ppl": 992.3, "val_tokens": 512},
-    {"step": 20, "val_loss": 6.8, "val_ppl": 897.8, "val_tokens": 512}] + train[2:] +
-    [{"step": 40, "val_loss": 6.1, "val_tokens": 512}, {"step": 60, "val_loss": None, "val_ppl": None}])
-log(os.path.join(w, "vb", "log.jsonl"), train + [{"step": s, "val_loss": 7.0 - s / 50, "val_ppl": math.exp(7.0 - s / 50)} for s in (20, 40)])
-log(os.path.join(w, "vtask", "log.jsonl"), train + [{"step": 40, "val_loss": 0.3, "val_acc": 0.9}])
-log(os.path.join(w, "vnone", "log.jsonl"), train)
-with open(os.path.join(w, "va", "config.json"), "w") as f: json.dump({"train": {"batch_size": 8, "seq_len": 128}}, f)
-# run folders for damping: an rfa mixer's damping in config.json, the result in eval/ppl.json
-def run(name, model):
-    with open(os.path.join(w, name, "config.json"), "w") as f: json.dump({"model": model}, f)
-for name, b in (("d5", 5.0), ("d05", 0.05)):
-    ppl(os.path.join(w, name, "eval", "ppl.json"), "test perplexity by context (trained at 128)",
-        [(128, 50.0 + b), (256, 52.0 + b), (512, 60.0 - b)])
-    run(name, {"mixer": {"kind": "rfa", "damping": b}})
-ppl(os.path.join(w, "dnone", "eval", "ppl.json"), "test perplexity by context", [(128, 50.0)])
-run("dnone", {"mixer": {"kind": "attention", "pos": "rope"}})
-ppl(os.path.join(w, "dtwo", "eval", "ppl.json"), "test perplexity by context", [(128, 50.0)])
-run("dtwo", {"mixer": {"kind": "attention"}, "layers": [{"kind": "rfa", "damping": 0.5}, {"kind": "rfa", "damping": 5}]})
-# attention maps as seqeval writes them (src/core/png.c): 8-bit RGB, filter 0 on every row, stored
-# deflate blocks; layer 0 has 2 heads of 40 x 40, layer 1 one head; and a gray PNG that is refused
-import struct, zlib
-def png(path, w_, h_, ctype=2):
-    ch = 3 if ctype == 2 else 1
-    raw = b"".join(b"\0" + bytes((x * 7 + y * 3 + c) % 256 for x in range(w_) for c in range(ch)) for y in range(h_))
-    def chunk(kind, body): return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
-    with open(path, "wb") as f:
-        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w_, h_, 8, ctype, 0, 0, 0)) +
-                chunk(b"IDAT", zlib.compress(raw, 0)) + chunk(b"IEND", b""))
-os.makedirs(os.path.join(w, "maps"))
-for name in ("layer0_head0", "layer0_head1", "layer1_head0"): png(os.path.join(w, "maps", name + ".png"), 40, 40)
-os.makedirs(os.path.join(w, "graymaps"))
-png(os.path.join(w, "graymaps", "layer0_head0.png"), 40, 40, ctype=0)
-PY
+/usr/bin/python3 tests/plot_rfa_fixtures.py "$W"
 
 # --help
 "$PLOT" --help > "$W/help" 2>&1; rc=$?
-check $rc "--help exits 0" "exit $rc"
+check_status $rc "--help exits 0" "exit $rc"
 n=0; for m in "params RUN_DIR" "ppl OUT.png" "val OUT.png" "damping OUT.png" "attn OUT.png MAP_DIR"; do
     grep -q "plot_rfa.sh $m" "$W/help" && n=$((n+1))
 done
-[ $n -eq 5 ]; check $? "--help shows all five modes" "$(head -c 300 "$W/help")"
+[ $n -eq 5 ]; check_status $? "--help shows all five modes" "$(head -c 300 "$W/help")"
 
 # params, default layer (the deepest, 1) into RUN_DIR/plots
 "$PLOT" params "$W/run" > "$W/out" 2> "$W/err"; rc=$?
-check $rc "params RUN_DIR succeeds" "exit $rc: $(head -c 400 "$W/err")"
-grep -q "incomplete last line" "$W/err"; check $? "params warns about the half-written last line" "$(head -c 300 "$W/err")"
+check_status $rc "params RUN_DIR succeeds" "exit $rc: $(head -c 400 "$W/err")"
+grep -q "incomplete last line" "$W/err"; check_status $? "params warns about the half-written last line" "$(head -c 300 "$W/err")"
 for q in $QUANTS; do
     is_png "$W/run/plots/rfa_layer1_$q.png" 900 540
-    check $? "params: rfa_layer1_$q.png is a 900x540 PNG" "$(ls "$W/run/plots" 2>&1 | tr '\n' ' ')"
+    check_status $? "params: rfa_layer1_$q.png is a 900x540 PNG" "$(ls "$W/run/plots" 2>&1 | tr '\n' ' ')"
 done
-[ "$(grep -c '^wrote ' "$W/out")" -eq 7 ]; check $? "params reports 7 files written" "$(cat "$W/out")"
-tmps=$(find "$W/run/plots" -name '*.tmp'); [ -z "$tmps" ]; check $? "params leaves no .tmp files" "$tmps"
+[ "$(grep -c '^wrote ' "$W/out")" -eq 7 ]; check_status $? "params reports 7 files written" "$(cat "$W/out")"
+tmps=$(find "$W/run/plots" -name '*.tmp'); [ -z "$tmps" ]; check_status $? "params leaves no .tmp files" "$tmps"
 
 # params --layer 0 --out DIR
 "$PLOT" params "$W/run" --layer 0 --out "$W/l0" > /dev/null 2> "$W/err"; rc=$?
-check $rc "params --layer 0 --out DIR succeeds" "exit $rc: $(head -c 400 "$W/err")"
+check_status $rc "params --layer 0 --out DIR succeeds" "exit $rc: $(head -c 400 "$W/err")"
 n=0; for q in $QUANTS; do is_png "$W/l0/rfa_layer0_$q.png" 900 540 && n=$((n+1)); done
-[ $n -eq 7 ]; check $? "params --layer 0: 7 PNGs in DIR" "$n of 7: $(ls "$W/l0" 2>&1 | tr '\n' ' ')"
+[ $n -eq 7 ]; check_status $? "params --layer 0: 7 PNGs in DIR" "$n of 7: $(ls "$W/l0" 2>&1 | tr '\n' ' ')"
 
 # ppl: a labelled ppl.json and a run folder (its eval/ppl.json)
 "$PLOT" ppl "$W/ppl.png" "SC-RFA=$W/rfa-eval/ppl.json" "$W/rope" > "$W/out" 2> "$W/err"; rc=$?
-check $rc "ppl OUT.png RESULT RUN_DIR succeeds" "exit $rc: $(head -c 400 "$W/err")"
-is_png "$W/ppl.png" 900 540; check $? "ppl: OUT.png is a 900x540 PNG" "$(ls -l "$W/ppl.png" 2>&1)"
-grep -q "wrote $W/ppl.png" "$W/out"; check $? "ppl reports the file" "$(cat "$W/out")"
+check_status $rc "ppl OUT.png RESULT RUN_DIR succeeds" "exit $rc: $(head -c 400 "$W/err")"
+is_png "$W/ppl.png" 900 540; check_status $? "ppl: OUT.png is a 900x540 PNG" "$(ls -l "$W/ppl.png" 2>&1)"
+grep -q "wrote $W/ppl.png" "$W/out"; check_status $? "ppl reports the file" "$(cat "$W/out")"
 "$PLOT" ppl "$W/ppl2.png" "$W/rfa-eval" > /dev/null 2> "$W/err"; rc=$?
-is_png "$W/ppl2.png" 900 540; check $? "ppl accepts a seqeval --out folder" "exit $rc: $(head -c 300 "$W/err")"
+is_png "$W/ppl2.png" 900 540; check_status $? "ppl accepts a seqeval --out folder" "exit $rc: $(head -c 300 "$W/err")"
 
 # ppl: a run folder evaluated by seqeval with its default --out (RUN/eval-test, RUN/eval-valid-sliding)
 "$PLOT" ppl "$W/ppl3.png" "$W/evalrun" "$W/slidrun" > /dev/null 2> "$W/err"; rc=$?
 is_png "$W/ppl3.png" 900 540
-check $? "ppl finds seqeval's default output folders RUN/eval-test/ and RUN/eval-*/" "exit $rc: $(head -c 300 "$W/err")"
+check_status $? "ppl finds seqeval's default output folders RUN/eval-test/ and RUN/eval-*/" "exit $rc: $(head -c 300 "$W/err")"
 
 # params --grid: one image, 900 wide, 250 pixels per row of 2 panels (7 quantities and the key: 4 rows)
 "$PLOT" params "$W/run" --grid --out "$W/grid" > "$W/out" 2> "$W/err"; rc=$?
 is_png "$W/grid/rfa_layer1_params.png" 900 1000
-check $? "params --grid: rfa_layer1_params.png is a 900x1000 PNG" "exit $rc: $(head -c 300 "$W/err")"
-[ "$(ls "$W/grid")" = rfa_layer1_params.png ]; check $? "params --grid writes that image only" "$(ls "$W/grid" | tr '\n' ' ')"
+check_status $? "params --grid: rfa_layer1_params.png is a 900x1000 PNG" "exit $rc: $(head -c 300 "$W/err")"
+[ "$(ls "$W/grid")" = rfa_layer1_params.png ]; check_status $? "params --grid writes that image only" "$(ls "$W/grid" | tr '\n' ' ')"
 
 # val: a run folder (with its config: the x label gets B x T) and a labelled log.jsonl
 "$PLOT" val "$W/val.png" "$W/va" "B=$W/vb/log.jsonl" > "$W/out" 2> "$W/err"; rc=$?
-is_png "$W/val.png" 900 540; check $? "val OUT.png RUN LABEL=LOG succeeds with a 900x540 PNG" "exit $rc: $(head -c 300 "$W/err")"
+is_png "$W/val.png" 900 540; check_status $? "val OUT.png RUN LABEL=LOG succeeds with a 900x540 PNG" "exit $rc: $(head -c 300 "$W/err")"
 
 # damping: run folders, lines sorted by b whatever the order given
 "$PLOT" damping "$W/damp1.png" "$W/d5" "$W/d05" > /dev/null 2> "$W/err"; rc=$?
-is_png "$W/damp1.png" 900 540; check $? "damping OUT.png RUN RUN succeeds with a 900x540 PNG" "exit $rc: $(head -c 300 "$W/err")"
+is_png "$W/damp1.png" 900 540; check_status $? "damping OUT.png RUN RUN succeeds with a 900x540 PNG" "exit $rc: $(head -c 300 "$W/err")"
 "$PLOT" damping "$W/damp2.png" "$W/d05" "$W/d5" > /dev/null 2>&1
-cmp -s "$W/damp1.png" "$W/damp2.png"; check $? "damping sorts the runs by b (the same image for either order)" "the images differ"
+cmp -s "$W/damp1.png" "$W/damp2.png"; check_status $? "damping sorts the runs by b (the same image for either order)" "the images differ"
 
 # attn: the panels of one layer, 300 pixels each (+ 40 for the title)
 "$PLOT" attn "$W/attn.png" "$W/maps" --layer 0 > "$W/out" 2> "$W/err"; rc=$?
-is_png "$W/attn.png" 600 340; check $? "attn --layer 0: 2 heads side by side, a 600x340 PNG" "exit $rc: $(head -c 300 "$W/err")"
+is_png "$W/attn.png" 600 340; check_status $? "attn --layer 0: 2 heads side by side, a 600x340 PNG" "exit $rc: $(head -c 300 "$W/err")"
 "$PLOT" attn "$W/attn1.png" "$W/maps" --layer 1 --px 16 > /dev/null 2> "$W/err"; rc=$?
-is_png "$W/attn1.png" 300 340; check $? "attn --layer 1 --px 16: one head, a 300x340 PNG" "exit $rc: $(head -c 300 "$W/err")"
+is_png "$W/attn1.png" 300 340; check_status $? "attn --layer 1 --px 16: one head, a 300x340 PNG" "exit $rc: $(head -c 300 "$W/err")"
 "$PLOT" attn "$W/attn2.png" "$W/maps" --layer 0 --cols 1 --run "$W/run" > /dev/null 2> "$W/err"; rc=$?
-is_png "$W/attn2.png" 300 640; check $? "attn --cols 1 --run RUN: the heads one under the other" "exit $rc: $(head -c 300 "$W/err")"
+is_png "$W/attn2.png" 300 640; check_status $? "attn --cols 1 --run RUN: the heads one under the other" "exit $rc: $(head -c 300 "$W/err")"
 
 # bad input: a non-zero exit and a message that names the problem
 expect_fail() {  # expect_fail WHAT NEEDLE ARGS...
@@ -196,6 +127,6 @@ expect_fail "attn of a gray PNG fails" "not an 8-bit RGB PNG" attn "$W/p.png" "$
 expect_fail "attn of a folder without maps fails" "no layer<l>_head<h>.png" attn "$W/p.png" "$W/run"
 expect_fail "attn --run without diag.jsonl fails" "diag.jsonl not found" attn "$W/p.png" "$W/maps" --layer 0 --run "$W/maps"
 expect_fail "params --cols is refused (attn's option)" "attn's option" params "$W/run" --cols 2
-[ ! -e "$W/p.png" ]; check $? "failed runs write no image" "$W/p.png exists"
+[ ! -e "$W/p.png" ]; check_status $? "failed runs write no image" "$W/p.png exists"
 
 test_done

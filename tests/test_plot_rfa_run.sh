@@ -23,7 +23,6 @@ export OMP_NUM_THREADS=1
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 source tests/lib.sh || exit 2
 test_scratch plotrun
-check() { local what=$1; shift; if "$@" >/dev/null 2>&1; then ok "$what"; else not_ok "$what" "condition failed: $*"; fi; }
 PLOT="$ROOT/scripts/plot_rfa.sh"
 
 source "$ROOT/tests/png_check.sh"  # is_png FILE W H

@@ -13,9 +13,6 @@ export OMP_NUM_THREADS=2
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 source tests/lib.sh || exit 2
 test_scratch resume
-check() { local what=$1; shift; if "$@" >/dev/null 2>&1; then ok "$what"; else not_ok "$what" "condition failed: $*"; fi; }
-run() { "$@" >"$W/out" 2>"$W/err"; RC=$?; }
-show() { head -c 400 "$1" | tr '\n' '|'; }
 
 MODEL="$ROOT/data/tokenizer/wikitext2_bpe8192.model"
 zstd -dc "$ROOT/data/wikitext-2/wiki.valid.tokens.zst" | head -n 400 > "$W/train.txt"

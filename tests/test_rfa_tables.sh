@@ -18,7 +18,6 @@ export SCALE=tiny JOBS=2 THREADS=1 PROGRESS_EVERY=0
 unset SEQ_OUT
 source tests/lib.sh || exit 2
 test_scratch rfa-tables
-check() { local what=$1; shift; if "$@" >/dev/null 2>&1; then ok "$what"; else not_ok "$what" "condition failed: $*"; fi; }
 T1="$ROOT/scripts/rfa_table1.sh"; T2="$ROOT/scripts/rfa_table2.sh"; T3="$ROOT/scripts/rfa_table3.sh"
 # the bundled WikiText-2 shards: the scripts make them when a run needs them, but the B1 command below is
 # run straight from --dry-run's output (a fresh clone has no build/data yet)
@@ -27,16 +26,14 @@ if [ ! -f "$ROOT/build/data/wikitext2/test.shard" ]; then
 fi
 O="$W/out"
 
-# the table rows of a Markdown table (after its header and rule), one per line: "label|c1|c2|c3|c4"
-rows() { awk -F'|' '/^\|---/ { on = 1; next } on && /^\|/ { s = ""; for (i = 2; i < NF; i++) { gsub(/^ +| +$/, "", $i); s = s (i > 2 ? "|" : "") $i }; print s }' "$1"; }
 # the label column of a table
-labels() { rows "$1" | cut -d'|' -f1; }
+labels() { md_rows "$1" | cut -d'|' -f1; }
 # is row LABEL of table FILE four finite positive perplexities?
 finite_row() {
-    rows "$1" | awk -F'|' -v l="$2" '$1 == l { n++; if (NF != 5) exit 1; for (i = 2; i <= 5; i++) if ($i !~ /^[0-9]+\.[0-9]+$/ || $i + 0 <= 0) exit 1 }
+    md_rows "$1" | awk -F'|' -v l="$2" '$1 == l { n++; if (NF != 5) exit 1; for (i = 2; i <= 5; i++) if ($i !~ /^[0-9]+\.[0-9]+$/ || $i + 0 <= 0) exit 1 }
                                     END { exit n == 1 ? 0 : 1 }'
 }
-row_of() { rows "$1" | awk -F'|' -v l="$2" '$1 == l { print; exit }' | cut -d'|' -f2-; }
+row_of() { md_rows "$1" | awk -F'|' -v l="$2" '$1 == l { print; exit }' | cut -d'|' -f2-; }
 
 # --- usage errors
 "$T3" > "$W/out3" 2> "$W/err3"; rc=$?
@@ -94,12 +91,12 @@ check "rfa rows trained the rfa mixer with the SDE optimizer group" \
 SEQ_OUT=$O "$T1" > "$W/t1b.md" 2> "$W/t1b.err"; rc=$?
 check "a second rfa_table1.sh reuses all 12 finished runs" \
     eval '[ "$rc" = 0 ] && [ "$(grep -c "finished earlier, reused" "$W/t1b.err")" = 12 ] && ! grep -q ": training" "$W/t1b.err"'
-check "... and prints the same table" diff <(rows "$W/t1.md") <(rows "$W/t1b.md")
+check "... and prints the same table" diff <(md_rows "$W/t1.md") <(md_rows "$W/t1b.md")
 # a finished run without its eval table (interrupted during the final evaluation) is re-evaluated
 rm -rf "$O/runs/b2_alibi/eval"
 SEQ_OUT=$O "$T1" > "$W/t1c.md" 2> "$W/t1c.err"; rc=$?
 check "a run whose eval table is missing is resumed (re-evaluated) to the same numbers" \
-    eval '[ "$rc" = 0 ] && grep -q "b2_alibi: resuming" "$W/t1c.err" && diff <(rows "$W/t1.md") <(rows "$W/t1c.md")'
+    eval '[ "$rc" = 0 ] && grep -q "b2_alibi: resuming" "$W/t1c.err" && diff <(md_rows "$W/t1.md") <(md_rows "$W/t1c.md")'
 # the resumed B1 equals an uninterrupted B1
 SEQ_OUT="$W/fresh" "$T1" --dry-run > "$W/dry2" 2>/dev/null
 eval "$(grep "configs/rfa/b1_rope.json" "$W/dry2") --quiet" > /dev/null 2>&1

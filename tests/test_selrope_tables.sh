@@ -17,20 +17,17 @@ unset SEQ_OUT MQAR_MIXERS MQAR_LRS MQAR_DIMS MAD_ROWS MAD_TASKS MAD_LRS STATE_MI
     MIXERS LRS DIMS TS SEEDS L_MAX A5_LEN TRAIN_LEN TEST_LENS PARTS PROTOCOL SETTING
 source tests/lib.sh || exit 2
 test_scratch selrope-tables
-check() { local what=$1; shift; if "$@" >/dev/null 2>&1; then ok "$what"; else not_ok "$what" "condition failed: $*"; fi; }
 S="$ROOT/scripts/selrope_tables.sh"
 O="$W/out"
 if [ ! -f "$ROOT/build/data/wikitext2/test.shard" ]; then
     make -s -C "$ROOT" data > /dev/null || { echo "test_selrope_tables.sh: make data failed" >&2; exit 2; }
 fi
-# the rows of the first Markdown table of a file (after its rule), one per line: "label|c1|c2|..."
-rows() { awk -F'|' '/^\|---/ { on = 1; next } on && /^\|/ { s = ""; for (i = 2; i < NF; i++) { gsub(/^ +| +$/, "", $i); s = s (i > 2 ? "|" : "") $i }; print s; next } on { exit }' "$1"; }
 # table FILE has the labels LABEL... in order and NCOL cells each matching the regex RE (one or two columns of
 # text first when SKIP is 1 or 2)
 table_ok() {  # table_ok FILE SKIP NCOL RE LABEL...
     local f=$1 skip=$2 n=$3 re=$4; shift 4
-    [ "$(rows "$f" | cut -d'|' -f1)" = "$(printf '%s\n' "$@")" ] || return 1
-    rows "$f" | awk -F'|' -v s="$skip" -v n="$n" -v re="$re" '{ if (NF != s + n) exit 1; for (i = s + 1; i <= s + n; i++) if ($i !~ re) exit 1 }'
+    [ "$(md_rows "$f" | cut -d'|' -f1)" = "$(printf '%s\n' "$@")" ] || return 1
+    md_rows "$f" | awk -F'|' -v s="$skip" -v n="$n" -v re="$re" '{ if (NF != s + n) exit 1; for (i = s + 1; i <= s + n; i++) if ($i !~ re) exit 1 }'
 }
 ACC='^[01]\.[0-9]+$'; PPL='^[0-9]+\.[0-9][0-9]$'
 
@@ -120,6 +117,6 @@ check "... and prints the same tables" eval 'diff <(grep "^|" "$W/t.md") <(grep 
 # one part alone, with its own row override
 MQAR_MIXERS="gla_selrope" SEQ_OUT=$O "$S" mqar > "$W/t3.md" 2> "$W/t3.err"; rc=$?
 check "one part with MQAR_MIXERS reruns nothing and tables that row only" \
-    eval '[ "$rc" = 0 ] && ! grep -q ": training" "$W/t3.err" && [ "$(rows "$O/mqar/mqar_zoology_T16.md" | cut -d"|" -f1)" = "GLA + Selective RoPE" ] && ! grep -q "MAD synthetic" "$W/t3.md"'
+    eval '[ "$rc" = 0 ] && ! grep -q ": training" "$W/t3.err" && [ "$(md_rows "$O/mqar/mqar_zoology_T16.md" | cut -d"|" -f1)" = "GLA + Selective RoPE" ] && ! grep -q "MAD synthetic" "$W/t3.md"'
 
 test_done

@@ -18,16 +18,13 @@ unset SEQ_OUT SETTING DIMS LRS TS L_MAX SEEDS A5_LEN TEST_LENS
 export MIXERS="attn_rope attn_nope attn_alibi rfa kla gla"
 source tests/lib.sh || exit 2
 test_scratch task-sweeps
-check() { local what=$1; shift; if "$@" >/dev/null 2>&1; then ok "$what"; else not_ok "$what" "condition failed: $*"; fi; }
 MQ="$ROOT/scripts/mqar_sweep.sh"; ST="$ROOT/scripts/state_tracking.sh"
 O="$W/out"
-# the rows of the first Markdown table of a file (after its header and rule), one per line: "label|c1|c2|..."
-rows() { awk -F'|' '/^\|---/ { on = 1; next } on && /^\|/ { s = ""; for (i = 2; i < NF; i++) { gsub(/^ +| +$/, "", $i); s = s (i > 2 ? "|" : "") $i }; print s; next } on { exit }' "$1"; }
 # rows of FILE: labels as given, NCOL cells each from column FIRST on, all accuracies in [0, 1]
 acc_rows() {  # acc_rows FILE FIRST NCOL LABEL...
     local f=$1 first=$2 ncol=$3; shift 3
-    [ "$(rows "$f" | cut -d'|' -f1)" = "$(printf '%s\n' "$@")" ] || return 1
-    rows "$f" | awk -F'|' -v a="$first" -v n="$ncol" '{ if (NF != a + n - 1) exit 1; for (i = a; i < a + n; i++) if ($i !~ /^[01]\.[0-9]+$/ || $i + 0 > 1) exit 1 }'
+    [ "$(md_rows "$f" | cut -d'|' -f1)" = "$(printf '%s\n' "$@")" ] || return 1
+    md_rows "$f" | awk -F'|' -v a="$first" -v n="$ncol" '{ if (NF != a + n - 1) exit 1; for (i = a; i < a + n; i++) if ($i !~ /^[01]\.[0-9]+$/ || $i + 0 > 1) exit 1 }'
 }
 LABELS=("Attention (RoPE)" "Attention (no position)" "Attention (ALiBi)" "RFA" "KLA" "GLA")
 
@@ -117,7 +114,7 @@ SEQ_OUT=$O "$MQ" > "$W/m.md" 2> "$W/m.err"; rc=$?
 check "mqar_sweep.sh SCALE=tiny finishes (exit 0)" test "$rc" = 0
 [ "$rc" = 0 ] || tail -n 20 "$W/m.err" | sed 's/^/    /'
 check "the interrupted run was resumed" grep -q "zoology_T16_attn_rope_d16_lr1e-3: resuming" "$W/m.err"
-check "the Markdown on stdout is SEQ_OUT/mqar_zoology_T16.md" eval 'diff <(rows "$W/m.md") <(rows "$O/mqar_zoology_T16.md")'
+check "the Markdown on stdout is SEQ_OUT/mqar_zoology_T16.md" eval 'diff <(md_rows "$W/m.md") <(md_rows "$O/mqar_zoology_T16.md")'
 check "MQAR columns: Mixer, d=16, d=32" grep -qx '| Mixer | d=16 | d=32 |' "$O/mqar_zoology_T16.md"
 check "MQAR rows: the 6 mixers, 2 accuracies in [0,1] each" acc_rows "$O/mqar_zoology_T16.md" 2 2 "${LABELS[@]}"
 check "MQAR CSV: header, 6 rows, best accuracy and its lr per width" python3 -c '
@@ -152,11 +149,11 @@ check "the kla row trained fused kla blocks" eval 'grep -q "\"kind\":.\"kla\"" "
 check "the alibi row has pos alibi" grep -q '"pos":.*"alibi"' "$O/runs/zoology_T16_attn_alibi_d16_lr1e-3/config.json"
 SEQ_OUT=$O "$MQ" > "$W/m2.md" 2> "$W/m2.err"; rc=$?
 check "a second mqar_sweep.sh reuses all 24 runs and prints the same table" \
-    eval '[ "$rc" = 0 ] && [ "$(grep -c "finished earlier, reused" "$W/m2.err")" = 24 ] && ! grep -q ": training" "$W/m2.err" && diff <(rows "$W/m.md") <(rows "$W/m2.md")'
+    eval '[ "$rc" = 0 ] && [ "$(grep -c "finished earlier, reused" "$W/m2.err")" = 24 ] && ! grep -q ": training" "$W/m2.err" && diff <(md_rows "$W/m.md") <(md_rows "$W/m2.md")'
 SEQ_OUT=$O "$MQ" --set train.steps=5 > /dev/null 2> "$W/m3.err"; rc=$?
 check "another configuration over finished runs: exit 1, nothing trained" \
     eval '[ "$rc" = 1 ] && [ "$(grep -c "holds a run with another configuration" "$W/m3.err")" = 24 ] && ! grep -q ": training" "$W/m3.err" && grep -q "steps" "$W/m3.err"'
-check "... and the runs keep their results" eval 'diff <(rows "$W/m.md") <(SEQ_OUT=$O "$MQ" 2>/dev/null | rows /dev/stdin)'
+check "... and the runs keep their results" eval 'diff <(md_rows "$W/m.md") <(SEQ_OUT=$O "$MQ" 2>/dev/null | md_rows /dev/stdin)'
 
 # --- state tracking
 SEQ_OUT=$O "$ST" > "$W/s.md" 2> "$W/s.err"; rc=$?
@@ -183,6 +180,6 @@ assert abs(a - b) < 1e-6, (a, b)' "$O/runs/parity_attn_rope/eval/acc.json" "$O/r
 check "parity at length 32 scored 32 positions per example" eval 'grep -q "\"positions\": 512," "$O/runs/parity_rfa/eval/len_32.json"'
 SEQ_OUT=$O "$ST" > "$W/s2.md" 2> "$W/s2.err"; rc=$?
 check "a second state_tracking.sh reuses all 30 runs and the evaluations, same tables" \
-    eval '[ "$rc" = 0 ] && [ "$(grep -c "finished earlier, reused" "$W/s2.err")" = 30 ] && ! grep -q ": training" "$W/s2.err" && { [ ! -d "$O/evalcopy" ] || [ -z "$(ls -A "$O/evalcopy")" ]; } && diff <(rows "$W/s.md") <(rows "$W/s2.md")'
+    eval '[ "$rc" = 0 ] && [ "$(grep -c "finished earlier, reused" "$W/s2.err")" = 30 ] && ! grep -q ": training" "$W/s2.err" && { [ ! -d "$O/evalcopy" ] || [ -z "$(ls -A "$O/evalcopy")" ]; } && diff <(md_rows "$W/s.md") <(md_rows "$W/s2.md")'
 
 test_done

@@ -11,8 +11,6 @@ export OMP_NUM_THREADS=2
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 source tests/lib.sh || exit 2
 test_scratch train
-check() { local what=$1; shift; if "$@" >/dev/null 2>&1; then ok "$what"; else not_ok "$what" "condition failed: $*"; fi; }
-run() { "$@" >"$W/out" 2>"$W/err"; RC=$?; }
 losses() {  # the training-loss lines of a log without the timing fields, which differ between runs
     grep '"loss"' "$1" | sed 's/, "tokens_per_s.*//'
 }

@@ -10,8 +10,6 @@ export OMP_NUM_THREADS=2
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 source tests/lib.sh || exit 2
 test_scratch zeroshot
-check() { local what=$1; shift; if "$@" >/dev/null 2>&1; then ok "$what"; else not_ok "$what" "condition failed: $*"; fi; }
-run() { "$@" >"$W/out" 2>"$W/err"; RC=$?; }
 refused() {  # refused WHAT NEEDLE CMD...: non-zero exit and NEEDLE in stderr
     local what=$1 needle=$2; shift 2
     run "$@"

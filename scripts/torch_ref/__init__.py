@@ -14,14 +14,19 @@ One module per mixer family, as src/mixers is split, so a mixer's C and its refe
                                                                             (src/model/model.c)
   cases.py      the committed cases under tests/data/torch_ref/ (gathered from the mixer modules' CASES),
                 the self-tests' run of each case on random weights, make_case and the bin/seqeval comparison
+  selftest.py   the mixers' self-tests, given what of the whole reference they use
+
+The imports go one way, each at the top of its module: common <- the mixer modules <- mixers <- model <-
+cases <- selftest (tests/test_scripts_lib.sh checks that there is no circle).
 
 scripts/torch_reference.py is the command line; docs/reference_check.md describes the check and how to
 add a mixer's reference module and cases. Needs Debian's python3-torch and python3-numpy (/usr/bin/python3).
 """
 from .cases import CASE_DIR, CASES, VOCAB, case_tokens, compare_with_seqeval, make_case
 from .common import DTYPE, read_safetensors, write_safetensors
-from .mixers import MIXERS, layer_block, layer_has_mlp, layer_mixer, mixer_param_shapes, mixer_spec, self_tests
+from .mixers import MIXERS, layer_block, layer_has_mlp, layer_mixer, mixer_param_shapes, mixer_spec
 from .model import Reference, param_shapes, reference_dump, run_reference
+from .selftest import self_tests
 
 __all__ = ["CASE_DIR", "CASES", "VOCAB", "case_tokens", "compare_with_seqeval", "make_case", "DTYPE",
            "read_safetensors", "write_safetensors", "MIXERS", "layer_block", "layer_has_mlp", "layer_mixer",

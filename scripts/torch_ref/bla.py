@@ -169,7 +169,7 @@ def forward(x, P, prefix, spec):
     return o @ P[prefix + "wo"].T
 
 
-def self_test():
+def self_test(whole):
     report = SelfChecks()
     rng = np.random.default_rng(12)
     Bb, T, H, Dk, Dv = 2, 23, 2, 4, 5

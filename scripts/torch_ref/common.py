@@ -3,7 +3,7 @@ small maths the mixers and the model both use, the safetensors writer, and the s
 
 Mirrors, on the C side: src/model/model.c's layer resolution (`layer_matches_`, `layer_mixer_json_`, the
 block option of `layer_fused_`, whose "auto" mixers.layer_block resolves), src/nn/norm.c (RMSNorm),
-src/nn/rotary.c (RoPE), src/mixers/mixer_kit.h (softplus), src/train/safetensors.c (the file format).
+src/nn/rotary.c (RoPE), src/mixers/mixer_kit.h (softplus), src/ckpt/safetensors.c (the file format).
 Written from the method descriptions, not from the C code: everything here computes in float64 (DTYPE),
 so the reference's own error is ~1e-15.
 
@@ -186,7 +186,7 @@ def tiny_model(mixer, **extra):
 
 
 # ----------------------------------------------------------------------------------------------------
-# self-test helpers (a mixer module's optional self_test())
+# self-test helpers (a mixer module's optional self_test(whole))
 
 class SelfChecks:
     """A mixer reference's self-test: report(ok, what) prints one ok / not ok line and keeps the failures;

@@ -149,7 +149,7 @@ def _forward(x, P, prefix, spec):
     return o.reshape(B, T, H * Dv) @ P[prefix + "o_proj"].T
 
 
-def _self_test():
+def _self_test(whole):
     report = SelfChecks()
     rng = np.random.default_rng(7)
     B, T, H, Dk, Dv = 2, 9, 3, 4, 5

@@ -106,7 +106,7 @@ def forward(x, P, prefix, spec):
     return o @ P[prefix + "o_proj"].T
 
 
-def self_test():
+def self_test(whole):
     report = SelfChecks()
     rng = np.random.default_rng(11)
     B, T, H, Dk, Dv, M = 2, 9, 3, 4, 5, 6

@@ -274,12 +274,11 @@ def parallel_scan(v, prec, k, q, abar, pbar):
     return (q.unsqueeze(2) * eta / lam).sum(-1), (q.unsqueeze(2) ** 2 / lam).sum(-1)
 
 
-def self_test():
+def self_test(whole):
     """Checks of the kla reference on its own: the scan against a moment-form Kalman filter and against
     the parallel Moebius/affine scans of Theorems 1-2, the p = 0 closed form (Theorem 3), causality,
-    gradcheck of the layer, and every kla CASE end to end. Returns the number of failures."""
-    from .cases import check_cases_on_random_weights   # (imported here: they import this module)
-    from .mixers import mixer_spec
+    gradcheck of the layer, and every kla CASE end to end (through whole: selftest.WHOLE). Returns the number
+    of failures."""
     torch.manual_seed(0)
     report = SelfChecks()
 
@@ -351,11 +350,12 @@ def self_test():
 
     # (f) every case with a kla layer: parameter names/shapes (no ln2/MLP in fused blocks), the full model
     # forward and backward on random weights, every SSM parameter with a nonzero gradient
-    check_cases_on_random_weights(report, "f", KIND, random_params,
-                                  ("lambda_log", "delta", "process_noise", "lambda_skip"), "SSM gradients all nonzero")
+    whole.check_cases_on_random_weights(report, "f", KIND, random_params,
+                                        ("lambda_log", "delta", "process_noise", "lambda_skip"),
+                                        "SSM gradients all nonzero")
 
     # (g) defaults: {"kind": "kla"} alone resolves to the schema's table
-    spec = mixer_spec({"d_model": 16, "n_layers": 1, "mixer": {"kind": "kla"}}, 0)
+    spec = whole.mixer_spec({"d_model": 16, "n_layers": 1, "mixer": {"kind": "kla"}}, 0)
     report(spec.M == 16 and spec.S == 16 and spec.K == 4 and not spec.mamba and not spec.zoh and spec.R == 2
            and spec.noise and spec.gate and spec.skip and spec.Ns == 64,
            "(g) defaults: M = C, S 16, K 4, plain, ou, process noise, gate, skip (Ns = 2M + 2S), R = ceil(C/8)")

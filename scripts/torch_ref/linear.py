@@ -163,7 +163,7 @@ def _forward(x, P, prefix, spec):
     return o.reshape(B, T, H * Dv) @ P[prefix + "o_proj"].T
 
 
-def _self_test():
+def _self_test(whole):
     report = SelfChecks()
     g = np.random.default_rng(5)
     B, T, H, Dk, Dv = 2, 19, 3, 4, 5

@@ -173,10 +173,9 @@ def random_params(spec, C, seed, prefix=""):
     return P
 
 
-def self_test():
-    """Checks of the mamba2 reference on its own; returns the number of failures."""
-    from .cases import check_cases_on_random_weights   # (imported here: they import this module)
-    from .mixers import mixer_spec
+def self_test(whole):
+    """Checks of the mamba2 reference on its own, and its cases through whole (selftest.WHOLE); returns the
+    number of failures."""
     report = SelfChecks()
     torch.manual_seed(0)
     g = np.random.default_rng(3)
@@ -223,11 +222,11 @@ def self_test():
 
     # (f) every mamba2 CASE: parameter names/shapes (no ln2/MLP: fused blocks), the full model forward and
     # backward on random weights, every SSM parameter with a nonzero gradient
-    check_cases_on_random_weights(report, "f", KIND, random_params, ("A_log", "dt_bias", "D"),
-                                  "SSM gradients all nonzero")
+    whole.check_cases_on_random_weights(report, "f", KIND, random_params, ("A_log", "dt_bias", "D"),
+                                        "SSM gradients all nonzero")
 
     # (g) defaults: {"kind": "mamba2"} at d_model 128 resolves to the schema's table
-    spec = mixer_spec({"d_model": 128, "n_layers": 1, "mixer": {"kind": "mamba2"}}, 0)
+    spec = whole.mixer_spec({"d_model": 128, "n_layers": 1, "mixer": {"kind": "mamba2"}}, 0)
     report(spec.Di == 256 and spec.P == 64 and spec.H == 4 and spec.N == 128 and spec.G == 1 and spec.K == 4
            and spec.conv_bias and spec.CD == 512 and spec.eps == 1e-5,
            "(g) defaults at d_model 128: d_inner 256, head_dim 64 (4 heads), d_state 128, 1 group, conv 4 with bias")

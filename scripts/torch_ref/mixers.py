@@ -15,8 +15,10 @@ docs/reference_check.md, "Adding a mixer's reference"):
                               parameters as P[prefix + name]; returns (B, T, C)
   OWNS_MLP                    optional, default False: the mixer carries its own MLP (MixerOps.owns_mlp),
                               so model.block "auto" makes its layers fused blocks (kla)
-  self_test()                 optional: checks of the reference on its own (no C side); prints ok / not ok
-                              lines and returns the number of failures (common.SelfChecks)
+  self_test(whole)            optional: checks of the reference on its own (no C side); prints ok / not ok
+                              lines and returns the number of failures (common.SelfChecks). whole is the
+                              reference around the mixers (selftest.WHOLE: mixer_spec, CASES, the cases on
+                              random weights), which a mixer module cannot import: it imports the mixers
   CASES                       optional: {case name: the `model` section of a tiny run} for the committed
                               cases under tests/data/torch_ref/ (cases.py gathers them)
 """
@@ -113,7 +115,3 @@ def mixer_forward(x, P, prefix, spec):
     """One mixer on the normalised input x (B, T, C), its parameters P[prefix + name]."""
     return module(spec.kind).forward(x, P, prefix, spec)
 
-
-def self_tests():
-    """{kind: self_test} of every registered mixer that has one, in registry order."""
-    return {kind: mod.self_test for kind, mod in MIXERS.items() if callable(getattr(mod, "self_test", None))}

@@ -184,10 +184,9 @@ def random_params(spec, C, seed, prefix=""):
     return P
 
 
-def self_test():
-    """Checks of the mlstm reference on its own; returns the number of failures."""
-    from .cases import check_cases_on_random_weights   # (imported here: they import this module)
-    from .mixers import mixer_spec
+def self_test(whole):
+    """Checks of the mlstm reference on its own, and its cases through whole (selftest.WHOLE); returns the
+    number of failures."""
     report = SelfChecks()
     torch.manual_seed(0)
     g = np.random.default_rng(3)
@@ -234,13 +233,13 @@ def self_test():
 
     # (e) every mlstm CASE: parameter names/shapes (no ln2/MLP: fused blocks), the full model forward and
     # backward on random weights, every gate parameter with a nonzero gradient (in at least one element)
-    check_cases_on_random_weights(report, "e", KIND, random_params,
-                                  ("igate_w", "igate_b", "fgate_w", "fgate_b", "skip"), "gate/skip gradients nonzero",
-                                  every=False)
+    whole.check_cases_on_random_weights(report, "e", KIND, random_params,
+                                        ("igate_w", "igate_b", "fgate_w", "fgate_b", "skip"),
+                                        "gate/skip gradients nonzero", every=False)
 
     # (f) defaults: {"kind": "mlstm"} at d_model 128 resolves to xLSTM's mLSTMLayerConfig
-    spec = mixer_spec({"d_model": 128, "n_layers": 1, "mixer": {"kind": "mlstm"}}, 0)
-    s16 = mixer_spec({"d_model": 16, "n_layers": 1, "mixer": {"kind": "mlstm"}}, 0)
+    spec = whole.mixer_spec({"d_model": 128, "n_layers": 1, "mixer": {"kind": "mlstm"}}, 0)
+    s16 = whole.mixer_spec({"d_model": 16, "n_layers": 1, "mixer": {"kind": "mlstm"}}, 0)
     report(spec.I == 256 and spec.H == 4 and spec.D == 64 and spec.K == 4 and spec.bs == 4 and spec.eps == 1e-5
            and s16.I == 64,
            "(f) defaults at d_model 128: inner 256 (proj_factor 2), 4 heads of 64, conv 4, blocks of 4; "

@@ -299,12 +299,11 @@ def loops(x, P, spec):
     return flat @ P["wo"].T + (P["bo"] if spec.bias else 0)
 
 
-def self_test():
+def self_test(whole):
     """Checks of the rfa reference on its own: causality, mu = 0 heads, the unitary limit against an
     independent complex implementation, gradcheck, the large-nu limit of the student kernel, and every
-    rfa CASE built end to end on random weights. Returns the number of failures."""
-    from .cases import CASES as ALL_CASES, case_on_random_weights   # (imported here: they import this module)
-    from .mixers import mixer_spec
+    rfa CASE built end to end on random weights (through whole: selftest.WHOLE). Returns the number of
+    failures."""
     torch.manual_seed(0)
     report = SelfChecks()
 
@@ -410,16 +409,16 @@ def self_test():
            + ", ".join(f"{d:.1e}" for d in diffs) + f" (O(1/nu): ratio {rate:.0f})")
 
     # (f) every rfa CASE: parameter names/shapes, the full model forward/backward on random weights
-    for name, case_model in ALL_CASES.items():
+    for name, case_model in whole.CASES.items():
         if case_model["mixer"]["kind"] != KIND:
             continue
-        model, shapes, dump = case_on_random_weights(name, case_model, KIND, random_params)
+        model, shapes, dump = whole.case_on_random_weights(name, case_model, KIND, random_params)
         finite = all(np.isfinite(v).all() for v in dump.values())
         # per head, which SDE gradients the spec's formulas make exactly zero: mu and sigma~^2 on mu = 0
         # heads (E = 1, so 1 - E^2 = 0), sigma/eta/gamma with a flat prior, all but tau when unitary
         zeros_ok = True
         for l in range(model["n_layers"]):
-            spec = mixer_spec(model, l)
+            spec = whole.mixer_spec(model, l)
             o, z = spec.opts, spec.zero_decay
             none, every = np.zeros(spec.H, bool), np.ones(spec.H, bool)
             flat = every if (spec.unitary or o["prior"] == "flat") else none
@@ -434,7 +433,7 @@ def self_test():
                 zeros_ok &= bool((g[zero & ~free] == 0).all() and (g[~zero & ~free] != 0).all())
             if o["learn_omega"]:
                 zeros_ok &= bool((dump[f"grad.blocks.{l}.mixer.omega"] != 0).all())
-        spec = mixer_spec(model, 0)
+        spec = whole.mixer_spec(model, 0)
         names = [n.split("mixer.")[1] for n in shapes if n.startswith("blocks.0.mixer.")]
         report(finite and zeros_ok,
                f"(f) case {name}: H={spec.H} D={spec.D} ({int(spec.zero_decay.sum())} mu=0), mixer tensors "
@@ -473,7 +472,7 @@ def self_test():
            f"(max|dy| {d:.1e}), kappa > 1 + 2/D")
 
     # (g) defaults: {"kind": "rfa"} alone resolves to the spec's table
-    spec = mixer_spec({"d_model": 16, "n_layers": 1, "mixer": {"kind": "rfa"}}, 0)
+    spec = whole.mixer_spec({"d_model": 16, "n_layers": 1, "mixer": {"kind": "rfa"}}, 0)
     report(spec.H == 8 and spec.D == 2 and spec.bias and not spec.unitary and spec.eps == 1e-6
            and list(spec.zero_decay) == [True, True] + [False] * 6 and spec.opts["kernel"] == "student"
            and spec.opts["prior"] == "dle" and abs(spec.omega[0, 0] - 1.0) < 1e-15,

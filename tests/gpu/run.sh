@@ -18,13 +18,11 @@
 #                               SEQ_GPU_ONLY=1 skips part 1, for a GPU machine whose emulated run happened elsewhere)
 set -u
 JOBS=${SEQ_JOBS:-2}
-W=$(mktemp -d "${TMPDIR:-/tmp}/seqtrain-cuda.XXXXXX") || exit 2
-trap '[ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
-PASS=0; FAIL=0
-ok() { PASS=$((PASS + 1)); echo "ok - $1"; }
-not_ok() { FAIL=$((FAIL + 1)); echo "not ok - $1 ($2)"; }
-# check WHAT CMD...: CMD's first line of output (a comparison's measured differences) goes with its "ok" line
-check() {
+source tests/lib.sh || exit 2  # ok, not_ok, test_scratch
+test_scratch cuda
+# check_measured WHAT CMD...: check, with CMD's first line of output (a comparison's measured differences) on its
+# "ok" line
+check_measured() {
     local what=$1; shift
     if "$@" >"$W/check.out" 2>&1; then
         [ -s "$W/check.out" ] && what="$what [$(head -1 "$W/check.out")]"
@@ -136,39 +134,39 @@ JSON
     train --config "$W/tiny.json" --set run.name=cpu
     SEQ_PROFILE=1 OMP_NUM_THREADS=2 "$B/seqtrain" --config "$W/tiny.json" --set run.name=gpu --set run.device=cuda \
         --quiet >>"$W/train.log" 2>"$W/gpu-prof.txt"
-    check "$L: a 12-step run with run.device cuda (fp32) finishes" test -f "$R/gpu/ckpt-00000012/model.safetensors"
-    check "$L: its loss curve is the CPU run's (rel 1e-3)" cmp_losses "$R/gpu/log.jsonl" "$R/cpu/log.jsonl" 1e-3
-    check "$L: its validation losses are the CPU run's (rel 1e-3), accuracies within one position" \
+    check_measured "$L: a 12-step run with run.device cuda (fp32) finishes" test -f "$R/gpu/ckpt-00000012/model.safetensors"
+    check_measured "$L: its loss curve is the CPU run's (rel 1e-3)" cmp_losses "$R/gpu/log.jsonl" "$R/cpu/log.jsonl" 1e-3
+    check_measured "$L: its validation losses are the CPU run's (rel 1e-3), accuracies within one position" \
         cmp_val "$R/gpu/log.jsonl" "$R/cpu/log.jsonl" 1e-3
     # the predictions of validation at steps 6 and 12 and of the final evaluation, 4 batches of the 16 test
     # examples each, ran on the GPU
-    check "$L: ... computed on the GPU (SEQ_PROFILE: 12 eval.argmax calls)" \
+    check_measured "$L: ... computed on the GPU (SEQ_PROFILE: 12 eval.argmax calls)" \
         grep -qE '^eval\.argmax +12 ' "$W/gpu-prof.txt"
     local f
     for f in model optim; do
-        check "$L: its $f.safetensors has the CPU run's header (names, shapes, offsets)" \
+        check_measured "$L: its $f.safetensors has the CPU run's header (names, shapes, offsets)" \
             eval '[ "$(header "$R/gpu/ckpt-00000012/$f.safetensors")" = "$(header "$R/cpu/ckpt-00000012/$f.safetensors")" ]'
     done
     train --config "$W/tiny.json" --set run.name=gpu2 --set run.device=cuda --stop-after 6
     train --resume "$R/gpu2"
-    check "$L: stopped at 6 and resumed, the curve is bit-identical" \
+    check_measured "$L: stopped at 6 and resumed, the curve is bit-identical" \
         eval '[ "$(losses "$R/gpu2/log.jsonl")" = "$(losses "$R/gpu/log.jsonl")" ]'
     train --config "$W/tiny.json" --set run.name=g2c --set run.device=cuda --stop-after 6
     train --resume "$R/g2c" --set run.device=cpu
-    check "$L: a GPU run resumes on the CPU and finishes" test -f "$R/g2c/ckpt-00000012/model.safetensors"
-    check "$L: ... on the GPU run's curve (rel 1e-3)" cmp_losses "$R/g2c/log.jsonl" "$R/gpu/log.jsonl" 1e-3
+    check_measured "$L: a GPU run resumes on the CPU and finishes" test -f "$R/g2c/ckpt-00000012/model.safetensors"
+    check_measured "$L: ... on the GPU run's curve (rel 1e-3)" cmp_losses "$R/g2c/log.jsonl" "$R/gpu/log.jsonl" 1e-3
     train --config "$W/tiny.json" --set run.name=c2g --stop-after 6
     train --resume "$R/c2g" --set run.device=cuda
-    check "$L: a CPU run resumes on the GPU and finishes" test -f "$R/c2g/ckpt-00000012/model.safetensors"
-    check "$L: ... on the CPU run's curve (rel 1e-3)" cmp_losses "$R/c2g/log.jsonl" "$R/cpu/log.jsonl" 1e-3
+    check_measured "$L: a CPU run resumes on the GPU and finishes" test -f "$R/c2g/ckpt-00000012/model.safetensors"
+    check_measured "$L: ... on the CPU run's curve (rel 1e-3)" cmp_losses "$R/c2g/log.jsonl" "$R/cpu/log.jsonl" 1e-3
     train --config "$W/tiny.json" --set run.name=tf32 --set run.device=cuda --set run.precision=tf32
-    check "$L: tf32: the curve stays within rel 3e-2 of the CPU's" cmp_losses "$R/tf32/log.jsonl" "$R/cpu/log.jsonl" 3e-2
+    check_measured "$L: tf32: the curve stays within rel 3e-2 of the CPU's" cmp_losses "$R/tf32/log.jsonl" "$R/cpu/log.jsonl" 3e-2
     train --config "$W/tiny.json" --set run.name=bf16 --set run.device=cuda --set run.precision=bf16 --stop-after 6
     train --resume "$R/bf16"
-    check "$L: bf16 (stopped at 6, resumed): the curve stays within rel 3e-2 of the CPU's" \
+    check_measured "$L: bf16 (stopped at 6, resumed): the curve stays within rel 3e-2 of the CPU's" \
         cmp_losses "$R/bf16/log.jsonl" "$R/cpu/log.jsonl" 3e-2
     train --config "$W/tiny.json" --set run.name=bf16b --set run.device=cuda --set run.precision=bf16
-    check "$L: bf16: stopped and resumed, the curve is bit-identical" \
+    check_measured "$L: bf16: stopped and resumed, the curve is bit-identical" \
         eval '[ "$(losses "$R/bf16/log.jsonl")" = "$(losses "$R/bf16b/log.jsonl")" ]'
     # --task's accuracy on a checkpoint that predicts some of the values (12 steps predict none): 1000 CPU steps
     train --config "$W/tiny.json" --set run.name=acc --set data.task.train_examples=20000 --set train.steps=1000 \
@@ -223,12 +221,12 @@ PY
             --vocab 128 --context 40 --stride 8 --max-windows 64 --out "$E/slide-$d" >"$E/slide-$d.out" 2>&1
         OMP_NUM_THREADS=2 "$B/seqeval" --run "$TASK_RUN" --device "$d" --task >"$E/task-$d.out" 2>"$E/task-$d.err"
     done
-    check "$L: seqeval --device cuda runs on the GPU (it names the device)" grep -q "^seqeval: device " "$E/ppl-cuda.err"
-    check "$L: seqeval --device cuda: perplexity at contexts 16, 40 (16 windows a forward) and $LONG (one) is the CPU's" \
+    check_measured "$L: seqeval --device cuda runs on the GPU (it names the device)" grep -q "^seqeval: device " "$E/ppl-cuda.err"
+    check_measured "$L: seqeval --device cuda: perplexity at contexts 16, 40 (16 windows a forward) and $LONG (one) is the CPU's" \
         cmp_ppl "$E/ppl-cuda" "$E/ppl-cpu"
-    check "$L: ... and with sliding windows (context 40, stride 8: only the last 8 positions count)" \
+    check_measured "$L: ... and with sliding windows (context 40, stride 8: only the last 8 positions count)" \
         cmp_ppl "$E/slide-cuda" "$E/slide-cpu"
-    check "$L: seqeval --device cuda --task: the CPU's loss and accuracy" cmp_task "$E/task-cuda.out" "$E/task-cpu.out"
+    check_measured "$L: seqeval --device cuda --task: the CPU's loss and accuracy" cmp_task "$E/task-cuda.out" "$E/task-cpu.out"
     # --probe: logits, loss and every gradient of each scheme's checkpoint against the CPU's dump, per precision
     # with test_gpu_parity's tolerances (of a tensor's largest magnitude)
     local precs="fp32:2e-4" p s r
@@ -241,7 +239,7 @@ PY
         probe cpu --device cpu
         for p in $precs; do
             probe "${p%:*}" --device cuda --precision "${p%:*}"
-            check "$L: seqeval --probe, $s, ${p%:*} on the GPU: logits, loss and every gradient within ${p#*:} of the CPU's" \
+            check_measured "$L: seqeval --probe, $s, ${p%:*} on the GPU: logits, loss and every gradient within ${p#*:} of the CPU's" \
                 cmp_probe "$E/probe-$s-${p%:*}.safetensors" "$E/probe-$s-cpu.safetensors" "${p#*:}"
         done
     done

@@ -14,13 +14,8 @@ set -u
 ROOT=$(pwd)
 MPI_BIN=$(cd "${MPI_BIN:-build/release-mpi/bin}" && pwd)
 BIN=$(cd "${BIN:-bin}" && pwd)
-W=$(mktemp -d "${TMPDIR:-/tmp}/seqtrain-mpi.XXXXXX") || exit 2
-trap '[ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
-PASS=0; FAIL=0
-ok() { PASS=$((PASS + 1)); echo "ok - $1"; }
-not_ok() { FAIL=$((FAIL + 1)); echo "not ok - $1 ($2)"; }
-check() { local what=$1; shift; if "$@" >/dev/null 2>&1; then ok "$what"; else not_ok "$what" "condition failed: $*"; fi; }
-run() { "$@" >"$W/out" 2>"$W/err"; RC=$?; }
+source tests/lib.sh || exit 2
+test_scratch mpi
 # root may start MPI jobs here (CI runs as root); one thread per rank; no hang ever: 120 s at most a job
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 MPIRUN=(timeout -k 5 120 mpirun --oversubscribe --bind-to none -np 2)
@@ -164,5 +159,4 @@ check "the plain build under mpirun -np 2 stops (exit 1)" test "$RC" = 1
 check "...saying it was built without MPI and how to build it" grep -q "built without MPI.*make MPI=1" "$W/err"
 check "...before writing anything" test ! -e "$W/runs/plain"
 
-echo "$PASS passed, $FAIL failed"
-[ "$FAIL" -eq 0 ]
+test_done
