@@ -102,8 +102,9 @@ blas_candidates() {
 GLIBC_NO_MMAP="GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=4294967295"
 
 # a PyTorch built on the system BLAS (Debian's: BLAS_INFO=generic) with only the reference BLAS installed
-# (netlib's, what python3-torch pulls in by default) multiplies 10-40x slower than with OpenBLAS: a ratio
-# against it says nothing, so stop and say what to install (the probes then try each OpenBLAS build)
+# (netlib's, what python3-torch pulls in by default) multiplies an order of magnitude slower than with
+# OpenBLAS: a ratio against it says nothing, so stop and say what to install (the probes then try each
+# OpenBLAS build)
 torch_blas_check() {
     "$PY" -c 'import sys, torch; sys.exit("BLAS_INFO=generic" not in torch.__config__.show())' 2>/dev/null || return 0
     local d

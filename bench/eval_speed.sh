@@ -43,8 +43,8 @@ bench_setup eval_speed "context $CONTEXT, $WINDOWS windows, $THREADS threads"
 
 TORCH_MODEL=$(bin/seqtrain --config "$CONFIG" --print-config | "$PY" bench/model_cost.py torch-args)
 # where torch has sdpa, only it is timed (the q/k/v layouts are still probed): the formulations that hold every
-# head's (T, T) logits were 3.2-5.5x slower at context 4096 (PyTorch 2.11 on the Xeon, 2 and 16 threads), and their
-# probes took minutes on 2 threads
+# head's (T, T) logits are several times slower at long contexts, and probing them costs minutes on few threads
+# (docs/results/speed_rounds.md, "Measurements moved from code comments")
 if "$PY" -c 'import sys, torch.nn.functional as F; sys.exit(not hasattr(F, "scaled_dot_product_attention"))' 2>/dev/null; then
     TORCH_MODEL="$TORCH_MODEL --attn sdpa"
 fi

@@ -5,14 +5,13 @@
 # its bound with the peak RSS of a fresh process per checkpoint interval. Writes one Markdown section.
 #
 #   bash bench/kla_speed.sh                       # to stdout
-#   bash bench/kla_speed.sh docs/results/kla_speed.md
+#   bash bench/kla_speed.sh OUT.md                # to a file (replaced whole; docs/results/kla.md quotes one)
 #   THREADS=16 B=4 D=256 REPS=5 TS=512,2048,4096,8192 MEM_T=8192 bash bench/kla_speed.sh OUT.md
 #
 # Defaults: THREADS = nproc, B = 4, D = 256 (d_model), REPS = 3, WARMUP = 2, TS = 512,2048,4096,8192,
 # MEM_T = the largest of TS, KLA / ATTENTION = bench/kla's default specs (kla d_state 16, mamba sensors;
 # attention 4 heads x 64, RoPE). JSON=PREFIX also keeps PREFIX.speed.json and PREFIX.memory.json.
-# On 16 threads (Xeon, 5th gen) the defaults take about 20 s, attention at T = 8192 most of it; on 2 cores
-# use TS=512,1024,2048 D=128.
+# Attention at the largest T takes most of the time; on 2 cores use TS=512,1024,2048 D=128.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 THREADS=${THREADS:-$(nproc)}

@@ -85,7 +85,7 @@ static double peak_thread_(KernelSet k, long iters, float *sink) {
 // all threads at once, like the matmul itself runs: flops over the wall clock. *solo (may be NULL) gets, for
 // the best round, the sum of each thread's own rate (its flops over its own time): well above the wall rate
 // when the threads did not all run at once, e.g. on a virtual machine whose CPUs share cores underneath
-// (16 threads on 32 vCPUs were seen to run in two waves at half the wall rate)
+// (16 threads on 32 vCPUs can run in two waves)
 static double peak_gflops_(KernelSet k, double *solo) {
     long iters = 20000000;
     double best = 0, best_solo = 0;
@@ -153,8 +153,8 @@ int main(void) {
     // the machine's peak: FMAs of the widest vectors this CPU has (the % column); and of the active set's
     // width, when that is narrower (e.g. SEQ_KERNELS=avx2 on an AVX-512 CPU with two 512-bit FMA ports).
     // Measured before and again after the shapes, keeping the higher: on a shared machine a reading taken
-    // while another job holds a core only comes out low (once 137 instead of 229 GFLOP/s, so shares over
-    // 100%), and the table is printed after both
+    // while another job holds a core only comes out low (which would put shares of it over 100%), and the table
+    // is printed after both
     KernelSet active = kernel_set(), widest = KSET_GENERIC;
     for (int k = 0; k < KSET_COUNT; k++)
         if (kernel_set_supported((KernelSet)k)) widest = (KernelSet)k;

@@ -13,8 +13,8 @@
  *   compute   model_zero_grad + model_forward_backward of that micro-batch, as the trainer runs it: the
  *             arithmetic of a step, nothing else (no optimizer, clipping, logging or evaluation)
  *   dense     the same on the batch with every ignored target replaced by token 0: the head and the fused
- *             cross-entropy on every position, the work a step did before the trainer's path ran them on
- *             the supervised rows only (same cost per row; only the timing is used)
+ *             cross-entropy on every position, what a step would cost if the trainer ran them on every row
+ *             rather than on the supervised rows only (same cost per row; only the timing is used)
  * Threads from run.threads (0 = OMP_NUM_THREADS or all cores), as seqtrain sets them.
  */
 #include <math.h>

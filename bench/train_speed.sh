@@ -18,7 +18,7 @@
 # PyTorch gets its best setting: Debian's torch calls whatever libblas.so.3 it finds, so the script probes
 # every BLAS build present (system libblas.so.3, OpenBLAS openmp and pthread builds via LD_LIBRARY_PATH)
 # with OPENBLAS_CORETYPE unset (OpenBLAS's pick for the CPU), its AVX2 kernels (=Zen on AMD, =Haswell on Intel:
-# on a Zen 4 OpenBLAS picks Cooperlake, and its AVX2 kernels were faster there) and =SkylakeX (only on a CPU
+# OpenBLAS's own pick, e.g. Cooperlake on a Zen 4, is not always its fastest) and =SkylakeX (only on a CPU
 # with AVX-512: elsewhere SkylakeX kernels die of an illegal instruction; a probe that fails for any reason is
 # reported and skipped), keeps the fastest, then probes memory allocators with it (glibc
 # malloc as it comes, glibc with mmap off, tcmalloc and jemalloc when installed), keeps the fastest, and lets
@@ -80,7 +80,7 @@ if [ ${#candidates[@]} -eq 1 ]; then
 fi
 # each allocator candidate: one VAR=value for torch's environment (empty: glibc malloc as it comes). glibc
 # serves the step's large tensors with fresh mmap()s and unmaps them when they are freed, so every step
-# page-faults and zeroes its activations again (measured: 40% of its CPU time is the kernel); an allocator that
+# page-faults and zeroes its activations again (a large share of its CPU time goes to the kernel); an allocator that
 # keeps freed memory avoids that (PyTorch's CPU performance guide recommends tcmalloc or jemalloc). glibc's
 # own tunables do it without extra packages; tcmalloc and jemalloc are tried when installed
 # (apt-get install libtcmalloc-minimal4 libjemalloc2).

@@ -11,8 +11,9 @@
 #include <string.h>
 #include <unistd.h>
 
-// the harness's own directory (created on first use, removed at exit): in /dev/shm when there is one (a
-// file per input on a disk file system cost 4 ms, 50x the parse), else in $TMPDIR or /tmp
+// the harness's own directory (created on first use, removed at exit): in /dev/shm when there is one (on a
+// disk file system, writing a file per input costs far more than parsing it: docs/fuzzing.md), else in
+// $TMPDIR or /tmp
 static char fuzz_dir_[64];
 
 static void fuzz_cleanup_(void) {

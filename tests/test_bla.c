@@ -1,5 +1,5 @@
 /*
- * The BLA mixer (mixers/bla.c, nn/bla.c; paper 002):
+ * The BLA mixer (mixers/bla.c, nn/bla.c; the BLA paper):
  *   - the layer's forward == a naive reference in double written from Algorithm 1 (the interpolation
  *     matrices A, B of eq. 12, interpolate = cos(t modes) A^T + sin(t modes) B^T, the slot states updated
  *     token by token, the mask on the dilated time grid, and the decay of section 3.3), with and without

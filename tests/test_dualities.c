@@ -1,5 +1,5 @@
 /*
- * The dualities of paper 004 (docs/dualities.md) between the linear-recurrence mixers and the position
+ * The dualities paper's pairs (docs/dualities.md) between the linear-recurrence mixers and the position
  * schemes of softmax attention, checked numerically on random inputs (B = 2, T = 27, H = 3, Dk = 8, Dv = 6,
  * engine chunk 8, so T is a multiple of no chunk):
  *

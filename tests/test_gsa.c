@@ -1,6 +1,6 @@
 /*
  * The GSA mixer (mixers/gsa.c):
- *   - the layer's forward == a naive sequential reference in double of reference/linear_mixers.md B.8 (both
+ *   - the layer's forward == a naive sequential reference in double of FLA's fla/ops/gsa/naive.py (both
  *     slot states updated token by token, the softmax between them), for each feature map, with and without
  *     the norm, with and without the short conv (conv), to 1e-5 of the output scale;
  *   - gradient checks of dx and every tensor;
@@ -89,7 +89,8 @@ static void stream_(double *row, const float *W, const float *wc, int K, const f
     free(pj);
 }
 
-// y (B,T,C) of the layer L on x by the formulas of B.8, one token at a time in double
+// y (B,T,C) of the layer L on x by the formulas of FLA's naive GSA (docs/mixers.md, "gsa"), one token at a time
+// in double
 static void naive_(const Layer *L, const NaiveOpts *no, const float *x, double *y) {
     int B = L->B, T = L->T, C = L->C, H = no->H, D = no->D, M = no->M, HD = H * D, HM = H * M;
     const float *Wq = tensor_(L, "q_proj"), *Wk = tensor_(L, "k_proj"), *Wv = tensor_(L, "v_proj");

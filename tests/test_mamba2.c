@@ -1,7 +1,7 @@
 /*
  * The mamba2 mixer (Mamba2 / SSD, src/mixers/mamba2.c):
  *   - the forward equals a plain sequential recurrence written here in double from the equations
- *     (reference/linear_mixers.md B.5), with one and two groups of B/C;
+ *     (docs/mixers.md, "mamba2"), with one and two groups of B/C;
  *   - gradient checks of dx and of every tensor (A_log, dt_bias, D, conv weights and bias, norm weight,
  *     both projections), with T not a multiple of the chunk;
  *   - the chunk size changes neither the outputs nor the gradients (chunk 1, 3, 64 at T = 50);

@@ -56,7 +56,8 @@ static void test_layouts(void) {
                                     // across them), and several row tiles with K in several blocks
                                     {40, 600, 100}, {530, 70, 300},
                                     // transposed A packed in tiles of the most rows, with a whole KC_ block
-                                    // (the AVX2 set once planned 516-row tiles, 6 more than its A buffer)
+                                    // (rounding up would plan 516-row tiles for the AVX2 set, 6 more than its
+                                    // A buffer)
                                     {1024, 20, 256},
                                     // transposed A with a long K: the K slices (3 with a short last one; 8, the
                                     // most), summed onto C after

@@ -1,7 +1,7 @@
 /*
  * The mlstm mixer (xLSTM's mLSTM layer) and its block-diagonal projection (nn/blockdiag.h):
  *   - blockdiag against its definition, and gradient checks of its input and weight;
- *   - the layer against the parallel stabilised form of reference/linear_mixers.md B.11 (xLSTM's
+ *   - the layer against the parallel stabilised form of docs/mixers.md ("mlstm"; xLSTM's
  *     parallel_stabilized_simple), computed here in double from the layer's parameters, with both branches of
  *     the normaliser max(|q.n|, exp(-m)) taken;
  *   - the initialisation (forget-gate biases linspace(3, 6, H), zero gate weights, small_init / wang_init
@@ -77,7 +77,7 @@ static void test_blockdiag(void) {
 }
 
 // ----------------------------------------------------------------------------
-// the layer in double, from its parameters: B.11's parallel stabilised form
+// the layer in double, from its parameters: xLSTM's parallel stabilised form
 
 static const float *P_(const Layer *L, const char *suffix) {
     int k = param_index_(L, suffix);
@@ -304,7 +304,7 @@ static void check_grads_(const char *what, const char *json) {
     layer_free_(&L);
 }
 
-// (2) the backward against central differences of B.11's parallel form in double (naive_layer_): the loss has no
+// (2) the backward against central differences of the parallel form in double (naive_layer_): the loss has no
 // float rounding, and the analytic side is taken along the perturbation float storage actually makes
 // (fl(p + h d) - fl(p - h d)), so the tolerance can be 20x tighter than (1)'s. Directions: n_dirs random unit
 // ones over the whole buffer and the first n_elems coordinates; returns the worst error / tolerance.

@@ -1,8 +1,8 @@
 /*
- * The .npy reader (data/npy.h) on good and hostile files: found by fuzz/fuzz_npy.c, a shape whose product
- * overflows (2^62 x 4 int32 values) allocated a wrapped-around buffer that fread then overran, and a
- * header length of 4 GiB was allocated before anything checked it against the file. Both are errors now,
- * as is a FIFO (refused before it can block).
+ * The .npy reader (data/npy.h) on good and hostile files, among them the two that fuzz/fuzz_npy.c found: a
+ * shape whose product overflows (2^62 x 4 int32 values), which must not become a wrapped-around buffer that
+ * fread overruns, and a header length of 4 GiB, which must be checked against the file before anything is
+ * allocated. Both are errors, as is a FIFO (refused before it can block).
  */
 #include <stdint.h>
 #include <stdio.h>

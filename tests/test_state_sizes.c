@@ -1,5 +1,5 @@
 /*
- * Decoding-state sizes in the form of paper 002's Table 1 (MixerOps.state_terms, seqtrain --info's last column):
+ * Decoding-state sizes in the form of the BLA paper's Table 1 (MixerOps.state_terms, seqtrain --info's last column):
  * for every mixer kind and option combinations (short conv on and off, a window or none, expand_k / expand_v,
  * slots, heads, head_dim, the position schemes that carry state, selective_rope, the normaliser, rotate):
  *   - the terms add up EXACTLY to what the layer keeps per sequence at context T, state_size + cache_per_token

@@ -4,7 +4,7 @@
  * --resume trusts nothing it reads: every field must be there with its type and range (integers integral
  * and exact in a double, counters non-negative, step <= total_steps, optim_t == step), and the file must be
  * a regular file of at most 16 MiB. Each error names the file and the field. Agreement with the checkpoint
- * directory's name, the optimizer file and the run's config is checked by the trainer (train/trainer.c),
+ * directory's name, the optimizer file and the run's config is checked by the trainer (train/trainer_ckpt.c),
  * which knows those.
  *
  *   CkptState st;

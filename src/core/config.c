@@ -96,8 +96,9 @@ int cfg_fail(Err *e, const char *origin, const char *path, const char *fmt, ...)
 // ----------------------------------------------------------------------------
 // origins
 
-// The table is hashed so that loading stays linear in the number of values (a 16,000-item list was
-// quadratic with a list scan: 0.4-1.1 s).
+// The table is hashed so that loading stays linear in the number of values (a scan of a list per lookup would
+// make it quadratic, slow for lists of thousands of items: docs/results/speed_rounds.md, "Measurements moved
+// from code comments").
 static size_t path_hash_(const char *s, size_t len) {
     uint64_t h = 1469598103934665603ull;  // FNV-1a
     for (size_t i = 0; i < len; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
@@ -259,7 +260,8 @@ static int kinds_differ_(const cJSON *a, const cJSON *b) {
 // Move every member of src into dst: objects on both sides merge key by key (unless they name different
 // kinds), anything else from src replaces dst's member whole (a list in a child file is the new list, not
 // an append). Empties src. dst's members are found through a hash of their names, so merging stays linear
-// in the sizes (a lookup per member was quadratic: two files of 16,000 keys took 0.5 s).
+// in the sizes (a scan of dst per member would make it quadratic, slow for files of thousands of keys:
+// docs/results/speed_rounds.md, "Measurements moved from code comments").
 static void merge_into_(cJSON *dst, cJSON *src) {
     size_t n = 2;
     for (const cJSON *c = dst->child; c; c = c->next) n++;

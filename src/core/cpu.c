@@ -82,8 +82,8 @@ KernelSet kernel_set(void) {
     if (k >= 0) return (KernelSet)k;
     // The first nn call may come from every thread of a parallel region at once. A bad SEQ_KERNELS then
     // ends the process from one of them: one message, and _Exit, since exit() would run the atexit
-    // handlers and free what the other threads are still using (seen as a crash after the message, on a
-    // CPU without AVX-512 asked for avx512).
+    // handlers and free what the other threads are still using (a crash after the message, e.g. on a CPU
+    // without AVX-512 asked for avx512).
     Err e = {{0}};
     if (kernel_set_init(&e) != 0) {
         static int reported_ = 0;

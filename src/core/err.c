@@ -48,8 +48,8 @@ static void oom_(size_t n) {
 // 2 MiB transparent huge pages, which this system otherwise gives only on request (THP "madvise" mode is the
 // common default): the matmul reads 8 rows of an activation matrix at once, each row a different 4 KiB page,
 // and the transposing packs walk columns of the 128 MiB logits, so with 4 KiB pages a large share of those
-// loads miss the TLB (measured: +1-4% training tokens/s on the speed benchmark, run alternately). The hint
-// covers the whole 2 MiB pages inside the block; it is only advice (no error if THP is off or unsupported).
+// loads miss the TLB (the gain: docs/results/speed_3x.md, "Huge pages"). The hint covers the whole 2 MiB
+// pages inside the block; it is only advice (no error if THP is off or unsupported).
 #define HUGE_MIN_BYTES_ ((size_t)4 << 20)
 #define HUGE_PAGE_ ((uintptr_t)2 << 20)
 static void advise_huge_(void *p, size_t n) {
@@ -65,10 +65,10 @@ static void advise_huge_(void *p, size_t n) {
 }
 
 // Every block starts on a 64-byte cache line. glibc's malloc gives 16-byte alignment, and a large block
-// (mmap'd) starts 16 bytes past a page, so every row of every activation sat 16 bytes off a line: on Intel
-// cores each 64-byte vector load of them spans two lines and costs two (the attention forward's p.v, which
-// loads value rows: 60-92 GFLOP/s with them off a line, 117-142 on one, on the Xeon's 1 thread; Zen 4 splits
-// 64-byte loads in halves anyway and runs both at the same speed). NULL when out of memory.
+// (mmap'd) starts 16 bytes past a page, so every row of every activation would sit 16 bytes off a line: on
+// Intel cores each 64-byte vector load of them spans two lines and costs two (the attention forward's p.v,
+// which loads value rows, slows down most; Zen 4 splits 64-byte loads in halves anyway and runs both at the
+// same speed; docs/results/speed_rounds.md, "Buffers on cache lines"). NULL when out of memory.
 #define ALIGN_BYTES_ 64
 static void *alloc_aligned_(size_t n) {
     void *p = NULL;

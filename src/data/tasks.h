@@ -1,8 +1,8 @@
 /*
  * Synthetic tasks (MAD suite, MQAR, state tracking, copying, RegBench): generated in-process, one example
  * at a time, from (seed, split, index) alone, so a dataset is identical on every run, for any thread count
- * and any visiting order, and needs no files. Exact rules: ../shared/reference/tasks.md (MAD-Lab, Zoology)
- * and the papers cited per task in tasks_*.c. The public generators draw every example from one shared
+ * and any visiting order, and needs no files. Exact rules: MAD-Lab's and Zoology's generators (docs/tasks.md
+ * names them) and the papers cited per task in tasks_*.c. The public generators draw every example from one shared
  * numpy stream; here each example has its own stream (seed, split, index), so the datasets follow the same
  * distributions but are not numerically the same sequences as the Python ones.
  *

@@ -1,8 +1,8 @@
 /*
  * The MAD-Lab synthetic tasks (Poli et al. 2024, "Mechanistic Design and Scaling of Hybrid Architectures"):
  * in-context recall, noisy and fuzzy in-context recall, selective copying, memorization and compression.
- * Each generator ports the rules of mad/data/instances.py (athms/mad-lab 0f49a452), summarised in
- * ../shared/reference/tasks.md section C.5; the comment above each generator restates the rule it implements.
+ * Each generator ports the rules of mad/data/instances.py (athms/mad-lab 0f49a452; docs/tasks.md); the
+ * comment above each generator restates the rule it implements.
  *
  * Differences from the Python that are deliberate (the distributions are the same unless said otherwise):
  *   - every example draws from its own stream task_rng(seed, split, index) instead of one numpy stream shared

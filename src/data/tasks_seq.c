@@ -3,7 +3,7 @@
  * (in-context learning of random DFAs). Every example is a pure function of (seed, split, index) through
  * task_rng, so it is the same whatever the visiting order or thread count.
  *
- * MQAR (Arora et al. 2023, zoology/data/multiquery_ar.py; ../shared/reference/tasks.md C.6): N keys
+ * MQAR (Arora et al. 2023, zoology/data/multiquery_ar.py of HazyResearch/zoology d88d6f54): N keys
  * distinct from [1, V/2), N values distinct from [V/2, V), kvs = k1 v1 .. kN vN, then N queries placed at
  * gap indices drawn without replacement with p(g) ∝ a g^(a-1), g = 1..space (space = (T - 2N)/2), the
  * label of a query-key position is its value, every other target is TASK_IGNORE; random_non_queries
@@ -30,15 +30,15 @@
  * 128..128 / 512..512; seq_len (default max of both) must cover both maxima; positions >= L hold the pad
  * token V-1 with TASK_IGNORE targets. V = 61 (A5), 121 (S5), 3 (parity).
  *
- * Copying (Jelassi et al. 2024, "Repeat After Me"; not in ../shared/papers, so the format is ours): a
+ * Copying (Jelassi et al. 2024, "Repeat After Me"; the format is seqtrain's own): a
  * string x_1..x_L of letters 0..25, then <copy> = 26, then the string again, then <eos> = 27, pad = 28
  * (V = 29). inputs = that sequence minus its last token, targets = it shifted by one: the targets are
  * supervised only from the <copy> position on (x_1 .. x_L and finally <eos>, so the model must also say
  * where the copy ends), TASK_IGNORE before. Real length 2L + 1. L uniform in the train / test range,
  * defaults 2..64 / 2..512 (the Selective RoPE paper's B.2.4 table); seq_len default 2 * max L + 1.
  *
- * RegBench (Akyurek et al. 2024, "In-Context Language Learning: Architectures and Algorithms"; not in
- * ../shared/papers, so these generation rules are ours, following the issue): per example a random DFA
+ * RegBench (Akyurek et al. 2024, "In-Context Language Learning: Architectures and Algorithms"; these
+ * generation rules are seqtrain's own, following the issue): per example a random DFA
  *   - n states uniform in [dfa_states_min, dfa_states_max] (default 4..12), state 0 the start;
  *   - an alphabet of c symbols, c uniform in [dfa_alphabet_min, dfa_alphabet_max] (default 4..18), a
  *     random subset of the V - 2 symbols (V default 22: 20 symbols, separator V-2, pad V-1);

@@ -27,7 +27,8 @@ struct Tokenizer {
 };
 
 // Long lines are encoded in pieces of at most this many bytes: SentencePiece's time and memory grow faster
-// than linearly in one string's length (a 4 MB line took 23 s and 400 MB, 50 MB did not end in a minute).
+// than linearly in one string's length, so a line of many megabytes would take minutes and gigabytes whole
+// (docs/results/speed_rounds.md, "Measurements moved from code comments").
 #define TOKENIZER_PIECE_MAX 65536
 
 static int encode_(const sentencepiece::SentencePieceProcessor &sp, const char *text, size_t len,

@@ -59,9 +59,9 @@ struct PairInRegs {
     static constexpr bool value = !M::SPLIT && DM * sizeof(typename M::Elt) <= 256;
 };
 // Blocks per SM the kernels ask the compiler to fit in registers (__launch_bounds__'s second argument). The
-// kernels are latency-bound: more warps beat a few spilled registers. bf16 at DM 64 on an H200 (bench64): dq and
-// dk/dv at 3 blocks instead of 2 (168 registers, dq spilling 40 bytes) 20-25% faster, the forward at 4 instead
-// of 3 (128 registers, 52 bytes) 10%; dk/dv at 4 spills 350 bytes.
+// kernels are latency-bound: more warps beat a few spilled registers, so bf16 at DM 64 asks for 3 blocks of dq
+// and dk/dv and 4 of the forward; dk/dv at 4 would spill hundreds of bytes (docs/gpu.md, and the timings in
+// docs/results/speed_rounds.md, "Measurements moved from code comments").
 template <int DM, typename M>
 struct MinBlocks {
     static constexpr bool BF = sizeof(typename M::Elt) == 2;

@@ -9,7 +9,7 @@
  *   - Optimizer groups, clipping and the update's per-tensor scalars are the CPU's code (optim/optim.c's
  *     host halves: optim_norms_from_chunks, optim_clip_scales, optim_step_coefs); only the elementwise
  *     parts and the per-chunk sums of squares run on the GPU.
- *   - A mixer trains on the GPU when it has a GpuMixerOps (gpu/mixer_gpu.cuh, listed in gpu/model.cu); its
+ *   - A mixer trains on the GPU when it has a GpuMixerOps (gpu/mixer_gpu.cuh, listed in gpu/registry.cu); its
  *     forward/backward get the same Mixer struct as on the CPU with device pointers in it.
  *   - Anything without kernels (another mixer, a position scheme, the autoencoder head, KLA+ samples) is
  *     refused by gpu_check_model, naming the key and value, before anything is allocated.

@@ -226,8 +226,8 @@ struct ARegs {
 };
 
 // s[n] (16, 8), n < N (even), WRITTEN: this warp's A (16,K) · Bt^T against the 8N rows of Bt (row-major at bt,
-// stride ld). (Skipping the slices a diagonal tile masks whole, a uniform branch per pair, made all three kernels
-// 5-10% slower on an H200: the branches break up the unrolled loads and products.)
+// stride ld). (The slices a diagonal tile masks whole are computed anyway: a uniform branch per pair to skip them
+// breaks up the unrolled loads and products and makes all three kernels slower; docs/gpu.md.)
 template <int K, int N, typename M, typename ASrc>
 static __device__ __forceinline__ void mma_scores_(float (*s)[4], const ASrc &A, const typename M::Elt *bt, int ld) {
 #pragma unroll

@@ -3,7 +3,7 @@
 // (gpu_prof_flush) and summed per op name. Printed to stderr when the backend closes, like nn/dispatch.c's
 // SEQ_PROFILE table for the CPU's ops. The first flush's intervals (the run's first forward and backward) are
 // left out of the table: they carry one-time costs (CUDA loads each kernel at its first launch, cuBLAS sets up
-// its workspace and picks algorithms), which inflated a 10-step profile's first matmul about tenfold.
+// its workspace and picks algorithms), which would dominate the first ops of a short profile.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

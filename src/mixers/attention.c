@@ -13,7 +13,7 @@
  *                 across heads (head 0 slowest), decay mu_h = b · max(omega_h); decay as in decayed_rope
  * In decayed_rope and sc_rope the first zero_decay_heads heads have mu = 0 (the RFA paper's 2 of 8
  * "infinite-horizon" heads); decayed_rope uses the same mu_h spread with the full spectrum in every head.
- *   path          PaTH (reference B.10): logits q_i^T H_i ... H_{j+1} k_j with H_s = I - beta_s w_s w_s^T,
+ *   path          PaTH (FLA's PathAttention): logits q_i^T H_i ... H_{j+1} k_j with H_s = I - beta_s w_s w_s^T,
  *                 w = l2norm_head(silu(conv3(W_w2 W_w1 x))) (low rank path_rank; 0 = one full projection),
  *                 beta = 2 sigmoid(W_b x + b_b) per head; kernel nn/path_attn.c (O(T d) memory, no T x T)
  *   path_fox      PaTH plus fox's forget-gate bias F_i - F_j (same parameters and code as fox)
@@ -284,7 +284,8 @@ static AttnOpts att_kernel_opts_(const AttentionOpts *o, const AttActs *a) {
 }
 
 // ----------------------------------------------------------------------------
-// PaTH's w and beta (B.10): w = l2norm_head(silu(conv3(x W_w1^T W_w2^T))), beta = 2 sigmoid(x W_b^T + b_b)
+// PaTH's w and beta (as FLA's PathAttention): w = l2norm_head(silu(conv3(x W_w1^T W_w2^T))),
+// beta = 2 sigmoid(x W_b^T + b_b)
 
 static void path_forward_(Mixer *m, AttActs *a, const float *x, int B, int T) {
     const AttentionOpts *o = m->spec->opts;

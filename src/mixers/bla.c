@@ -1,5 +1,5 @@
 /*
- * BLA, Blurry Window Attention (paper 002; docs/mixers.md has the equations, options and tensors): softmax
+ * BLA, Blurry Window Attention (the BLA paper; docs/mixers.md has the equations, options and tensors): softmax
  * attention over a fixed number of slots, 2M - 1 per head, into which keys and values are written through
  * the Dirichlet kernel of M Fourier modes with period P (the op: nn/bla.h). The paper has no public code;
  * this layer is the plain attention block around the op, as eq. 14 and Algorithm 1 state it:

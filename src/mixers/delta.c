@@ -1,6 +1,6 @@
 /*
  * The delta-rule mixers on the engine of nn/delta.h: two registry entries that share this file's layer, as
- * flash-linear-attention defines them (reference/linear_mixers.md B.6 DeltaNet, B.7 Gated DeltaNet;
+ * flash-linear-attention defines them (fla/layers/delta_net.py, fla/layers/gated_deltanet.py;
  * docs/mixers.md has the equations, options and tensors):
  *
  *   q, k, v = silu(conv_K(x W_q^T)), silu(conv_K(x W_k^T)), silu(conv_K(x W_v^T))   (no conv: silu(x W^T))
@@ -247,7 +247,7 @@ static void delta_forward_(Mixer *m, float *y, const float *x, int B, int T) {
     shortconv_forward(m, o->k_k, o->k_ck, o->K, 1, a.k, a.ck, a.xk, x, B, T, o->HK);
     shortconv_forward(m, o->k_v, o->k_cv, o->K, 1, a.v, a.cv, a.xv, x, B, T, o->HV);
     const float *lq = a.q, *lk = a.k;
-    if (o->sr.enabled) {  // after the convs and silu, before the L2 norms (reference C.3)
+    if (o->sr.enabled) {  // after the convs and silu, before the L2 norms (as in the Selective RoPE authors' code)
         selrope_forward(m, &o->sr, a.sr, x, B, T);
         selrope_apply(&o->sr, a.sr, a.rq, a.q, B, T);
         selrope_apply(&o->sr, a.sr, a.rk, a.k, B, T);

@@ -1,5 +1,5 @@
 /*
- * GSA, Gated Slot Attention, as flash-linear-attention defines it (reference/linear_mixers.md B.8;
+ * GSA, Gated Slot Attention, as flash-linear-attention defines it (fla/layers/gsa.py and fla/ops/gsa/naive.py;
  * docs/mixers.md has the equations, options and tensors): per head, M slots that keys and values are written
  * into with a data-dependent forget gate, read by a softmax over the slots. Two passes of the linear-recurrence
  * engine (nn/linrec.h) with one softmax between them:

@@ -1,7 +1,7 @@
 /*
  * The `kla` mixer: Kalman Linear Attention as a fused Mamba-style block (KLA paper, App. A, Algorithm 1;
- * the authors' KLALayer, reference/seed_mixers.md C.1). docs/mixers.md ("kla") has the formulas, tensors
- * and options; in short, with M = expand · C channels and S state slots per channel:
+ * the authors' KLALayer of vaisakh-shaj/kalman-linear-attention). docs/mixers.md ("kla") has the formulas,
+ * tensors and options; in short, with M = expand · C channels and S state slots per channel:
  *
  *   [z | gate] = x W_in^T                      u = silu(conv_K(z))       (causal depthwise, K = 4)
  *   plain:  [v | l | k | q] = u W_s^T          mamba: v = u, [r | k | q] = u W_s^T, l = r W_ve^T + b_ve

@@ -1,7 +1,7 @@
 /*
  * The linear-attention family around the chunked recurrence (nn/linrec.h): three registry entries that
- * share this file's layer, as flash-linear-attention defines them (reference/linear_mixers.md B.1-B.3;
- * docs/mixers.md has the equations, options and tensors):
+ * share this file's layer, as flash-linear-attention defines them
+ * (fla/layers/{linear_attn,multiscale_retention,gla}.py; docs/mixers.md has the equations, options and tensors):
  *
  *   q, k = x W_q^T, x W_k^T  (H heads of Dk)      v = x W_v^T  (H heads of Dv)
  *   gla, retnet with `conv` K > 1: q, k, v = silu(conv_K(...)) first (FLA's use_short_conv, mixers/shortconv.h)
@@ -11,11 +11,11 @@
  *   gla          per-channel decay log a = logsigmoid(W_g2 (W_g1 x) + b) / normalizer; RMSNorm * swish(gate)
  *   S_t = diag(a_t) S_{t-1} + k_t v_t^T,  o_t = S_t^T q_t / sqrt(Dk),   y = o_proj(norm(o) [* swish(gate)])
  *
- * The complex forget gate (paper 004, "Complex forget gate <-> RoPE"; option `rotate`, always on in retnet):
- * the decay of key-channel pair i becomes a_t e^{i w_i}, a rotation by a position-independent angle times
- * the real decay. Its state is S_t = sum_j (prod a) R((t-j) w) k_j v_j^T, and since R((t-j) w) = R(t w)^T
- * R(j w), the recurrence is the real one on q_t, k_t rotated by their own position t: RoPE applied to q and k
- * before the engine (docs/dualities.md checks it against the complex recurrence).
+ * The complex forget gate (the dualities paper, "Complex forget gate <-> RoPE"; option `rotate`, always on in
+ * retnet): the decay of key-channel pair i becomes a_t e^{i w_i}, a rotation by a position-independent angle times
+ * the real decay. Its state is S_t = sum_j (prod a) R((t-j) w) k_j v_j^T, and since R((t-j) w) = R(t w)^T R(j w),
+ * the recurrence is the real one on q_t, k_t rotated by their own position t: RoPE applied to q and k before the
+ * engine (docs/dualities.md checks it against the complex recurrence).
  *
  * One options struct and one set of functions; each entry's schema lists only the keys that mean something
  * for it (a feature map on retnet is an unknown key), with that mixer's reference defaults.

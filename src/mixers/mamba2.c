@@ -1,5 +1,5 @@
 /*
- * The `mamba2` mixer: Mamba2's SSD layer (FLA's Mamba2 torch_forward, reference/linear_mixers.md B.5) as a
+ * The `mamba2` mixer: Mamba2's SSD layer (FLA's Mamba2 torch_forward, fla/layers/mamba2.py) as a
  * fused block without a separate MLP (owns_mlp, like FLA's Mamba2Block: x += mamba2(norm(x))). With
  * Di = expand · C inner channels, H = Di / P heads of P = head_dim channels, G = n_groups groups of
  * N = d_state state channels, CD = Di + 2 G N:

@@ -47,7 +47,7 @@ typedef struct Mixer {
     uint64_t noise_seed;  // keys the noise of a sampling forward (spec->sample); the backward sees the same
 } Mixer;
 
-// One named term of a layer's decoding state, written as paper 002's Table 1 writes state sizes (H·dk·dv,
+// One named term of a layer's decoding state, written as the BLA paper's Table 1 writes state sizes (H·dk·dv,
 // H(dk+dv)·min(w,L), D(k_conv − 1), ...) with this layer's numbers substituted. A mixer's terms add up to
 // exactly what it keeps per sequence to decode T positions: state_size(s, T).
 typedef struct StateTerm {
@@ -73,7 +73,7 @@ static inline size_t state_terms_total(const StateTerms *st, int table1_only) {
 
 typedef struct MixerOps {
     const char *name;
-    const char *doc;                  // one line for docs/mixers.md and --help
+    const char *doc;                  // one line saying what the mixer is, for a reader of the registry
     int samples_posterior;            // forward honours spec->sample: a draw from its posterior (KLA+)
     // the mixer carries its own gated MLP (KLA, Mamba-style blocks): model.block "auto" gives its layers the
     // fused block x += mixer(norm(x)) with no separate MLP; every other mixer gets prenorm's MLP after it

@@ -1,7 +1,7 @@
 /*
- * The `mlstm` mixer: xLSTM's mLSTM layer (NX-AI/xlstm, xlstm/blocks/mlstm/{layer,cell,backends}.py;
- * reference/linear_mixers.md B.11), a whole block without a separate MLP. docs/mixers.md ("mlstm") has the
- * formulas, tensors and options; in short, with I = inner channels, H heads of D = I/H:
+ * The `mlstm` mixer: xLSTM's mLSTM layer (NX-AI/xlstm, xlstm/blocks/mlstm/{layer,cell,backends}.py), a whole block
+ * without a separate MLP. docs/mixers.md ("mlstm") has the formulas, tensors and options; in short, with I = inner
+ * channels, H heads of D = I/H:
  *
  *   [x_m | z] = x W_up^T                     x_c = silu(conv_K(x_m))  (causal depthwise, bias; K = 0: x_c = x_m)
  *   q, k = blockdiag(x_c), v = blockdiag(x_m)   (LinearHeadwiseExpand, blocks of qkv_blocksize, no bias)

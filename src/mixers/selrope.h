@@ -1,7 +1,7 @@
 /*
- * Selective RoPE (paper 003; reference/seed_mixers.md C.3) as an option block of a mixer: the `selective_rope`
- * object of gla, gated_deltanet and attention. One copy of the glue (parameters, activations, forward,
- * backward, one-token step) that each of those mixers calls around its q and k; the op itself (cumulative
+ * Selective RoPE (the Selective RoPE paper; docs/mixers.md, "Selective RoPE") as an option block of a mixer: the
+ * `selective_rope` object of gla, gated_deltanet and attention. One copy of the glue (parameters, activations,
+ * forward, backward, one-token step) that each of those mixers calls around its q and k; the op itself (cumulative
  * angles, rotation) is nn/selrope.h. Per token, with x the layer input (B,T,C) and H the mixer's heads:
  *
  *   xn   = l2norm(x per head chunk of C/H)                       (eps 1e-6 inside the root, as FLA's l2norm)

@@ -687,7 +687,7 @@ static int head_compact_(Model *m, int BT) {
 }
 
 // model_forward; with n_norm > 0 (training, targets given), the logits become dlogits at once (the
-// cross-entropy's forward and backward in one pass) and m->xent_done tells model_backward_ so
+// cross-entropy's forward and backward in one pass) and m->xent_done tells model_backward so
 static int model_forward_(Model *m, const int *inputs, const int *targets, int B, int T, int n_norm, Err *e) {
     if (model_check_batch(m, inputs, targets, B * T, e) != 0) return -1;
     // KLA+: S copies of the batch, one posterior sample each

@@ -196,8 +196,8 @@ const char *model_layer_name(const Model *m, int l);
 // recurrent mixer)
 size_t model_layer_state_size(const Model *m, int l, int cap);
 size_t model_layer_cache_per_token(const Model *m, int l);
-// model_layer_state_size(m, l, T) as named terms in the form of paper 002's Table 1 (MixerOps.state_terms); 0 (st->n = 0) when the
-// layer's mixer describes none
+// model_layer_state_size(m, l, T) as named terms in the form of the BLA paper's Table 1 (MixerOps.state_terms);
+// 0 (st->n = 0) when the layer's mixer describes none
 int model_layer_state_terms(const Model *m, int l, int T, StateTerms *st);
 // add layer l's diagnostics (named per-head arrays, docs/mixers.md) to obj; 0 when its mixer reports none
 int model_layer_diag(const Model *m, int l, cJSON *obj);

@@ -121,8 +121,8 @@ void residual_forward(float *out, const float *a, const float *b, size_t n) {
 
 void zero_fill(float *x, size_t n) {
     // x is (n,). A memset per 64 KiB chunk, the chunks split over the threads: a single thread's memset of the
-    // model's gradients and the backward's (B,T,C) buffers ran outside every other op's parallel speed-up
-    // (several ms a step at 16 threads)
+    // model's gradients and the backward's (B,T,C) buffers would run outside every other op's parallel speed-up
+    // (docs/results/speed_rounds.md, "16 threads again")
 #pragma omp parallel for schedule(static) if (n >= ZERO_PAR_MIN_)
     for (size_t i0 = 0; i0 < n; i0 += ZERO_CHUNK_) {
         size_t len = n - i0 < ZERO_CHUNK_ ? n - i0 : ZERO_CHUNK_;

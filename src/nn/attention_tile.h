@@ -355,9 +355,9 @@ static void dot_tile_(float *restrict C, const float *restrict A, const float *r
 
 #if ISA_AVX2
 // acc_block_simd_ below for AVX2 (one 16-column vector): the 6 x 2 ymm accumulators as named variables and X's
-// two halves loaded once per t, the same operations. Written with arrays, gcc folded the X loads into every
-// FMA (18 loads per 12 FMAs), and the loads, not the FMAs, set the speed; with named variables it still did,
-// until the asm below pinned them.
+// two halves loaded once per t, the same operations. Written with arrays, or with named variables but without
+// the asm below that pins them, gcc folds the X loads into every FMA (18 loads per 12 FMAs), and the loads, not
+// the FMAs, set the speed.
 #define ROWS6_(X) X(0) X(1) X(2) X(3) X(4) X(5)
 ALWAYS_INLINE_ void acc_block_avx2_(float *restrict Y, const float *restrict A, int so, int st,
                                     const float *restrict X, int nt, int HS, const float *alpha, int fresh, int R) {
@@ -457,10 +457,9 @@ static __attribute__((noinline)) void acc_block_any_simd_(float *restrict Y, con
 
 // acc_tile_portable_ for HS a multiple of 16: blocks of ATTN_MR rows x 64 columns. A call of its own, not
 // inlined into the tile loops, so that their live values do not crowd the inner loop's registers: inlined with
-// AVX2, values around the call held 3 of the 16 ymm registers and gcc spilled two of the 12 accumulators
-// instead (forward 99-114 GFLOP/s on the EPYC's 2 threads, 123-161 as a call); inlined with AVX-512, the
-// forward's loop reloaded its row stride and end from the stack on every step (forward at T 512 3% slower on
-// the EPYC once the backward moved to its own file and gcc inlined more into the forward).
+// AVX2, values around the call hold 3 of the 16 ymm registers and gcc spills two of the 12 accumulators
+// instead; inlined with AVX-512, the forward's loop reloads its row stride and end from the stack on every step
+// (docs/results/speed_rounds.md: "Both sides held to AVX2", and "Measurements moved from code comments").
 static __attribute__((noinline)) void acc_tile_simd_(float *restrict Y, const float *restrict A, int so, int st,
                                                      const float *restrict X, int n, int nt, int HS,
                                                      const float *alpha, int fresh, int dlo, int dhi) {

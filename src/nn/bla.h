@@ -1,5 +1,5 @@
 /*
- * Blurry Window Attention (BLA, paper 002): per batch row b and head h, a state of S = 2M - 1 key slots and
+ * Blurry Window Attention (the BLA paper): per batch row b and head h, a state of S = 2M - 1 key slots and
  * S value slots (Dk and Dv wide), written through the Dirichlet kernel of M Fourier modes with period P and
  * read by a softmax over the slots. In the paper's efficient form (Algorithm 1 recurrent, Algorithm 3
  * chunked), with t = 0, 1, ... the absolute position and c_t (S,) the interpolation weights,
@@ -17,7 +17,7 @@
  * of nn/linrec.h that GSA uses (keys -> slots with the decay on the slot side, slots -> values with the
  * decay per key slot), with the fixed write weights c and log-decays log(1 - c) (floored at 1e-13: a slot
  * written with weight exactly 1 keeps a 1e-13 trace, not a log(0); a smaller floor makes the engine's
- * products of decays subnormal floats, which cost 35% more time at P = 2M - 1). 1 - c lies in [0, 1.22]: at P > S
+ * products of decays subnormal floats, which are slow: docs/mixers.md, "bla"). 1 - c lies in [0, 1.22]: at P > S
  * the kernel's side lobes are negative, so a slot may grow by up to 22% per step; the engine's exponents
  * are differences inside one chunk, so this stays finite.
  *

@@ -1,5 +1,5 @@
 /*
- * The delta-rule engine (DeltaNet, Gated DeltaNet; reference/linear_mixers.md B.6, B.7): per batch row b and
+ * The delta-rule engine (DeltaNet, Gated DeltaNet; docs/mixers.md, "deltanet"): per batch row b and
  * head h, a state S (Dk,Dv) that each token corrects towards its value instead of only adding to it:
  *
  *   S_t = a_t (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T,        o_t = S_t^T (scale q_t)

@@ -15,8 +15,8 @@ static inline float u_of_(const float *x, const float *z, size_t i, int before) 
 }
 
 // The row loops below take the gate as constants (before, after) and are instantiated once per gate kind
-// (GATED_ below), so that the loops without a gate never touch z or dz. One loop that tested the gate per
-// element was if-converted by gcc into masked loads and stores of z and dz, which are NULL without a gate:
+// (GATED_ below), so that the loops without a gate never touch z or dz. One loop that tests the gate per
+// element is if-converted by gcc into masked loads and stores of z and dz, which are NULL without a gate:
 // AMD documents that the masked-out lanes of VMASKMOVPS may fault (QEMU's Zen 3 model faults them).
 #define GATED_(before, after, f, ...) \
     ((before) ? f(__VA_ARGS__, 1, 0) : (after) ? f(__VA_ARGS__, 0, 1) : f(__VA_ARGS__, 0, 0))

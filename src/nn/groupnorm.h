@@ -1,7 +1,7 @@
 /*
- * Per-head (grouped) normalisation with an optional swish gate: the output norms of the linear-attention /
- * SSM mixers (reference/linear_mixers.md B.0). A row of x (N, G*D) is G groups of D channels, each
- * normalised on its own:
+ * Per-head (grouped) normalisation with an optional swish gate: the output norms of the linear-attention / SSM
+ * mixers (FLA's FusedRMSNormGated, Mamba2's RMSNormGated; docs/mixers.md). A row of x (N, G*D) is G groups of D
+ * channels, each normalised on its own:
  *
  *   u = x                    (gate "after" or none)      u = x * silu(z)      (gate "before": Mamba2's
  *                                                                              RMSNormGated, norm_before_gate=False)

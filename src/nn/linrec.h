@@ -1,7 +1,7 @@
 /*
  * The linear-recurrence engine: every mixer of the linear-attention / SSM family (linear attention,
- * RetNet, GLA, Mamba2's SSD, mLSTM; reference/linear_mixers.md) is this recurrence per batch row b and
- * head h, with a state S (Dk,Dv):
+ * RetNet, GLA, Mamba2's SSD, mLSTM; docs/mixers.md, "The linear-recurrence family") is this recurrence per
+ * batch row b and head h, with a state S (Dk,Dv):
  *
  *   S_t = diag(a_t) S_{t-1} + w_t k_t v_t^T,        o_t = S_t^T (scale q_t)
  *

@@ -67,8 +67,9 @@
 #endif
 #ifndef MT_MAX_
 // output tile rows at most. Each tile repacks its B block per K block, so tall tiles amortize that; the
-// A block (MT_MAX_ x KC_, 512 KiB) plus the B block still fit a 1-2 MiB L2 (measured on Zen 5: 512 beat
-// 384 and 256; the micro-kernel streams one 8 KiB A micro-panel at a time from it)
+// A block (MT_MAX_ x KC_, 512 KiB) plus the B block still fit a 1-2 MiB L2 (the micro-kernel streams one
+// 8 KiB A micro-panel at a time from it). The fastest of the heights tried (docs/results/speed_rounds.md,
+// "Measurements moved from code comments")
 #define MT_MAX_ 512
 #endif
 #ifndef NT_MAX_
@@ -76,7 +77,8 @@
 #endif
 // the same when A is read in place (no A block to keep in L2): with one K block, only by the B repacks (taller
 // tiles repack B fewer times); with several, also by the C tile, which every K block reads and writes again
-// and which should stay in L2/L3 (measured on Zen 5 at the model's shapes: 4096 and 1024 best)
+// and which should stay in L2/L3 (the fastest of the heights tried at the model's shapes:
+// docs/results/speed_rounds.md, "Measurements moved from code comments")
 #ifndef MT_MAX_IN_PLACE_
 #define MT_MAX_IN_PLACE_ 4096
 #endif
@@ -84,11 +86,10 @@
 #define MT_MAX_IN_PLACE_KBLOCKS_ 1024
 #endif
 #define PAR_FLOPS_ 2e6  // below this much work per call, waking threads costs more than it saves
-// from this many threads on, each matmul is cut into MM_GRAIN_ tiles per thread, handed out dynamically.
-// Measured on a 16-vCPU Xeon VM (speed_rope.json, 20 steps, old and new alternating in one call, three
-// calls): faster in 11 of 11 pairs at 16 threads (+4% to +29%) and 3 of 3 at 8, from finishing together when
-// some vCPUs run slow; at 2 threads the smaller tiles' extra packing cost 4%, so few threads keep one static
-// run each (docs/results/speed.md)
+// from this many threads on, each matmul is cut into MM_GRAIN_ tiles per thread, handed out dynamically, so
+// that the threads finish together when some vCPUs of a shared machine run slow; with few threads the smaller
+// tiles' extra packing costs more than that gains, so they keep one static run each
+// (docs/results/speed_rounds.md, "16 threads again", change 1)
 #define MM_GRAIN_THREADS_ 8
 #define MM_GRAIN_ 4
 
@@ -377,15 +378,15 @@ typedef struct Tiling {
 // With A read in place only the height is searched (a narrower tile would read the A rows once more per
 // column tile, which the score does not count); with A packed (the weight gradients) the width too: the
 // full width would leave few, short tiles for many threads on a small output with a long K (the q|k|v
-// weight gradient, 512 x 256 over K 4096, as 64 tiles of 8 x 256 at 16 threads repacked all of B (K x 256)
-// for every 8 rows and ran at 44% of the peak; 32 x 64 tiles copy 2.75x less)
+// weight gradient, 512 x 256 over K 4096, as 64 tiles of 8 x 256 at 16 threads would repack all of B (K x 256)
+// for every 8 rows; 32 x 64 tiles copy 2.75x less; docs/results/speed_rounds.md, "16 threads again", change 3)
 static Tiling plan_(int M, int N, int K, int threads, int a_in_place) {
     Tiling t = {0};
     int n_full = (N + NR_ - 1) / NR_ * NR_, m_full = (M + MR_ - 1) / MR_ * MR_;
     // A read in place has no A block to keep in L2, so tiles may be taller: each tile packs its B block
     // once per K block, so fewer, taller tiles pack B fewer times
     // (a packed A block must fit apack: MT_MAX_ rounded down to whole panels, 510 rows for the AVX2 set's
-    // MR_ 6; rounding up to 516 once let the last panel run into bpack, which overwrote part of it)
+    // MR_ 6; rounding up to 516 would let the last panel run into bpack and overwrite part of it)
     int mt_max = !a_in_place ? MT_MAX_ / MR_ * MR_
                              : ((K <= KC_ ? MT_MAX_IN_PLACE_ : MT_MAX_IN_PLACE_KBLOCKS_) + MR_ - 1) / MR_ * MR_;
     int nt_top = n_full < NT_MAX_ ? n_full : NT_MAX_;
@@ -439,7 +440,8 @@ static void epilogue_(const MatmulFuse *f, float *c, size_t ldc, int i0, int j0,
 // the epilogue's operand (GELU: act, written; GELU': pre, read) at rows [i0, i0+mr) x cols [j0, j0+nr), requested
 // before the panel's micro-kernels run so that it arrives while they compute. The epilogue reads it in short runs
 // (a tile's width per row, rows ldc floats apart) that the hardware prefetchers do not pick up: without this the
-// GELU' epilogue waited on memory and cost twice a separate pass over the whole array (EPYC, 2 threads)
+// GELU' epilogue waits on memory and costs more than a separate pass over the whole array
+// (docs/results/speed_rounds.md, "Fourth session")
 static void epilogue_prefetch_(const MatmulFuse *f, size_t ldc, int i0, int j0, int mr, int nr) {
     const float *p = f->epi == MM_EPI_GELU ? f->act : f->pre;
     int write = f->epi == MM_EPI_GELU;
@@ -581,8 +583,9 @@ static void run_item_(KernelFn kernel, float *buf, float *C, float *scratch, con
 // K slices: a weight gradient (transA: K = the tokens) with a small output and a long K is cut into slices
 // of K that are computed independently (slice 0 into C, the others from zero into a scratch), then added onto
 // C in slice order. Without them, 16 threads cut a 512 x 256 output (the q, k, v weight gradients over 4096
-// tokens) into 64 tiles of 32 x 64, and each tile repacked its A rows and B columns over all of K: as much
-// copying as computing, about half the peak. With 4 slices the same threads get 4x larger tiles.
+// tokens) into 64 tiles of 32 x 64, and each tile repacks its A rows and B columns over all of K: as much
+// copying as computing (docs/results/speed_rounds.md, "K slices for the weight gradients"). With 4 slices the
+// same threads get 4x larger tiles.
 // The slices depend on M, N and K only, never on the thread count, so the bits do not either; they do differ
 // from one fma chain over all of K (each slice's chain starts from 0, and the slices are then summed).
 #define KSPLIT_MIN_K_ 2048           // shorter K: no slices

@@ -1,6 +1,7 @@
 /*
  * PaTH attention (Yang et al. 2025, "PaTH Attention: Position Encoding via Accumulating Householder
- * Transformations"; paper 004 section on PaTH) and PaTH-FoX, for one layer's heads. For query i, key j <= i:
+ * Transformations"; the dualities paper's section on PaTH) and PaTH-FoX, for one layer's heads. For query i,
+ * key j <= i:
  *
  *   H_s    = I - beta_s w_s w_s^T                      (generalised Householder; w_s unit, beta_s in (0, 2))
  *   s_ij   = scale * q_i^T (H_i H_{i-1} ... H_{j+1}) k_j  + (G_i - G_j)      (j = i: scale * q_i.k_i)

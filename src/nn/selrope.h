@@ -1,8 +1,8 @@
 /*
- * Selective RoPE (paper 003; reference/seed_mixers.md C.3), the pure op: from the projection p of the input, the
- * input-dependent cumulative angles, and the rotation they drive. Tensors are rows of H heads; the angle rows
- * are (H,R), and a head of q or k has Dk = 2R channels rotated in NeoX half-split pairs (r, r + R), the same
- * angle for q and k. Per channel i = (h,r) of a sequence:
+ * Selective RoPE (the Selective RoPE paper; docs/mixers.md, "Selective RoPE"), the pure op: from the projection p
+ * of the input, the input-dependent cumulative angles, and the rotation they drive. Tensors are rows of H heads;
+ * the angle rows are (H,R), and a head of q or k has Dk = 2R channels rotated in NeoX half-split pairs (r, r + R),
+ * the same angle for q and k. Per channel i = (h,r) of a sequence:
  *
  *   a_t     = act(sum_{j<K} conv[i,j] p_{t-K+1+j})      (K = 0: a = p; act: identity or silu; p_{<0} = the state)
  *   f_t     = a_t - a_{t-1} (skip) ;  f_t += ebias[i] (ebias: exp of the bias) ;  phi_t = f_t * gate[t,h] (gate)

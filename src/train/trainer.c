@@ -184,7 +184,7 @@ static void print_split_(const char *what, const Loader *l, const RunConfig *c) 
            (unsigned long long)(l->n_windows / (uint64_t)c->train.batch_size), c->train.batch_size);
 }
 
-// one layer's decoding state as Table 1 of paper 002 writes it (MixerOps.state_terms): "name: formula = value"
+// one layer's decoding state as Table 1 of the BLA paper writes it (MixerOps.state_terms): "name: formula = value"
 // per term, those Table 1 does not count marked so, then Table 1's count next to the full one when they differ
 // (else the total of several terms).
 // Adds Table 1's count to *paper; the cell is empty for a mixer that describes no terms.

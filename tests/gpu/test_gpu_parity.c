@@ -49,10 +49,10 @@ typedef struct Case {
     const char *name, *json;
     // relu's derivative jumps at 0: where TF32's or bf16's rounding moves a pre-activation across 0 the two
     // devices gate that element differently, an O(1) difference in the gradients upstream of it (and in Adam's
-    // moments). Measured on an H200: fc.weight's gradient 5.1e-2 to 1.2e-1 over three sessions (tf32: how many
-    // gates flip varies with cuBLAS's choice of kernel) and 1.1e-1 to 1.6e-1 (bf16), the first moments 3.4e-1 and
-    // 5.0e-1. Such a case gets the precision's kink_slack times its tolerances of the gradients and
-    // moments; fp32 rounds too little to flip gates at these sizes and keeps its own.
+    // moments). On an H200 fc.weight's gradient differs by up to 1.2e-1 (tf32: how many gates flip varies from
+    // run to run with cuBLAS's choice of kernel) and 1.6e-1 (bf16), the first moments by up to 5.0e-1. Such a
+    // case gets the precision's kink_slack times its tolerances of the gradients and moments; fp32 rounds too
+    // little to flip gates at these sizes and keeps its own.
     int kinked;
     int B, T;  // the batch, when not B_ x T_ (0)
     // 1: only the forward, the gradients and the repeated step; the position schemes' cases skip the 6 AdamW steps
@@ -110,8 +110,8 @@ typedef struct Prec {
     double tol;
     double kink_slack;  // the tolerance factor of a kinked case's gradients and moments (see Case)
     // Adam's first moments after the 6 steps, in units of the gradients' tolerance: they average 6 gradients taken
-    // at parameters that drift apart step by step. bf16 drifts the most: rmsnorm case's blocks.1.ln1.weight
-    // measured 2.08e-1 in the emulator (the same before and after the kernels' ldmatrix loads), 7x its tolerance.
+    // at parameters that drift apart step by step. bf16 drifts the most: the rmsnorm case's blocks.1.ln1.weight
+    // differs by 2.08e-1 in the emulator, 7x its tolerance.
     double mom;
 } Prec;
 #define ALL_CASES_ (int)(sizeof CASES_ / sizeof CASES_[0])  // every precision runs every case
