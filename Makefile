@@ -1,5 +1,5 @@
-# seqtrain build.  `make` builds bin/seqtrain, bin/seqeval, bin/seqtok; `make test` runs every test;
-# `make run` prepares the bundled data and runs the quickstart config.
+# seqtrain build.  `make` builds bin/seqtrain, bin/seqeval, bin/seqtok; `make test` runs every test; `make check`
+# the fast subset for editing; `make run` prepares the bundled data and runs the quickstart config.
 #
 # Variants (each builds into its own folder, so they never mix objects):
 #   make                 -O3 -march=native -fopenmp            -> bin/
@@ -160,7 +160,7 @@ BENCHES  := $(patsubst bench/%.c,%,$(wildcard bench/*.c))
 BENCH_BIN := $(BENCHES:%=build/$(VARIANT)/bench/%)
 DEPS_STAMP ?= build/.deps-installed
 
-.PHONY: all tools tests test test-cuda run deps data clean benches fuzz fuzz-build objects
+.PHONY: all tools tests test check test-cuda run deps data clean benches fuzz fuzz-build objects
 .SECONDARY:  # keep objects between builds (they are intermediate files of pattern rules)
 all: tools
 tools: $(TOOL_BIN)
@@ -223,6 +223,11 @@ build/$(VARIANT)/bench/%: $(OBJDIR)/bench/%.o $(LIB_OBJ)
 # with "N passed, N failed"
 test: $(DEPS_STAMP)
 	@bash tests/run_all.sh
+
+# the edit-test loop (under 3 minutes on 2 cores): the release tools and tests, the unit tests under the kernel set
+# this CPU picks, and the command-line smoke tests; ends with "N passed, N failed". `make test` is the whole suite
+check: $(DEPS_STAMP)
+	@bash tests/run_all.sh --check
 
 # the GPU backend's kernels emulated on the CPU (tests/gpu/emu/: CUDA's runtime, the kernel launch and cuBLAS), so
 # the parity test checks their numbers where there is no GPU (tests/gpu/run.sh runs it): each .cu with its

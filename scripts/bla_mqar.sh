@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The BLA paper's MQAR experiments (paper 002, §4.1 and Table 2 of App. D.1) on configs/tasks/mqar/bla.json
+# The BLA paper's MQAR experiments (§4.1 and Table 2 of App. D.1) on configs/tasks/mqar/bla.json
 # (T 512, 64 key-value pairs, V 8192, batch 32, AdamW, wd 1e-2, cosine to 0 with 10% warmup, 32 epochs of
 # 100,000 examples, 3,000 test examples, 2 layers):
 #   Fig. 3a  Pareto frontier of test accuracy against decoding state size, best over lr x seed x the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The BLA paper's RegBench experiment (paper 002, §4.2, Fig. 4 and Table 3 of App. D.2) on
+# The BLA paper's RegBench experiment (§4.2, Fig. 4 and Table 3 of App. D.2) on
 # configs/tasks/regbench/bla.json: in-context learning of regular languages, 5,000 training DFAs (one per
 # training example: data.task.train_examples = 5000, each example a new random DFA from the train split's
 # stream), 1,000 test examples (held-out DFAs), T 512, d 128, 4 layers, 4 heads, batch 32, 60 epochs, AdamW,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Regenerates docs/config.md from the config schema compiled into seqtrain (src/cli/run_config.c), so the
-# reference lists exactly the keys the program accepts. tests/test_docs.sh fails when it is stale.
+# Regenerates docs/config.md from the config schema compiled into seqtrain (src/run/run_config.c and each
+# mixer's options), so the reference lists exactly the keys the program accepts. tests/test_docs.sh fails when it is stale.
 #   scripts/gen_config_docs.sh [OUT]   (default docs/config.md; BIN=dir picks the build, default bin)
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -65,7 +65,7 @@ position's vector."
 # kla_plus its probabilistic decoding KLA+ (App. G.2: 10 Monte Carlo samples; 10x the compute of kla).
 # The rfa rows take the RFA configs' optimizer group of the SDE parameters (configs/rfa/m1_rfa.json).
 MAD_RFA_GROUPS='optim.groups=[{"match": "blocks.*.mixer.sde_*", "lr": 5e-4, "beta1": 0.0, "eps": 1e-7, "clip": 1e-4}]'
-# The gla and gdn rows are the Selective RoPE paper's MAD setting (reference/seed_mixers.md C.3: 8 heads,
+# The gla and gdn rows are the Selective RoPE paper's MAD setting (docs/mixers.md, Selective RoPE: 8 heads,
 # GLA expand_k = expand_v = 1, gate normaliser 16, gate rank 16; Selective RoPE of rank 32, conv without
 # activation, θ 500000, temp_max 1: the option's defaults otherwise); GDN keeps its defaults but for 8 heads.
 MAD_GLA='{"kind": "gla", "heads": 8, "expand_k": 1, "expand_v": 1, "gate_normalizer": 16, "gate_rank": 16'

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # MQAR (Zoology multi-query associative recall): test accuracy vs model width for a list of mixers, the
-# best over a learning-rate grid (Zoology protocol, ../shared/reference/tasks.md C.6; with SEEDS > 1 the
+# best over a learning-rate grid (Zoology protocol, docs/tasks.md; with SEEDS > 1 the
 # best over the grid of the mean over the seeds): one table per (setting, sequence length), rows = mixers,
 # columns = d_model.
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Selective RoPE paper's language-model comparison (paper 003, §4.3, Table 2) as test perplexity by
+# The Selective RoPE paper's language-model comparison (§4.3, Table 2) as test perplexity by
 # context length: GLA, Gated DeltaNet and FoX, each without position encoding and with Selective RoPE, trained
 # at one length and scored at 1x-8x it. Run `scripts/selrope_lm.sh --help` for the options.
 USAGE="usage: [SCALE=tiny|small|paper] [ROWS=id,id] [SEQ_OUT=DIR] [JOBS=N] [THREADS=N] scripts/selrope_lm.sh [--set KEY=VALUE ...] [--dry-run]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Selective RoPE paper's experiments (paper 003, §4 and App. B; issue 18) as tables, each part run by the
+# The Selective RoPE paper's experiments (§4 and App. B) as tables, each part run by the
 # project's own table script with the paper's rows and settings (the runs, their resuming and the tables are
 # those scripts'; this one only chooses what they run):
 #   mqar   MQAR in the Zoology setting (Fig. 7): GLA without position, with RoPE (the complex forget gate) and

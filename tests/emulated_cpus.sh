@@ -77,9 +77,8 @@ for spec in "EPYC-Milan avx2 avx512" "qemu64 generic avx2"; do
 done
 
 # --- every mixer, 2 steps, emulated against native with the same kernel set. The tokens are random ids below
-# 256 in a raw shard: with the WikiText tokenizer's 8192 ids the head and its cross-entropy took most of each
-# emulated run (1.1 s a run under EPYC-Milan, 13.5 s under qemu64 on the EPYC; 0.2-0.4 s and 0.9-1.4 s with
-# 256), and QEMU on an Intel Xeon host is about 10x slower still (the phase took 203 s there)
+# 256 in a raw shard: with the WikiText tokenizer's 8192 ids the head and its cross-entropy would take most of
+# each emulated run (docs/results/speed_rounds.md has the times)
 python3 -c 'import random, struct, sys; r = random.Random(5)
 open(sys.argv[1], "wb").write(struct.pack("<8192H", *(r.randrange(256) for _ in range(8192))))' "$W/train.u16"
 cat > "$W/base.json" <<JSON
@@ -151,15 +150,12 @@ fi
 # /proc/self/smaps, which under QEMU describes the emulator's mappings, not the program's) and test_zeroshot
 # (no kernel of its own; 170 s emulated)
 units=$(cd "$PDIR/tests" && ls test_* | grep -v -x -e test_model -e test_zeroshot)
-# one OpenMP thread each, JOBS at a time: emulated threads that wait for each other spin slowly (2 threads each
-# took twice as long). Each program gets EMU_UNIT_BUDGET seconds: how fast QEMU emulates these FMAs depends on
-# the host (the whole pass took about 110 s on an AMD EPYC, 1476 s on an Intel Xeon, where test_matmul's
-# thread-count checks alone ran 12 minutes; with 60 s a program the script still took 537 s there, and CI 34
-# minutes). A program stopped by the budget passes on the checks it printed (every one ok, at least one), since
-# the same program runs whole on the same kernels in portable[avx2]. On the EPYC, 20 s stops test_attention,
-# test_matmul and test_path_attn (29-37 s each) after their first few hundred checks; every other program ends.
-# On the Xeon most stop, test_selrope after 12 checks: a program stopped before its first check (a slower host
-# still) runs once more with four times the budget, so a slow host is no failure
+# one OpenMP thread each, JOBS at a time: emulated threads that wait for each other spin slowly. Each program
+# gets EMU_UNIT_BUDGET seconds, since how fast QEMU emulates these FMAs depends on the host by an order of
+# magnitude (docs/results/speed_rounds.md). A program stopped by the budget passes on the checks it printed
+# (every one ok, at least one), since the same program runs whole on the same kernels in portable[avx2]; a
+# program stopped before its first check (a slow host) runs once more with four times the budget, so a slow
+# host is no failure
 EMU_UNIT_BUDGET=${EMU_UNIT_BUDGET:-20}
 export EMU_UNIT_BUDGET
 run_unit() {  # run_unit PROGRAM: writes unit-PROGRAM.{log,err} and .rc ("exit-status seconds budget")

@@ -15,6 +15,10 @@
 #      part is skipped with a message
 # Each test prints "ok - ..." / "not ok - ..." lines; this script counts them over everything and
 # ends with the line "N passed, N failed". A test program that dies without reporting counts as failed.
+#
+# `make check` (tests/run_all.sh --check) is the edit-test loop: step 1's release build, its C unit tests under
+# the kernel set this CPU picks (JOBS at a time), and the command-line smoke tests (CHECK_SHELL below); nothing
+# of steps 2-7.
 set -u
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
@@ -42,6 +46,21 @@ unit_tests() {  # unit_tests NAME TESTDIR [SET]: every C unit test, with SEQ_KER
     for t in "$tbin"/test_*; do
         n=$(basename "$t")
         SEQ_KERNELS=$set "$t" > "$log_dir/$name-$n.log" 2>&1; count "$name/$n" $? "$log_dir/$name-$n.log"
+    done
+}
+
+unit_tests_parallel() {  # unit_tests_parallel NAME TESTDIR: unit_tests, JOBS programs at a time, counted in order
+    local name=$1 tbin=$2 t n running=0
+    for t in "$tbin"/test_*; do
+        n=$(basename "$t")
+        ( "$t" > "$log_dir/$name-$n.log" 2>&1; echo $? > "$log_dir/$name-$n.rc" ) &
+        running=$((running + 1))
+        if [ "$running" -ge "$JOBS" ]; then wait -n; running=$((running - 1)); fi
+    done
+    wait
+    for t in "$tbin"/test_*; do
+        n=$(basename "$t")
+        count "$name/$n" "$(cat "$log_dir/$name-$n.rc")" "$log_dir/$name-$n.log"
     done
 }
 
@@ -73,13 +92,29 @@ run_variant() {  # run_variant NAME MAKE-ARGS...
 
 # Shell tests the ASan pass leaves to the release pass: they test the table and sweep scripts (scripts/), whose
 # runs go through the same seqtrain/seqeval paths as test_train, test_cli and the C unit tests, which ASan does
-# run; under ASan they took ~220 s of CI's time for no path of their own (test_kernel_sets: 36 short trainings
-# whose per-set kernels the C unit tests already run under ASan)
+# run, so under ASan they would add minutes of CI's time for no path of their own (test_kernel_sets: 36 short
+# trainings whose per-set kernels the C unit tests already run under ASan)
 ASAN_SKIP="test_task_sweeps test_selrope_tables test_mad_table test_bla_scripts test_rfa_tables test_kla_scripts
            test_plot_rfa test_plot_rfa_run test_bench_speed test_kernel_sets"
 ASAN_SKIP=$(echo $ASAN_SKIP)
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
+
+# --check: the command-line smoke tests (the tools' options, errors and round trips; the include layers; the docs
+# against the program)
+CHECK_SHELL="test_cli test_layers test_docs test_scripts_lib"
+if [ "${1:-}" = --check ]; then
+    if build_variant release; then
+        unit_tests_parallel release build/release/tests
+        for n in $CHECK_SHELL; do
+            BIN=bin bash "tests/$n.sh" > "$log_dir/release-$n.log" 2>&1; count "release/$n" $? "$log_dir/release-$n.log"
+        done
+    fi
+    echo "total $SECONDS s"
+    echo "$pass passed, $fail failed"
+    [ "$fail" -eq 0 ]
+    exit
+fi
 run_variant release
 default_set=$(kernel_sets bin | head -n 1)  # what auto picks: the best one
 for k in $(kernel_sets bin); do

@@ -58,7 +58,7 @@ open(sys.argv[1], 'w').write('{\"run\": {\"name\": \"x\"}' + ' ' * (17 << 20) + 
 expect_fail "a 17 MiB config: refused (larger than 16 MiB)" 20 "larger than 16 MiB" -- \
     "$BIN/seqtrain" --config "$W/huge.json" --check
 
-# --- config handling is linear (both took seconds when each value was looked up in a list: quadratic)
+# --- config handling is linear (a lookup of each value in a list would be quadratic: seconds at these sizes)
 python3 - "$W" <<'PY'
 import json, sys
 w = sys.argv[1]
@@ -106,9 +106,8 @@ sys.exit(rc)' "$W/rss" "$secs" "$BIN/seqtok" encode --quiet --model "$MODEL" --i
         ok "encode $what within $secs s ($(python3 -c "print('%.1f' % ($t1 - $t0))") s) and $mb MB ($rss MB), decodes back byte for byte"
     else not_ok "encode $what: decodes back byte for byte" "differs"; fi
 }
-# (before: 4 MB took 20-23 s and 400 MB; now 1.5-3 s and 33 MB, about 320 MB under ASan's allocator)
-# ASan's build runs several times slower, and a suite on a shared machine slower still (the 4 MB line once
-# took over 15 s there at load average 8 on 2 cores): its limits are 3x, still below the quadratic encoder's
+# ASan's build runs several times slower, and a suite on a shared machine slower still: its limits are 3x, still
+# below what a quadratic encoder would take
 MB=250 S=1
 case "$BIN" in *asan*) MB=600 S=3 ;; esac
 enc_check "one line of 4 MB" "$W/line4m.txt" $((15 * S)) $MB

@@ -23,7 +23,7 @@ position schemes:
   decays (decayed_rope, sc_rope): mu_h = damping * max(band_h) of that same master spectrum, and
   mu_h = 0 for the first zero_decay_heads heads; decayed_rope keeps the usual per-head spectrum
   base^(-2i/D) for the rotation itself.
-  path          PaTH (reference/linear_mixers.md B.10): w_t = l2norm_head(silu(conv3(x path_w1^T path_w2^T)))
+  path          PaTH (docs/mixers.md): w_t = l2norm_head(silu(conv3(x path_w1^T path_w2^T)))
                 (rank path_rank, 32 when unset; 0: x path_w^T), beta_t = 2 sigmoid(x path_bw^T + path_bb) per
                 head, H_s = I - beta_s w_s w_s^T and s_ij = q_i^T (H_i ... H_{j+1}) k_j / sqrt(D): here
                 every (T, T) score is formed naively in float64, each key carried forward one H at a time

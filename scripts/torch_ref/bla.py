@@ -1,4 +1,4 @@
-"""Blurry Window Attention's reference: `bla` (paper 002; it has no public code).
+"""Blurry Window Attention's reference: `bla` (the BLA paper; it has no public code).
 
 Mirrors src/mixers/bla.c (`bla_check_` -> parse_spec, `bla_params_` -> param_shapes, `bla_forward_` -> forward).
 Written from the paper's equations, not from the C code (which runs the slots as two passes of the linear-recurrence

@@ -3,8 +3,8 @@ GatedDeltaNet layers).
 
 Mirrors src/mixers/delta.c (`delta_check_` -> parse_spec, `delta_params_` -> param_shapes, `delta_forward_` ->
 forward); the C recurrence is src/nn/delta.c (chunkwise, WY / UT form). Written from
-reference/linear_mixers.md B.6, B.7, not from the C code: the recurrence here is the plain sequential delta
-rule, token by token (fla/ops/delta_rule/naive.py, fla/ops/gated_delta_rule/naive.py):
+the upstream formulas (docs/mixers.md, Sources), not from the C code: the recurrence here is the plain
+sequential delta rule, token by token (fla/ops/delta_rule/naive.py, fla/ops/gated_delta_rule/naive.py):
 
   S' = a_t S_{t-1},  v'_t = beta_t (v_t - S'^T k_t),  S_t = S' + k_t v'_t^T,  o_t = S_t^T q_t / sqrt(Dk)
   (= a_t (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T; a = 1 for deltanet)

@@ -2,8 +2,8 @@
 
 Mirrors src/mixers/gsa.c (`gsa_check_` -> parse_spec, `gsa_params_` -> param_shapes, `gsa_forward_` -> forward);
 the C recurrences are two passes of src/nn/linrec.c (the first with the value-side decay LINREC_VCHANNEL).
-Written from reference/linear_mixers.md B.8, not from the C code: both slot states are updated token by token
-(fla/ops/gsa/naive.py):
+Written from the upstream formulas (docs/mixers.md, Sources), not from the C code: both slot states are
+updated token by token (fla/ops/gsa/naive.py):
 
   f_t = logsigmoid(x f_proj^T) / gate_logit_normalizer  (H heads of M slots),   s_t = 1 - exp(f_t)
   Hk_t = Hk_{t-1} diag(exp f_t) + k_t s_t^T  (Dk, M),   p_t = softmax_M(Hk_t^T q_t)          (scale 1)

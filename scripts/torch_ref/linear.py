@@ -2,7 +2,7 @@
 LinearAttention, MultiScaleRetention and GatedLinearAttention layers).
 
 Mirrors src/mixers/linear.c (`lin_check_` -> parse_spec, `lin_params_` -> param_shapes, `lin_forward_` ->
-forward); the recurrence itself is src/nn/linrec.c. Written from reference/linear_mixers.md B.1-B.3, not
+forward); the recurrence itself is src/nn/linrec.c. Written from the upstream formulas (docs/mixers.md, Sources), not
 from the C code: the recurrence S_t = diag(a_t) S_{t-1} + k_t v_t^T, o_t = S_t^T q_t / sqrt(Dk) in its
 parallel (T, T) form per head, o = ((q k^T / sqrt(Dk)) * D) v with D[t, s] = prod_{s < l <= t} a_l for
 s <= t (1 for linear_attn, gamma_h^(t - s) for retnet, per key channel inside the dot product for gla),

@@ -3,7 +3,7 @@ as a fused block without an MLP (FLA's Mamba2Block: x += mamba2(norm(x))).
 
 Mirrors src/mixers/mamba2.c (`mamba2_check_` -> parse_spec, `mamba2_params_` -> param_shapes,
 `mamba2_forward_` -> forward); the C side runs the recurrence through the chunked engine src/nn/linrec.c.
-Written from reference/linear_mixers.md B.5, not from the C code: the recurrence here is the plain
+Written from the upstream formulas (docs/mixers.md, Sources), not from the C code: the recurrence here is the plain
 sequential one, token by token, with each head's state S (P x N) as the reference writes it.
 
 Definition (docs/mixers.md, section `mamba2`), Di = floor(expand C) inner channels, H = Di / P heads of

@@ -3,7 +3,7 @@ as a fused block without an MLP (xLSTM's mLSTM block: x += mlstm(norm(x))).
 
 Mirrors src/mixers/mlstm.c (`ml_check_` -> parse_spec, `ml_params_` -> param_shapes, `ml_forward_` ->
 forward); the C side runs the recurrence through the chunked engine src/nn/linrec.c. Written from
-reference/linear_mixers.md B.11, not from the C code: the cell here is the parallel stabilised form
+the upstream formulas (docs/mixers.md, Sources), not from the C code: the cell here is the parallel stabilised form
 (xLSTM's parallel_stabilized_simple, a (T, T) matrix per head), the conv PyTorch's Conv1d, the outnorm
 F.group_norm, as xLSTM builds them.
 

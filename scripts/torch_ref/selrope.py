@@ -1,4 +1,4 @@
-"""Selective RoPE (paper 003, reference/seed_mixers.md C.3): the `selective_rope` option block of gla,
+"""Selective RoPE (the Selective RoPE paper; docs/mixers.md): the `selective_rope` option block of gla,
 gated_deltanet and attention, shared by their references (linear.py, delta.py, attention.py).
 
 Mirrors src/mixers/selrope.c (options, tensors) and src/nn/selrope.c (angles, rotation); written from the
