@@ -239,12 +239,17 @@ $(OBJDIR)/gpuemu/%.o: src/%.cu tests/gpu/emu/cuda_runtime.h tests/gpu/emu/cublas
 	@mkdir -p $(dir $@)
 	perl -pe 's/(\w+(?:<[\w, ]+>)?)<<<(.+?)>>>\(/emu_launch(emu_cfg(\2), \1, /g' $< > $(@:.o=.cc)
 	$(CXX) -std=c++17 -O2 -U_FORTIFY_SOURCE -Wall -Wno-unused-function -Wno-unknown-pragmas -Itests/gpu/emu -Isrc $(filter -I%,$(CFLAGS)) -MMD -MP -c $(@:.o=.cc) -o $@
-$(OBJDIR)/tests/gpu/test_gpu_emulated.o: tests/gpu/test_gpu_parity.c | $(DEPS_STAMP)
+# every tests/gpu/test_gpu_NAME.c builds against the emulator as $(EMU_DIR)/test_gpu_NAME (compiled with
+# SEQ_GPU_EMULATE into obj/tests/gpuemu/); the parity test (test_gpu_parity.c) keeps its name test_gpu_emulated
+$(OBJDIR)/tests/gpuemu/%.o: tests/gpu/%.c | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -DSEQ_GPU_EMULATE -c $< -o $@
+$(EMU_DIR)/test_gpu_%: $(OBJDIR)/tests/gpuemu/test_gpu_%.o $(EMU_LIB)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $^ -o $@ $(filter-out -lcublas -lcudart,$(LDLIBS))
 # the parity test, and a seqtrain and seqeval whose run.device cuda runs on the emulator (tests/gpu/run.sh trains
 # and evaluates with them)
-$(EMU_DIR)/test_gpu_emulated: $(OBJDIR)/tests/gpu/test_gpu_emulated.o $(EMU_LIB)
+$(EMU_DIR)/test_gpu_emulated: $(OBJDIR)/tests/gpuemu/test_gpu_parity.o $(EMU_LIB)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $^ -o $@ $(filter-out -lcublas -lcudart,$(LDLIBS))
 $(EMU_DIR)/seq%: $(OBJDIR)/cli/seq%.o $(EMU_LIB)

@@ -1,4 +1,4 @@
-// The MLP's activations and the residual add on the GPU (gpu/activation.cuh).
+// The MLP's activations, the residual add and the mixers' silu and relu on the GPU (gpu/activation.cuh).
 #include "gpu/activation.cuh"
 
 #include <math.h>
@@ -128,4 +128,70 @@ void gpu_residual(float *out, const float *a, const float *b, const float *bias,
         residual_kernel<4><<<gpu_blocks(n / 4, 256), 256>>>(out, a, b, bias, n, C);
     else residual_kernel<1><<<gpu_blocks(n, 256), 256>>>(out, a, b, bias, n, C);
     KERNEL_CHECK();
+}
+
+// ----------------------------------------------------------------------------
+// the mixers' silu and relu on flat buffers (nn/activation.c's silu_*, relu_*)
+
+enum { FLAT_SILU, FLAT_RELU };
+
+// nn/fastmath.h's fast_sigmoidf_: only e^-|x| is taken, 1 / (1 + e) for x >= 0, e / (1 + e) below
+static __device__ __forceinline__ float flat_sigmoid_(float x) {
+    float e = expf(-fabsf(x));
+    return (x >= 0.0f ? 1.0f : e) / (1.0f + e);
+}
+
+// V elements a thread (V 4: n a multiple of 4, the buffers on 16 bytes); each thread reads its elements before it
+// writes them, so out may alias inp
+template <int V>
+__global__ void flat_forward_kernel(float *out, const float *inp, size_t n, int kind) {
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * V;
+    if (i >= n) return;
+    float x[V];
+    load_elts_<V>(x, inp + i);
+    for (int e = 0; e < V; e++) x[e] = kind == FLAT_SILU ? x[e] * flat_sigmoid_(x[e]) : (x[e] > 0.0f ? x[e] : 0.0f);
+    store_elts_<V>(out + i, x);
+}
+
+// dinp += dout silu'(inp), silu' = s (1 + x (1 - s)) (fast_silu_grad_'s form); relu: dinp += dout where inp > 0
+template <int V>
+__global__ void flat_backward_kernel(float *dinp, const float *inp, const float *dout, size_t n, int kind) {
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * V;
+    if (i >= n) return;
+    float x[V], d[V], o[V];
+    load_elts_<V>(x, inp + i), load_elts_<V>(d, dout + i), load_elts_<V>(o, dinp + i);
+    for (int e = 0; e < V; e++) {
+        if (kind == FLAT_SILU) {
+            float s = flat_sigmoid_(x[e]);
+            o[e] += s * (1.0f + x[e] * (1.0f - s)) * d[e];
+        } else {
+            o[e] += x[e] > 0.0f ? d[e] : 0.0f;
+        }
+    }
+    store_elts_<V>(dinp + i, o);
+}
+
+static void flat_forward_(float *out, const float *inp, size_t n, int kind) {
+    if (!n) return;
+    if (n % 4 == 0 && aligned16_(out) && aligned16_(inp))
+        flat_forward_kernel<4><<<gpu_blocks(n / 4, 256), 256>>>(out, inp, n, kind);
+    else flat_forward_kernel<1><<<gpu_blocks(n, 256), 256>>>(out, inp, n, kind);
+    KERNEL_CHECK();
+}
+
+static void flat_backward_(float *dinp, const float *inp, const float *dout, size_t n, int kind) {
+    if (!n) return;
+    if (n % 4 == 0 && aligned16_(dinp) && aligned16_(inp) && aligned16_(dout))
+        flat_backward_kernel<4><<<gpu_blocks(n / 4, 256), 256>>>(dinp, inp, dout, n, kind);
+    else flat_backward_kernel<1><<<gpu_blocks(n, 256), 256>>>(dinp, inp, dout, n, kind);
+    KERNEL_CHECK();
+}
+
+void gpu_silu_forward(float *out, const float *inp, size_t n) { flat_forward_(out, inp, n, FLAT_SILU); }
+void gpu_silu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+    flat_backward_(dinp, inp, dout, n, FLAT_SILU);
+}
+void gpu_relu_forward(float *out, const float *inp, size_t n) { flat_forward_(out, inp, n, FLAT_RELU); }
+void gpu_relu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+    flat_backward_(dinp, inp, dout, n, FLAT_RELU);
 }

@@ -1,18 +1,7 @@
 // Column sums in a fixed order (gpu/colsum.cuh).
 #include "gpu/colsum.cuh"
 
-// a device work buffer for the two-pass column reductions, grown on demand (one stream: a later op only
-// reuses it after the earlier one's kernels ran)
-static float *tmp_buf_ = NULL;
-static size_t tmp_cap_ = 0;
-static float *tmp_floats_(size_t n) {
-    if (n > tmp_cap_) {
-        if (tmp_buf_) CUDA_CHECK(cudaFree(tmp_buf_));
-        CUDA_CHECK(cudaMalloc(&tmp_buf_, n * sizeof(float)));
-        tmp_cap_ = n;
-    }
-    return tmp_buf_;
-}
+static GpuWork colsum_work_ = {NULL, 0};  // the partials' device buffer (common.cuh)
 
 // column sums in two passes: rows in fixed chunks of COL_CHUNK, one partial per (chunk, column), then the
 // partials added in chunk order
@@ -82,7 +71,7 @@ void gpu_colsum(float *dsum, float *dxhat, GpuAct dout, const float *inp, const 
                 int N, int C, int mode) {
     int n_chunks = (N + COL_CHUNK - 1) / COL_CHUNK;
     size_t ld = dout.ld ? dout.ld : C;
-    float *partial = tmp_floats_((size_t)n_chunks * 2 * C);
+    float *partial = gpu_work_floats(&colsum_work_, (size_t)n_chunks * 2 * C);
     // V 4 when every row's start is aligned for the vector loads
     if (C % 4 == 0 && ld % 4 == 0 && aligned16_(dout.p) && aligned16_(inp))
         colsum_launch_<4>(partial, dout, ld, inp, mean, rstd, N, C, mode);

@@ -178,6 +178,15 @@ static __device__ __forceinline__ float block_max_(float v, float *sh) {
 
 static inline int aligned16_(const void *p) { return (uintptr_t)p % 16 == 0; }  // NULL too
 
+// a device work buffer grown on demand, one per op family that needs one (gpu/devbuf.cu): with one stream, a later
+// call reuses it only after the earlier call's kernels ran
+typedef struct GpuWork {
+    float *p;
+    size_t cap;  // floats
+} GpuWork;
+// w's buffer with room for n floats (reallocated when smaller)
+float *gpu_work_floats(GpuWork *w, size_t n);
+
 static inline unsigned gpu_blocks(size_t n, unsigned threads) { return (unsigned)((n + threads - 1) / threads); }
 
 #endif

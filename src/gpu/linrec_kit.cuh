@@ -1,0 +1,247 @@
+// What the linear-recurrence engine's two files share (gpu/linrec.cu: the forward and the launches' sizes,
+// gpu/linrec_backward.cu: the backward): the tile geometry, the chunk's decay factors, the staged loads, the
+// shared-memory carvings of the kernels both directions launch, the scratch layout. Internal to those files.
+#ifndef SEQ_GPU_LINREC_KIT_CUH
+#define SEQ_GPU_LINREC_KIT_CUH
+
+#include <math.h>
+#include <stdint.h>
+
+#include "gpu/common.cuh"
+#include "gpu/linrec.cuh"
+
+#define LR_THREADS 256  // a block's threads (8 warps)
+#define LR_TILE 32      // channels of a staged tile (key or value side), and a state tile's side
+#define LR_LD 33        // floats (doubles) a staged row: 32 + 1, so a column's elements fall in distinct banks
+#define LR_MAX_L GPU_LINREC_MAX_L
+#define LR_NR_LL (LR_MAX_L * LR_MAX_L / LR_THREADS)  // a thread's elements of an L x L result
+#define LR_NR_LT (LR_MAX_L * LR_TILE / LR_THREADS)   // ... of an L x 32 result
+#define LR_NR_TT (LR_TILE * LR_TILE / LR_THREADS)    // ... of a 32 x 32 state tile
+
+// ----------------------------------------------------------------------------
+// shapes
+
+static __host__ __device__ __forceinline__ size_t row_(const LinrecDims &d, int b, int t, int h) {
+    return ((size_t)b * d.T + t) * d.H + h;
+}
+static __host__ __device__ __forceinline__ int nchunks_(const LinrecDims &d) { return (d.T + d.chunk - 1) / d.chunk; }
+// the rows a chunk's staged tiles have: min(chunk, T)
+static __host__ __device__ __forceinline__ int lc_(const LinrecDims &d) { return d.chunk < d.T ? d.chunk : d.T; }
+static __host__ __device__ __forceinline__ int ntiles_(int n) { return (n + LR_TILE - 1) / LR_TILE; }
+static __host__ __device__ __forceinline__ size_t state_size_(const LinrecDims &d) {
+    return (size_t)d.Dk * d.Dv + (d.gated_in ? 1 : 0);
+}
+static __host__ __device__ __forceinline__ int chunk_len_(const LinrecDims &d, int ci) {
+    int t0 = ci * d.chunk;
+    return d.T - t0 < d.chunk ? d.T - t0 : d.chunk;
+}
+static __host__ __device__ __forceinline__ int scalar_decay_(int decay) {
+    return decay != LINREC_CHANNEL && decay != LINREC_VCHANNEL;
+}
+static __host__ __device__ __forceinline__ int scalar_decay_(const LinrecDims &d) { return scalar_decay_(d.decay); }
+
+// a kernel's dynamic shared memory handed out in order, 16-byte aligned; the host runs the same carving from 0 to
+// size the launch
+struct Carve_ {
+    uintptr_t base;
+    size_t off;
+    template <typename T>
+    __host__ __device__ T *take(size_t n) {
+        off = (off + 15) & ~(size_t)15;
+        T *p = (T *)(base + off);
+        off += n * sizeof(T);
+        return p;
+    }
+};
+
+// ----------------------------------------------------------------------------
+// one chunk's decay factors
+
+// the scalar decays' per-token factors of one chunk (NONE, HEAD, TOKEN, with or without input gates), as
+// nn/linrec.c's chunk_load_: G the in-chunk cumulative log-decay, mp / mi the stabiliser before / after each
+// token, lam the log input gate; fq = exp(G_i + M - mi_i), fk = exp(G_L - G_i + lam_i - m_L), carry = exp(G_L + M -
+// m_L) (M: the stabiliser the chunk starts from)
+struct ChunkScal_ {
+    double G[LR_MAX_L], mi[LR_MAX_L], mp[LR_MAX_L], lam[LR_MAX_L];
+    float gs[LR_MAX_L], ls[LR_MAX_L];
+    float fq[LR_MAX_L], fk[LR_MAX_L];
+    float carry;
+};
+
+// every thread of the block: cs for tokens t0 .. t0+L-1 of (b,h), from the stabiliser Mp before them (gated_in; a
+// float, as the checkpoint keeps it, so the forward and backward compute the same)
+static __device__ void chunk_scalars_(ChunkScal_ *cs, const LinrecDims &d, const float *g, const float *li, int b,
+                                      int h, int t0, int L, float Mp) {
+    int tid = threadIdx.x;
+    if (tid < L) {
+        size_t r = row_(d, b, t0 + tid, h);
+        cs->gs[tid] = d.decay == LINREC_HEAD ? g[h] : d.decay == LINREC_TOKEN ? g[r] : 0.0f;
+        cs->ls[tid] = d.gated_in ? li[r] : 0.0f;
+    }
+    __syncthreads();
+    if (tid == 0) {  // L steps of a scan: one thread, from shared memory
+        double acc = 0.0, mprev = Mp;
+        for (int i = 0; i < L; i++) {
+            acc += cs->gs[i];
+            cs->G[i] = d.decay == LINREC_HEAD ? (double)(i + 1) * cs->gs[0] : acc;  // no rounding for a constant
+            if (d.gated_in) {
+                cs->mp[i] = mprev;
+                mprev = fmax((double)cs->gs[i] + mprev, (double)cs->ls[i]);
+                cs->mi[i] = mprev;
+            } else {
+                cs->mp[i] = cs->mi[i] = 0.0;
+            }
+            cs->lam[i] = cs->ls[i];
+        }
+    }
+    __syncthreads();
+    double gL = cs->G[L - 1], mL = cs->mi[L - 1], M0 = d.gated_in ? (double)Mp : 0.0;
+    if (tid < L) {
+        cs->fq[tid] = expf((float)(cs->G[tid] + M0 - cs->mi[tid]));
+        cs->fk[tid] = expf((float)(gL - cs->G[tid] + cs->lam[tid] - mL));
+    }
+    if (tid == 0) cs->carry = expf((float)(gL + M0 - mL));
+    __syncthreads();
+}
+
+// the weight W_ij = exp(G_i - G_j + lam_j - m_i) of the scalar decays' score (i, j), j <= i
+static __device__ __forceinline__ float weight_(const ChunkScal_ *cs, int i, int j) {
+    return expf((float)(cs->G[i] - cs->G[j] + cs->lam[j] - cs->mi[i]));
+}
+
+// s (LC rows of LR_LD) WRITTEN: mul times the (L, 32) tile of x (B,T,H,W) at channel c0 for tokens t0 ..; zeros past
+// L and W, so the products below need no bounds
+static __device__ void load_tile_(float *s, const float *x, const LinrecDims &d, int W, int b, int h, int t0, int L,
+                                  int LC, int c0, float mul) {
+    for (int e = threadIdx.x; e < LC * LR_TILE; e += LR_THREADS) {
+        int i = e / LR_TILE, c = e % LR_TILE;
+        s[i * LR_LD + c] = i < L && c0 + c < W ? mul * x[row_(d, b, t0 + i, h) * W + c0 + c] : 0.0f;
+    }
+}
+
+// s (32 rows of LR_LD) WRITTEN: the (32, 32) tile at (c0, v0) of the state st (Dk, Dv), zeros outside
+static __device__ void load_state_(float *s, const float *st, const LinrecDims &d, int c0, int v0) {
+    for (int e = threadIdx.x; e < LR_TILE * LR_TILE; e += LR_THREADS) {
+        int r = e / LR_TILE, x = e % LR_TILE;
+        s[r * LR_LD + x] = c0 + r < d.Dk && v0 + x < d.Dv ? st[(size_t)(c0 + r) * d.Dv + v0 + x] : 0.0f;
+    }
+}
+
+// s (LC, LC) WRITTEN: one chunk's (LC, LC) matrix of the scratch
+static __device__ void load_ll_(float *s, const float *src, int LC) {
+    for (int e = threadIdx.x; e < LC * LC; e += LR_THREADS) s[e] = src[e];
+}
+
+// every thread: Gd (LC rows of LR_LD doubles) WRITTEN with the in-chunk cumulative log-decays of channels c0 .. c0+31
+// of g (B,T,H,W) (double: differences of sums up to L·|g| cancel); gt (LC rows of LR_LD) is scratch
+static __device__ void chan_cum_(double *Gd, float *gt, const float *g, const LinrecDims &d, int W, int b, int h,
+                                 int t0, int L, int LC, int c0) {
+    load_tile_(gt, g, d, W, b, h, t0, L, LC, c0, 1.0f);
+    __syncthreads();
+    if (threadIdx.x < LR_TILE) {
+        int c = threadIdx.x;
+        double acc = 0.0;
+        for (int i = 0; i < L; i++) {
+            acc += gt[i * LR_LD + c];
+            Gd[i * LR_LD + c] = acc;
+        }
+    }
+    __syncthreads();
+}
+
+// one thread per channel c of a staged g tile gt (L rows): x[i][c] *= exp(G_L - G_i) (the factor of a token's
+// contribution to the chunk's end state) and y[i][c] *= exp(G_i) (of the state's contribution to token i), either
+// may be NULL; returns exp(G_L), the state's carry. Two passes over the same sums: G_i is not kept.
+static __device__ float chan_factors_(const float *gt, int c, int L, float *x, float *y) {
+    double GL = 0.0;
+    for (int i = 0; i < L; i++) GL += gt[i * LR_LD + c];
+    double acc = 0.0;
+    for (int i = 0; i < L; i++) {
+        acc += gt[i * LR_LD + c];
+        if (x) x[i * LR_LD + c] = expf((float)(GL - acc)) * x[i * LR_LD + c];
+        if (y) y[i * LR_LD + c] = expf((float)acc) * y[i * LR_LD + c];
+    }
+    return expf((float)GL);
+}
+
+// ----------------------------------------------------------------------------
+// the shared memory of the kernels both directions launch
+
+struct StatesSmem_ {
+    float *xs, *ys, *gt, *carry;
+    ChunkScal_ *cs;
+    static __host__ __device__ size_t carve(Carve_ &cv, int LC, int decay, StatesSmem_ *s) {
+        s->xs = cv.take<float>((size_t)LC * LR_LD);
+        s->ys = cv.take<float>((size_t)LC * LR_LD);
+        s->gt = cv.take<float>((size_t)LC * LR_LD);
+        s->carry = cv.take<float>(LR_TILE);
+        s->cs = cv.take<ChunkScal_>(1);
+        return cv.off;
+    }
+};
+
+struct ScoresSmem_ {
+    float *xs, *ys, *gt;
+    double *Gd;
+    ChunkScal_ *cs;
+    static __host__ __device__ size_t carve(Carve_ &cv, int LC, int decay, ScoresSmem_ *s) {
+        s->xs = cv.take<float>((size_t)LC * LR_LD);
+        s->ys = cv.take<float>((size_t)LC * LR_LD);
+        s->gt = cv.take<float>((size_t)LC * LR_LD);
+        s->cs = cv.take<ChunkScal_>(1);
+        s->Gd = scalar_decay_(decay) ? NULL : cv.take<double>((size_t)LC * LR_LD);
+        return cv.off;
+    }
+};
+
+
+// the chunk scores, launched by the forward and again by the backward (gpu/linrec.cu)
+__global__ void __launch_bounds__(LR_THREADS)
+    linrec_scores_kernel(float *A, float *dA, const float *q, const float *k, const float *v,
+                                     const float *dout, const float *g, const float *li, const float *states,
+                                     LinrecDims d);
+
+// ----------------------------------------------------------------------------
+// launches
+
+// the scratch: A and dA (B,H,chunks, LC,LC); st (B,H,chunks, state_size): the forward's states without a ckpt, the
+// backward's state gradients; pq, pk (B,H,T, key tiles); then, 8-byte aligned (the caller's pointer may be any
+// float's), the doubles pg (B,H,T, key tiles), hc (B,H,chunks), hs (B,H)
+struct Scratch_ {
+    float *A, *dA, *st, *pq, *pk;
+    double *pg, *hc, *hs;
+};
+static inline size_t scratch_layout_(const LinrecDims *d, float *base, Scratch_ *s) {
+    size_t BH = (size_t)d->B * d->H, nch = nchunks_(*d), LC = lc_(*d), NK = ntiles_(d->Dk);
+    size_t LL = BH * nch * LC * LC, ST = BH * nch * state_size_(*d), P = BH * d->T * NK;
+    size_t nf = 2 * LL + ST + 2 * P, nd = P + BH * nch + BH;
+    if (base) {
+        s->A = base, s->dA = base + LL, s->st = s->dA + LL, s->pq = s->st + ST, s->pk = s->pq + P;
+        uintptr_t p = ((uintptr_t)(base + nf) + 7) & ~(uintptr_t)7;
+        s->pg = (double *)p, s->hc = s->pg + P, s->hs = s->hc + BH * nch;
+    }
+    return nf + 1 + 2 * nd;
+}
+
+// each kernel's dynamic shared memory (bytes) for chunk rows LC: its carving from 0
+template <typename S>
+static size_t smem_of_(int LC, int decay) {
+    Carve_ cv = {0, 0};
+    S s;
+    return S::carve(cv, LC, decay, &s);
+}
+
+// raises a kernel's dynamic shared memory limit above the default 48 KB where it needs more (at most about 100 KB,
+// the backward's dq/dk kernel at L = 64; an H100 takes 227 KB a block)
+template <typename K>
+static void smem_limit_(K kernel, size_t bytes) {
+    if (bytes > 48 * 1024)
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+}
+
+static inline void check_(const LinrecDims *d, const char *who) {
+    const char *why = gpu_linrec_refusal(d);
+    if (why) gpu_fail_(who, why, __FILE__, __LINE__);
+}
+
+#endif
