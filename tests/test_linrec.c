@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "gradcheck.h"
+#include "linrec_g.h"
 #include "scan_check.h"
 #include "nn/linrec.h"
 #include "test.h"
@@ -37,23 +38,12 @@ typedef struct Case {
     float *dout, *dm;
 } Case;
 
-static size_t g_size_(const LinrecDims *d) {
-    size_t BTH = (size_t)d->B * d->T * d->H;
-    switch (d->decay) {
-    case LINREC_HEAD: return (size_t)d->H;
-    case LINREC_TOKEN: return BTH;
-    case LINREC_CHANNEL: return BTH * d->Dk;
-    case LINREC_VCHANNEL: return BTH * d->Dv;
-    default: return 0;
-    }
-}
-
 // random inputs; log-decays in [glo, ghi], log input gates N(li_mean, li_std^2)
 static void case_make_(Case *c, LinrecDims d, uint64_t seed, float glo, float ghi, float li_mean, float li_std) {
     memset(c, 0, sizeof *c);
     c->d = d;
     GcRng r = {seed};
-    size_t BTH = (size_t)d.B * d.T * d.H, ng = g_size_(&d);
+    size_t BTH = (size_t)d.B * d.T * d.H, ng = linrec_g_size(&d);
     c->q = gc_randn(&r, BTH * d.Dk, 1.0f);
     c->k = gc_randn(&r, BTH * d.Dk, 1.0f);
     c->v = gc_randn(&r, BTH * d.Dv, 1.0f);
@@ -174,7 +164,7 @@ static Grads grads_(Case *c) {
     const LinrecDims *d = &c->d;
     size_t BTH = (size_t)d->B * d->T * d->H;
     Grads gr = {calloc(BTH * d->Dk, sizeof(float)), calloc(BTH * d->Dk, sizeof(float)), calloc(BTH * d->Dv, sizeof(float)),
-                calloc(g_size_(d) + 1, sizeof(float)), calloc(BTH, sizeof(float))};
+                calloc(linrec_g_size(d) + 1, sizeof(float)), calloc(BTH, sizeof(float))};
     linrec_forward(c->o, c->m, c->ckpt, NULL, c->q, c->k, c->v, c->g, c->li, d);
     linrec_backward(gr.dq, gr.dk, gr.dv, c->g ? gr.dg : NULL, d->gated_in ? gr.dli : NULL, c->dout,
                     d->gated_in ? c->dm : NULL, c->ckpt, c->q, c->k, c->v, c->g, c->li, d);
@@ -205,7 +195,7 @@ static void test_gradcheck(void) {
             gradcheck_buffer(name, c.v, gr.dv, BTH * d->Dv, loss_, &ctx, h, GC_RTOL, GC_ATOL, 4, 6, seed + 2);
             if (c.g) {
                 snprintf(name, sizeof name, "linrec dg (decay %s%s)", DECAY_NAME_[decay], tag);
-                gradcheck_buffer(name, c.g, gr.dg, g_size_(d), loss_, &ctx, h, GC_RTOL, GC_ATOL, 4, 6, seed + 3);
+                gradcheck_buffer(name, c.g, gr.dg, linrec_g_size(d), loss_, &ctx, h, GC_RTOL, GC_ATOL, 4, 6, seed + 3);
             }
             if (gated) {
                 snprintf(name, sizeof name, "linrec dli (decay %s)", DECAY_NAME_[decay]);
@@ -234,7 +224,7 @@ static void test_grads_chunk_independent(void) {
                 Grads gr = grads_(&c);
                 struct { const char *n; float *a, *b; size_t len; } bufs[] = {
                     {"dq", gr.dq, ref.dq, BTH * d->Dk}, {"dk", gr.dk, ref.dk, BTH * d->Dk}, {"dv", gr.dv, ref.dv, BTH * d->Dv},
-                    {"dg", gr.dg, ref.dg, c.g ? g_size_(d) : 0}, {"dli", gr.dli, ref.dli, gated ? BTH : 0}};
+                    {"dg", gr.dg, ref.dg, c.g ? linrec_g_size(d) : 0}, {"dli", gr.dli, ref.dli, gated ? BTH : 0}};
                 for (int k = 0; k < 5; k++) {
                     if (!bufs[k].len) continue;
                     double e = 0, s = 0;
@@ -352,7 +342,7 @@ static void test_long_strong_decays(void) {
             CHECK(e < 1e-5, "T = 8192, log-decays in [-30, 0): chunked == sequential, decay %s%s (rel err %.2g)",
                   DECAY_NAME_[decay], gated ? ", input gates N(40, 10^2)" : "", e);
             int fin = scan_all_finite(gr.dq, BTH * d->Dk) && scan_all_finite(gr.dk, BTH * d->Dk) && scan_all_finite(gr.dv, nO) &&
-                      scan_all_finite(gr.dg, g_size_(d)) && (!gated || scan_all_finite(gr.dli, BTH));
+                      scan_all_finite(gr.dg, linrec_g_size(d)) && (!gated || scan_all_finite(gr.dli, BTH));
             CHECK(fin, "T = 8192, strong decays: every gradient finite (decay %s%s)", DECAY_NAME_[decay],
                   gated ? ", input gates" : "");
             grads_free_(&gr);

@@ -29,7 +29,9 @@
 
 #include "../gradcheck.h"
 #include "../test.h"
+#include "../linrec_g.h"
 #include "gpu/devbuf.h"
+#include "kernel_check.h"
 #include "gpu/linrec.cuh"
 #include "nn/linrec.h"
 
@@ -68,21 +70,10 @@ static float rate_(GcRng *r) {
     return u < 1.0f / 3 ? -1e-3f - 0.01f * w : u < 2.0f / 3 ? -0.01f - 0.99f * w : -1.0f - 4.0f * w;
 }
 
-static size_t g_size_(const LinrecDims *d) {
-    size_t BTH = (size_t)d->B * d->T * d->H;
-    switch (d->decay) {
-    case LINREC_HEAD: return (size_t)d->H;
-    case LINREC_TOKEN: return BTH;
-    case LINREC_CHANNEL: return BTH * d->Dk;
-    case LINREC_VCHANNEL: return BTH * d->Dv;
-    default: return 0;
-    }
-}
-
 // g: per head a rate; per token and channel a rate per (h, channel) times a token's factor in [0.5, 1.5], clipped to
 // [-5, -1e-3] (the per-channel forms: each channel its own rate, as GLA's and GSA's gates give)
 static float *make_g_(const LinrecDims *d, GcRng *r) {
-    size_t n = g_size_(d);
+    size_t n = linrec_g_size(d);
     if (!n) return NULL;
     float *g = malloc(n * sizeof(float));
     if (d->decay == LINREC_HEAD) {
@@ -101,23 +92,6 @@ static float *make_g_(const LinrecDims *d, GcRng *r) {
     return g;
 }
 
-// max |got - want| / max |want - base| over n (base NULL: zeros); the gradient buffers were pre-filled with base
-static double rel_err_(const float *got, const float *want, const float *base, size_t n) {
-    double e = 0.0, s = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        e = fmax(e, fabs((double)got[i] - want[i]));
-        s = fmax(s, fabs((double)want[i] - (base ? base[i] : 0.0)));
-    }
-    return s > 0 ? e / s : e;
-}
-
-static float *copy_(const float *x, size_t n) {
-    if (!x) return NULL;
-    float *y = malloc(n * sizeof(float));
-    memcpy(y, x, n * sizeof(float));
-    return y;
-}
-
 // one case's tensors on the host; sizes of each
 typedef struct Tensors {
     LinrecDims d;
@@ -131,8 +105,8 @@ static void results_alloc_(Tensors *t) {
     t->o = malloc(t->nV * sizeof(float));
     t->m = t->d.gated_in ? malloc(t->nH * sizeof(float)) : NULL;
     t->ckpt = malloc(t->nck * sizeof(float));
-    t->dq = copy_(t->pq, t->nK), t->dk = copy_(t->pk, t->nK), t->dv = copy_(t->pv, t->nV);
-    t->dg = copy_(t->pg, t->ng), t->dli = copy_(t->pli, t->nH);
+    t->dq = kc_copy(t->pq, t->nK), t->dk = kc_copy(t->pk, t->nK), t->dv = kc_copy(t->pv, t->nV);
+    t->dg = kc_copy(t->pg, t->ng), t->dli = kc_copy(t->pli, t->nH);
 }
 
 static void results_free_(Tensors *t) {
@@ -145,7 +119,7 @@ static void tensors_make_(Tensors *t, const Case *c, uint64_t seed) {
     t->d = d;
     GcRng r = {seed};
     t->nH = (size_t)d.B * d.T * d.H, t->nK = t->nH * d.Dk, t->nV = t->nH * d.Dv;
-    t->ng = c->no_dg ? 0 : g_size_(&d), t->nck = linrec_ckpt_size(&d);
+    t->ng = c->no_dg ? 0 : linrec_g_size(&d), t->nck = linrec_ckpt_size(&d);
     t->q = gc_randn(&r, t->nK, 1.0f), t->k = gc_randn(&r, t->nK, 1.0f), t->v = gc_randn(&r, t->nV, 1.0f);
     t->g = make_g_(&d, &r);
     t->dout = gc_randn(&r, t->nV, 1.0f);
@@ -181,7 +155,7 @@ static float *up_(const float *x, size_t n) {
 // the GPU's forward and backward on t's inputs into t's results
 static void run_gpu_(Tensors *t) {
     results_alloc_(t);
-    size_t ng_in = g_size_(&t->d);
+    size_t ng_in = linrec_g_size(&t->d);
     float *q = up_(t->q, t->nK), *k = up_(t->k, t->nK), *v = up_(t->v, t->nV), *li = up_(t->li, t->nH);
     float *dout = up_(t->dout, t->nV), *dm = up_(t->dm, t->nH);
     float *dq = up_(t->dq, t->nK), *dk = up_(t->dk, t->nK), *dv = up_(t->dv, t->nV), *dli = up_(t->dli, t->nH);
@@ -234,23 +208,23 @@ static void run_case_(const Case *c, int idx) {
     run_cpu_(&cpu);
     run_gpu_(&gpu);
     run_gpu_(&again);
-    double eo = rel_err_(gpu.o, cpu.o, NULL, cpu.nV);
+    double eo = kc_rel_err(gpu.o, cpu.o, NULL, cpu.nV);
     CHECK(eo <= TOL_FWD, "%s: o (%.2g)", name, eo);
     ckpt_check_(&gpu, &cpu, name);
     if (c->gated) {
-        double em = rel_err_(gpu.m, cpu.m, NULL, cpu.nH);
+        double em = kc_rel_err(gpu.m, cpu.m, NULL, cpu.nH);
         CHECK(em <= TOL_FWD, "%s: m (%.2g)", name, em);
     }
-    double eq = rel_err_(gpu.dq, cpu.dq, cpu.pq, cpu.nK), ek = rel_err_(gpu.dk, cpu.dk, cpu.pk, cpu.nK);
-    double ev = rel_err_(gpu.dv, cpu.dv, cpu.pv, cpu.nV);
+    double eq = kc_rel_err(gpu.dq, cpu.dq, cpu.pq, cpu.nK), ek = kc_rel_err(gpu.dk, cpu.dk, cpu.pk, cpu.nK);
+    double ev = kc_rel_err(gpu.dv, cpu.dv, cpu.pv, cpu.nV);
     CHECK(eq <= TOL_GRAD && ek <= TOL_GRAD && ev <= TOL_GRAD, "%s: dq, dk, dv accumulated (%.2g, %.2g, %.2g)", name,
           eq, ek, ev);
     if (cpu.ng) {
-        double eg = rel_err_(gpu.dg, cpu.dg, cpu.pg, cpu.ng);
+        double eg = kc_rel_err(gpu.dg, cpu.dg, cpu.pg, cpu.ng);
         CHECK(eg <= TOL_GRAD, "%s: dg accumulated (%.2g)", name, eg);
     }
     if (c->gated) {
-        double el = rel_err_(gpu.dli, cpu.dli, cpu.pli, cpu.nH);
+        double el = kc_rel_err(gpu.dli, cpu.dli, cpu.pli, cpu.nH);
         CHECK(el <= TOL_GRAD, "%s: dli accumulated (%.2g)", name, el);
     }
     int same = same_bits_(gpu.o, again.o, cpu.nV) && same_bits_(gpu.m, again.m, cpu.m ? cpu.nH : 0) &&

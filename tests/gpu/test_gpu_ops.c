@@ -39,6 +39,7 @@
 #include "gpu/groupnorm.cuh"
 #include "gpu/l2norm.cuh"
 #include "gpu/devbuf.h"
+#include "kernel_check.h"
 #include "gpu/rotary.cuh"
 #include "nn/activation.h"
 #include "nn/blockdiag.h"
@@ -73,35 +74,7 @@ static void dev_free_(Dev *d) {
     d->n = 0;
 }
 
-// a host copy of the device's x (n floats) into a new buffer, or NULL for x NULL
-static float *down_(const float *x, size_t n) {
-    if (!x) return NULL;
-    float *h = malloc((n ? n : 1) * sizeof(float));
-    gpu_devbuf_to_host(h, x, n);
-    return h;
-}
-
-static float *copy_(const float *x, size_t n) {
-    if (!x) return NULL;
-    float *y = malloc((n ? n : 1) * sizeof(float));
-    memcpy(y, x, n * sizeof(float));
-    return y;
-}
-
-// max |got - want| / max |want - base| over n (base NULL: zeros); the gradient buffers were pre-filled with base
-static double rel_err_(const float *got, const float *want, const float *base, size_t n) {
-    double e = 0.0, s = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        e = fmax(e, fabs((double)got[i] - want[i]));
-        s = fmax(s, fabs((double)want[i] - (base ? base[i] : 0.0)));
-    }
-    if (e != e) return INFINITY;  // fmax drops NaNs: a NaN anywhere in got
-    for (size_t i = 0; i < n; i++)
-        if (got[i] != got[i]) return INFINITY;
-    return s > 0 ? e / s : e;
-}
-
-// rel_err_ over the rows (of C floats each) whose index is (tiny) or is not (!tiny) a multiple of 3: the l2 norm's
+// kc_rel_err over the rows (of C floats each) whose index is (tiny) or is not (!tiny) a multiple of 3: the l2 norm's
 // tiny rows have outputs and gradients of another scale, measured apart so that neither hides the other's errors
 static double rel_err_rows_(const float *got, const float *want, const float *base, int n_rows, int C, int tiny) {
     double d = 0.0, s = 0.0;
@@ -157,7 +130,7 @@ static void gn_cpu_(const GnCase *c, const GnData *in, GnData *r) {
     size_t n = (size_t)c->N * c->G * c->D, ng = (size_t)c->N * c->G, nw = (size_t)(c->wshared ? c->D : c->G * c->D);
     r->out = malloc(n * sizeof(float)), r->rstd = malloc(ng * sizeof(float));
     r->mean = c->no_mean ? NULL : malloc(ng * sizeof(float));
-    r->dx = copy_(in->pdx, n), r->dz = copy_(in->pdz, n), r->dw = copy_(in->pdw, nw);
+    r->dx = kc_copy(in->pdx, n), r->dz = kc_copy(in->pdz, n), r->dw = kc_copy(in->pdw, nw);
     groupnorm_forward(r->out, r->mean, r->rstd, in->x, in->z, in->w, c->N, c->G, c->D, &o);
     groupnorm_backward(r->dx, r->dz, r->dw, in->dout, in->x, in->z, in->w, r->mean, r->rstd, c->N, c->G, c->D, &o);
 }
@@ -173,8 +146,8 @@ static void gn_gpu_(const GnCase *c, const GnData *in, GnData *r) {
     float *dw = dev_(&d, in->pdw, nw, c->w_off);
     gpu_groupnorm_forward(out, mean, rstd, x, z, w, c->N, c->G, c->D, &o);
     gpu_groupnorm_backward(dx, dz, dw, dout, x, z, w, mean, rstd, c->N, c->G, c->D, &o);
-    r->out = down_(out, n), r->mean = down_(mean, ng), r->rstd = down_(rstd, ng);
-    r->dx = down_(dx, n), r->dz = down_(dz, n), r->dw = down_(dw, nw);
+    r->out = kc_down(out, n), r->mean = kc_down(mean, ng), r->rstd = kc_down(rstd, ng);
+    r->dx = kc_down(dx, n), r->dz = kc_down(dz, n), r->dw = kc_down(dw, nw);
     dev_free_(&d);
 }
 
@@ -199,10 +172,10 @@ static void gn_case_(const GnCase *c, int idx) {
     gn_cpu_(c, &in, &cpu);
     gn_gpu_(c, &in, &gpu);
     gn_gpu_(c, &in, &again);
-    double eo = rel_err_(gpu.out, cpu.out, NULL, n), er = rel_err_(gpu.rstd, cpu.rstd, NULL, ng);
-    double em = cpu.mean ? rel_err_(gpu.mean, cpu.mean, NULL, ng) : 0.0;
-    double ex = rel_err_(gpu.dx, cpu.dx, in.pdx, n), ez = gated ? rel_err_(gpu.dz, cpu.dz, in.pdz, n) : 0.0;
-    double ew = rel_err_(gpu.dw, cpu.dw, in.pdw, nw);
+    double eo = kc_rel_err(gpu.out, cpu.out, NULL, n), er = kc_rel_err(gpu.rstd, cpu.rstd, NULL, ng);
+    double em = cpu.mean ? kc_rel_err(gpu.mean, cpu.mean, NULL, ng) : 0.0;
+    double ex = kc_rel_err(gpu.dx, cpu.dx, in.pdx, n), ez = gated ? kc_rel_err(gpu.dz, cpu.dz, in.pdz, n) : 0.0;
+    double ew = kc_rel_err(gpu.dw, cpu.dw, in.pdw, nw);
     note_(OP_GN, 0, fmax(eo, fmax(er, em))), note_(OP_GN, 1, fmax(ex, fmax(ez, ew)));
     CHECK(eo <= TOL_FWD && er <= TOL_FWD && em <= TOL_FWD, "%s: out, rstd, mean (%.2g, %.2g, %.2g)", name, eo, er, em);
     CHECK(ex <= TOL_GRAD && ez <= TOL_GRAD && ew <= TOL_GRAD, "%s: dx, dz, dw accumulated (%.2g, %.2g, %.2g)", name, ex,
@@ -251,7 +224,7 @@ static void conv_gpu_(const ConvCase *c, const ConvData *in, ConvData *r) {
     float *db = in->pdb ? dev_(&d, in->pdb, c->C, 0) : NULL;
     gpu_conv1d_causal_forward(out, inp, w, b, c->B, c->T, c->C, c->K);
     gpu_conv1d_causal_backward(dinp, dw, db, dout, inp, w, c->B, c->T, c->C, c->K);
-    r->out = down_(out, n), r->dinp = down_(dinp, n), r->dw = down_(dw, nw), r->db = down_(db, c->C);
+    r->out = kc_down(out, n), r->dinp = kc_down(dinp, n), r->dw = kc_down(dw, nw), r->db = kc_down(db, c->C);
     dev_free_(&d);
 }
 
@@ -269,16 +242,16 @@ static void conv_case_(const ConvCase *c, int idx) {
     in.pdi = c->no_dinp ? NULL : gc_randn(&rng, n, 0.5f);
     in.pdw = c->no_dw ? NULL : gc_randn(&rng, nw, 0.5f);
     in.pdb = c->no_dw || !c->bias ? NULL : gc_randn(&rng, c->C, 0.5f);
-    cpu.out = malloc(n * sizeof(float)), cpu.dinp = copy_(in.pdi, n), cpu.dw = copy_(in.pdw, nw);
-    cpu.db = copy_(in.pdb, c->C);
+    cpu.out = malloc(n * sizeof(float)), cpu.dinp = kc_copy(in.pdi, n), cpu.dw = kc_copy(in.pdw, nw);
+    cpu.db = kc_copy(in.pdb, c->C);
     conv1d_causal_forward(cpu.out, in.inp, in.w, in.b, c->B, c->T, c->C, c->K);
     conv1d_causal_backward(cpu.dinp, cpu.dw, cpu.db, in.dout, in.inp, in.w, c->B, c->T, c->C, c->K);
     conv_gpu_(c, &in, &gpu);
     conv_gpu_(c, &in, &again);
-    double eo = rel_err_(gpu.out, cpu.out, NULL, n);
-    double ei = cpu.dinp ? rel_err_(gpu.dinp, cpu.dinp, in.pdi, n) : 0.0;
-    double ew = cpu.dw ? rel_err_(gpu.dw, cpu.dw, in.pdw, nw) : 0.0;
-    double eb = cpu.db ? rel_err_(gpu.db, cpu.db, in.pdb, c->C) : 0.0;
+    double eo = kc_rel_err(gpu.out, cpu.out, NULL, n);
+    double ei = cpu.dinp ? kc_rel_err(gpu.dinp, cpu.dinp, in.pdi, n) : 0.0;
+    double ew = cpu.dw ? kc_rel_err(gpu.dw, cpu.dw, in.pdw, nw) : 0.0;
+    double eb = cpu.db ? kc_rel_err(gpu.db, cpu.db, in.pdb, c->C) : 0.0;
     note_(OP_CONV, 0, eo), note_(OP_CONV, 1, fmax(ei, fmax(ew, eb)));
     CHECK(eo <= TOL_FWD, "%s: out (%.2g)", name, eo);
     CHECK(ei <= TOL_GRAD && ew <= TOL_GRAD && eb <= TOL_GRAD, "%s: dinp, dweight, dbias accumulated (%.2g, %.2g, %.2g)",
@@ -323,7 +296,7 @@ static void l2_gpu_(const L2Case *c, const L2Data *in, L2Data *r) {
     float *dout = dev_(&d, in->dout, n, 0), *dinp = dev_(&d, in->pdi, n, 0);
     gpu_l2norm_forward(out, nrm, inp, c->N, c->C, c->eps, c->mode);
     gpu_l2norm_backward(dinp, dout, out, nrm, c->N, c->C, c->eps, c->mode);
-    r->out = down_(out, n), r->nrm = down_(nrm, c->N), r->dinp = down_(dinp, n);
+    r->out = kc_down(out, n), r->nrm = kc_down(nrm, c->N), r->dinp = kc_down(dinp, n);
     dev_free_(&d);
 }
 
@@ -339,20 +312,20 @@ static void l2_case_(const L2Case *c, int idx) {
         for (int r = 0; r < c->N; r += 3)
             for (int i = 0; i < c->C; i++) in.inp[(size_t)r * c->C + i] *= 1e-7f;
     in.dout = gc_randn(&rng, n, 1.0f), in.pdi = gc_randn(&rng, n, 0.5f);
-    cpu.out = malloc(n * sizeof(float)), cpu.nrm = malloc(c->N * sizeof(float)), cpu.dinp = copy_(in.pdi, n);
+    cpu.out = malloc(n * sizeof(float)), cpu.nrm = malloc(c->N * sizeof(float)), cpu.dinp = kc_copy(in.pdi, n);
     l2norm_forward(cpu.out, cpu.nrm, in.inp, c->N, c->C, c->eps, c->mode);
     l2norm_backward(cpu.dinp, in.dout, cpu.out, cpu.nrm, c->N, c->C, c->eps, c->mode);
     l2_gpu_(c, &in, &gpu);
     l2_gpu_(c, &in, &again);
     // with tiny rows, the two kinds of rows apart, each relative to its own scale (the larger error counts)
-    double eo = rel_err_(gpu.out, cpu.out, NULL, n), ei = rel_err_(gpu.dinp, cpu.dinp, in.pdi, n);
+    double eo = kc_rel_err(gpu.out, cpu.out, NULL, n), ei = kc_rel_err(gpu.dinp, cpu.dinp, in.pdi, n);
     if (c->tiny) {
         eo = fmax(rel_err_rows_(gpu.out, cpu.out, NULL, c->N, c->C, 0),
                   rel_err_rows_(gpu.out, cpu.out, NULL, c->N, c->C, 1));
         ei = fmax(rel_err_rows_(gpu.dinp, cpu.dinp, in.pdi, c->N, c->C, 0),
                   rel_err_rows_(gpu.dinp, cpu.dinp, in.pdi, c->N, c->C, 1));
     }
-    double en = rel_err_(gpu.nrm, cpu.nrm, NULL, c->N);
+    double en = kc_rel_err(gpu.nrm, cpu.nrm, NULL, c->N);
     note_(OP_L2, 0, fmax(eo, en)), note_(OP_L2, 1, ei);
     CHECK(eo <= TOL_FWD && en <= TOL_FWD, "%s: out, nrm (%.2g, %.2g)", name, eo, en);
     CHECK(ei <= TOL_GRAD, "%s: dinp accumulated (%.2g)", name, ei);
@@ -390,7 +363,7 @@ static void flat_gpu_(const FlatCase *c, const float *x, const float *dout, cons
     if (c->inplace) (c->relu ? gpu_relu_backward : gpu_silu_backward)(di, dx, dd, c->n);
     (c->relu ? gpu_relu_forward : gpu_silu_forward)(o, dx, c->n);
     if (!c->inplace) (c->relu ? gpu_relu_backward : gpu_silu_backward)(di, dx, dd, c->n);
-    *out = down_(o, c->n), *dinp = down_(di, c->n);
+    *out = kc_down(o, c->n), *dinp = kc_down(di, c->n);
     dev_free_(&d);
 }
 
@@ -401,12 +374,12 @@ static void flat_case_(const FlatCase *c, int idx) {
     float *x = gc_randn(&rng, c->n, 8.0f), *dout = gc_randn(&rng, c->n, 1.0f), *pdi = gc_randn(&rng, c->n, 0.5f);
     for (size_t i = 0; i < c->n; i += 17) x[i] = 0.0f;  // relu's kink, taken as 0 on both sides
     x[1] = 40.0f, x[2] = -40.0f;                        // sigmoid's tails
-    float *out = malloc(c->n * sizeof(float)), *dinp = copy_(pdi, c->n), *gout, *gdinp, *aout, *adinp;
+    float *out = malloc(c->n * sizeof(float)), *dinp = kc_copy(pdi, c->n), *gout, *gdinp, *aout, *adinp;
     (c->relu ? relu_forward : silu_forward)(out, x, c->n);
     (c->relu ? relu_backward : silu_backward)(dinp, x, dout, c->n);
     flat_gpu_(c, x, dout, pdi, &gout, &gdinp);
     flat_gpu_(c, x, dout, pdi, &aout, &adinp);
-    double eo = rel_err_(gout, out, NULL, c->n), ei = rel_err_(gdinp, dinp, pdi, c->n);
+    double eo = kc_rel_err(gout, out, NULL, c->n), ei = kc_rel_err(gdinp, dinp, pdi, c->n);
     note_(OP_FLAT, 0, eo), note_(OP_FLAT, 1, ei);
     CHECK(eo <= TOL_FWD, "%s: out (%.2g)", name, eo);
     CHECK(ei <= TOL_GRAD, "%s: dinp accumulated (%.2g)", name, ei);
@@ -442,7 +415,7 @@ static void bd_gpu_(const BdCase *c, const BdData *in, BdData *r) {
     float *dw = in->pdw ? dev_(&d, in->pdw, nw, 0) : NULL;
     gpu_blockdiag_forward(out, inp, w, c->N, c->G, c->Di, c->Do);
     gpu_blockdiag_backward(dinp, dw, dout, inp, w, c->N, c->G, c->Di, c->Do);
-    r->out = down_(out, no), r->dinp = down_(dinp, ni), r->dw = down_(dw, nw);
+    r->out = kc_down(out, no), r->dinp = kc_down(dinp, ni), r->dw = kc_down(dw, nw);
     dev_free_(&d);
 }
 
@@ -455,14 +428,14 @@ static void bd_case_(const BdCase *c, int idx) {
     BdData in = {0}, cpu = {0}, gpu = {0}, again = {0};
     in.inp = gc_randn(&rng, ni, 1.0f), in.w = gc_randn(&rng, nw, 0.5f), in.dout = gc_randn(&rng, no, 1.0f);
     in.pdi = c->no_dinp ? NULL : gc_randn(&rng, ni, 0.5f), in.pdw = c->no_dw ? NULL : gc_randn(&rng, nw, 0.5f);
-    cpu.out = malloc(no * sizeof(float)), cpu.dinp = copy_(in.pdi, ni), cpu.dw = copy_(in.pdw, nw);
+    cpu.out = malloc(no * sizeof(float)), cpu.dinp = kc_copy(in.pdi, ni), cpu.dw = kc_copy(in.pdw, nw);
     blockdiag_forward(cpu.out, in.inp, in.w, c->N, c->G, c->Di, c->Do);
     blockdiag_backward(cpu.dinp, cpu.dw, in.dout, in.inp, in.w, c->N, c->G, c->Di, c->Do);
     bd_gpu_(c, &in, &gpu);
     bd_gpu_(c, &in, &again);
-    double eo = rel_err_(gpu.out, cpu.out, NULL, no);
-    double ei = cpu.dinp ? rel_err_(gpu.dinp, cpu.dinp, in.pdi, ni) : 0.0;
-    double ew = cpu.dw ? rel_err_(gpu.dw, cpu.dw, in.pdw, nw) : 0.0;
+    double eo = kc_rel_err(gpu.out, cpu.out, NULL, no);
+    double ei = cpu.dinp ? kc_rel_err(gpu.dinp, cpu.dinp, in.pdi, ni) : 0.0;
+    double ew = cpu.dw ? kc_rel_err(gpu.dw, cpu.dw, in.pdw, nw) : 0.0;
     note_(OP_BD, 0, eo), note_(OP_BD, 1, fmax(ei, ew));
     CHECK(eo <= TOL_FWD, "%s: out (%.2g)", name, eo);
     CHECK(ei <= TOL_GRAD && ew <= TOL_GRAD, "%s: dinp, dw accumulated (%.2g, %.2g)", name, ei, ew);
@@ -499,7 +472,7 @@ static void rope_gpu_(const RopeCase *c, const float *x, const float *fr, const 
     RotaryCfg cfg = {c->layout, 10000.0f, fr ? dev_(&d, fr, (size_t)c->NH * (c->HS / 2), 0) : NULL};
     gpu_rotary_forward(o, dx, &cfg, c->pos0, c->B, c->T, c->NH, c->HS);
     gpu_rotary_backward(di, dd, &cfg, c->pos0, c->B, c->T, c->NH, c->HS);
-    *out = down_(o, n), *dinp = down_(di, n);
+    *out = kc_down(o, n), *dinp = kc_down(di, n);
     dev_free_(&d);
 }
 
@@ -516,12 +489,12 @@ static void rope_case_(const RopeCase *c, int idx) {
         rotary_sc_bank(fr, NULL, c->NH, c->HS / 2, 10000.0, 0.0, 0);
     }
     RotaryCfg cfg = {c->layout, 10000.0f, fr};
-    float *out = malloc(n * sizeof(float)), *dinp = copy_(pdi, n), *gout, *gdinp, *aout, *adinp;
+    float *out = malloc(n * sizeof(float)), *dinp = kc_copy(pdi, n), *gout, *gdinp, *aout, *adinp;
     rotary_forward(out, x, &cfg, c->pos0, c->B, c->T, c->NH, c->HS);
     rotary_backward(dinp, dout, &cfg, c->pos0, c->B, c->T, c->NH, c->HS);
     rope_gpu_(c, x, fr, dout, pdi, &gout, &gdinp);
     rope_gpu_(c, x, fr, dout, pdi, &aout, &adinp);
-    double eo = rel_err_(gout, out, NULL, n), ei = rel_err_(gdinp, dinp, pdi, n);
+    double eo = kc_rel_err(gout, out, NULL, n), ei = kc_rel_err(gdinp, dinp, pdi, n);
     note_(OP_ROPE, 0, eo), note_(OP_ROPE, 1, ei);
     CHECK(eo <= TOL_FWD, "%s: out (%.2g)", name, eo);
     CHECK(ei <= TOL_GRAD, "%s: dinp accumulated (%.2g)", name, ei);
