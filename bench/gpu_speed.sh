@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# GPU training-speed benchmark (not a test): seqtrain's CUDA backend against PyTorch 2.x on the same GPU, the same
-# models and batches, in one invocation (issue 23 item 5).
+# GPU training-speed benchmark (not a test): seqtrain's CUDA backend against PyTorch 2.x (attention) and
+# flash-linear-attention (the linear family) on the same GPU, the same models and batches, in one invocation.
 #
 #   bash bench/gpu_speed.sh                                  # every row below, STEPS=20
 #   ROWS="bench8 gpt2" PRECISIONS="tf32 bf16" TORCH="eager" bash bench/gpu_speed.sh
+#   ROWS="gla64 gla8 att4k" PRECISIONS=bf16 FLA=.anchors/fla bash bench/gpu_speed.sh
 #
-# Rows (ROWS, default all three): bench8 = the benchmark model (bench/configs/speed_rope.json: 6 layers, d 256,
+# Rows (ROWS, default bench8 bench64 gpt2): bench8 = the benchmark model (bench/configs/speed_rope.json: 6 layers, d 256,
 # 8 heads x 64, RoPE, GELU MLP 4x, tied head, vocab 8192) at B 8, T 512; bench64 = the same at B 64; gpt2 = a
 # GPT-2-small-sized model (bench/configs/gpt2_small.json: 12 layers, d 768, 12 heads x 64, T 1024, B 8; the
 # WikiText-2 tokenizer's vocabulary of 8192, not GPT-2's 50257). Each row runs in every precision of PRECISIONS
@@ -13,6 +14,14 @@
 # fp32 = no TF32 matmuls, tf32 = TF32 matmuls, bf16 = autocast) eager with scaled_dot_product_attention and, with
 # TORCH containing compile, under torch.compile. PyTorch's RoPE, LayerNorm, GELU, tied head, cross-entropy,
 # clipping and AdamW (foreach) are the same model's (bench/torch_train.py).
+# The linear family's rows: gla64 = a GLA language model at the benchmark size (bench/configs/speed_gla.json: 6
+# layers, d 256, gla with 4 heads, expand_k 0.5, expand_v 1, RMSNorm, SwiGLU MLP of 768, untied head, vocab 8192:
+# FLA's GLAForCausalLM's architecture) at B 64, T 512; gla8 = the same at B 8, T 4096; att4k = the attention model
+# of bench8 at B 8, T 4096 (its reference rows are PyTorch's), for GLA against attention per token at T 4096. The
+# GLA rows' reference is FLA's own GLAForCausalLM built from the same config (bench/fla_train.py, FLA from FLA=DIR:
+# a source snapshot put on PYTHONPATH), fp32 with TF32 off, tf32 with it on, bf16 under autocast. Differences
+# between the two models: FLA's fused kernels (norm, SwiGLU, cross-entropy) and its init; the parameter counts are
+# printed.
 #
 # tokens/s: the median over the timed steps (seqtrain: log.jsonl's steps after the first 3; PyTorch: after 3
 # warmup steps, which also compile). Memory: seqtrain's gpu_mem_mib (device memory in use beyond its context)
@@ -24,6 +33,7 @@ STEPS=${STEPS:-20}
 ROWS=${ROWS:-bench8 bench64 gpt2}
 PRECISIONS=${PRECISIONS:-fp32 tf32 bf16}
 TORCH=${TORCH:-eager compile}
+FLA=${FLA:-.anchors/fla}
 PY=${PY:-python3}
 SEQ=${SEQ:-build/cuda/bin/seqtrain}
 RUN_DIR=$(mktemp -d /tmp/seqtrain_gpu_speed.XXXXXX)
@@ -40,7 +50,10 @@ row_of() {  # row -> "config B T"
         bench8) echo "bench/configs/speed_rope.json 8 512";;
         bench64) echo "bench/configs/speed_rope.json 64 512";;
         gpt2) echo "bench/configs/gpt2_small.json 8 1024";;
-        *) echo "gpu_speed: unknown row '$1' (bench8, bench64, gpt2)" >&2; exit 1;;
+        att4k) echo "bench/configs/speed_rope.json 8 4096";;
+        gla64) echo "bench/configs/speed_gla.json 64 512";;
+        gla8) echo "bench/configs/speed_gla.json 8 4096";;
+        *) echo "gpu_speed: unknown row '$1' (bench8, bench64, gpt2, att4k, gla64, gla8)" >&2; exit 1;;
     esac
 }
 
@@ -75,24 +88,42 @@ torch_run() {
     echo "$(echo "$line" | sed -n 's/.*tokens_per_s=\([0-9.]*\).*/\1/p') $(echo "$line" | sed -n 's/.*peak_mem_mib=\([0-9]*\).*/\1/p')"
 }
 
+# fla_run CONFIG B T PRECISION -> "tokens/s mem_mib" or "failed": FLA's model of CONFIG (bench/fla_train.py)
+fla_run() {
+    local cfg=$1 B=$2 T=$3 p=$4 line
+    line=$("$SEQ" --config "$cfg" --set train.batch_size="$B" --set train.seq_len="$T" --print-config \
+        | PYTHONPATH="$FLA" "$PY" bench/fla_train.py --precision "$p" --batch-size "$B" --seq-len "$T" --warmup 3 \
+            --steps $((STEPS - 3)) 2>"$RUN_DIR/fla.err" | grep '^fla_train: .*tokens_per_s=' || true)
+    if [ -z "$line" ]; then echo "gpu_speed: FLA $p: $(grep -v '^ *$' "$RUN_DIR/fla.err" | tail -1)" >&2; echo "failed"; return; fi
+    echo "gpu_speed: $line" >&2
+    echo "$(echo "$line" | sed -n 's/.*tokens_per_s=\([0-9.]*\).*/\1/p') $(echo "$line" | sed -n 's/.*peak_mem_mib=\([0-9]*\).*/\1/p')"
+}
+
 ratio() { "$PY" -c "import sys; a, b = sys.argv[1], sys.argv[2]; print(f'{float(a) / float(b):.2f}x' if a.replace('.', '').isdigit() and b.replace('.', '').isdigit() else '-')" "$1" "$2"; }
 
 TABLE="$RUN_DIR/table.md"
 {
-    echo "| model | B x T | precision | seqtrain tok/s | seqtrain MiB | PyTorch eager tok/s | MiB | seqtrain / eager | torch.compile tok/s | MiB | seqtrain / compile |"
-    echo "|---|---|---|---|---|---|---|---|---|---|---|"
+    echo "| model | B x T | precision | seqtrain tok/s | seqtrain MiB | reference | tok/s | MiB | seqtrain / reference |"
+    echo "|---|---|---|---|---|---|---|---|---|"
 } >"$TABLE"
 for row in $ROWS; do
     read -r cfg B T < <(row_of "$row")
     for p in $PRECISIONS; do
         echo "gpu_speed: $row $p ..."
         read -r s_tps s_mem < <(seqtrain_run "$row" "$cfg" "$B" "$T" "$p"; echo)
-        e_tps=- e_mem=- c_tps=- c_mem=-
-        case " $TORCH " in *" eager "*) read -r e_tps e_mem < <(torch_run "$cfg" "$B" "$T" "$p" eager; echo);; esac
-        case " $TORCH " in *" compile "*) read -r c_tps c_mem < <(torch_run "$cfg" "$B" "$T" "$p" compile; echo);; esac
-        line="| $row | $B x $T | $p | ${s_tps:--} | ${s_mem:--} | ${e_tps:--} | ${e_mem:--} | $(ratio "${s_tps:--}" "${e_tps:--}") | ${c_tps:--} | ${c_mem:--} | $(ratio "${s_tps:--}" "${c_tps:--}") |"
-        echo "gpu_speed: $line"
-        echo "$line" >>"$TABLE"
+        "$SEQ" --config "$cfg" --info 2>/dev/null | grep -m1 -i 'parameters' | sed "s/^/gpu_speed: seqtrain $row: /" >&2 || true
+        refs=$TORCH
+        case $row in gla*) refs=fla;; esac
+        for ref in $refs; do
+            case $ref in
+                fla) read -r r_tps r_mem < <(fla_run "$cfg" "$B" "$T" "$p"; echo); name="FLA";;
+                eager) read -r r_tps r_mem < <(torch_run "$cfg" "$B" "$T" "$p" eager; echo); name="PyTorch eager";;
+                compile) read -r r_tps r_mem < <(torch_run "$cfg" "$B" "$T" "$p" compile; echo); name="torch.compile";;
+            esac
+            line="| $row | $B x $T | $p | ${s_tps:--} | ${s_mem:--} | $name | ${r_tps:--} | ${r_mem:--} | $(ratio "${s_tps:--}" "${r_tps:--}") |"
+            echo "gpu_speed: $line"
+            echo "$line" >>"$TABLE"
+        done
     done
 done
 echo

@@ -73,21 +73,6 @@ typedef struct GpuAttActs {
     float *fg_cum;             // (B,H,T) F = cumsum_t logsigmoid(pre)
 } GpuAttActs;
 
-// a buffer's slots, handed out in order from base (NULL: only counted), each 256-byte aligned (float4 access:
-// permute_, the kernels); NULL for an empty one (what the options do not use). Returns the floats they take.
-typedef struct Slot_ {
-    float **p;
-    size_t n;
-} Slot_;
-static size_t take_slots_(const Slot_ *slots, size_t k, float *base) {
-    size_t n = 0;
-    for (size_t i = 0; i < k; i++) {
-        *slots[i].p = base && slots[i].n ? base + n : NULL;
-        n += (slots[i].n + 63) & ~(size_t)63;
-    }
-    return n;
-}
-
 static size_t att_layout_(const AttentionOpts *o, int B, int T, float *base, GpuAttActs *a) {
     size_t big = (size_t)B * T * o->HD, heads = (size_t)B * T * o->H, half = o->D / 2;
     // bf16: the kernel's q, k, v in bf16 (half a float each), written straight by the fused permutation
@@ -95,12 +80,12 @@ static size_t att_layout_(const AttentionOpts *o, int B, int T, float *base, Gpu
     size_t f32 = bf && fused_heads_(o) ? 0 : big, bfh = bf ? (big + 1) / 2 : 0;
     size_t rope = rotates_(o) ? (size_t)T * (per_head_rope_(o) ? o->H : 1) * half : 0;
     size_t freqs = per_head_rope_(o) ? (size_t)o->H * half : 0, qkn = o->qk_norm ? 1 : 0, fox = o->fgate ? 1 : 0;
-    Slot_ slots[] = {{&a->qh, f32},        {&a->kh, f32},        {&a->vh, f32},          {&a->oh, bf ? big : 0},
+    GpuSlot slots[] = {{&a->qh, f32},        {&a->kh, f32},        {&a->vh, f32},          {&a->oh, bf ? big : 0},
                  {&a->qb, bfh},        {&a->kb, bfh},        {&a->vb, bfh},
                  {&a->lse, heads},     {&a->o_lin, bf ? bfh : big},     {&a->cos_, rope},       {&a->sin_, rope},
                  {&a->freqs, freqs},   {&a->q_lin, qkn * big}, {&a->k_lin, qkn * big}, {&a->q_rstd, qkn * heads},
                  {&a->k_rstd, qkn * heads}, {&a->fg_pre, fox * heads}, {&a->fg_cum, fox * heads}};
-    return take_slots_(slots, sizeof slots / sizeof slots[0], base);
+    return gpu_take_slots(slots, sizeof slots / sizeof slots[0], base);
 }
 
 // q, k or v (part 0, 1, 2) as the attention kernels take it: the bf16 copy in run.precision bf16, else fp32
@@ -131,10 +116,10 @@ typedef struct GpuAttScratch {
 static size_t scratch_layout_(const AttentionOpts *o, int B, int T, float *base, GpuAttScratch *s) {
     size_t big = (size_t)B * T * o->HD, heads = (size_t)B * T * o->H, fox = o->fgate ? heads : 0;
     int bf = gpu_math() == GPU_BF16, fused = fused_heads_(o);
-    Slot_ slots[] = {{&s->dqkv, 3 * big},        {&s->dq, fused ? 0 : big},  {&s->dk, fused ? 0 : big},
+    GpuSlot slots[] = {{&s->dqkv, 3 * big},        {&s->dq, fused ? 0 : big},  {&s->dk, fused ? 0 : big},
                      {&s->dv, fused ? 0 : big},  {&s->doh, bf && fused ? 0 : big}, {&s->dob, bf ? (big + 1) / 2 : 0},
                      {&s->delta, heads},         {&s->dF, fox},              {&s->dpre, fox}};
-    return take_slots_(slots, sizeof slots / sizeof slots[0], base);
+    return gpu_take_slots(slots, sizeof slots / sizeof slots[0], base);
 }
 
 static size_t attention_gpu_scratch_size_(const MixerSpec *s, int B, int T) {

@@ -187,6 +187,22 @@ typedef struct GpuWork {
 // w's buffer with room for n floats (reallocated when smaller)
 float *gpu_work_floats(GpuWork *w, size_t n);
 
+// A buffer's slots, handed out in order from base (NULL: only counted), each 256-byte aligned (float4 access by the
+// kernels); NULL for an empty one (what the options do not use). The mixers lay out their saved activations and
+// their scratch this way: gpu_take_slots returns the floats the slots take, what act_size / scratch_size report.
+typedef struct GpuSlot {
+    float **p;
+    size_t n;  // floats
+} GpuSlot;
+static inline size_t gpu_take_slots(const GpuSlot *slots, size_t k, float *base) {
+    size_t n = 0;
+    for (size_t i = 0; i < k; i++) {
+        *slots[i].p = base && slots[i].n ? base + n : NULL;
+        n += (slots[i].n + 63) & ~(size_t)63;
+    }
+    return n;
+}
+
 static inline unsigned gpu_blocks(size_t n, unsigned threads) { return (unsigned)((n + threads - 1) / threads); }
 
 #endif

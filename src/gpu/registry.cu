@@ -6,6 +6,9 @@
 
 static const GpuMixerOps *const GPU_MIXERS_[] = {
     &GPU_MIXER_ATTENTION,
+    &GPU_MIXER_LINEAR_ATTN,
+    &GPU_MIXER_RETNET,
+    &GPU_MIXER_GLA,
 };
 static const int N_GPU_MIXERS_ = (int)(sizeof GPU_MIXERS_ / sizeof GPU_MIXERS_[0]);
 

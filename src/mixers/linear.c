@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mixers/linear.h"
 #include "mixers/mixer.h"
 #include "mixers/mixer_kit.h"
 #include "mixers/selrope.h"
@@ -35,24 +36,6 @@
 #include "nn/matmul.h"
 #include "nn/rotary.h"
 
-enum { LIN_LINEAR_ATTN, LIN_RETNET, LIN_GLA };
-enum { FMAP_IDENTITY, FMAP_ELU, FMAP_RELU, FMAP_HADAMARD };
-
-#define LIN_NORMALIZE_EPS 1e-10f  // the reference's denominator floor
-
-typedef struct LinOpts {
-    // from the config (a key absent from an entry's schema keeps the zeroed default)
-    int heads, gate_rank, output_gate, normalize, chunk, rotate, conv;
-    double expand_k, expand_v, gate_normalizer, norm_eps, rope_base, init_std;
-    char feature_map[CFG_STR_MAX];
-    SelRopeOpts sr;  // gla: selective_rope (mixers/selrope.h)
-    // derived by check
-    int variant, fmap, H, Dk, Dv, HK, HV, Dva;  // Dva: Dv + 1 with the normaliser's column of ones
-    int K;   // gla, retnet: short-conv taps (0 = none)
-    int GW;  // gla: gate width, HK, or HK/2 with rotate (one decay per rotated pair: a complex gate a e^{iw})
-    int k_q, k_k, k_v, k_cq, k_ck, k_cv, k_f1w, k_f1b, k_f2w, k_f2b, k_f3w, k_f3b, k_f4w, k_f4b;
-    int k_g, k_gk1, k_gk2, k_gkb, k_norm, k_o;
-} LinOpts;
 
 #define KEY_(...) MIXER_KEY(LinOpts, __VA_ARGS__)
 #define KEY_HEADS_(def) KEY_("heads", CFG_INT, heads, def, 1, 1024, NULL, "Number of heads H.")
@@ -207,12 +190,6 @@ typedef struct LinActs {
     float *sr;              // selective_rope's activations (selrope_act_size)
 } LinActs;
 
-static LinrecDims lin_dims_(const LinOpts *o, int B, int T) {
-    LinrecDims d = {B, T, o->H, o->Dk, o->Dva, LINREC_NONE, 0, o->chunk, (float)(1.0 / sqrt((double)o->Dk))};
-    d.decay = o->variant == LIN_RETNET ? LINREC_HEAD : o->variant == LIN_GLA ? LINREC_CHANNEL : LINREC_NONE;
-    return d;
-}
-
 static size_t lin_layout_(const MixerSpec *s, int B, int T, float *base, LinActs *a) {
     const LinOpts *o = s->opts;
     size_t BT = (size_t)B * T, n = 0;
@@ -220,7 +197,7 @@ static size_t lin_layout_(const MixerSpec *s, int B, int T, float *base, LinActs
     int rope = o->rotate || o->sr.enabled;
     LinActs t;
     if (!a) a = &t;
-    LinrecDims d = lin_dims_(o, B, T);
+    LinrecDims d = lin_dims(o, B, T);
     int cv = o->K > 0;
     a->pq = mixer_take(base, &n, BT * o->HK, cv);
     a->pk = mixer_take(base, &n, BT * o->HK, cv);
@@ -386,7 +363,7 @@ static void lin_forward_(Mixer *m, float *y, const float *x, int B, int T) {
         g = a.g;
     }
     if (o->normalize) lin_augment_(o, a.v, a.xv, BT);
-    LinrecDims d = lin_dims_(o, B, T);
+    LinrecDims d = lin_dims(o, B, T);
     linrec_forward(a.o, NULL, a.ckpt, NULL, a.q, a.k, a.v, g, NULL, &d);
     if (o->normalize) lin_normalize_(o, a.on, a.o, BT);
     if (o->output_gate) matmul_forward(a.z, x, mixer_param(m, o->k_g), NULL, BT, C, o->HV);
@@ -469,7 +446,7 @@ static void lin_backward_(Mixer *m, float *dx, const float *dy, const float *x, 
         g = a.g;
         memset(dg, 0, nK * sizeof(float));
     }
-    LinrecDims d = lin_dims_(o, B, T);
+    LinrecDims d = lin_dims(o, B, T);
     linrec_backward(dq, dk, dv, o->variant == LIN_GLA ? dg : NULL, NULL, dO, NULL, a.ckpt, a.q, a.k, a.v, g, NULL, &d);
     // gla: g = logsigmoid(gpre) / normalizer, gpre = (x W1^T) W2^T + b
     if (o->variant == LIN_GLA) {
@@ -545,14 +522,14 @@ static void lin_backward_(Mixer *m, float *dx, const float *dy, const float *x, 
 
 static size_t lin_state_size_(const MixerSpec *s, int cap) {
     const LinOpts *o = s->opts;
-    LinrecDims d = lin_dims_(o, 1, 1);
+    LinrecDims d = lin_dims(o, 1, 1);
     return (size_t)o->H * linrec_state_size(&d) + (o->rotate != 0) + selrope_state_size(&o->sr) +
            shortconv_state_size(o->HK, o->HV, o->K);
 }
 
 // where the position (rotate) and selective_rope's state start in a sequence's state
 static size_t lin_pos_at_(const LinOpts *o) {
-    LinrecDims d = lin_dims_(o, 1, 1);
+    LinrecDims d = lin_dims(o, 1, 1);
     return (size_t)o->H * linrec_state_size(&d);
 }
 
@@ -576,7 +553,7 @@ static size_t lin_conv_at_(const LinOpts *o) {
 
 static void lin_state_init_(const Mixer *m, float *state, int B, int cap) {
     const LinOpts *o = m->spec->opts;
-    LinrecDims d = lin_dims_(o, 1, 1);
+    LinrecDims d = lin_dims(o, 1, 1);
     size_t n = lin_state_size_(m->spec, 0), nc = shortconv_state_size(o->HK, o->HV, o->K);
     for (int b = 0; b < B; b++) {
         memset(state + b * n + lin_conv_at_(o), 0, nc * sizeof(float));  // the zero padding before the first token
@@ -634,7 +611,7 @@ static void lin_step_(const Mixer *m, float *state, float *y, const float *x, in
         lin_augment_(o, va, xv, B);
         vs = va;
     }
-    LinrecDims d = lin_dims_(o, 1, 1);
+    LinrecDims d = lin_dims(o, 1, 1);
     d.B = 1;
     for (int b = 0; b < B; b++) {
         const float *gb = o->variant == LIN_GLA ? gp + (size_t)b * o->HK : gp;

@@ -16,6 +16,8 @@
 # run's validation losses and accuracies; seqeval --device cuda on one checkpoint gives --device cpu's
 # perplexity tables (contexts up to one window of 4096, and sliding windows), per-position curves and --task
 # accuracy, and its --probe dump (logits, loss, every gradient) is the CPU's for every position scheme.
+# The linear family (linear_runs): gla, retnet, linear_attn and a hybrid (attention, then gla) each train on the
+# GPU on the CPU's curve, resume bit-identically, and give the CPU's perplexity, per-position curves and --probe.
 #   bash tests/gpu/run.sh      (from the repository root; SEQ_JOBS=N compile jobs, default 2; SEQ_NVCC=path;
 #                               SEQ_GPU_ONLY=1 skips part 1, for a GPU machine whose emulated run happened elsewhere)
 set -u
@@ -229,22 +231,71 @@ PY
     check_measured "$L: ... and with sliding windows (context 40, stride 8: only the last 8 positions count)" \
         cmp_ppl "$E/slide-cuda" "$E/slide-cpu"
     check_measured "$L: seqeval --device cuda --task: the CPU's loss and accuracy" cmp_task "$E/task-cuda.out" "$E/task-cpu.out"
-    # --probe: logits, loss and every gradient of each scheme's checkpoint against the CPU's dump, per precision
-    # with test_gpu_parity's tolerances (of a tensor's largest magnitude)
-    local precs="fp32:2e-4" p s r
-    [ "$L" = emulated ] || precs="fp32:2e-4 tf32:3e-2 bf16:3e-2"
+    # --probe on each scheme's checkpoint
+    local s r
     for s in rope "${!SCHEMES[@]}"; do
         r="$RUNS/pos-$s"
         [ "$s" = rope ] && r=$RUN
-        probe() { OMP_NUM_THREADS=2 "$B/seqeval" --run "$r" --probe "$E/probe.npy" --out "$E/probe-$s-$1.safetensors" \
-            "${@:2}" >"$E/probe-$s-$1.out" 2>&1; }
-        probe cpu --device cpu
-        for p in $precs; do
-            probe "${p%:*}" --device cuda --precision "${p%:*}"
-            check_measured "$L: seqeval --probe, $s, ${p%:*} on the GPU: logits, loss and every gradient within ${p#*:} of the CPU's" \
-                cmp_probe "$E/probe-$s-${p%:*}.safetensors" "$E/probe-$s-cpu.safetensors" "${p#*:}"
-        done
+        probe_runs "$L" "$B" "$r" "$s"
     done
+}
+
+# probe_runs LABEL BIN RUN NAME: seqeval --probe on RUN's checkpoint: logits, loss and every gradient on the GPU
+# against the CPU's dump, in fp32 and, on a real GPU, tf32 and bf16, with test_gpu_parity's tolerances (of a
+# tensor's largest magnitude). The probe batch is seqeval_runs' (eval-LABEL/probe.npy).
+probe_runs() {
+    local L=$1 B=$2 r=$3 s=$4 E="$W/eval-$1" precs="fp32:2e-4" p
+    [ "$L" = emulated ] || precs="fp32:2e-4 tf32:3e-2 bf16:3e-2"
+    probe() { OMP_NUM_THREADS=2 "$B/seqeval" --run "$r" --probe "$E/probe.npy" --out "$E/probe-$s-$1.safetensors" \
+        "${@:2}" >"$E/probe-$s-$1.out" 2>&1; }
+    probe cpu --device cpu
+    for p in $precs; do
+        probe "${p%:*}" --device cuda --precision "${p%:*}"
+        check_measured "$L: seqeval --probe, $s, ${p%:*} on the GPU: logits, loss and every gradient within ${p#*:} of the CPU's" \
+            cmp_probe "$E/probe-$s-${p%:*}.safetensors" "$E/probe-$s-cpu.safetensors" "${p#*:}"
+    done
+}
+
+# linear_runs LABEL BIN: the linear family on the GPU (gpu/linear.cu) with BIN's tools, on training_runs' tiny
+# config with each mixer in place of attention (and a hybrid: attention, then gla): a 12-step GPU run on the CPU
+# run's curve, stopped at 6 and resumed bit-identical, seqeval --device cuda's perplexity and --probe against the
+# CPU's; gla also in bf16
+declare -A LINEAR=(
+    [gla]="--set model.mixer={\"kind\":\"gla\",\"heads\":2,\"conv\":4}"
+    [retnet]="--set model.mixer={\"kind\":\"retnet\",\"heads\":2}"
+    [linear_attn]="--set model.mixer={\"kind\":\"linear_attn\",\"heads\":2,\"feature_map\":\"elu\",\"normalize\":true,\"rotate\":true}"
+    [hybrid]="--set model.layers=[{\"at\":\"1\",\"mixer\":{\"kind\":\"gla\",\"heads\":2}}]"
+)
+linear_runs() {
+    local -  # set -f below stays in here
+    set -f   # the hybrid's --set holds [ ]: no pathname expansion when the arguments split
+    local L=$1 B=$2 R="$W/runs-$1" E="$W/eval-$1" k r d
+    train() { OMP_NUM_THREADS=2 "$B/seqtrain" "$@" --quiet >>"$W/train.log" 2>&1; }
+    for k in "${!LINEAR[@]}"; do
+        r="$R/lin-$k"
+        # shellcheck disable=SC2086  # the mixer's --set arguments, split on purpose
+        {
+            train --config "$W/tiny.json" --set run.name="lin-$k-cpu" ${LINEAR[$k]}
+            train --config "$W/tiny.json" --set run.name="lin-$k" --set run.device=cuda ${LINEAR[$k]}
+            train --config "$W/tiny.json" --set run.name="lin-$k-2" --set run.device=cuda --stop-after 6 ${LINEAR[$k]}
+        }
+        train --resume "$r-2"
+        check_measured "$L: $k: a 12-step GPU run (fp32) is on the CPU run's curve (rel 1e-3)" \
+            cmp_losses "$r/log.jsonl" "$r-cpu/log.jsonl" 1e-3
+        check_measured "$L: $k: stopped at 6 and resumed, the curve is bit-identical" \
+            eval '[ "$(losses "$r-2/log.jsonl")" = "$(losses "$r/log.jsonl")" ] && [ -n "$(losses "$r/log.jsonl")" ]'
+        for d in cpu cuda; do
+            OMP_NUM_THREADS=2 "$B/seqeval" --run "$r" --device "$d" --data "$E/tokens.u16" --format raw_u16 \
+                --vocab 128 --context 16,40 --max-windows 40 --out "$E/lin-$k-$d" >"$E/lin-$k-$d.out" 2>&1
+        done
+        check_measured "$L: $k: seqeval --device cuda: perplexity and per-position curves at contexts 16, 40 are the CPU's" \
+            cmp_ppl "$E/lin-$k-cuda" "$E/lin-$k-cpu"
+        probe_runs "$L" "$B" "$r" "lin-$k"
+    done
+    # shellcheck disable=SC2086
+    train --config "$W/tiny.json" --set run.name=lin-gla-bf16 --set run.device=cuda --set run.precision=bf16 ${LINEAR[gla]}
+    check_measured "$L: gla: bf16: the curve stays within rel 3e-2 of the CPU's" \
+        cmp_losses "$R/lin-gla-bf16/log.jsonl" "$R/lin-gla-cpu/log.jsonl" 3e-2
 }
 
 finish() { echo "$PASS passed, $FAIL failed (tests/gpu/run.sh)"; [ "$FAIL" = 0 ]; exit; }
@@ -257,6 +308,7 @@ elif make -j"$JOBS" "$EMU/test_gpu_emulated" "$EMU/test_gpu_linrec" "$EMU/test_g
     ok "the emulated GPU backend builds"
     for t in test_gpu_emulated test_gpu_linrec test_gpu_ops; do OMP_NUM_THREADS=1 "$EMU/$t" || FAIL=$((FAIL + 1)); done
     training_runs emulated "$EMU"
+    linear_runs emulated "$EMU"
 else
     not_ok "the emulated GPU backend builds" "$(tail -5 "$W/make.log" | tr '\n' ' ')"
 fi
@@ -283,4 +335,5 @@ rc=$?
 [ "$rc" = 77 ] && finish   # no GPU: the parity test said so
 [ "$rc" = 0 ] || FAIL=$((FAIL + 1))
 training_runs cuda build/cuda/bin
+linear_runs cuda build/cuda/bin
 finish

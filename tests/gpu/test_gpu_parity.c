@@ -103,6 +103,30 @@ static const Case CASES_[] = {
     {"fox, window 40, T 152 (a multiple of 4: F, lse and delta staged by cp.async)",
      SCHEME_("\"heads\": 2, \"pos\": \"fox\", \"window\": 40"), 0, 1, 152, 1},
 #undef SCHEME_
+    // the linear family (gpu/linear.cu): each option through one small layer, the hybrid with training steps
+#define LIN_(MIXER) "{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {" MIXER "}}"
+    {"linear_attn, hadamard feature map, normaliser (chunk 16: five chunks)",
+     LIN_("\"kind\": \"linear_attn\", \"heads\": 2, \"normalize\": true, \"chunk\": 16"), 0, 0, 0, 1},
+    // the normaliser with elu + 1 (positive, so q . sum k stays away from 0), not with relu: a row whose q is all
+    // zeros gives o = 0 while one relu gate opened by rounding gives an O(1) ratio (1e-10 is the only floor),
+    // so bf16 moved the logits by 6e-1 on an H100
+    {"linear_attn, elu, rotate, normaliser", LIN_("\"kind\": \"linear_attn\", \"heads\": 2, "
+                                                  "\"feature_map\": \"elu\", \"rotate\": true, "
+                                                  "\"normalize\": true"), 0, 0, 0, 1},
+    {"linear_attn, relu, rotate, chunk 8",
+     LIN_("\"kind\": \"linear_attn\", \"heads\": 4, \"feature_map\": \"relu\", \"rotate\": true, "
+          "\"chunk\": 8"), 1, 0, 0, 1},
+    {"linear_attn, identity feature map", LIN_("\"kind\": \"linear_attn\", \"heads\": 2, "
+                                               "\"feature_map\": \"identity\""), 0, 0, 0, 1},
+    {"retnet, conv 4", LIN_("\"kind\": \"retnet\", \"heads\": 2, \"conv\": 4"), 0, 0, 0, 1},
+    {"gla, rotate, no output gate, chunk 64", LIN_("\"kind\": \"gla\", \"heads\": 2, \"expand_k\": 1, "
+                                                   "\"rotate\": true, \"output_gate\": false, \"chunk\": 64"),
+     0, 0, 0, 1},
+    {"hybrid: gla (conv 4) over attention, 2 layers, training steps",
+     "{\"d_model\": 32, \"n_layers\": 2, \"norm\": \"rmsnorm\", \"mlp\": {\"kind\": \"swiglu\"}, "
+     "\"mixer\": {\"kind\": \"gla\", \"heads\": 2, \"conv\": 4}, "
+     "\"layers\": [{\"at\": \"1\", \"mixer\": {\"kind\": \"attention\", \"heads\": 2}}]}", 0, 0, 0, 0},
+#undef LIN_
 };
 
 typedef struct Prec {
@@ -420,8 +444,12 @@ static void refusals_(void) {
         {"{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {\"kind\": \"attention\", \"heads\": 2, \"pos\": \"none\", "
          "\"selective_rope\": {\"enabled\": true}}}",
          "attention selective_rope has no GPU kernels yet"},
-        {"{\"d_model\": 32, \"n_layers\": 2, \"layers\": [{\"at\": \"1\", \"mixer\": {\"kind\": \"gla\"}}]}",
-         "layer 1: mixer \"gla\" has no GPU kernels yet"},
+        {"{\"d_model\": 32, \"n_layers\": 2, \"layers\": [{\"at\": \"1\", \"mixer\": {\"kind\": \"mamba2\"}}]}",
+         "layer 1: mixer \"mamba2\" has no GPU kernels yet"},
+        {"{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {\"kind\": \"gla\", \"selective_rope\": {\"enabled\": true}}}",
+         "layer 0: gla selective_rope has no GPU kernels yet"},
+        {"{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {\"kind\": \"linear_attn\", \"chunk\": 128}}",
+         "layer 0: linear_attn chunk 128"},
         {"{\"d_model\": 64, \"n_layers\": 1, \"mixer\": {\"kind\": \"attention\", \"heads\": 1, \"head_dim\": 256}}",
          "head_dim 256"},
         {"{\"d_model\": 32, \"n_layers\": 1, \"head\": \"autoencoder\"}", "model.head \"autoencoder\""},
