@@ -1,6 +1,7 @@
 /*
  * What the chunked-scan tests (test_linrec.c, test_delta.c) compare with: a float result against a double
- * reference relative to the reference's largest magnitude, and whether a buffer is all finite.
+ * reference relative to the reference's largest magnitude, and whether a buffer is all finite; the unit rows the
+ * delta rule's mixers hand their engine (test_delta.c, gpu/test_gpu_delta.c).
  */
 #ifndef SEQ_TEST_SCAN_CHECK_H
 #define SEQ_TEST_SCAN_CHECK_H
@@ -25,6 +26,16 @@ static inline int scan_all_finite(const float *x, size_t n) {
     for (size_t i = 0; i < n; i++)
         if (!isfinite(x[i])) return 0;
     return 1;
+}
+
+// rows of n floats scaled to unit length, as the mixers L2-normalise q and k
+static inline void scan_l2_rows(float *x, size_t rows, int n) {
+    for (size_t r = 0; r < rows; r++) {
+        double s = 0;
+        for (int i = 0; i < n; i++) s += (double)x[r * n + i] * x[r * n + i];
+        float inv = (float)(1.0 / sqrt(s + 1e-12));
+        for (int i = 0; i < n; i++) x[r * n + i] *= inv;
+    }
 }
 
 #endif

@@ -30,16 +30,6 @@ typedef struct Case {
     float *o, *ckpt, *dout;
 } Case;
 
-// rows of n floats scaled to unit length
-static void l2rows_(float *x, size_t rows, int n) {
-    for (size_t r = 0; r < rows; r++) {
-        double s = 0;
-        for (int i = 0; i < n; i++) s += (double)x[r * n + i] * x[r * n + i];
-        float inv = (float)(1.0 / sqrt(s + 1e-12));
-        for (int i = 0; i < n; i++) x[r * n + i] *= inv;
-    }
-}
-
 // random inputs: q, k unit rows, v N(0,1), beta in [blo, bhi], log-decays in [glo, ghi] (gated)
 static void case_make_(Case *c, DeltaDims d, int gated, uint64_t seed, float blo, float bhi, float glo, float ghi) {
     memset(c, 0, sizeof *c);
@@ -49,8 +39,8 @@ static void case_make_(Case *c, DeltaDims d, int gated, uint64_t seed, float blo
     size_t BTH = (size_t)d.B * d.T * d.H;
     c->q = gc_randn(&r, BTH * d.Dk, 1.0f);
     c->k = gc_randn(&r, BTH * d.Dk, 1.0f);
-    l2rows_(c->q, BTH, d.Dk);
-    l2rows_(c->k, BTH, d.Dk);
+    scan_l2_rows(c->q, BTH, d.Dk);
+    scan_l2_rows(c->k, BTH, d.Dk);
     c->v = gc_randn(&r, BTH * d.Dv, 1.0f);
     c->beta = malloc(BTH * sizeof(float));
     for (size_t i = 0; i < BTH; i++) c->beta[i] = blo + (bhi - blo) * gc_uniform(&r);

@@ -1,18 +1,19 @@
 // What the linear-recurrence engine's two files share (gpu/linrec.cu: the forward and the launches' sizes,
-// gpu/linrec_backward.cu: the backward): the tile geometry, the chunk's decay factors, the staged loads, the
-// shared-memory carvings of the kernels both directions launch, the scratch layout. Internal to those files.
+// gpu/linrec_backward.cu: the backward): the chunk's decay factors, the shared-memory carvings of the kernels both
+// directions launch, the scratch layout; the tile geometry and staged loads come from gpu/chunk_kit.cuh. Internal to
+// those files.
 #ifndef SEQ_GPU_LINREC_KIT_CUH
 #define SEQ_GPU_LINREC_KIT_CUH
 
 #include <math.h>
 #include <stdint.h>
 
-#include "gpu/common.cuh"
+#include "gpu/chunk_kit.cuh"
 #include "gpu/linrec.cuh"
 
-#define LR_THREADS 256  // a block's threads (8 warps)
-#define LR_TILE 32      // channels of a staged tile (key or value side), and a state tile's side
-#define LR_LD 33        // floats (doubles) a staged row: 32 + 1, so a column's elements fall in distinct banks
+#define LR_THREADS CK_THREADS
+#define LR_TILE CK_TILE
+#define LR_LD CK_LD
 #define LR_MAX_L GPU_LINREC_MAX_L
 #define LR_NR_LL (LR_MAX_L * LR_MAX_L / LR_THREADS)  // a thread's elements of an L x L result
 #define LR_NR_LT (LR_MAX_L * LR_TILE / LR_THREADS)   // ... of an L x 32 result
@@ -21,38 +22,13 @@
 // ----------------------------------------------------------------------------
 // shapes
 
-static __host__ __device__ __forceinline__ size_t row_(const LinrecDims &d, int b, int t, int h) {
-    return ((size_t)b * d.T + t) * d.H + h;
-}
-static __host__ __device__ __forceinline__ int nchunks_(const LinrecDims &d) { return (d.T + d.chunk - 1) / d.chunk; }
-// the rows a chunk's staged tiles have: min(chunk, T)
-static __host__ __device__ __forceinline__ int lc_(const LinrecDims &d) { return d.chunk < d.T ? d.chunk : d.T; }
-static __host__ __device__ __forceinline__ int ntiles_(int n) { return (n + LR_TILE - 1) / LR_TILE; }
 static __host__ __device__ __forceinline__ size_t state_size_(const LinrecDims &d) {
     return (size_t)d.Dk * d.Dv + (d.gated_in ? 1 : 0);
-}
-static __host__ __device__ __forceinline__ int chunk_len_(const LinrecDims &d, int ci) {
-    int t0 = ci * d.chunk;
-    return d.T - t0 < d.chunk ? d.T - t0 : d.chunk;
 }
 static __host__ __device__ __forceinline__ int scalar_decay_(int decay) {
     return decay != LINREC_CHANNEL && decay != LINREC_VCHANNEL;
 }
 static __host__ __device__ __forceinline__ int scalar_decay_(const LinrecDims &d) { return scalar_decay_(d.decay); }
-
-// a kernel's dynamic shared memory handed out in order, 16-byte aligned; the host runs the same carving from 0 to
-// size the launch
-struct Carve_ {
-    uintptr_t base;
-    size_t off;
-    template <typename T>
-    __host__ __device__ T *take(size_t n) {
-        off = (off + 15) & ~(size_t)15;
-        T *p = (T *)(base + off);
-        off += n * sizeof(T);
-        return p;
-    }
-};
 
 // ----------------------------------------------------------------------------
 // one chunk's decay factors
@@ -107,29 +83,6 @@ static __device__ void chunk_scalars_(ChunkScal_ *cs, const LinrecDims &d, const
 // the weight W_ij = exp(G_i - G_j + lam_j - m_i) of the scalar decays' score (i, j), j <= i
 static __device__ __forceinline__ float weight_(const ChunkScal_ *cs, int i, int j) {
     return expf((float)(cs->G[i] - cs->G[j] + cs->lam[j] - cs->mi[i]));
-}
-
-// s (LC rows of LR_LD) WRITTEN: mul times the (L, 32) tile of x (B,T,H,W) at channel c0 for tokens t0 ..; zeros past
-// L and W, so the products below need no bounds
-static __device__ void load_tile_(float *s, const float *x, const LinrecDims &d, int W, int b, int h, int t0, int L,
-                                  int LC, int c0, float mul) {
-    for (int e = threadIdx.x; e < LC * LR_TILE; e += LR_THREADS) {
-        int i = e / LR_TILE, c = e % LR_TILE;
-        s[i * LR_LD + c] = i < L && c0 + c < W ? mul * x[row_(d, b, t0 + i, h) * W + c0 + c] : 0.0f;
-    }
-}
-
-// s (32 rows of LR_LD) WRITTEN: the (32, 32) tile at (c0, v0) of the state st (Dk, Dv), zeros outside
-static __device__ void load_state_(float *s, const float *st, const LinrecDims &d, int c0, int v0) {
-    for (int e = threadIdx.x; e < LR_TILE * LR_TILE; e += LR_THREADS) {
-        int r = e / LR_TILE, x = e % LR_TILE;
-        s[r * LR_LD + x] = c0 + r < d.Dk && v0 + x < d.Dv ? st[(size_t)(c0 + r) * d.Dv + v0 + x] : 0.0f;
-    }
-}
-
-// s (LC, LC) WRITTEN: one chunk's (LC, LC) matrix of the scratch
-static __device__ void load_ll_(float *s, const float *src, int LC) {
-    for (int e = threadIdx.x; e < LC * LC; e += LR_THREADS) s[e] = src[e];
 }
 
 // every thread: Gd (LC rows of LR_LD doubles) WRITTEN with the in-chunk cumulative log-decays of channels c0 .. c0+31
@@ -221,22 +174,6 @@ static inline size_t scratch_layout_(const LinrecDims *d, float *base, Scratch_ 
         s->pg = (double *)p, s->hc = s->pg + P, s->hs = s->hc + BH * nch;
     }
     return nf + 1 + 2 * nd;
-}
-
-// each kernel's dynamic shared memory (bytes) for chunk rows LC: its carving from 0
-template <typename S>
-static size_t smem_of_(int LC, int decay) {
-    Carve_ cv = {0, 0};
-    S s;
-    return S::carve(cv, LC, decay, &s);
-}
-
-// raises a kernel's dynamic shared memory limit above the default 48 KB where it needs more (at most about 100 KB,
-// the backward's dq/dk kernel at L = 64; an H100 takes 227 KB a block)
-template <typename K>
-static void smem_limit_(K kernel, size_t bytes) {
-    if (bytes > 48 * 1024)
-        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
 }
 
 static inline void check_(const LinrecDims *d, const char *who) {

@@ -144,23 +144,15 @@ static void run_cpu_(Tensors *t) {
     linrec_backward(t->dq, t->dk, t->dv, t->dg, t->dli, t->dout, t->dm, t->ckpt, t->q, t->k, t->v, t->g, t->li, &t->d);
 }
 
-// a device copy of x (n floats), or NULL
-static float *up_(const float *x, size_t n) {
-    if (!x) return NULL;
-    float *p = gpu_devbuf_alloc(n);
-    gpu_devbuf_to_device(p, x, n);
-    return p;
-}
-
 // the GPU's forward and backward on t's inputs into t's results
 static void run_gpu_(Tensors *t) {
     results_alloc_(t);
     size_t ng_in = linrec_g_size(&t->d);
-    float *q = up_(t->q, t->nK), *k = up_(t->k, t->nK), *v = up_(t->v, t->nV), *li = up_(t->li, t->nH);
-    float *dout = up_(t->dout, t->nV), *dm = up_(t->dm, t->nH);
-    float *dq = up_(t->dq, t->nK), *dk = up_(t->dk, t->nK), *dv = up_(t->dv, t->nV), *dli = up_(t->dli, t->nH);
-    float *g = NULL, *dg = up_(t->dg, t->ng);
-    if (ng_in) g = up_(t->g, ng_in);
+    float *q = kc_up(t->q, t->nK), *k = kc_up(t->k, t->nK), *v = kc_up(t->v, t->nV), *li = kc_up(t->li, t->nH);
+    float *dout = kc_up(t->dout, t->nV), *dm = kc_up(t->dm, t->nH);
+    float *dq = kc_up(t->dq, t->nK), *dk = kc_up(t->dk, t->nK), *dv = kc_up(t->dv, t->nV), *dli = kc_up(t->dli, t->nH);
+    float *g = NULL, *dg = kc_up(t->dg, t->ng);
+    if (ng_in) g = kc_up(t->g, ng_in);
     float *o = gpu_devbuf_alloc(t->nV), *m = t->d.gated_in ? gpu_devbuf_alloc(t->nH) : NULL;
     float *ckpt = gpu_devbuf_alloc(gpu_linrec_ckpt_size(&t->d));
     float *scratch = gpu_devbuf_alloc(gpu_linrec_scratch_size(&t->d));
@@ -176,8 +168,6 @@ static void run_gpu_(Tensors *t) {
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) gpu_devbuf_free(bufs[i]);
 }
-
-static int same_bits_(const float *a, const float *b, size_t n) { return !n || !a || !memcmp(a, b, n * sizeof(float)); }
 
 // the checkpoints: the states (relative to their largest magnitude) and, with input gates, each chunk's stabiliser
 // (relative to the largest finite one: an empty state's is LINREC_M_EMPTY, -1e30, and must be that exactly)
@@ -227,10 +217,10 @@ static void run_case_(const Case *c, int idx) {
         double el = kc_rel_err(gpu.dli, cpu.dli, cpu.pli, cpu.nH);
         CHECK(el <= TOL_GRAD, "%s: dli accumulated (%.2g)", name, el);
     }
-    int same = same_bits_(gpu.o, again.o, cpu.nV) && same_bits_(gpu.m, again.m, cpu.m ? cpu.nH : 0) &&
-               same_bits_(gpu.ckpt, again.ckpt, cpu.nck) && same_bits_(gpu.dq, again.dq, cpu.nK) &&
-               same_bits_(gpu.dk, again.dk, cpu.nK) && same_bits_(gpu.dv, again.dv, cpu.nV) &&
-               same_bits_(gpu.dg, again.dg, cpu.ng) && same_bits_(gpu.dli, again.dli, cpu.dli ? cpu.nH : 0);
+    int same = kc_same_bits(gpu.o, again.o, cpu.nV) && kc_same_bits(gpu.m, again.m, cpu.m ? cpu.nH : 0) &&
+               kc_same_bits(gpu.ckpt, again.ckpt, cpu.nck) && kc_same_bits(gpu.dq, again.dq, cpu.nK) &&
+               kc_same_bits(gpu.dk, again.dk, cpu.nK) && kc_same_bits(gpu.dv, again.dv, cpu.nV) &&
+               kc_same_bits(gpu.dg, again.dg, cpu.ng) && kc_same_bits(gpu.dli, again.dli, cpu.dli ? cpu.nH : 0);
     CHECK(same, "%s: a second run gives the same bits", name);
     results_free_(&cpu), results_free_(&gpu), results_free_(&again);
     tensors_free_(&cpu);
@@ -252,14 +242,7 @@ static void refusals_(void) {
 
 int main(void) {
     refusals_();
-    if (!gpu_devbuf_have_device()) {
-        printf("skipped - gpu linrec: no CUDA device on this machine (the refusal checks above ran)\n");
-        int rc = test_summary();
-        return rc ? rc : 77;
-    }
-#ifdef SEQ_GPU_EMULATE
-    printf("# the linear-recurrence kernels emulated on the CPU (tests/gpu/emu)\n");
-#endif
+    if (!kc_have_device("gpu linrec", "the linear-recurrence kernels")) return kc_skipped();
     for (int i = 0; i < N_CASES_; i++) run_case_(&CASES_[i], i);
     return test_summary();
 }

@@ -90,8 +90,6 @@ static double rel_err_rows_(const float *got, const float *want, const float *ba
     return s > 0 ? d / s : d;
 }
 
-static int same_bits_(const float *a, const float *b, size_t n) { return !a || !b || !memcmp(a, b, n * sizeof(float)); }
-
 static void free_all_(float **p, int n) {
     for (int i = 0; i < n; i++) free(p[i]), p[i] = NULL;
 }
@@ -180,9 +178,9 @@ static void gn_case_(const GnCase *c, int idx) {
     CHECK(eo <= TOL_FWD && er <= TOL_FWD && em <= TOL_FWD, "%s: out, rstd, mean (%.2g, %.2g, %.2g)", name, eo, er, em);
     CHECK(ex <= TOL_GRAD && ez <= TOL_GRAD && ew <= TOL_GRAD, "%s: dx, dz, dw accumulated (%.2g, %.2g, %.2g)", name, ex,
           ez, ew);
-    int same = same_bits_(gpu.out, again.out, n) && same_bits_(gpu.mean, again.mean, ng) &&
-               same_bits_(gpu.rstd, again.rstd, ng) && same_bits_(gpu.dx, again.dx, n) &&
-               same_bits_(gpu.dz, again.dz, n) && same_bits_(gpu.dw, again.dw, nw);
+    int same = kc_same_bits(gpu.out, again.out, n) && kc_same_bits(gpu.mean, again.mean, ng) &&
+               kc_same_bits(gpu.rstd, again.rstd, ng) && kc_same_bits(gpu.dx, again.dx, n) &&
+               kc_same_bits(gpu.dz, again.dz, n) && kc_same_bits(gpu.dw, again.dw, nw);
     CHECK(same, "%s: a second run gives the same bits", name);
     GnData *all[] = {&in, &cpu, &gpu, &again};
     for (int k = 0; k < 4; k++) {
@@ -256,8 +254,8 @@ static void conv_case_(const ConvCase *c, int idx) {
     CHECK(eo <= TOL_FWD, "%s: out (%.2g)", name, eo);
     CHECK(ei <= TOL_GRAD && ew <= TOL_GRAD && eb <= TOL_GRAD, "%s: dinp, dweight, dbias accumulated (%.2g, %.2g, %.2g)",
           name, ei, ew, eb);
-    int same = same_bits_(gpu.out, again.out, n) && same_bits_(gpu.dinp, again.dinp, n) &&
-               same_bits_(gpu.dw, again.dw, nw) && same_bits_(gpu.db, again.db, c->C);
+    int same = kc_same_bits(gpu.out, again.out, n) && kc_same_bits(gpu.dinp, again.dinp, n) &&
+               kc_same_bits(gpu.dw, again.dw, nw) && kc_same_bits(gpu.db, again.db, c->C);
     CHECK(same, "%s: a second run gives the same bits", name);
     ConvData *all[] = {&in, &cpu, &gpu, &again};
     for (int k = 0; k < 4; k++) {
@@ -329,8 +327,8 @@ static void l2_case_(const L2Case *c, int idx) {
     note_(OP_L2, 0, fmax(eo, en)), note_(OP_L2, 1, ei);
     CHECK(eo <= TOL_FWD && en <= TOL_FWD, "%s: out, nrm (%.2g, %.2g)", name, eo, en);
     CHECK(ei <= TOL_GRAD, "%s: dinp accumulated (%.2g)", name, ei);
-    CHECK(same_bits_(gpu.out, again.out, n) && same_bits_(gpu.nrm, again.nrm, c->N) &&
-              same_bits_(gpu.dinp, again.dinp, n),
+    CHECK(kc_same_bits(gpu.out, again.out, n) && kc_same_bits(gpu.nrm, again.nrm, c->N) &&
+              kc_same_bits(gpu.dinp, again.dinp, n),
           "%s: a second run gives the same bits", name);
     L2Data *all[] = {&in, &cpu, &gpu, &again};
     for (int k = 0; k < 4; k++) {
@@ -383,7 +381,7 @@ static void flat_case_(const FlatCase *c, int idx) {
     note_(OP_FLAT, 0, eo), note_(OP_FLAT, 1, ei);
     CHECK(eo <= TOL_FWD, "%s: out (%.2g)", name, eo);
     CHECK(ei <= TOL_GRAD, "%s: dinp accumulated (%.2g)", name, ei);
-    CHECK(same_bits_(gout, aout, c->n) && same_bits_(gdinp, adinp, c->n), "%s: a second run gives the same bits", name);
+    CHECK(kc_same_bits(gout, aout, c->n) && kc_same_bits(gdinp, adinp, c->n), "%s: a second run gives the same bits", name);
     float *p[] = {x, dout, pdi, out, dinp, gout, gdinp, aout, adinp};
     free_all_(p, 9);
 }
@@ -439,8 +437,8 @@ static void bd_case_(const BdCase *c, int idx) {
     note_(OP_BD, 0, eo), note_(OP_BD, 1, fmax(ei, ew));
     CHECK(eo <= TOL_FWD, "%s: out (%.2g)", name, eo);
     CHECK(ei <= TOL_GRAD && ew <= TOL_GRAD, "%s: dinp, dw accumulated (%.2g, %.2g)", name, ei, ew);
-    CHECK(same_bits_(gpu.out, again.out, no) && same_bits_(gpu.dinp, again.dinp, ni) &&
-              same_bits_(gpu.dw, again.dw, nw),
+    CHECK(kc_same_bits(gpu.out, again.out, no) && kc_same_bits(gpu.dinp, again.dinp, ni) &&
+              kc_same_bits(gpu.dw, again.dw, nw),
           "%s: a second run gives the same bits", name);
     BdData *all[] = {&in, &cpu, &gpu, &again};
     for (int k = 0; k < 4; k++) {
@@ -498,7 +496,7 @@ static void rope_case_(const RopeCase *c, int idx) {
     note_(OP_ROPE, 0, eo), note_(OP_ROPE, 1, ei);
     CHECK(eo <= TOL_FWD, "%s: out (%.2g)", name, eo);
     CHECK(ei <= TOL_GRAD, "%s: dinp accumulated (%.2g)", name, ei);
-    CHECK(same_bits_(gout, aout, n) && same_bits_(gdinp, adinp, n), "%s: a second run gives the same bits", name);
+    CHECK(kc_same_bits(gout, aout, n) && kc_same_bits(gdinp, adinp, n), "%s: a second run gives the same bits", name);
     float *p[] = {x, dout, pdi, fr, out, dinp, gout, gdinp, aout, adinp};
     free_all_(p, 10);
 }
@@ -509,14 +507,7 @@ static void rope_case_(const RopeCase *c, int idx) {
     for (int i = 0; i < (int)(sizeof arr / sizeof arr[0]); i++) fn(&arr[i], i)
 
 int main(void) {
-    if (!gpu_devbuf_have_device()) {
-        printf("skipped - gpu ops: no CUDA device on this machine\n");
-        int rc = test_summary();
-        return rc ? rc : 77;
-    }
-#ifdef SEQ_GPU_EMULATE
-    printf("# the mixers' ops emulated on the CPU (tests/gpu/emu)\n");
-#endif
+    if (!kc_have_device("gpu ops", "the mixers' ops")) return kc_skipped();
     FOR_CASES_(GN_CASES_, gn_case_);
     FOR_CASES_(CONV_CASES_, conv_case_);
     FOR_CASES_(L2_CASES_, l2_case_);

@@ -1,0 +1,100 @@
+// What the chunked recurrence engines' kernels share (gpu/linrec*.cu, gpu/delta*.cu): the tile geometry, the
+// carving of a kernel's dynamic shared memory and its limit, the token rows of a chunk and the staged loads of
+// (B,T,H,W) rows, of a state's tiles and of a chunk's L x L matrix. D is an engine's dims struct (LinrecDims,
+// DeltaDims): the fields T, H, Dk, Dv and chunk are all these read. Internal to those files.
+#ifndef SEQ_GPU_CHUNK_KIT_CUH
+#define SEQ_GPU_CHUNK_KIT_CUH
+
+#include <stdint.h>
+
+#include "gpu/common.cuh"
+
+#define CK_THREADS 256  // a block's threads (8 warps)
+#define CK_TILE 32      // channels of a staged tile (key or value side), and a state tile's side
+#define CK_LD 33        // floats (doubles) a staged row: 32 + 1, so a column's elements fall in distinct banks
+
+// ----------------------------------------------------------------------------
+// shapes
+
+// the row of token t of (b,h) in a (B,T,H, ...) tensor
+template <typename D>
+static __host__ __device__ __forceinline__ size_t row_(const D &d, int b, int t, int h) {
+    return ((size_t)b * d.T + t) * d.H + h;
+}
+template <typename D>
+static __host__ __device__ __forceinline__ int nchunks_(const D &d) {
+    return (d.T + d.chunk - 1) / d.chunk;
+}
+// the rows a chunk's staged tiles have: min(chunk, T)
+template <typename D>
+static __host__ __device__ __forceinline__ int lc_(const D &d) {
+    return d.chunk < d.T ? d.chunk : d.T;
+}
+template <typename D>
+static __host__ __device__ __forceinline__ int chunk_len_(const D &d, int ci) {
+    int t0 = ci * d.chunk;
+    return d.T - t0 < d.chunk ? d.T - t0 : d.chunk;
+}
+static __host__ __device__ __forceinline__ int ntiles_(int n) { return (n + CK_TILE - 1) / CK_TILE; }
+
+// a kernel's dynamic shared memory handed out in order, 16-byte aligned; the host runs the same carving from 0 to
+// size the launch
+struct Carve_ {
+    uintptr_t base;
+    size_t off;
+    template <typename T>
+    __host__ __device__ T *take(size_t n) {
+        off = (off + 15) & ~(size_t)15;
+        T *p = (T *)(base + off);
+        off += n * sizeof(T);
+        return p;
+    }
+    // n staged rows of CK_LD floats
+    __host__ __device__ float *rows(size_t n) { return take<float>(n * CK_LD); }
+};
+
+// a kernel's dynamic shared memory (bytes): the carving S::carve(cv, args..., &s) run from 0
+template <typename S, typename... A>
+static size_t smem_of_(A... args) {
+    Carve_ cv = {0, 0};
+    S s;
+    return S::carve(cv, args..., &s);
+}
+
+// raises a kernel's dynamic shared memory limit above the default 48 KB where it needs more (an H100 takes 227 KB
+// a block)
+template <typename K>
+static void smem_limit_(K kernel, size_t bytes) {
+    if (bytes > 48 * 1024)
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+}
+
+// ----------------------------------------------------------------------------
+// staged loads (every thread of the block)
+
+// s (LC rows of CK_LD) WRITTEN: mul times the (L, 32) tile of x (B,T,H,W) at channel c0 for tokens t0 ..; zeros past
+// L and W, so the products over it need no bounds
+template <typename D>
+static __device__ void load_tile_(float *s, const float *x, const D &d, int W, int b, int h, int t0, int L, int LC,
+                                  int c0, float mul) {
+    for (int e = threadIdx.x; e < LC * CK_TILE; e += CK_THREADS) {
+        int i = e / CK_TILE, c = e % CK_TILE;
+        s[i * CK_LD + c] = i < L && c0 + c < W ? mul * x[row_(d, b, t0 + i, h) * W + c0 + c] : 0.0f;
+    }
+}
+
+// s (32 rows of CK_LD) WRITTEN: the (32, 32) tile at (c0, v0) of the state st (Dk, Dv), zeros outside
+template <typename D>
+static __device__ void load_state_(float *s, const float *st, const D &d, int c0, int v0) {
+    for (int e = threadIdx.x; e < CK_TILE * CK_TILE; e += CK_THREADS) {
+        int r = e / CK_TILE, x = e % CK_TILE;
+        s[r * CK_LD + x] = c0 + r < d.Dk && v0 + x < d.Dv ? st[(size_t)(c0 + r) * d.Dv + v0 + x] : 0.0f;
+    }
+}
+
+// s (LC, LC) WRITTEN: one chunk's (LC, LC) matrix of the scratch
+static __device__ void load_ll_(float *s, const float *src, int LC) {
+    for (int e = threadIdx.x; e < LC * LC; e += CK_THREADS) s[e] = src[e];
+}
+
+#endif
