@@ -36,6 +36,7 @@ typedef struct GpuMixerOps {
 
 extern const GpuMixerOps GPU_MIXER_ATTENTION;
 extern const GpuMixerOps GPU_MIXER_LINEAR_ATTN, GPU_MIXER_RETNET, GPU_MIXER_GLA;  // gpu/linear.cu
+extern const GpuMixerOps GPU_MIXER_GSA;
 
 // the device side of the mixer called name (MixerOps.name), or NULL when it has none (gpu/registry.cu)
 const GpuMixerOps *gpu_mixer_lookup(const char *name);

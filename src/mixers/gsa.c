@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mixers/gsa.h"
 #include "mixers/mixer.h"
 #include "mixers/mixer_kit.h"
 #include "mixers/shortconv.h"
@@ -28,17 +29,6 @@
 #include "nn/linrec.h"
 #include "nn/matmul.h"
 
-enum { GSA_FMAP_SWISH, GSA_FMAP_RELU, GSA_FMAP_IDENTITY };
-
-typedef struct GsaOpts {
-    // from the config
-    int heads, head_dim, num_slots, norm, chunk, conv;
-    double gate_logit_normalizer, norm_eps, init_std;
-    char feature_map[CFG_STR_MAX];
-    // derived by check
-    int fmap, H, D, M, HD, HM, K;  // K: conv taps (0 = no conv)
-    int k_q, k_k, k_v, k_cq, k_ck, k_cv, k_f, k_norm, k_o;
-} GsaOpts;
 
 #define KEY_(...) MIXER_KEY(GsaOpts, __VA_ARGS__)
 static const CfgKey GSA_KEYS_[] = {
@@ -116,19 +106,12 @@ typedef struct GsaActs {
     float *ckpt1, *ckpt2;       // the passes' chunk states
 } GsaActs;
 
-// pass 1: q, k (D) -> the slots (M), decay on the slot (value) side; pass 2: p, s (M) -> v (D), decay per key slot
-static LinrecDims gsa_dims_(const GsaOpts *o, int pass, int B, int T) {
-    LinrecDims d = {B, T, o->H, pass == 1 ? o->D : o->M, pass == 1 ? o->M : o->D,
-                    pass == 1 ? LINREC_VCHANNEL : LINREC_CHANNEL, 0, o->chunk, 1.0f};
-    return d;
-}
-
 static size_t gsa_layout_(const MixerSpec *s, int B, int T, float *base, GsaActs *a) {
     const GsaOpts *o = s->opts;
     size_t BT = (size_t)B * T, n = 0, nD = BT * o->HD, nM = BT * o->HM;
     GsaActs t;
     if (!a) a = &t;
-    LinrecDims d1 = gsa_dims_(o, 1, B, T), d2 = gsa_dims_(o, 2, B, T);
+    LinrecDims d1 = gsa_dims(o, 1, B, T), d2 = gsa_dims(o, 2, B, T);
     int cv = o->K > 0;
     a->pq = mixer_take(base, &n, nD, cv);
     a->pk = mixer_take(base, &n, nD, cv);
@@ -237,7 +220,7 @@ static void gsa_forward_(Mixer *m, float *y, const float *x, int B, int T) {
     gsa_fmap_(o, a.k, a.kpre, nD);
     silu_forward(a.v, a.vpre, nD);
     gsa_gates_(o, a.f, a.s, a.fpre, nM);
-    LinrecDims d1 = gsa_dims_(o, 1, B, T), d2 = gsa_dims_(o, 2, B, T);
+    LinrecDims d1 = gsa_dims(o, 1, B, T), d2 = gsa_dims(o, 2, B, T);
     linrec_forward(ok, NULL, a.ckpt1, NULL, a.q, a.k, a.s, a.f, NULL, &d1);
     gsa_softmax_(a.p, ok, (size_t)BT * o->H, o->M);
     linrec_forward(a.o, NULL, a.ckpt2, NULL, a.p, a.s, a.v, a.f, NULL, &d2);
@@ -274,7 +257,7 @@ static void gsa_backward_(Mixer *m, float *dx, const float *dy, const float *x, 
     memset(ds, 0, nM * sizeof(float));
     memset(df, 0, nM * sizeof(float));
     memset(dv, 0, nD * sizeof(float));
-    LinrecDims d1 = gsa_dims_(o, 1, B, T), d2 = gsa_dims_(o, 2, B, T);
+    LinrecDims d1 = gsa_dims(o, 1, B, T), d2 = gsa_dims(o, 2, B, T);
     linrec_backward(dp, ds, dv, df, NULL, dO, NULL, a.ckpt2, a.p, a.s, a.v, a.f, NULL, &d2);
     // p = softmax(ok): dok = p (.) (dp - p . dp) per row of M slots
 #pragma omp parallel for if (nM >= 4096)
@@ -358,7 +341,7 @@ static void gsa_step_(const Mixer *m, float *state, float *y, const float *x, in
     silu_forward(v, tmp, bd);
     matmul_forward(p, x, mixer_param(m, o->k_f), NULL, B, C, o->HM);  // p holds f_proj x until the gates are made
     gsa_gates_(o, f, s, p, bm);
-    LinrecDims d1 = gsa_dims_(o, 1, 1, 1), d2 = gsa_dims_(o, 2, 1, 1);
+    LinrecDims d1 = gsa_dims(o, 1, 1, 1), d2 = gsa_dims(o, 2, 1, 1);
     for (int b = 0; b < B; b++) {
         size_t rd = (size_t)b * o->HD, rm = (size_t)b * o->HM;
         linrec_step(p + rm, NULL, state + b * n, q + rd, k + rd, s + rm, f + rm, NULL, &d1);

@@ -18,7 +18,7 @@
 # run's validation losses and accuracies; seqeval --device cuda on one checkpoint gives --device cpu's
 # perplexity tables (contexts up to one window of 4096, and sliding windows), per-position curves and --task
 # accuracy, and its --probe dump (logits, loss, every gradient) is the CPU's for every position scheme.
-# The linear family (linear_runs): gla, retnet, linear_attn and a hybrid (attention, then gla) each train on the
+# The linear family (linear_runs): gla, retnet, linear_attn, gsa and a hybrid (attention, then gla) each train on the
 # GPU on the CPU's curve, resume bit-identically, and give the CPU's perplexity, per-position curves and --probe.
 #   bash tests/gpu/run.sh      (from the repository root; SEQ_JOBS=N compile jobs, default 2; SEQ_NVCC=path;
 #                               SEQ_GPU_ONLY=1 skips part 1, for a GPU machine whose emulated run happened elsewhere)
@@ -266,6 +266,7 @@ declare -A LINEAR=(
     [gla]="--set model.mixer={\"kind\":\"gla\",\"heads\":2,\"conv\":4}"
     [retnet]="--set model.mixer={\"kind\":\"retnet\",\"heads\":2}"
     [linear_attn]="--set model.mixer={\"kind\":\"linear_attn\",\"heads\":2,\"feature_map\":\"elu\",\"normalize\":true,\"rotate\":true}"
+    [gsa]="--set model.mixer={\"kind\":\"gsa\",\"heads\":2,\"num_slots\":8}"
     [hybrid]="--set model.layers=[{\"at\":\"1\",\"mixer\":{\"kind\":\"gla\",\"heads\":2}}]"
 )
 linear_runs() {
