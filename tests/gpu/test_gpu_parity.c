@@ -127,6 +127,24 @@ static const Case CASES_[] = {
      "\"mixer\": {\"kind\": \"gla\", \"heads\": 2, \"conv\": 4}, "
      "\"layers\": [{\"at\": \"1\", \"mixer\": {\"kind\": \"attention\", \"heads\": 2}}]}", 0, 0, 0, 0},
 #undef LIN_
+    // the delta rule (gpu/deltanet.cu): each option group through one small layer, chunks of 8, 16, 32 and 64 across
+    // T 70 (the last chunk partial); the hybrid with training steps
+#define DELTA_(MIXER) "{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {" MIXER "}}"
+    {"deltanet, conv 4, chunk 16", DELTA_("\"kind\": \"deltanet\", \"heads\": 2, \"chunk\": 16"), 0, 0, 0, 1},
+    {"deltanet, no conv, use_gate, allow_neg_eigval, expand_k 2, chunk 64",
+     DELTA_("\"kind\": \"deltanet\", \"heads\": 2, \"conv\": 0, \"use_gate\": true, "
+            "\"allow_neg_eigval\": true, \"expand_k\": 2, \"chunk\": 64"), 0, 0, 0, 1},
+    {"gated_deltanet, conv 4, output gate, expand_v 2 (defaults), chunk 32",
+     DELTA_("\"kind\": \"gated_deltanet\", \"heads\": 2"), 0, 0, 0, 1},
+    {"gated_deltanet, conv 1 (none), no gate, allow_neg_eigval, A and dt init ranges, 4 heads, chunk 8",
+     DELTA_("\"kind\": \"gated_deltanet\", \"heads\": 4, \"conv\": 1, \"use_gate\": false, "
+            "\"allow_neg_eigval\": true, \"A_init_lo\": 1, \"A_init_hi\": 4, \"dt_min\": 0.01, "
+            "\"dt_max\": 0.2, \"dt_init_floor\": 0.02, \"chunk\": 8"), 0, 0, 0, 1},
+    {"hybrid: gated_deltanet (conv 4) over attention, 2 layers, training steps",
+     "{\"d_model\": 32, \"n_layers\": 2, \"norm\": \"rmsnorm\", \"mlp\": {\"kind\": \"swiglu\"}, "
+     "\"mixer\": {\"kind\": \"gated_deltanet\", \"heads\": 2, \"chunk\": 16}, "
+     "\"layers\": [{\"at\": \"1\", \"mixer\": {\"kind\": \"attention\", \"heads\": 2}}]}", 0, 0, 0, 0},
+#undef DELTA_
 };
 
 typedef struct Prec {
@@ -151,6 +169,12 @@ static unsigned long long rng_ = 88172645463325252ull;
 static double uniform_(void) {  // xorshift64, [0, 1)
     rng_ ^= rng_ << 13, rng_ ^= rng_ >> 7, rng_ ^= rng_ << 17;
     return (double)(rng_ >> 11) / 9007199254740992.0;
+}
+// each case draws its parameters' offsets and batches from a stream of its own (the same in every precision), so a
+// case's data do not depend on which cases run before it
+static void rng_case_(const Case *c) {
+    rng_ = 88172645463325252ull + 0x9E3779B97F4A7C15ull * (unsigned long long)(c - CASES_);
+    for (int i = 0; i < 8; i++) uniform_();  // past the nearby seeds' common start
 }
 
 // max |a - b| / max |b| over n floats (0/0 = 0)
@@ -250,6 +274,7 @@ static int run_case_(const Case *c, const Prec *p) {
     int B = c->B ? c->B : B_, T = c->T ? c->T : T_;
     Model m;
     if (!model_json_build_v(c->json, &m, V_, 17)) return 0;
+    rng_case_(c);
     // every parameter moved off its init, so biases and norm weights matter
     for (size_t i = 0; i < m.pt.numel; i++) m.params[i] += (float)(0.05 * (uniform_() - 0.5));
     Optim o;
@@ -450,6 +475,14 @@ static void refusals_(void) {
          "layer 0: gla selective_rope has no GPU kernels yet"},
         {"{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {\"kind\": \"linear_attn\", \"chunk\": 128}}",
          "layer 0: linear_attn chunk 128"},
+        {"{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {\"kind\": \"gated_deltanet\", "
+         "\"selective_rope\": {\"enabled\": true}}}",
+         "layer 0: gated_deltanet selective_rope has no GPU kernels yet"},
+        {"{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {\"kind\": \"deltanet\", \"chunk\": 128}}",
+         "layer 0: deltanet chunk 128"},
+        {"{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {\"kind\": \"gated_deltanet\", \"heads\": 1, "
+         "\"expand_k\": 16}}",
+         "layer 0: gated_deltanet key head size 512"},
         {"{\"d_model\": 64, \"n_layers\": 1, \"mixer\": {\"kind\": \"attention\", \"heads\": 1, \"head_dim\": 256}}",
          "head_dim 256"},
         {"{\"d_model\": 32, \"n_layers\": 1, \"head\": \"autoencoder\"}", "model.head \"autoencoder\""},
