@@ -205,4 +205,17 @@ static inline size_t gpu_take_slots(const GpuSlot *slots, size_t k, float *base)
 
 static inline unsigned gpu_blocks(size_t n, unsigned threads) { return (unsigned)((n + threads - 1) / threads); }
 
+// kernel over n elements, a thread each in blocks of 256 (the mixers' elementwise passes), then the launch's check.
+// The emulator rewrites the launches of .cu files only (tests/gpu/emu/cuda_runtime.h), so this header's is its call.
+#ifdef SEQ_GPU_EMU
+#define GPU_LAUNCH_(kernel, grid, block, ...) emu_launch(emu_cfg(grid, block), kernel, __VA_ARGS__)
+#else
+#define GPU_LAUNCH_(kernel, grid, block, ...) kernel<<<grid, block>>>(__VA_ARGS__)
+#endif
+#define GPU_LAUNCH(kernel, n, ...)                                                  \
+    do {                                                                            \
+        GPU_LAUNCH_(kernel, gpu_blocks((size_t)(n), 256), 256, __VA_ARGS__);        \
+        KERNEL_CHECK();                                                             \
+    } while (0)
+
 #endif

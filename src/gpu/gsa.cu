@@ -22,10 +22,7 @@ extern "C" {
 
 static int gsa_check_(const MixerSpec *s, int l, Err *e) {
     const GsaOpts *o = (const GsaOpts *)s->opts;
-    if (o->chunk > GPU_LINREC_MAX_L)
-        return err_set(e, "layer %d: gsa chunk %d: the GPU's recurrence takes chunks of 1..%d tokens (model.mixer.chunk; "
-                       "results do not depend on it beyond rounding)", l, o->chunk, GPU_LINREC_MAX_L);
-    return 0;
+    return gpu_refuse_chunked("gsa", l, 0, o->chunk, GPU_LINREC_MAX_L, "recurrence", e);
 }
 
 // ----------------------------------------------------------------------------
@@ -162,14 +159,12 @@ static void gsa_forward_(Mixer *m, float *y, GpuAct x, int B, int T) {
     });
     GPU_TIMED("gsa.gate", {
         gpu_matmul_forward(gpu_f32(a.fpre), x, mixer_param(m, o->k_f), NULL, BT, C, o->HM);
-        gsa_gates_kernel<<<gpu_blocks(nM, 256), 256>>>(a.f, a.s, a.fpre, nM, 1.0 / o->gate_logit_normalizer);
-        KERNEL_CHECK();
+        GPU_LAUNCH(gsa_gates_kernel, nM, a.f, a.s, a.fpre, nM, 1.0 / o->gate_logit_normalizer);
     });
     LinrecDims d1 = gsa_dims(o, 1, B, T), d2 = gsa_dims(o, 2, B, T);
     gpu_linrec_forward(s.ok, NULL, a.ckpt1, a.q, a.k, a.s, a.f, NULL, s.engine, &d1);  // timed per kernel inside
     GPU_TIMED("gsa.softmax", {
-        gsa_softmax_kernel<<<gpu_blocks(R, 128), 128>>>(a.p, s.ok, R, o->M);
-        KERNEL_CHECK();
+        GPU_LAUNCH(gsa_softmax_kernel, R, a.p, s.ok, R, o->M);
     });
     gpu_linrec_forward(a.o, NULL, a.ckpt2, a.p, a.s, a.v, a.f, NULL, s.engine, &d2);
     GPU_TIMED("gsa.out.forward", {
@@ -211,17 +206,14 @@ static void gsa_backward_(Mixer *m, float *dx, const float *dy, GpuAct x, int B,
     LinrecDims d1 = gsa_dims(o, 1, B, T), d2 = gsa_dims(o, 2, B, T);
     gpu_linrec_backward(s.dp, s.ds, s.dv, s.df, NULL, s.dO, NULL, a.ckpt2, a.p, a.s, a.v, a.f, NULL, s.engine, &d2);
     GPU_TIMED("gsa.softmax", {
-        gsa_softmax_backward_kernel<<<gpu_blocks(R, 128), 128>>>(s.dok, a.p, s.dp, R, o->M);
-        KERNEL_CHECK();
+        GPU_LAUNCH(gsa_softmax_backward_kernel, R, s.dok, a.p, s.dp, R, o->M);
     });
     // pass 1: ok = Hk^T q with Hk fed by k, s and decayed (on the slot side) by f
     CUDA_CHECK(cudaMemset(s.dq, 0, nD * sizeof(float)));
     CUDA_CHECK(cudaMemset(s.dk, 0, nD * sizeof(float)));
     gpu_linrec_backward(s.dq, s.dk, s.ds, s.df, NULL, s.dok, NULL, a.ckpt1, a.q, a.k, a.s, a.f, NULL, s.engine, &d1);
     GPU_TIMED("gsa.gate", {
-        gsa_gates_backward_kernel<<<gpu_blocks(nM, 256), 256>>>(s.dpre, s.df, s.ds, a.s, a.fpre, nM,
-                                                                1.0 / o->gate_logit_normalizer);
-        KERNEL_CHECK();
+        GPU_LAUNCH(gsa_gates_backward_kernel, nM, s.dpre, s.df, s.ds, a.s, a.fpre, nM, 1.0 / o->gate_logit_normalizer);
         gpu_matmul_backward(gpu_f32(dx), mixer_grad(m, o->k_f), NULL, gpu_f32(s.dpre), x, mixer_param(m, o->k_f), BT,
                             C, o->HM, 1);
     });

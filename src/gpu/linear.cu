@@ -3,7 +3,7 @@
 // short convolutions and silu: gpu/shortconv.cuh), the feature map (elu+1, relu, or hadamard's two per-head
 // Linears), RoPE for the complex forget gate (`rotate`, always in retnet: gpu/rotary.cuh), the decay (retnet's
 // fixed per-head one, gla's low-rank per-channel gate), the normaliser's column of ones, the chunked recurrence
-// (gpu/linrec.cuh), the per-head RMSNorm with its swish output gate (gpu/groupnorm.cuh) and the output projection.
+// (gpu/linrec.cuh), the per-head RMSNorm with its swish output gate and the output projection (gpu/mixer_out.cuh).
 // The small elementwise passes between them are this file's kernels: each element is one thread's, no sums
 // across threads, so two runs give the same bits.
 // linear_check_ refuses gla's selective_rope (no GPU kernels yet) and chunks longer than the engine stages.
@@ -12,10 +12,10 @@
 #include "gpu/activation.cuh"
 #include "gpu/common.cuh"
 #include "gpu/gates.cuh"
-#include "gpu/groupnorm.cuh"
 #include "gpu/linrec.cuh"
 #include "gpu/matmul.cuh"
 #include "gpu/mixer_gpu.cuh"
+#include "gpu/mixer_out.cuh"
 #include "gpu/rotary.cuh"
 #include "gpu/shortconv.cuh"
 
@@ -27,14 +27,7 @@ static const char *const LIN_NAMES_[] = {"linear_attn", "retnet", "gla"};
 
 static int linear_check_(const MixerSpec *s, int l, Err *e) {
     const LinOpts *o = (const LinOpts *)s->opts;
-    const char *name = LIN_NAMES_[o->variant];
-    if (o->sr.enabled)
-        return err_set(e, "layer %d: %s selective_rope has no GPU kernels yet; with run.device cuda, "
-                       "model.mixer.selective_rope must be off (or train on run.device cpu)", l, name);
-    if (o->chunk > GPU_LINREC_MAX_L)
-        return err_set(e, "layer %d: %s chunk %d: the GPU's recurrence takes chunks of 1..%d tokens (model.mixer.chunk; "
-                       "results do not depend on it beyond rounding)", l, name, o->chunk, GPU_LINREC_MAX_L);
-    return 0;
+    return gpu_refuse_chunked(LIN_NAMES_[o->variant], l, o->sr.enabled, o->chunk, GPU_LINREC_MAX_L, "recurrence", e);
 }
 
 // ----------------------------------------------------------------------------
@@ -187,18 +180,9 @@ __global__ void lin_retnet_decay_kernel(float *g, int H) {
     if (h < H) g[h] = (float)log1p(-ldexp(1.0, -5 - h));
 }
 
-#define LIN_LAUNCH_(kernel, n, ...)                                       \
-    do {                                                                  \
-        kernel<<<gpu_blocks((size_t)(n), 256), 256>>>(__VA_ARGS__);       \
-        KERNEL_CHECK();                                                   \
-    } while (0)
-
 // ----------------------------------------------------------------------------
 // the pieces forward and backward share
 
-static GroupNormOpts lin_norm_opts_(const LinOpts *o) {
-    return GroupNormOpts{o->output_gate ? GROUPNORM_GATE_AFTER : GROUPNORM_GATE_NONE, 0, 1, (float)o->norm_eps};
-}
 static RotaryCfg lin_rope_(const LinOpts *o) { return RotaryCfg{ROTARY_HALF, (float)o->rope_base, NULL}; }
 
 // q (which 0) or k (1) of N rows through the feature map: out (N,HK) from x (N,HK); fa (2,N,HK) keeps hadamard's
@@ -206,14 +190,14 @@ static RotaryCfg lin_rope_(const LinOpts *o) { return RotaryCfg{ROTARY_HALF, (fl
 static void lin_fmap_(const Mixer *m, int which, float *out, float *fa, const float *x, int N) {
     const LinOpts *o = (const LinOpts *)m->spec->opts;
     size_t n = (size_t)N * o->HK;
-    if (o->fmap == FMAP_ELU) LIN_LAUNCH_(lin_elu_kernel, n, out, x, n);
+    if (o->fmap == FMAP_ELU) GPU_LAUNCH(lin_elu_kernel, n, out, x, n);
     else if (o->fmap == FMAP_RELU) gpu_relu_forward(out, x, n);
     else if (o->fmap == FMAP_HADAMARD) {
         int k0 = which ? o->k_f3w : o->k_f1w;  // w1, b1, w2, b2 follow in declaration order
         gpu_matmul_forward(gpu_f32(fa), gpu_f32(x), mixer_param(m, k0), mixer_param(m, k0 + 1), N * o->H, o->Dk, o->Dk);
         gpu_matmul_forward(gpu_f32(fa + n), gpu_f32(x), mixer_param(m, k0 + 2), mixer_param(m, k0 + 3), N * o->H, o->Dk,
                            o->Dk);
-        LIN_LAUNCH_(lin_mul_kernel, n, out, fa, n);
+        GPU_LAUNCH(lin_mul_kernel, n, out, fa, n);
     }
 }
 
@@ -222,11 +206,11 @@ static void lin_fmap_backward_(Mixer *m, int which, float *dx, const float *dout
                                float *tmp, int N) {
     const LinOpts *o = (const LinOpts *)m->spec->opts;
     size_t n = (size_t)N * o->HK;
-    if (o->fmap == FMAP_ELU) LIN_LAUNCH_(lin_elu_backward_kernel, n, dx, dout, x, n);
+    if (o->fmap == FMAP_ELU) GPU_LAUNCH(lin_elu_backward_kernel, n, dx, dout, x, n);
     else if (o->fmap == FMAP_RELU) gpu_relu_backward(dx, x, dout, n);
     else if (o->fmap == FMAP_HADAMARD) {
         int k0 = which ? o->k_f3w : o->k_f1w;
-        LIN_LAUNCH_(lin_mul_backward_kernel, n, tmp, dout, fa, n);
+        GPU_LAUNCH(lin_mul_backward_kernel, n, tmp, dout, fa, n);
         gpu_matmul_backward(gpu_f32(dx), mixer_grad(m, k0), mixer_grad(m, k0 + 1), gpu_f32(tmp), gpu_f32(x),
                             mixer_param(m, k0), N * o->H, o->Dk, o->Dk, 1);
         gpu_matmul_backward(gpu_f32(dx), mixer_grad(m, k0 + 2), mixer_grad(m, k0 + 3), gpu_f32(tmp + n), gpu_f32(x),
@@ -261,56 +245,41 @@ static void linear_forward_(Mixer *m, float *y, GpuAct x, int B, int T) {
     }
     const float *g = NULL;
     if (o->variant == LIN_RETNET) {
-        LIN_LAUNCH_(lin_retnet_decay_kernel, o->H, a.gh, o->H);
+        GPU_LAUNCH(lin_retnet_decay_kernel, o->H, a.gh, o->H);
         g = a.gh;
     } else if (o->variant == LIN_GLA) {
         GPU_TIMED("lin.gate", {
             gpu_matmul_forward(gpu_f32(a.gr), x, mixer_param(m, o->k_gk1), NULL, BT, C, o->gate_rank);
             gpu_matmul_forward(gpu_f32(a.gpre), gpu_f32(a.gr), mixer_param(m, o->k_gk2), mixer_param(m, o->k_gkb), BT,
                                o->gate_rank, o->GW);
-            LIN_LAUNCH_(lin_decay_kernel, rows * o->Dk, a.g, a.gpre, rows, o->Dk, o->rotate,
+            GPU_LAUNCH(lin_decay_kernel, rows * o->Dk, a.g, a.gpre, rows, o->Dk, o->rotate,
                         (float)(1.0 / o->gate_normalizer));
         });
         g = a.g;
     }
-    if (o->normalize) LIN_LAUNCH_(lin_augment_kernel, rows * o->Dva, a.v, a.xv, rows, o->Dv);
+    if (o->normalize) GPU_LAUNCH(lin_augment_kernel, rows * o->Dva, a.v, a.xv, rows, o->Dv);
     LinrecDims d = lin_dims(o, B, T);
     gpu_linrec_forward(a.o, NULL, a.ckpt, a.q, a.k, a.v, g, NULL, sc.engine, &d);  // timed per kernel inside
-    if (o->normalize) LIN_LAUNCH_(lin_normalize_kernel, rows * o->Dv, a.on, a.o, rows, o->Dv);
-    if (o->output_gate)
-        GPU_TIMED("lin.gate", gpu_matmul_forward(gpu_f32(a.z), x, mixer_param(m, o->k_g), NULL, BT, C, o->HV));
-    GroupNormOpts gn = lin_norm_opts_(o);
-    GPU_TIMED("lin.norm", gpu_groupnorm_forward(a.yn, NULL, a.rstd, a.on, a.z, mixer_param(m, o->k_norm), BT, o->H,
-                                                o->Dv, &gn));
-    GPU_TIMED("lin.out.forward",
-              gpu_matmul_forward(gpu_f32(y), gpu_f32(a.yn), mixer_param(m, o->k_o), NULL, BT, o->HV, C));
+    if (o->normalize) GPU_LAUNCH(lin_normalize_kernel, rows * o->Dv, a.on, a.o, rows, o->Dv);
+    GPU_TIMED("lin.out.forward", gpu_mixer_out_forward(m, o->k_g, o->k_norm, o->k_o, y, a.yn, a.rstd, a.z, a.on, x, BT,
+                                                       o->H, o->Dv, (float)o->norm_eps));
 }
 
 static void linear_backward_(Mixer *m, float *dx, const float *dy, GpuAct x, int B, int T) {
     const LinOpts *o = (const LinOpts *)m->spec->opts;
     int C = m->spec->C, BT = B * T;
-    size_t rows = (size_t)BT * o->H, nK = (size_t)BT * o->HK, nV = (size_t)BT * o->HV, nA = rows * o->Dva;
+    size_t rows = (size_t)BT * o->H, nK = (size_t)BT * o->HK, nA = rows * o->Dva;
     GpuLinActs a;
     lin_layout_(o, B, T, m->acts, &a);
     GpuLinScratch s;
     scratch_layout_(o, B, T, m->scratch, &s);
-    // y = yn W_o^T
-    GPU_TIMED("lin.out.backward", gpu_matmul_backward(gpu_f32(s.dyn), mixer_grad(m, o->k_o), NULL, gpu_f32(dy),
-                                                      gpu_f32(a.yn), mixer_param(m, o->k_o), BT, o->HV, C, 0));
-    // yn = norm(on) [* swish(z)]
-    CUDA_CHECK(cudaMemset(s.don, 0, nV * sizeof(float)));
-    if (o->output_gate) CUDA_CHECK(cudaMemset(s.dz, 0, nV * sizeof(float)));
-    GroupNormOpts gn = lin_norm_opts_(o);
-    GPU_TIMED("lin.norm", gpu_groupnorm_backward(s.don, o->output_gate ? s.dz : NULL, mixer_grad(m, o->k_norm), s.dyn,
-                                                 a.on, a.z, mixer_param(m, o->k_norm), NULL, a.rstd, BT, o->H, o->Dv,
-                                                 &gn));
-    if (o->output_gate)
-        GPU_TIMED("lin.gate", gpu_matmul_backward(gpu_f32(dx), mixer_grad(m, o->k_g), NULL, gpu_f32(s.dz), x,
-                                                  mixer_param(m, o->k_g), BT, C, o->HV, 1));
+    // y = yn W_o^T, yn = norm(on) [* swish(z)], z = x W_g^T
+    GPU_TIMED("lin.out.backward", gpu_mixer_out_backward(m, o->k_g, o->k_norm, o->k_o, dx, s.don, s.dyn, s.dz, dy, a.yn,
+                                                         a.rstd, a.z, a.on, x, BT, o->H, o->Dv, (float)o->norm_eps));
     // on = o[:Dv] / (o[Dv] + eps)
     const float *dO = s.don;
     if (o->normalize) {
-        LIN_LAUNCH_(lin_normalize_backward_kernel, rows, s.doa, s.don, a.o, rows, o->Dv);
+        GPU_LAUNCH(lin_normalize_backward_kernel, rows, s.doa, s.don, a.o, rows, o->Dv);
         dO = s.doa;
     }
     // the recurrence
@@ -326,7 +295,7 @@ static void linear_backward_(Mixer *m, float *dx, const float *dy, GpuAct x, int
     if (o->variant == LIN_GLA) {
         float *dgp = s.dyn, *dgr = s.tmp;  // dyn is free since the norm's backward
         GPU_TIMED("lin.gate", {
-            LIN_LAUNCH_(lin_decay_backward_kernel, rows * (o->GW / o->H), dgp, s.dg, a.gpre, rows, o->Dk, o->rotate,
+            GPU_LAUNCH(lin_decay_backward_kernel, rows * (o->GW / o->H), dgp, s.dg, a.gpre, rows, o->Dk, o->rotate,
                         (float)(1.0 / o->gate_normalizer));
             CUDA_CHECK(cudaMemset(dgr, 0, (size_t)BT * o->gate_rank * sizeof(float)));
             gpu_matmul_backward(gpu_f32(dgr), mixer_grad(m, o->k_gk2), mixer_grad(m, o->k_gkb), gpu_f32(dgp),
@@ -338,7 +307,7 @@ static void linear_backward_(Mixer *m, float *dx, const float *dy, GpuAct x, int
     // v: drop the ones column
     const float *dxv = s.dv;
     if (o->normalize) {
-        LIN_LAUNCH_(lin_drop_ones_kernel, rows * o->Dv, s.doa, s.dv, rows, o->Dv);
+        GPU_LAUNCH(lin_drop_ones_kernel, rows * o->Dv, s.doa, s.dv, rows, o->Dv);
         dxv = s.doa;
     }
     // q, k through RoPE or the feature map

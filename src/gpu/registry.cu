@@ -10,6 +10,8 @@ static const GpuMixerOps *const GPU_MIXERS_[] = {
     &GPU_MIXER_RETNET,
     &GPU_MIXER_GLA,
     &GPU_MIXER_GSA,
+    &GPU_MIXER_DELTANET,
+    &GPU_MIXER_GATED_DELTANET,
 };
 static const int N_GPU_MIXERS_ = (int)(sizeof GPU_MIXERS_ / sizeof GPU_MIXERS_[0]);
 

@@ -9,7 +9,7 @@
  *   S_t = a_t (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T,   o_t = S_t^T q_t / sqrt(Dk)
  *   y = o_proj(RMSNorm_head(o) [* swish(x W_g^T)])
  *
- * One options struct and one set of functions; each entry's schema lists only the keys that mean something
+ * One options struct (mixers/delta.h, shared with the GPU side gpu/deltanet.cu) and one set of functions; each entry's schema lists only the keys that mean something
  * for it (the A / dt init ranges on deltanet are unknown keys), with that mixer's reference defaults.
  */
 #include <float.h>
@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mixers/delta.h"
 #include "mixers/mixer.h"
 #include "mixers/mixer_kit.h"
 #include "mixers/selrope.h"
@@ -27,18 +28,6 @@
 #include "nn/groupnorm.h"
 #include "nn/matmul.h"
 #include "nn/norm.h"
-
-#define DELTA_L2_EPS 1e-6f  // FLA's l2norm: x / sqrt(|x|^2 + 1e-6)
-
-typedef struct DeltaOpts {
-    // from the config (a key absent from an entry's schema keeps the zeroed default)
-    int heads, conv, allow_neg_eigval, use_gate, chunk;
-    double expand_k, expand_v, norm_eps, init_std, a_lo, a_hi, dt_min, dt_max, dt_floor;
-    SelRopeOpts sr;  // gated_deltanet: selective_rope (mixers/selrope.h)
-    // derived by check
-    int gated, H, Dk, Dv, HK, HV, K;  // K: conv taps (0 = no conv)
-    int k_q, k_k, k_v, k_cq, k_ck, k_cv, k_b, k_a, k_A, k_dt, k_g, k_norm, k_o;
-} DeltaOpts;
 
 #define KEY_(...) MIXER_KEY(DeltaOpts, __VA_ARGS__)
 #define KEY_COMMON_(gate_def, gate_doc) \
@@ -158,18 +147,13 @@ typedef struct DeltaActs {
     float *sr;            // selective_rope's activations (selrope_act_size)
 } DeltaActs;
 
-static DeltaDims delta_dims_(const DeltaOpts *o, int B, int T) {
-    DeltaDims d = {B, T, o->H, o->Dk, o->Dv, o->chunk, (float)(1.0 / sqrt((double)o->Dk))};
-    return d;
-}
-
 static size_t delta_layout_(const MixerSpec *s, int B, int T, float *base, DeltaActs *a) {
     const DeltaOpts *o = s->opts;
     size_t BT = (size_t)B * T, n = 0, BH = BT * o->H;
     int cv = o->K > 0;
     DeltaActs t;
     if (!a) a = &t;
-    DeltaDims d = delta_dims_(o, B, T);
+    DeltaDims d = delta_mixer_dims(o, B, T);
     a->xq = mixer_take(base, &n, BT * o->HK, cv);
     a->xk = mixer_take(base, &n, BT * o->HK, cv);
     a->xv = mixer_take(base, &n, BT * o->HV, cv);
@@ -220,7 +204,7 @@ static GroupNormOpts delta_norm_opts_(const DeltaOpts *o) {
 
 // beta (R,) from its pre-activation
 static void delta_beta_(const DeltaOpts *o, float *beta, const float *bpre, size_t R) {
-    double s = o->allow_neg_eigval ? 2.0 : 1.0;
+    double s = delta_beta_scale(o);
 #pragma omp parallel for if (R >= 4096)
     for (size_t i = 0; i < R; i++) beta[i] = (float)(s * mixer_sigmoid(bpre[i]));
 }
@@ -261,7 +245,7 @@ static void delta_forward_(Mixer *m, float *y, const float *x, int B, int T) {
         matmul_forward(a.apre, x, mixer_param(m, o->k_a), NULL, BT, C, H);
         delta_decay_(m, a.g, a.apre, (size_t)BT);
     }
-    DeltaDims d = delta_dims_(o, B, T);
+    DeltaDims d = delta_mixer_dims(o, B, T);
     delta_forward(a.o, a.ckpt, NULL, a.q, a.k, a.v, a.beta, a.g, &d);
     if (o->use_gate) matmul_forward(a.z, x, mixer_param(m, o->k_g), NULL, BT, C, o->HV);
     GroupNormOpts gn = delta_norm_opts_(o);
@@ -298,10 +282,10 @@ static void delta_backward_(Mixer *m, float *dx, const float *dy, const float *x
     memset(dv, 0, nV * sizeof(float));
     memset(dbeta, 0, nH * sizeof(float));
     if (o->gated) memset(dg, 0, nH * sizeof(float));
-    DeltaDims d = delta_dims_(o, B, T);
+    DeltaDims d = delta_mixer_dims(o, B, T);
     delta_backward(dq, dk, dv, dbeta, o->gated ? dg : NULL, dO, a.ckpt, a.q, a.k, a.v, a.beta, a.g, &d);
     // beta = s sigmoid(bpre): dbpre = dbeta beta (1 - beta / s)
-    double sc = o->allow_neg_eigval ? 2.0 : 1.0;
+    double sc = delta_beta_scale(o);
     for (size_t i = 0; i < nH; i++) {
         double sg = a.beta[i] / sc;
         dbeta[i] = (float)(dbeta[i] * sc * sg * (1.0 - sg));
@@ -339,7 +323,7 @@ static void delta_backward_(Mixer *m, float *dx, const float *dy, const float *x
 // selective_rope: its state (selrope_state_size)]
 
 static size_t delta_engine_state_(const DeltaOpts *o) {
-    DeltaDims d = delta_dims_(o, 1, 1);
+    DeltaDims d = delta_mixer_dims(o, 1, 1);
     return (size_t)o->H * delta_state_size(&d);
 }
 
@@ -384,7 +368,7 @@ static void delta_step_(const Mixer *m, float *state, float *y, const float *x, 
         matmul_forward(apre, x, mixer_param(m, o->k_a), NULL, B, C, H);
         delta_decay_(m, g, apre, (size_t)B);
     }
-    DeltaDims d = delta_dims_(o, 1, 1);
+    DeltaDims d = delta_mixer_dims(o, 1, 1);
     for (int b = 0; b < B; b++)
         delta_step(oo + (size_t)b * o->HV, state + b * n, q + (size_t)b * o->HK, k + (size_t)b * o->HK,
                    v + (size_t)b * o->HV, beta + (size_t)b * H, o->gated ? g + (size_t)b * H : NULL, &d);

@@ -136,6 +136,24 @@ static const Case CASES_[] = {
      LIN_("\"kind\": \"gsa\", \"heads\": 4, \"num_slots\": 6, \"feature_map\": \"identity\", "
           "\"chunk\": 8"), 0, 0, 0, 1},
 #undef LIN_
+    // the delta rule (gpu/deltanet.cu): each option group through one small layer, chunks of 8, 16, 32 and 64 across
+    // T 70 (the last chunk partial); the hybrid with training steps
+#define DELTA_(MIXER) "{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {" MIXER "}}"
+    {"deltanet, conv 4, chunk 16", DELTA_("\"kind\": \"deltanet\", \"heads\": 2, \"chunk\": 16"), 0, 0, 0, 1},
+    {"deltanet, no conv, use_gate, allow_neg_eigval, expand_k 2, chunk 64",
+     DELTA_("\"kind\": \"deltanet\", \"heads\": 2, \"conv\": 0, \"use_gate\": true, "
+            "\"allow_neg_eigval\": true, \"expand_k\": 2, \"chunk\": 64"), 0, 0, 0, 1},
+    {"gated_deltanet, conv 4, output gate, expand_v 2 (defaults), chunk 32",
+     DELTA_("\"kind\": \"gated_deltanet\", \"heads\": 2"), 0, 0, 0, 1},
+    {"gated_deltanet, conv 1 (none), no gate, allow_neg_eigval, A and dt init ranges, 4 heads, chunk 8",
+     DELTA_("\"kind\": \"gated_deltanet\", \"heads\": 4, \"conv\": 1, \"use_gate\": false, "
+            "\"allow_neg_eigval\": true, \"A_init_lo\": 1, \"A_init_hi\": 4, \"dt_min\": 0.01, "
+            "\"dt_max\": 0.2, \"dt_init_floor\": 0.02, \"chunk\": 8"), 0, 0, 0, 1},
+    {"hybrid: gated_deltanet (conv 4) over attention, 2 layers, training steps",
+     "{\"d_model\": 32, \"n_layers\": 2, \"norm\": \"rmsnorm\", \"mlp\": {\"kind\": \"swiglu\"}, "
+     "\"mixer\": {\"kind\": \"gated_deltanet\", \"heads\": 2, \"chunk\": 16}, "
+     "\"layers\": [{\"at\": \"1\", \"mixer\": {\"kind\": \"attention\", \"heads\": 2}}]}", 0, 0, 0, 0},
+#undef DELTA_
 };
 
 typedef struct Prec {
@@ -481,6 +499,14 @@ static void refusals_(void) {
         {"{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {\"kind\": \"linear_attn\", \"chunk\": 128}}",
          "layer 0: linear_attn chunk 128"},
         {"{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {\"kind\": \"gsa\", \"chunk\": 65}}", "layer 0: gsa chunk 65"},
+        {"{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {\"kind\": \"gated_deltanet\", "
+         "\"selective_rope\": {\"enabled\": true}}}",
+         "layer 0: gated_deltanet selective_rope has no GPU kernels yet"},
+        {"{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {\"kind\": \"deltanet\", \"chunk\": 128}}",
+         "layer 0: deltanet chunk 128"},
+        {"{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {\"kind\": \"gated_deltanet\", \"heads\": 1, "
+         "\"expand_k\": 16}}",
+         "layer 0: gated_deltanet key head size 512"},
         {"{\"d_model\": 64, \"n_layers\": 1, \"mixer\": {\"kind\": \"attention\", \"heads\": 1, \"head_dim\": 256}}",
          "head_dim 256"},
         {"{\"d_model\": 32, \"n_layers\": 1, \"head\": \"autoencoder\"}", "model.head \"autoencoder\""},
