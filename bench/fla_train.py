@@ -1,8 +1,9 @@
 """flash-linear-attention's language models trained for speed on the GPU (bench/gpu_speed.sh's FLA rows).
 
 Builds FLA's own model (fla.models: GLAForCausalLM, GatedDeltaNetForCausalLM) with the architecture of a seqtrain
-config (its --print-config on stdin: d_model, n_layers, the mixer's heads / expand_k / expand_v / gates / conv, the SwiGLU MLP's width, tied or untied head, vocab), trains it on random tokens with AdamW (weight decay
-on matrices, clipping at 1.0) and prints one line
+config (its --print-config on stdin: d_model, n_layers, the mixer's heads / expand_k / expand_v / gates / conv, the
+SwiGLU MLP's width, tied or untied head, vocab), trains it on random tokens with AdamW (weight decay on matrices,
+clipping at 1.0) and prints one line
 
     fla_train: model=gla params=N tokens_per_s=X peak_mem_mib=M
 
