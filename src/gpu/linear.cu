@@ -31,10 +31,7 @@ static int linear_check_(const MixerSpec *s, int l, Err *e) {
     if (o->sr.enabled)
         return err_set(e, "layer %d: %s selective_rope has no GPU kernels yet; with run.device cuda, "
                        "model.mixer.selective_rope must be off (or train on run.device cpu)", l, name);
-    if (o->chunk > GPU_LINREC_MAX_L)
-        return err_set(e, "layer %d: %s chunk %d: the GPU's recurrence takes chunks of 1..%d tokens (model.mixer.chunk; "
-                       "results do not depend on it beyond rounding)", l, name, o->chunk, GPU_LINREC_MAX_L);
-    return 0;
+    return gpu_linrec_chunk_check(o->chunk, name, l, e);
 }
 
 // ----------------------------------------------------------------------------
@@ -127,20 +124,6 @@ __global__ void lin_mul_backward_kernel(float *t, const float *dout, const float
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) t[i] = dout[i] * f[n + i], t[n + i] = dout[i] * f[i];
 }
-// va (rows, Dv+1) = v (rows, Dv) with a column of ones; drop: dst (rows, Dv) = src (rows, Dv+1) without it
-__global__ void lin_augment_kernel(float *va, const float *v, size_t rows, int Dv) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= rows * (Dv + 1)) return;
-    size_t r = i / (Dv + 1);
-    int j = i % (Dv + 1);
-    va[i] = j < Dv ? v[r * Dv + j] : 1.0f;
-}
-__global__ void lin_drop_ones_kernel(float *dst, const float *src, size_t rows, int Dv) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= rows * Dv) return;
-    size_t r = i / Dv;
-    dst[i] = src[r * (Dv + 1) + i % Dv];
-}
 // on (rows, Dv) = oa[:Dv] / (oa[Dv] + eps) per row of oa (rows, Dv+1)
 __global__ void lin_normalize_kernel(float *on, const float *oa, size_t rows, int Dv) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -187,12 +170,6 @@ __global__ void lin_retnet_decay_kernel(float *g, int H) {
     if (h < H) g[h] = (float)log1p(-ldexp(1.0, -5 - h));
 }
 
-#define LIN_LAUNCH_(kernel, n, ...)                                       \
-    do {                                                                  \
-        kernel<<<gpu_blocks((size_t)(n), 256), 256>>>(__VA_ARGS__);       \
-        KERNEL_CHECK();                                                   \
-    } while (0)
-
 // ----------------------------------------------------------------------------
 // the pieces forward and backward share
 
@@ -206,14 +183,14 @@ static RotaryCfg lin_rope_(const LinOpts *o) { return RotaryCfg{ROTARY_HALF, (fl
 static void lin_fmap_(const Mixer *m, int which, float *out, float *fa, const float *x, int N) {
     const LinOpts *o = (const LinOpts *)m->spec->opts;
     size_t n = (size_t)N * o->HK;
-    if (o->fmap == FMAP_ELU) LIN_LAUNCH_(lin_elu_kernel, n, out, x, n);
+    if (o->fmap == FMAP_ELU) MIXER_LAUNCH(lin_elu_kernel, n, out, x, n);
     else if (o->fmap == FMAP_RELU) gpu_relu_forward(out, x, n);
     else if (o->fmap == FMAP_HADAMARD) {
         int k0 = which ? o->k_f3w : o->k_f1w;  // w1, b1, w2, b2 follow in declaration order
         gpu_matmul_forward(gpu_f32(fa), gpu_f32(x), mixer_param(m, k0), mixer_param(m, k0 + 1), N * o->H, o->Dk, o->Dk);
         gpu_matmul_forward(gpu_f32(fa + n), gpu_f32(x), mixer_param(m, k0 + 2), mixer_param(m, k0 + 3), N * o->H, o->Dk,
                            o->Dk);
-        LIN_LAUNCH_(lin_mul_kernel, n, out, fa, n);
+        MIXER_LAUNCH(lin_mul_kernel, n, out, fa, n);
     }
 }
 
@@ -222,11 +199,11 @@ static void lin_fmap_backward_(Mixer *m, int which, float *dx, const float *dout
                                float *tmp, int N) {
     const LinOpts *o = (const LinOpts *)m->spec->opts;
     size_t n = (size_t)N * o->HK;
-    if (o->fmap == FMAP_ELU) LIN_LAUNCH_(lin_elu_backward_kernel, n, dx, dout, x, n);
+    if (o->fmap == FMAP_ELU) MIXER_LAUNCH(lin_elu_backward_kernel, n, dx, dout, x, n);
     else if (o->fmap == FMAP_RELU) gpu_relu_backward(dx, x, dout, n);
     else if (o->fmap == FMAP_HADAMARD) {
         int k0 = which ? o->k_f3w : o->k_f1w;
-        LIN_LAUNCH_(lin_mul_backward_kernel, n, tmp, dout, fa, n);
+        MIXER_LAUNCH(lin_mul_backward_kernel, n, tmp, dout, fa, n);
         gpu_matmul_backward(gpu_f32(dx), mixer_grad(m, k0), mixer_grad(m, k0 + 1), gpu_f32(tmp), gpu_f32(x),
                             mixer_param(m, k0), N * o->H, o->Dk, o->Dk, 1);
         gpu_matmul_backward(gpu_f32(dx), mixer_grad(m, k0 + 2), mixer_grad(m, k0 + 3), gpu_f32(tmp + n), gpu_f32(x),
@@ -261,22 +238,22 @@ static void linear_forward_(Mixer *m, float *y, GpuAct x, int B, int T) {
     }
     const float *g = NULL;
     if (o->variant == LIN_RETNET) {
-        LIN_LAUNCH_(lin_retnet_decay_kernel, o->H, a.gh, o->H);
+        MIXER_LAUNCH(lin_retnet_decay_kernel, o->H, a.gh, o->H);
         g = a.gh;
     } else if (o->variant == LIN_GLA) {
         GPU_TIMED("lin.gate", {
             gpu_matmul_forward(gpu_f32(a.gr), x, mixer_param(m, o->k_gk1), NULL, BT, C, o->gate_rank);
             gpu_matmul_forward(gpu_f32(a.gpre), gpu_f32(a.gr), mixer_param(m, o->k_gk2), mixer_param(m, o->k_gkb), BT,
                                o->gate_rank, o->GW);
-            LIN_LAUNCH_(lin_decay_kernel, rows * o->Dk, a.g, a.gpre, rows, o->Dk, o->rotate,
+            MIXER_LAUNCH(lin_decay_kernel, rows * o->Dk, a.g, a.gpre, rows, o->Dk, o->rotate,
                         (float)(1.0 / o->gate_normalizer));
         });
         g = a.g;
     }
-    if (o->normalize) LIN_LAUNCH_(lin_augment_kernel, rows * o->Dva, a.v, a.xv, rows, o->Dv);
+    if (o->normalize) gpu_linrec_ones_append(a.v, a.xv, rows, o->Dv);
     LinrecDims d = lin_dims(o, B, T);
     gpu_linrec_forward(a.o, NULL, a.ckpt, a.q, a.k, a.v, g, NULL, sc.engine, &d);  // timed per kernel inside
-    if (o->normalize) LIN_LAUNCH_(lin_normalize_kernel, rows * o->Dv, a.on, a.o, rows, o->Dv);
+    if (o->normalize) MIXER_LAUNCH(lin_normalize_kernel, rows * o->Dv, a.on, a.o, rows, o->Dv);
     if (o->output_gate)
         GPU_TIMED("lin.gate", gpu_matmul_forward(gpu_f32(a.z), x, mixer_param(m, o->k_g), NULL, BT, C, o->HV));
     GroupNormOpts gn = lin_norm_opts_(o);
@@ -310,7 +287,7 @@ static void linear_backward_(Mixer *m, float *dx, const float *dy, GpuAct x, int
     // on = o[:Dv] / (o[Dv] + eps)
     const float *dO = s.don;
     if (o->normalize) {
-        LIN_LAUNCH_(lin_normalize_backward_kernel, rows, s.doa, s.don, a.o, rows, o->Dv);
+        MIXER_LAUNCH(lin_normalize_backward_kernel, rows, s.doa, s.don, a.o, rows, o->Dv);
         dO = s.doa;
     }
     // the recurrence
@@ -326,7 +303,7 @@ static void linear_backward_(Mixer *m, float *dx, const float *dy, GpuAct x, int
     if (o->variant == LIN_GLA) {
         float *dgp = s.dyn, *dgr = s.tmp;  // dyn is free since the norm's backward
         GPU_TIMED("lin.gate", {
-            LIN_LAUNCH_(lin_decay_backward_kernel, rows * (o->GW / o->H), dgp, s.dg, a.gpre, rows, o->Dk, o->rotate,
+            MIXER_LAUNCH(lin_decay_backward_kernel, rows * (o->GW / o->H), dgp, s.dg, a.gpre, rows, o->Dk, o->rotate,
                         (float)(1.0 / o->gate_normalizer));
             CUDA_CHECK(cudaMemset(dgr, 0, (size_t)BT * o->gate_rank * sizeof(float)));
             gpu_matmul_backward(gpu_f32(dgr), mixer_grad(m, o->k_gk2), mixer_grad(m, o->k_gkb), gpu_f32(dgp),
@@ -338,7 +315,7 @@ static void linear_backward_(Mixer *m, float *dx, const float *dy, GpuAct x, int
     // v: drop the ones column
     const float *dxv = s.dv;
     if (o->normalize) {
-        LIN_LAUNCH_(lin_drop_ones_kernel, rows * o->Dv, s.doa, s.dv, rows, o->Dv);
+        gpu_linrec_ones_drop(s.doa, s.dv, rows, o->Dv);
         dxv = s.doa;
     }
     // q, k through RoPE or the feature map

@@ -279,6 +279,12 @@ const char *gpu_linrec_refusal(const LinrecDims *d) {
     return NULL;
 }
 
+int gpu_linrec_chunk_check(int chunk, const char *mixer, int l, Err *e) {
+    if (chunk <= GPU_LINREC_MAX_L) return 0;
+    return err_set(e, "layer %d: %s chunk %d: the GPU's recurrence takes chunks of 1..%d tokens (model.mixer.chunk; "
+                   "results do not depend on it beyond rounding)", l, mixer, chunk, GPU_LINREC_MAX_L);
+}
+
 size_t gpu_linrec_ckpt_size(const LinrecDims *d) { return (size_t)d->B * d->H * nchunks_(*d) * state_size_(*d); }
 
 size_t gpu_linrec_scratch_size(const LinrecDims *d) {
@@ -307,5 +313,37 @@ void gpu_linrec_forward(float *o, float *m, float *ckpt, const float *q, const f
     KERNEL_CHECK();
     GPU_TIMED("linrec.fwd.output",
               linrec_output_kernel<<<dim3(nch, NV, BH), LR_THREADS, b_out>>>(o, s.A, q, v, g, li, st, dd));
+    KERNEL_CHECK();
+}
+
+// ----------------------------------------------------------------------------
+// the value side's column of ones
+
+// va (rows, Dv+1) = v (rows, Dv) with a 1 appended per row: a thread per element of va
+__global__ void linrec_ones_append_kernel(float *va, const float *v, size_t rows, int Dv) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= rows * (Dv + 1)) return;
+    size_t r = i / (Dv + 1);
+    int j = i % (Dv + 1);
+    va[i] = j < Dv ? v[r * Dv + j] : 1.0f;
+}
+// dst (rows, Dv) = src (rows, Dv+1) without its last column: a thread per element of dst
+__global__ void linrec_ones_drop_kernel(float *dst, const float *src, size_t rows, int Dv) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= rows * Dv) return;
+    dst[i] = src[(i / Dv) * (Dv + 1) + i % Dv];
+}
+
+void gpu_linrec_ones_append(float *va, const float *v, size_t rows, int Dv) {
+    size_t n = rows * (Dv + 1);
+    if (!n) return;
+    linrec_ones_append_kernel<<<gpu_blocks(n, 256), 256>>>(va, v, rows, Dv);
+    KERNEL_CHECK();
+}
+
+void gpu_linrec_ones_drop(float *dst, const float *src, size_t rows, int Dv) {
+    size_t n = rows * Dv;
+    if (!n) return;
+    linrec_ones_drop_kernel<<<gpu_blocks(n, 256), 256>>>(dst, src, rows, Dv);
     KERNEL_CHECK();
 }

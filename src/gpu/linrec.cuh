@@ -36,9 +36,14 @@
 extern "C" {
 #endif
 
+#include "core/err.h"
 #include "nn/linrec.h"
 
 #define GPU_LINREC_MAX_L 64  // the longest chunk the kernels stage (min(chunk, T))
+
+// a mixer's check (gpu/mixer_gpu.cuh) of its model.mixer.chunk: 0 when the kernels stage it, else -1 with e naming
+// layer l, the mixer and the value
+int gpu_linrec_chunk_check(int chunk, const char *mixer, int l, Err *e);
 
 // NULL when the kernels take d, else why not (one line, naming the field and value)
 const char *gpu_linrec_refusal(const LinrecDims *d);
@@ -63,6 +68,12 @@ void gpu_linrec_forward(float *o, float *m, float *ckpt, const float *q, const f
 void gpu_linrec_backward(float *dq, float *dk, float *dv, float *dg, float *dli, const float *dout, const float *dm,
                          const float *ckpt, const float *q, const float *k, const float *v, const float *g,
                          const float *li, float *scratch, const LinrecDims *d);
+
+// The normaliser column: a mixer that divides by q . sum k (linear_attn's normalize, mLSTM's q . n) gets it from the
+// recurrence as one more value channel of ones. va (rows, Dv+1) WRITTEN = v (rows, Dv) with a 1 appended per row;
+// the gradient back: dst (rows, Dv) WRITTEN = src (rows, Dv+1) without its last column. Device pointers.
+void gpu_linrec_ones_append(float *va, const float *v, size_t rows, int Dv);
+void gpu_linrec_ones_drop(float *dst, const float *src, size_t rows, int Dv);
 
 #ifdef __cplusplus
 }

@@ -34,8 +34,24 @@ typedef struct GpuMixerOps {
     void (*backward)(Mixer *m, float *dx, const float *dy, GpuAct x, int B, int T);  // dx += ...
 } GpuMixerOps;
 
+// kernel over n elements (or rows), a thread each in blocks of 256, with the launch check: the mixers' small
+// elementwise passes between the ops. The emulator rewrites the launches of .cu files only (the Makefile's perl), so
+// this header writes its launch the rewritten way there.
+#ifdef SEQ_GPU_EMU
+#define MIXER_LAUNCH_CALL_(kernel, n, ...) emu_launch(emu_cfg(gpu_blocks((size_t)(n), 256), 256), kernel, __VA_ARGS__)
+#else
+#define MIXER_LAUNCH_CALL_(kernel, n, ...) kernel<<<gpu_blocks((size_t)(n), 256), 256>>>(__VA_ARGS__)
+#endif
+#define MIXER_LAUNCH(kernel, n, ...)                      \
+    do {                                                  \
+        MIXER_LAUNCH_CALL_(kernel, n, __VA_ARGS__);       \
+        KERNEL_CHECK();                                   \
+    } while (0)
+
 extern const GpuMixerOps GPU_MIXER_ATTENTION;
 extern const GpuMixerOps GPU_MIXER_LINEAR_ATTN, GPU_MIXER_RETNET, GPU_MIXER_GLA;  // gpu/linear.cu
+extern const GpuMixerOps GPU_MIXER_MAMBA2;  // gpu/mamba2.cu
+extern const GpuMixerOps GPU_MIXER_MLSTM;   // gpu/mlstm.cu
 
 // the device side of the mixer called name (MixerOps.name), or NULL when it has none (gpu/registry.cu)
 const GpuMixerOps *gpu_mixer_lookup(const char *name);

@@ -9,6 +9,8 @@ static const GpuMixerOps *const GPU_MIXERS_[] = {
     &GPU_MIXER_LINEAR_ATTN,
     &GPU_MIXER_RETNET,
     &GPU_MIXER_GLA,
+    &GPU_MIXER_MAMBA2,
+    &GPU_MIXER_MLSTM,
 };
 static const int N_GPU_MIXERS_ = (int)(sizeof GPU_MIXERS_ / sizeof GPU_MIXERS_[0]);
 

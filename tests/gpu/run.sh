@@ -18,8 +18,9 @@
 # run's validation losses and accuracies; seqeval --device cuda on one checkpoint gives --device cpu's
 # perplexity tables (contexts up to one window of 4096, and sliding windows), per-position curves and --task
 # accuracy, and its --probe dump (logits, loss, every gradient) is the CPU's for every position scheme.
-# The linear family (linear_runs): gla, retnet, linear_attn and a hybrid (attention, then gla) each train on the
-# GPU on the CPU's curve, resume bit-identically, and give the CPU's perplexity, per-position curves and --probe.
+# The linear family and the state-space mixers (linear_runs): gla, retnet, linear_attn, mamba2, mlstm and a hybrid
+# (attention, then gla) each train on the GPU on the CPU's curve, resume bit-identically, and give the CPU's
+# perplexity, per-position curves and --probe.
 #   bash tests/gpu/run.sh      (from the repository root; SEQ_JOBS=N compile jobs, default 2; SEQ_NVCC=path;
 #                               SEQ_GPU_ONLY=1 skips part 1, for a GPU machine whose emulated run happened elsewhere)
 set -u
@@ -258,14 +259,17 @@ probe_runs() {
     done
 }
 
-# linear_runs LABEL BIN: the linear family on the GPU (gpu/linear.cu) with BIN's tools, on training_runs' tiny
-# config with each mixer in place of attention (and a hybrid: attention, then gla): a 12-step GPU run on the CPU
+# linear_runs LABEL BIN: the linear family (gpu/linear.cu) and the state-space mixers (gpu/mamba2.cu, gpu/mlstm.cu,
+# each in its fused block) on the GPU with BIN's tools, on training_runs' tiny config with each mixer in place of
+# attention (and a hybrid: attention, then gla): a 12-step GPU run on the CPU
 # run's curve, stopped at 6 and resumed bit-identical, seqeval --device cuda's perplexity and --probe against the
 # CPU's; gla also in bf16
 declare -A LINEAR=(
     [gla]="--set model.mixer={\"kind\":\"gla\",\"heads\":2,\"conv\":4}"
     [retnet]="--set model.mixer={\"kind\":\"retnet\",\"heads\":2}"
     [linear_attn]="--set model.mixer={\"kind\":\"linear_attn\",\"heads\":2,\"feature_map\":\"elu\",\"normalize\":true,\"rotate\":true}"
+    [mamba2]="--set model.mixer={\"kind\":\"mamba2\",\"d_state\":16,\"head_dim\":16,\"chunk\":16}"
+    [mlstm]="--set model.mixer={\"kind\":\"mlstm\",\"heads\":2,\"round_to\":16,\"chunk\":16}"
     [hybrid]="--set model.layers=[{\"at\":\"1\",\"mixer\":{\"kind\":\"gla\",\"heads\":2}}]"
 )
 linear_runs() {
