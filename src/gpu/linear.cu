@@ -120,20 +120,6 @@ __global__ void lin_mul_backward_kernel(float *t, const float *dout, const float
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) t[i] = dout[i] * f[n + i], t[n + i] = dout[i] * f[i];
 }
-// va (rows, Dv+1) = v (rows, Dv) with a column of ones; drop: dst (rows, Dv) = src (rows, Dv+1) without it
-__global__ void lin_augment_kernel(float *va, const float *v, size_t rows, int Dv) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= rows * (Dv + 1)) return;
-    size_t r = i / (Dv + 1);
-    int j = i % (Dv + 1);
-    va[i] = j < Dv ? v[r * Dv + j] : 1.0f;
-}
-__global__ void lin_drop_ones_kernel(float *dst, const float *src, size_t rows, int Dv) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= rows * Dv) return;
-    size_t r = i / Dv;
-    dst[i] = src[r * (Dv + 1) + i % Dv];
-}
 // on (rows, Dv) = oa[:Dv] / (oa[Dv] + eps) per row of oa (rows, Dv+1)
 __global__ void lin_normalize_kernel(float *on, const float *oa, size_t rows, int Dv) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -257,7 +243,7 @@ static void linear_forward_(Mixer *m, float *y, GpuAct x, int B, int T) {
         });
         g = a.g;
     }
-    if (o->normalize) GPU_LAUNCH(lin_augment_kernel, rows * o->Dva, a.v, a.xv, rows, o->Dv);
+    if (o->normalize) gpu_linrec_ones_append(a.v, a.xv, rows, o->Dv);
     LinrecDims d = lin_dims(o, B, T);
     gpu_linrec_forward(a.o, NULL, a.ckpt, a.q, a.k, a.v, g, NULL, sc.engine, &d);  // timed per kernel inside
     if (o->normalize) GPU_LAUNCH(lin_normalize_kernel, rows * o->Dv, a.on, a.o, rows, o->Dv);
@@ -307,7 +293,7 @@ static void linear_backward_(Mixer *m, float *dx, const float *dy, GpuAct x, int
     // v: drop the ones column
     const float *dxv = s.dv;
     if (o->normalize) {
-        GPU_LAUNCH(lin_drop_ones_kernel, rows * o->Dv, s.doa, s.dv, rows, o->Dv);
+        gpu_linrec_ones_drop(s.doa, s.dv, rows, o->Dv);
         dxv = s.doa;
     }
     // q, k through RoPE or the feature map

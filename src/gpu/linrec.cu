@@ -309,3 +309,35 @@ void gpu_linrec_forward(float *o, float *m, float *ckpt, const float *q, const f
               linrec_output_kernel<<<dim3(nch, NV, BH), LR_THREADS, b_out>>>(o, s.A, q, v, g, li, st, dd));
     KERNEL_CHECK();
 }
+
+// ----------------------------------------------------------------------------
+// the value side's column of ones
+
+// va (rows, Dv+1) = v (rows, Dv) with a 1 appended per row: a thread per element of va
+__global__ void linrec_ones_append_kernel(float *va, const float *v, size_t rows, int Dv) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= rows * (Dv + 1)) return;
+    size_t r = i / (Dv + 1);
+    int j = i % (Dv + 1);
+    va[i] = j < Dv ? v[r * Dv + j] : 1.0f;
+}
+// dst (rows, Dv) = src (rows, Dv+1) without its last column: a thread per element of dst
+__global__ void linrec_ones_drop_kernel(float *dst, const float *src, size_t rows, int Dv) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= rows * Dv) return;
+    dst[i] = src[(i / Dv) * (Dv + 1) + i % Dv];
+}
+
+void gpu_linrec_ones_append(float *va, const float *v, size_t rows, int Dv) {
+    size_t n = rows * (Dv + 1);
+    if (!n) return;
+    linrec_ones_append_kernel<<<gpu_blocks(n, 256), 256>>>(va, v, rows, Dv);
+    KERNEL_CHECK();
+}
+
+void gpu_linrec_ones_drop(float *dst, const float *src, size_t rows, int Dv) {
+    size_t n = rows * Dv;
+    if (!n) return;
+    linrec_ones_drop_kernel<<<gpu_blocks(n, 256), 256>>>(dst, src, rows, Dv);
+    KERNEL_CHECK();
+}

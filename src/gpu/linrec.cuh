@@ -64,6 +64,12 @@ void gpu_linrec_backward(float *dq, float *dk, float *dv, float *dg, float *dli,
                          const float *ckpt, const float *q, const float *k, const float *v, const float *g,
                          const float *li, float *scratch, const LinrecDims *d);
 
+// The normaliser column: a mixer that divides by q . sum k (linear_attn's normalize, mLSTM's q . n) gets it from the
+// recurrence as one more value channel of ones. va (rows, Dv+1) WRITTEN = v (rows, Dv) with a 1 appended per row;
+// the gradient back: dst (rows, Dv) WRITTEN = src (rows, Dv+1) without its last column. Device pointers.
+void gpu_linrec_ones_append(float *va, const float *v, size_t rows, int Dv);
+void gpu_linrec_ones_drop(float *dst, const float *src, size_t rows, int Dv);
+
 #ifdef __cplusplus
 }
 #endif

@@ -75,9 +75,6 @@ int gpu_check_model(const Model *m, Err *e) {
             return err_set(e, "run.device cuda: layer %d: mixer \"%s\" has no GPU kernels yet (model.mixer.kind or "
                            "model.layers; the GPU trains: %s); train it with run.device cpu", l, name, list);
         }
-        if (m->lp[l].fused)
-            return err_set(e, "run.device cuda: layer %d: block \"fused\" has no GPU path yet (model.block or "
-                           "model.layers[].block; the GPU takes prenorm blocks)", l);
         if (g->check(&m->mspec[l], l, e) != 0) return err_prefix(e, "run.device cuda: ");
     }
     return 0;
@@ -381,7 +378,7 @@ static GpuAct forward_(Gpu *g, int B, int T, int has_targets, int n_norm, int gr
         float *next = l + 1 < m->L ? g->la[l + 1].res : g->res_out;
         norm_fwd_(g, a->ln1, a->ln1_mean, a->ln1_rstd, a->res, lp->ln1_w, lp->ln1_b, BT);
         g->mops[l]->forward(&g->mix[l], g->mix_out, mm_(a->ln1), B, T);
-        if (!lp->has_mlp) {
+        if (!lp->has_mlp) {  // a fused block (x += mixer(norm(x))), or model.mlp.kind none
             GPU_TIMED("residual", gpu_residual(next, a->res, g->mix_out, NULL, (size_t)BT * C, C));
             continue;
         }

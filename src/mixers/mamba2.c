@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mixers/mamba2.h"
 #include "mixers/mixer.h"
 #include "mixers/mixer_kit.h"
 #include "nn/activation.h"
@@ -27,15 +28,6 @@
 #include "nn/groupnorm.h"
 #include "nn/linrec.h"
 #include "nn/matmul.h"
-
-typedef struct Mamba2Opts {
-    // from the config
-    int d_state, head_dim, n_groups, conv, conv_bias, chunk, rescale;
-    double expand, a_lo, a_hi, dt_min, dt_max, dt_floor, norm_eps, init_std;
-    // derived by check
-    int Di, H, P, N, G, K, CD;  // inner channels, heads, head size, state size, groups, conv taps, conv channels
-    int k_in, k_cw, k_cb, k_dt, k_A, k_D, k_nw, k_out;  // tensor indices (k_cb -1 without conv_bias)
-} Mamba2Opts;
 
 #define KEY_(...) MIXER_KEY(Mamba2Opts, __VA_ARGS__)
 
@@ -172,34 +164,13 @@ static void mamba2_skip_(const Mamba2Opts *o, const float *Dp, const float *u, f
         for (int c = 0; c < Di; c++) y[r * Di + c] += Dp[c / P] * u[r * CD + c];
 }
 
-static LinrecDims mamba2_dims_(const Mamba2Opts *o, int B, int T) {
-    LinrecDims d = {B, T, o->H, o->N, o->P, LINREC_TOKEN, 0, o->chunk, 1.0f};
-    return d;
-}
-
-static GroupNormOpts mamba2_norm_opts_(const Mamba2Opts *o) {
-    GroupNormOpts g = {GROUPNORM_GATE_BEFORE, 0, 0, (float)o->norm_eps};
-    return g;
-}
-
 // ----------------------------------------------------------------------------
-// saved activations and scratch (BT = B*T)
-
-typedef struct Mamba2Acts {
-    float *z;     // (BT,Di) the gate
-    float *xbc;   // (BT,CD) conv input
-    float *xc;    // (BT,CD) conv output, before silu
-    float *dtr;   // (BT,H) dt_raw
-    float *y;     // (BT,Di) scan output + D x (the norm's input)
-    float *rstd;  // (BT,G)
-    float *yn;    // (BT,Di) the norm's output (out_proj's input)
-    float *ckpt;  // the engine's chunk-start states
-} Mamba2Acts;
+// saved activations (Mamba2Acts, mixers/mamba2.h) and scratch (BT = B*T)
 
 static size_t mamba2_layout_(const MixerSpec *s, int B, int T, float *base, Mamba2Acts *a) {
     const Mamba2Opts *o = s->opts;
     size_t BT = (size_t)B * T, n = 0;
-    LinrecDims d = mamba2_dims_(o, B, T);
+    LinrecDims d = mamba2_dims(o, B, T);
     a->z = mixer_take(base, &n, BT * o->Di, 1);
     a->xbc = mixer_take(base, &n, BT * o->CD, 1);
     a->xc = mixer_take(base, &n, BT * o->CD, 1);
@@ -276,10 +247,10 @@ static void mamba2_forward_(Mixer *m, float *out, const float *x, int B, int T) 
     conv1d_causal_forward(a.xc, a.xbc, mixer_param(m, o->k_cw), o->conv_bias ? mixer_param(m, o->k_cb) : NULL, B, T,
                           CD, o->K);
     mamba2_front_(m, &a, &w, B, T);
-    LinrecDims d = mamba2_dims_(o, B, T);
+    LinrecDims d = mamba2_dims(o, B, T);
     linrec_forward(a.y, NULL, a.ckpt, NULL, w.q, w.k, w.v, w.g, NULL, &d);
     mamba2_skip_(o, mixer_param(m, o->k_D), w.u, a.y, BT);
-    GroupNormOpts gn = mamba2_norm_opts_(o);
+    GroupNormOpts gn = mamba2_norm_opts(o);
     groupnorm_forward(a.yn, NULL, a.rstd, a.y, a.z, mixer_param(m, o->k_nw), BT, o->G, Di / o->G, &gn);
     matmul_forward(out, a.yn, mixer_param(m, o->k_out), NULL, BT, Di, C);
 }
@@ -304,7 +275,7 @@ static void mamba2_backward_(Mixer *m, float *dx, const float *dy, const float *
     // yn = groupRMSNorm(y silu(z)) w
     memset(w.dyy, 0, (size_t)BT * Di * sizeof(float));
     memset(w.dz, 0, (size_t)BT * Di * sizeof(float));
-    GroupNormOpts gn = mamba2_norm_opts_(o);
+    GroupNormOpts gn = mamba2_norm_opts(o);
     groupnorm_backward(w.dyy, w.dz, mixer_grad(m, o->k_nw), w.dyn, a.y, a.z, mixer_param(m, o->k_nw), NULL, a.rstd, BT,
                        G, Di / G, &gn);
 
@@ -331,7 +302,7 @@ static void mamba2_backward_(Mixer *m, float *dx, const float *dy, const float *
     memset(w.dk, 0, BTHN * sizeof(float));
     memset(w.dv, 0, (size_t)BT * Di * sizeof(float));
     memset(w.dg, 0, (size_t)BT * H * sizeof(float));
-    LinrecDims d = mamba2_dims_(o, B, T);
+    LinrecDims d = mamba2_dims(o, B, T);
     linrec_backward(w.dq, w.dk, w.dv, w.dg, NULL, w.dyy, NULL, a.ckpt, w.q, w.k, w.v, w.g, NULL, &d);
 
     // v = dt x, g = dt A, dt = softplus(dt_raw + dt_bias); k, q = the group's B, C (sum over its heads)
@@ -387,7 +358,7 @@ static void mamba2_backward_(Mixer *m, float *dx, const float *dy, const float *
 // recurrent decoding: per sequence [the engine's state (H, N, P) | conv state (CD, K-1)]
 
 static size_t mamba2_engine_state_(const Mamba2Opts *o) {
-    LinrecDims d = mamba2_dims_(o, 1, 1);
+    LinrecDims d = mamba2_dims(o, 1, 1);
     return (size_t)o->H * linrec_state_size(&d);
 }
 
@@ -411,7 +382,7 @@ static void mamba2_state_terms_(const MixerSpec *s, int T, StateTerms *st) {
 static void mamba2_state_init_(const Mixer *m, float *state, int B, int cap) {
     const Mamba2Opts *o = m->spec->opts;
     size_t n = mamba2_state_size_(m->spec, 0), es = mamba2_engine_state_(o);
-    LinrecDims d = mamba2_dims_(o, 1, 1);
+    LinrecDims d = mamba2_dims(o, 1, 1);
     for (int b = 0; b < B; b++) {
         linrec_state_init(state + b * n, &d);
         memset(state + b * n + es, 0, (n - es) * sizeof(float));
@@ -437,12 +408,12 @@ static void mamba2_step_(const Mixer *m, float *state, float *out, const float *
     silu_forward(u, xc, Bs * CD);
     mamba2_dt_(o, mixer_param(m, o->k_dt), dtr, dt, Bs);
     mamba2_engine_in_(o, mixer_param(m, o->k_A), u, dt, q, k, v, g, Bs);
-    LinrecDims d = mamba2_dims_(o, 1, 1);
+    LinrecDims d = mamba2_dims(o, 1, 1);
     for (int b = 0; b < B; b++)
         linrec_step(y + (size_t)b * Di, NULL, state + b * n, q + (size_t)b * H * N, k + (size_t)b * H * N,
                     v + (size_t)b * Di, g + (size_t)b * H, NULL, &d);
     mamba2_skip_(o, mixer_param(m, o->k_D), u, y, Bs);
-    GroupNormOpts gn = mamba2_norm_opts_(o);
+    GroupNormOpts gn = mamba2_norm_opts(o);
     groupnorm_forward(yn, NULL, rstd, y, z, mixer_param(m, o->k_nw), B, o->G, Di / o->G, &gn);
     matmul_forward(out, yn, mixer_param(m, o->k_out), NULL, B, Di, C);
     free(buf);

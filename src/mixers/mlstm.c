@@ -19,23 +19,13 @@
 
 #include "mixers/mixer.h"
 #include "mixers/mixer_kit.h"
+#include "mixers/mlstm.h"
 #include "nn/activation.h"
 #include "nn/blockdiag.h"
 #include "nn/conv.h"
 #include "nn/groupnorm.h"
 #include "nn/linrec.h"
 #include "nn/matmul.h"
-
-#define MLSTM_EPS 1e-6  // added to the normaliser max(|q.n|, exp(-m)), as parallel_stabilized_simple's eps
-
-typedef struct MlstmOpts {
-    // from the config
-    int heads, conv, qkv_blocksize, round_to, chunk;
-    double proj_factor, fgate_bias_lo, fgate_bias_hi, igate_bias_std, norm_eps;
-    // derived by check
-    int I, H, D, Dv, K, bs, G;  // inner channels, heads, head size, D + 1, conv taps, q/k/v block size, blocks
-    int k_up, k_cw, k_cb, k_q, k_k, k_v, k_iw, k_ib, k_fw, k_fb, k_norm, k_skip, k_down;  // tensor indices (-1 absent)
-} MlstmOpts;
 
 #define KEY_(...) MIXER_KEY(MlstmOpts, __VA_ARGS__)
 
@@ -131,36 +121,13 @@ static void ml_init_(const Mixer *m) {
                           : (float)(o->fgate_bias_lo + (o->fgate_bias_hi - o->fgate_bias_lo) * h / (o->H - 1));
 }
 
-static LinrecDims ml_dims_(const MlstmOpts *o, int B, int T) {
-    LinrecDims d = {B, T, o->H, o->D, o->Dv, LINREC_TOKEN, 1, o->chunk, (float)(1.0 / sqrt((double)o->D))};
-    return d;
-}
-
-static const GroupNormOpts *ml_norm_opts_(const MlstmOpts *o, GroupNormOpts *g) {
-    *g = (GroupNormOpts){GROUPNORM_GATE_NONE, 1, 0, (float)o->norm_eps};
-    return g;
-}
-
 // ----------------------------------------------------------------------------
-// saved activations (BT = B*T)
-
-typedef struct MlstmActs {
-    float *xm, *z;            // (BT,I) the halves of proj_up
-    float *xcp, *xc;          // (BT,I) conv output, silu of it (conv 0: absent, xc = xm)
-    float *q, *k;             // (BT,I) = (B,T,H,D)
-    float *v;                 // (BT,H,D+1) v with a column of ones per head
-    float *ipre, *fpre, *lf;  // (BT,H) gate pre-activations, lf = logsigmoid(fpre)
-    float *o, *mm;            // (BT,H,D+1) the recurrence's output [C~^T q / sqrt D | q . n~]; (BT,H) stabiliser
-    float *h;                 // (BT,I) the cell's output before the outnorm
-    float *mean, *rstd;       // (BT*H) outnorm statistics
-    float *hs;                // (BT,I) outnorm(h) + skip (.) xc
-    float *ckpt;              // the recurrence's chunk states
-} MlstmActs;
+// saved activations (MlstmActs, mixers/mlstm.h; BT = B*T)
 
 static size_t ml_layout_(const MixerSpec *s, int B, int T, float *base, MlstmActs *a) {
     const MlstmOpts *o = s->opts;
     size_t BT = (size_t)B * T, n = 0, BTI = BT * o->I, BTH = BT * o->H, BTA = BTH * o->Dv;
-    LinrecDims d = ml_dims_(o, B, T);
+    LinrecDims d = mlstm_dims(o, B, T);
     a->xm = mixer_take(base, &n, BTI, 1);
     a->z = mixer_take(base, &n, BTI, 1);
     a->xcp = mixer_take(base, &n, BTI, o->K > 0);
@@ -289,8 +256,8 @@ static void ml_cell_out_(const Mixer *m, float *y, float *hs, float *mean, float
                          const float *xc, const float *z, int N) {
     const MlstmOpts *o = m->spec->opts;
     int I = o->I;
-    GroupNormOpts gn;
-    groupnorm_forward(hs, mean, rstd, h, NULL, mixer_param(m, o->k_norm), N, o->H, o->D, ml_norm_opts_(o, &gn));
+    GroupNormOpts gn = mlstm_norm_opts(o);
+    groupnorm_forward(hs, mean, rstd, h, NULL, mixer_param(m, o->k_norm), N, o->H, o->D, &gn);
     const float *skip = mixer_param(m, o->k_skip);
     silu_forward(g, z, (size_t)N * I);
 #pragma omp parallel for schedule(static)
@@ -320,7 +287,7 @@ static void ml_forward_(Mixer *m, float *y, const float *x, int B, int T) {
         silu_forward(a.xc, a.xcp, (size_t)BT * I);
     }
     ml_cell_in_(m, a.q, a.k, a.v, s0, a.ipre, a.fpre, a.lf, a.xm, a.xc, BT);
-    LinrecDims d = ml_dims_(o, B, T);
+    LinrecDims d = mlstm_dims(o, B, T);
     linrec_forward(a.o, a.mm, a.ckpt, NULL, a.q, a.k, a.v, a.lf, a.ipre, &d);
     ml_normalise_(o, a.h, a.o, a.mm, BT);
     ml_cell_out_(m, y, a.hs, a.mean, a.rstd, s1, a.h, a.xc, a.z, BT);
@@ -369,9 +336,9 @@ static void ml_backward_(Mixer *m, float *dx, const float *dy, const float *x, i
     // the outnorm: dh (sB)
     float *dh = sB;
     memset(dh, 0, BTI * sizeof(float));
-    GroupNormOpts gn;
+    GroupNormOpts gn = mlstm_norm_opts(o);
     groupnorm_backward(dh, NULL, mixer_grad(m, o->k_norm), dhs, a.h, NULL, mixer_param(m, o->k_norm), a.mean, a.rstd,
-                       BT, H, D, ml_norm_opts_(o, &gn));
+                       BT, H, D, &gn);
     // h = o[:D] / den, den = max(|o[D]|, exp(-m)) + eps: dO (sF), dm; the branch the max took gets den's gradient
     float *dO = sF;
 #pragma omp parallel for schedule(static)
@@ -398,7 +365,7 @@ static void ml_backward_(Mixer *m, float *dx, const float *dy, const float *x, i
     memset(dk, 0, BTI * sizeof(float));
     memset(dva, 0, BTA * sizeof(float));
     memset(dlf, 0, 2 * BTH * sizeof(float));  // dlf, dli
-    LinrecDims d = ml_dims_(o, B, T);
+    LinrecDims d = mlstm_dims(o, B, T);
     linrec_backward(dq, dk, dva, dlf, dli, dO, dm, a.ckpt, a.q, a.k, a.v, a.lf, a.ipre, &d);
     // lf = logsigmoid(fpre): d fpre = dlf sigmoid(-fpre), in place
     for (size_t i = 0; i < BTH; i++) dlf[i] *= (float)mixer_sigmoid(-a.fpre[i]);
@@ -438,7 +405,7 @@ static void ml_backward_(Mixer *m, float *dx, const float *dy, const float *x, i
 // recurrent decoding: per sequence [the recurrence's state (H, D(D+1) + 1) | conv state (I, K-1)]
 
 static size_t ml_engine_state_(const MlstmOpts *o) {
-    LinrecDims d = ml_dims_(o, 1, 1);
+    LinrecDims d = mlstm_dims(o, 1, 1);
     return (size_t)o->H * linrec_state_size(&d);
 }
 
@@ -460,7 +427,7 @@ static void ml_state_terms_(const MixerSpec *s, int T, StateTerms *st) {
 
 static void ml_state_init_(const Mixer *m, float *state, int B, int cap) {
     const MlstmOpts *o = m->spec->opts;
-    LinrecDims d = ml_dims_(o, 1, 1);
+    LinrecDims d = mlstm_dims(o, 1, 1);
     size_t n = ml_state_size_(m->spec, 0), es = ml_engine_state_(o);
     for (int b = 0; b < B; b++) {
         linrec_state_init(state + b * n, &d);  // C~ = 0, n~ = 0, m = LINREC_M_EMPTY (the parallel form's row max)
@@ -489,7 +456,7 @@ static void ml_step_(const Mixer *m, float *state, float *y, const float *x, int
         memcpy(xc, xm, BI * sizeof(float));
     }
     ml_cell_in_(m, q, k, va, tmp, ipre, fpre, lf, xm, xc, B);
-    LinrecDims d = ml_dims_(o, 1, 1);
+    LinrecDims d = mlstm_dims(o, 1, 1);
     for (int b = 0; b < B; b++)
         linrec_step(oa + (size_t)b * H * o->Dv, mm + (size_t)b * H, state + b * n, q + (size_t)b * I,
                     k + (size_t)b * I, va + (size_t)b * H * o->Dv, lf + (size_t)b * H, ipre + (size_t)b * H, &d);

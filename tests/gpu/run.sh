@@ -18,7 +18,8 @@
 # run's validation losses and accuracies; seqeval --device cuda on one checkpoint gives --device cpu's
 # perplexity tables (contexts up to one window of 4096, and sliding windows), per-position curves and --task
 # accuracy, and its --probe dump (logits, loss, every gradient) is the CPU's for every position scheme.
-# The linear family (linear_runs): gla, retnet, linear_attn, gsa, deltanet, gated_deltanet and a hybrid
+# The linear family and the state-space mixers (linear_runs): gla, retnet, linear_attn, gsa, deltanet,
+# gated_deltanet, mamba2, mlstm and a hybrid
 # (attention, then gla) each train on the GPU on the CPU's curve, resume bit-identically, and give the CPU's
 # perplexity, per-position curves and --probe.
 #   bash tests/gpu/run.sh      (from the repository root; SEQ_JOBS=N compile jobs, default 2; SEQ_NVCC=path;
@@ -259,8 +260,9 @@ probe_runs() {
     done
 }
 
-# linear_runs LABEL BIN: the linear family on the GPU (gpu/linear.cu, gpu/deltanet.cu) with BIN's tools, on
-# training_runs' tiny config with each mixer in place of attention (and a hybrid: attention, then gla): a 12-step GPU run on the CPU
+# linear_runs LABEL BIN: the linear family and the state-space mixers (gpu/linear.cu, gsa.cu, deltanet.cu,
+# mamba2.cu, mlstm.cu; mamba2 and mlstm each in its fused block) on the GPU with BIN's tools, on training_runs' tiny
+# config with each mixer in place of attention (and a hybrid: attention, then gla): a 12-step GPU run on the CPU
 # run's curve, stopped at 6 and resumed bit-identical, seqeval --device cuda's perplexity and --probe against the
 # CPU's; gla also in bf16
 declare -A LINEAR=(
@@ -270,6 +272,8 @@ declare -A LINEAR=(
     [gsa]="--set model.mixer={\"kind\":\"gsa\",\"heads\":2,\"num_slots\":8}"
     [deltanet]="--set model.mixer={\"kind\":\"deltanet\",\"heads\":2,\"chunk\":16}"
     [gated_deltanet]="--set model.mixer={\"kind\":\"gated_deltanet\",\"heads\":2,\"conv\":4}"
+    [mamba2]="--set model.mixer={\"kind\":\"mamba2\",\"d_state\":16,\"head_dim\":16,\"chunk\":16}"
+    [mlstm]="--set model.mixer={\"kind\":\"mlstm\",\"heads\":2,\"round_to\":16,\"chunk\":16}"
     [hybrid]="--set model.layers=[{\"at\":\"1\",\"mixer\":{\"kind\":\"gla\",\"heads\":2}}]"
 )
 linear_runs() {
