@@ -21,7 +21,8 @@
 # GLA rows' reference is FLA's own GLAForCausalLM built from the same config (bench/fla_train.py, FLA from FLA=DIR:
 # a source snapshot put on PYTHONPATH), fp32 with TF32 off, tf32 with it on, bf16 under autocast. Differences
 # between the two models: FLA's fused kernels (norm, SwiGLU, cross-entropy) and its init; the parameter counts are
-# printed.
+# printed. gdn64 and gdn8: the same for a Gated DeltaNet language model (bench/configs/speed_gdn.json: 4 heads of
+# 64 keys and 128 values, short convs of 4, the output gate, chunk 64; FLA's GatedDeltaNetForCausalLM).
 #
 # tokens/s: the median over the timed steps (seqtrain: log.jsonl's steps after the first 3; PyTorch: after 3
 # warmup steps, which also compile). Memory: seqtrain's gpu_mem_mib (device memory in use beyond its context)
@@ -53,7 +54,9 @@ row_of() {  # row -> "config B T"
         att4k) echo "bench/configs/speed_rope.json 8 4096";;
         gla64) echo "bench/configs/speed_gla.json 64 512";;
         gla8) echo "bench/configs/speed_gla.json 8 4096";;
-        *) echo "gpu_speed: unknown row '$1' (bench8, bench64, gpt2, att4k, gla64, gla8)" >&2; exit 1;;
+        gdn64) echo "bench/configs/speed_gdn.json 64 512";;
+        gdn8) echo "bench/configs/speed_gdn.json 8 4096";;
+        *) echo "gpu_speed: unknown row '$1' (bench8, bench64, gpt2, att4k, gla64, gla8, gdn64, gdn8)" >&2; exit 1;;
     esac
 }
 
@@ -113,7 +116,7 @@ for row in $ROWS; do
         read -r s_tps s_mem < <(seqtrain_run "$row" "$cfg" "$B" "$T" "$p"; echo)
         "$SEQ" --config "$cfg" --info 2>/dev/null | grep -m1 -i 'parameters' | sed "s/^/gpu_speed: seqtrain $row: /" >&2 || true
         refs=$TORCH
-        case $row in gla*) refs=fla;; esac
+        case $row in gla* | gdn*) refs=fla;; esac
         for ref in $refs; do
             case $ref in
                 fla) read -r r_tps r_mem < <(fla_run "$cfg" "$B" "$T" "$p"; echo); name="FLA";;
