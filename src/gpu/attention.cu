@@ -8,6 +8,7 @@
 
 #include "gpu/common.cuh"
 #include "gpu/flash_attn.cuh"
+#include "gpu/gates.cuh"
 #include "gpu/mixer_gpu.cuh"
 #include "gpu/matmul.cuh"
 #include "gpu/norm.cuh"
@@ -227,7 +228,7 @@ __global__ void qkv_heads_kernel(HT *qh, HT *kh, HT *vh, const RT *qkv, const fl
 }
 
 // fox: F (B,H,T) = cumsum over t of logsigmoid(pre (B,T,H)), summed in double as mixers/attention.c does (a thread
-// per (b, h); logsigmoid(x) = min(x, 0) - log(1 + e^-|x|), mixer_kit.h's)
+// per (b, h); gpu/gates.cuh's log-sigmoid)
 __global__ void fox_cumsum_kernel(float *F, const float *pre, int B, int T, int H) {
     int bh = blockIdx.x * blockDim.x + threadIdx.x;
     if (bh >= B * H) return;
@@ -235,7 +236,7 @@ __global__ void fox_cumsum_kernel(float *F, const float *pre, int B, int T, int 
     double acc = 0.0;
     for (int t = 0; t < T; t++) {
         double x = pre[((size_t)b * T + t) * H + h];
-        acc += fmin(x, 0.0) - log1p(exp(-fabs(x)));
+        acc += gate_logsigmoid_(x);
         F[(size_t)bh * T + t] = (float)acc;
     }
 }
@@ -250,8 +251,7 @@ __global__ void fox_backward_kernel(float *dpre, const float *dF, const float *p
     for (int t = T - 1; t >= 0; t--) {
         size_t at = ((size_t)b * T + t) * H + h;
         acc += dF[(size_t)bh * T + t];
-        double x = pre[at], z = exp(-fabs(x));
-        dpre[at] = (float)(acc * ((x <= 0.0 ? 1.0 : z) / (1.0 + z)));  // mixer_sigmoid(-x)
+        dpre[at] = (float)(acc * gate_sigmoid_(-(double)pre[at]));
     }
 }
 

@@ -32,7 +32,8 @@ typedef struct GpuGsaActs {
     float *pq, *pk, *pv;        // (BT,HD) conv: the projections, the convs' inputs
     float *cq, *ck, *cv;        // (BT,HD) conv: the convs' outputs, silu's inputs
     float *qpre, *kpre, *vpre;  // (BT,HD) the streams
-    float *q, *k, *v;           // (BT,HD) phi(q), phi(k), silu(v): what the passes read
+    float *q, *k, *v;           // (BT,HD) phi(q), phi(k) (the streams with the identity map), silu(v): what the
+                                // passes read
     float *fpre, *f, *s;        // (BT,HM) f_proj x, the log forget gate, the write weight 1 - exp(f)
     float *p;                   // (BT,HM) the slot weights softmax(ok)
     float *o, *so;              // (BT,HD) pass 2's output and silu(o)
@@ -43,14 +44,17 @@ typedef struct GpuGsaActs {
 
 static size_t gsa_layout_(const GsaOpts *o, int B, int T, float *base, GpuGsaActs *a) {
     size_t BT = (size_t)B * T, nD = BT * o->HD, nM = BT * o->HM, cv = o->K > 0, nm = o->norm != 0;
+    size_t fm = o->fmap != GSA_FMAP_IDENTITY;  // the identity map reads the streams themselves
     LinrecDims d1 = gsa_dims(o, 1, B, T), d2 = gsa_dims(o, 2, B, T);
     GpuSlot slots[] = {{&a->pq, cv * nD},   {&a->pk, cv * nD},   {&a->pv, cv * nD}, {&a->cq, cv * nD},
                        {&a->ck, cv * nD},   {&a->cv, cv * nD},   {&a->qpre, nD},    {&a->kpre, nD},
-                       {&a->vpre, nD},      {&a->q, nD},         {&a->k, nD},       {&a->v, nD},
+                       {&a->vpre, nD},      {&a->q, fm * nD},    {&a->k, fm * nD},  {&a->v, nD},
                        {&a->fpre, nM},      {&a->f, nM},         {&a->s, nM},       {&a->p, nM},
                        {&a->o, nD},         {&a->so, nD},        {&a->rstd, nm * BT}, {&a->yn, nm * nD},
                        {&a->ckpt1, gpu_linrec_ckpt_size(&d1)}, {&a->ckpt2, gpu_linrec_ckpt_size(&d2)}};
-    return gpu_take_slots(slots, sizeof slots / sizeof slots[0], base);
+    size_t n = gpu_take_slots(slots, sizeof slots / sizeof slots[0], base);
+    if (!fm) a->q = a->qpre, a->k = a->kpre;
+    return n;
 }
 
 static size_t gsa_act_size_(const MixerSpec *s, int B, int T) {
@@ -134,11 +138,10 @@ static GroupNormOpts gsa_norm_opts_(const GsaOpts *o) {
     return GroupNormOpts{GROUPNORM_GATE_NONE, 0, 1, (float)o->norm_eps};
 }
 
-// q or k = phi(pre) (n,)
+// q or k = phi(pre) (n,); nothing for the identity map (q, k are the streams: gsa_layout_)
 static void gsa_fmap_(const GsaOpts *o, float *out, const float *in, size_t n) {
     if (o->fmap == GSA_FMAP_SWISH) gpu_silu_forward(out, in, n);
     else if (o->fmap == GSA_FMAP_RELU) gpu_relu_forward(out, in, n);
-    else CUDA_CHECK(cudaMemcpy(out, in, n * sizeof(float), cudaMemcpyDeviceToDevice));
 }
 
 static void gsa_forward_(Mixer *m, float *y, GpuAct x, int B, int T) {

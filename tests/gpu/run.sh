@@ -125,10 +125,12 @@ assert not bad, bad
 PY
 }
 
+# train ARGS...: seqtrain of the calling function's BIN ($B) on ARGS, quiet, its output in train.log
+train() { OMP_NUM_THREADS=2 "$B/seqtrain" "$@" --quiet >>"$W/train.log" 2>&1; }
+
 # training_runs LABEL BIN: the CLI checks with BIN/seqtrain, whose run.device cuda is the backend under test
 training_runs() {
     local L=$1 B=$2 R="$W/runs-$1"
-    train() { OMP_NUM_THREADS=2 "$B/seqtrain" "$@" --quiet >>"$W/train.log" 2>&1; }
     sed "s|@RUNS@|$R|" > "$W/tiny.json" <<'JSON'
 {
   "run": {"dir": "@RUNS@", "seed": 3, "precision": "fp32"},
@@ -280,7 +282,6 @@ linear_runs() {
     local -  # set -f below stays in here
     set -f   # the hybrid's --set holds [ ]: no pathname expansion when the arguments split
     local L=$1 B=$2 R="$W/runs-$1" E="$W/eval-$1" k r d
-    train() { OMP_NUM_THREADS=2 "$B/seqtrain" "$@" --quiet >>"$W/train.log" 2>&1; }
     for k in "${!LINEAR[@]}"; do
         r="$R/lin-$k"
         # shellcheck disable=SC2086  # the mixer's --set arguments, split on purpose
