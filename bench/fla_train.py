@@ -10,6 +10,11 @@ clipping at 1.0) and prints one line
 with the median tokens/s of the timed steps (after --warmup steps, which also run Triton's autotuning) and
 torch.cuda.max_memory_allocated. fp32 = fp32 tensors and no TF32 matmuls, tf32 = TF32 matmuls, bf16 = autocast.
 FLA comes from PYTHONPATH (../shared/anchors/fla, a source snapshot). Used to measure, never copied from.
+
+--bypass-hopper-guard: FLA refuses its gated chunk backward (chunk_bwd_dqkwg: Gated DeltaNet, GLA's gk path) on
+Hopper GPUs with Triton >= 3.4 and < 3.7.1, whose compiler gives wrong results there (FLA issue #640). With the flag,
+FLA's version check is overridden so the step runs and can be timed; its gradients may then be wrong, so the number
+is a speed reference only, and the result line says guard=bypassed.
 """
 import argparse
 import contextlib
@@ -57,7 +62,13 @@ def main():
     ap.add_argument("--vocab", type=int, default=8192)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--steps", type=int, default=10, help="timed steps")
+    ap.add_argument("--bypass-hopper-guard", action="store_true",
+                    help="time FLA's gated backward on Hopper with Triton < 3.7.1 (wrong gradients: speed only)")
     args = ap.parse_args()
+    if args.bypass_hopper_guard:
+        import fla.ops.common.chunk_o as chunk_o
+        chunk_o.TRITON_ABOVE_3_7_1 = True
+        print("fla_train: Hopper guard bypassed: timing only, gradients may be wrong (FLA #640)", file=sys.stderr)
     cfg = json.load(sys.stdin)
     torch.backends.cuda.matmul.allow_tf32 = args.precision == "tf32"
     torch.backends.cudnn.allow_tf32 = args.precision == "tf32"
@@ -87,7 +98,7 @@ def main():
             rates.append(B * T / (time.perf_counter() - t0))
     print(f"fla_train: model={cfg['model']['mixer']['kind']} params={n_params} "
           f"tokens_per_s={statistics.median(rates):.0f} peak_mem_mib={torch.cuda.max_memory_allocated() >> 20} "
-          f"loss={loss.item():.4f}")
+          f"loss={loss.item():.4f}" + (" guard=bypassed" if args.bypass_hopper_guard else ""))
 
 
 if __name__ == "__main__":

@@ -22,7 +22,10 @@
 # a source snapshot put on PYTHONPATH), fp32 with TF32 off, tf32 with it on, bf16 under autocast. Differences
 # between the two models: FLA's fused kernels (norm, SwiGLU, cross-entropy) and its init; the parameter counts are
 # printed. gdn64 and gdn8: the same for a Gated DeltaNet language model (bench/configs/speed_gdn.json: 4 heads of
-# 64 keys and 128 values, short convs of 4, the output gate, chunk 64; FLA's GatedDeltaNetForCausalLM).
+# 64 keys and 128 values, short convs of 4, the output gate, chunk 64; FLA's GatedDeltaNetForCausalLM). FLA
+# refuses that model's backward on Hopper with Triton < 3.7.1 (its gated chunk_bwd_dqkwg is miscompiled there, FLA
+# #640): the gdn rows then also time FLA with that check overridden (bench/fla_train.py --bypass-hopper-guard),
+# a speed reference whose gradients may be wrong.
 #
 # tokens/s: the median over the timed steps (seqtrain: log.jsonl's steps after the first 3; PyTorch: after 3
 # warmup steps, which also compile). Memory: seqtrain's gpu_mem_mib (device memory in use beyond its context)
@@ -91,12 +94,12 @@ torch_run() {
     echo "$(echo "$line" | sed -n 's/.*tokens_per_s=\([0-9.]*\).*/\1/p') $(echo "$line" | sed -n 's/.*peak_mem_mib=\([0-9]*\).*/\1/p')"
 }
 
-# fla_run CONFIG B T PRECISION -> "tokens/s mem_mib" or "failed": FLA's model of CONFIG (bench/fla_train.py)
+# fla_run CONFIG B T PRECISION [FLAGS] -> "tokens/s mem_mib" or "failed": FLA's model of CONFIG (bench/fla_train.py)
 fla_run() {
-    local cfg=$1 B=$2 T=$3 p=$4 line
+    local cfg=$1 B=$2 T=$3 p=$4 flags=${5:-} line
     line=$("$SEQ" --config "$cfg" --set train.batch_size="$B" --set train.seq_len="$T" --print-config \
         | PYTHONPATH="$FLA" "$PY" bench/fla_train.py --precision "$p" --batch-size "$B" --seq-len "$T" --warmup 3 \
-            --steps $((STEPS - 3)) 2>"$RUN_DIR/fla.err" | grep '^fla_train: .*tokens_per_s=' || true)
+            --steps $((STEPS - 3)) $flags 2>"$RUN_DIR/fla.err" | grep '^fla_train: .*tokens_per_s=' || true)
     if [ -z "$line" ]; then echo "gpu_speed: FLA $p: $(grep -v '^ *$' "$RUN_DIR/fla.err" | tail -1)" >&2; echo "failed"; return; fi
     echo "gpu_speed: $line" >&2
     echo "$(echo "$line" | sed -n 's/.*tokens_per_s=\([0-9.]*\).*/\1/p') $(echo "$line" | sed -n 's/.*peak_mem_mib=\([0-9]*\).*/\1/p')"
@@ -116,10 +119,12 @@ for row in $ROWS; do
         read -r s_tps s_mem < <(seqtrain_run "$row" "$cfg" "$B" "$T" "$p"; echo)
         "$SEQ" --config "$cfg" --info 2>/dev/null | grep -m1 -i 'parameters' | sed "s/^/gpu_speed: seqtrain $row: /" >&2 || true
         refs=$TORCH
-        case $row in gla* | gdn*) refs=fla;; esac
+        case $row in gla*) refs=fla;; gdn*) refs="fla fla-unguarded";; esac
         for ref in $refs; do
             case $ref in
                 fla) read -r r_tps r_mem < <(fla_run "$cfg" "$B" "$T" "$p"; echo); name="FLA";;
+                fla-unguarded) read -r r_tps r_mem < <(fla_run "$cfg" "$B" "$T" "$p" --bypass-hopper-guard; echo)
+                    name="FLA, Hopper guard bypassed (speed only)";;
                 eager) read -r r_tps r_mem < <(torch_run "$cfg" "$B" "$T" "$p" eager; echo); name="PyTorch eager";;
                 compile) read -r r_tps r_mem < <(torch_run "$cfg" "$B" "$T" "$p" compile; echo); name="torch.compile";;
             esac

@@ -1,17 +1,18 @@
 // The linear-recurrence engine on the GPU (gpu/linrec.cuh): nn/linrec.c's chunkwise algorithm split into kernels
 // that each parallelise one thing, FLA's layout of the chunk kernels (the backward's are in gpu/linrec_backward.cu):
 //
-//   states     grid (Dv/32, Dk/32, B·H): a block owns a 32x32 tile of one (b,h)'s state in registers and walks
-//              the chunks in order, writing the state before each chunk (the checkpoint) and stepping it with
-//              S' = carry (.) S + kt^T v. Key-side decays scale the state's rows and the value-side decay its
-//              columns, so the tiles are independent: a (b,h) is split over Dk/32 x Dv/32 blocks, no reduction.
+//   outer      grid (chunks, Dk/32 x Dv/32 tiles, B·H): each chunk's contribution to the state after it, kt^T v
+//              (or k^T vt), and its carry, every chunk at once; in the backward qt^T dO for the state before it
+//   scan       grid (Dk·Dv/256, B·H): a thread per state element chains the chunks, S' = carry (.) S + P, writing
+//              the state before each chunk (the checkpoint); backwards, the gradient each chunk's end state
+//              receives. Key-side decays scale the state's rows and the value-side decay its columns, so the
+//              elements are independent. With input gates a walk per (b,h) first fixes the stabiliser before
+//              each chunk (a few flops a token), which the outer products then scale by.
 //   scores     grid (chunks, B·H): the chunk's L x L decay-weighted scores A (q'_i . k_j W_ij, or per channel
 //              inside the dot product), and in the backward also dA = dO V^T (value-side decay: inside the dot
 //              product); the sums run over all of Dk (Dv) in tiles of 32, so A is formed once per chunk and read
 //              by the kernels after it
 //   output     grid (chunks, Dv/32, B·H): o = A v + (fq (.) q') S from the chunk's checkpoint
-//   dstates    grid (Dv/32, Dk/32, B·H): the states kernel backwards, dS = carry (.) dS' + qt^T dO, writing the
-//              gradient each chunk's end state receives
 //   dv         grid (chunks, Dv/32, B·H): dv = A^T dO + kt dS' (value-side decay: with o recomputed, the
 //              log-decays' gradients, which then live in one value tile)
 //   dqk        grid (chunks, Dk/32, B·H): dq', dk from the chunk's dA, its state and state gradient; per key
@@ -23,15 +24,18 @@
 //              li or to g and the stabiliser before it (inherently sequential, a few flops a token)
 //   head_sum   one thread per head: a per-head decay's gradient, summed over b and chunks in a fixed order
 //
-// Chunks are independent once the states are known, so the heavy kernels (scores, output, dv, dqk: O(L^2 d + L d^2)
-// a chunk) run one block per chunk and tile, B·H·T/L blocks and more; only the states scans walk chunks in order, a
-// 32x32 tile each (O(L·32·32) a chunk). One block per (b,h) scanning chunks would leave most of the GPU idle at
-// small B·H and hold a whole Dk x Dv state (256 KB at 256 x 256) in one block.
+// Only the scans walk chunks in order, and they do one multiply-add an element a chunk: everything with flops runs
+// a block per chunk and tile (B·H·T/L blocks and more), so a small B·H still fills the GPU and a chunk's latency
+// (staging, the decays' in-chunk sums) is paid in parallel rather than once per chunk in sequence.
+//
+// Per-channel decays: a score term x_ic y_jc exp(G_ic - G_jc) for tokens in different 16-token sub-blocks goes
+// through a reference between them (gpu/linrec_kit.cuh's stage_refs_), so those sums are plain dot products; only
+// pairs within one sub-block take an exponential a term.
 //
 // Determinism: every element of every result is written by one thread, its sums in a fixed order (channel tiles in
 // order, chunks in order, b in order); no atomics. Numerics follow nn/linrec.c: cumulative log-decays and the
-// stabiliser in double within a chunk, every exponent a difference <= 0 rounded to float before expf, the
-// chunk-start stabiliser kept as a float in the checkpoint.
+// stabiliser in double within a chunk, every exponent a difference <= 0 rounded to float before expf (a factored
+// term's two exponents each), the chunk-start stabiliser kept as a float in the checkpoint.
 //
 // The intra-chunk products are plain fp32 on the CUDA cores: a thread per output element sums over a 32-channel
 // tile staged in shared memory (rows of 33 floats: a column's 32 elements in 32 banks). Each is a small dense
@@ -41,68 +45,128 @@
 #include "gpu/linrec_kit.cuh"
 
 // ----------------------------------------------------------------------------
-// the chunk states (forward; gpu/linrec_backward.cu has their gradients)
+// the chunk states, both directions (the backward launches these too)
 
-// states (B,H,chunks, state_size) WRITTEN: the (32,32) tile (blockIdx.y, blockIdx.x) of the state before each chunk of
-// (b,h) = blockIdx.z, and (the first tile's block) the stabiliser before it and m (B,T,H) (gated_in; m may be NULL).
-// k (B,T,H,Dk), v (B,T,H,Dv), g, li as nn/linrec.h. S' = diag(carry) S + kt^T v, kt = fk (.) k (key-side decays) or
-// S' = S diag(carry) + k^T vt, vt = fv (.) v (LINREC_VCHANNEL); the tile stays in registers, 4 elements a thread.
+// one thread per (b,h), its tokens in order (gated_in, forward): the input gates' max stabiliser m_t = max(g_t +
+// m_{t-1}, li_t), inherently sequential and a few flops a token. states (B,H,chunks, state_size): the stabiliser
+// before each chunk WRITTEN into its last element (as a float, which the other kernels start from); m (B,T,H)
+// WRITTEN, or NULL. chunk_scalars_ repeats these operations, so every kernel sees the same bits.
+__global__ void linrec_stabiliser_walk_kernel(float *states, float *m, const float *g, const float *li, LinrecDims d) {
+    int bh = blockIdx.x * blockDim.x + threadIdx.x;
+    if (bh >= d.B * d.H) return;
+    int b = bh / d.H, h = bh % d.H, nch = nchunks_(d);
+    size_t ss = state_size_(d), KV = (size_t)d.Dk * d.Dv;
+    float Mp = LINREC_M_EMPTY;
+    for (int ci = 0; ci < nch; ci++) {
+        int t0 = ci * d.chunk, L = chunk_len_(d, ci);
+        states[((size_t)bh * nch + ci) * ss + KV] = Mp;
+        double mprev = Mp;
+        for (int i = 0; i < L; i++) {
+            size_t r = row_(d, b, t0 + i, h);
+            float gs = d.decay == LINREC_HEAD ? g[h] : d.decay == LINREC_TOKEN ? g[r] : 0.0f;
+            mprev = fmax((double)gs + mprev, (double)li[r]);
+            if (m) m[r] = (float)mprev;
+        }
+        Mp = (float)mprev;
+    }
+}
+
+// One chunk's outer product, for every chunk at once (the scan below then chains them): a (32,32) tile (the
+// blockIdx.y-th of the (Dk/32, Dv/32) grid) of
+//   forward  (dir 0, chunk ci = blockIdx.x):     kt^T v, kt = fk (.) k, or k^T vt (LINREC_VCHANNEL), the chunk's
+//            contribution to the state after it, WRITTEN into out's slot ci + 1
+//   backward (dir 1, chunk ci = blockIdx.x + 1): qt^T dO, qt = fq (.) q', or q'^T dr (LINREC_VCHANNEL), its
+//            contribution to the gradient of the state before it, WRITTEN into out's slot ci - 1
+// out (B,H,chunks, state_size); carries (B,H,chunks, CW) WRITTEN with chunk ci's carry (CW = carry_width_: one for a
+// scalar decay, per key or value channel). x, y (B,T,H, Dk | Dv): k, v forward; q, dout backward (x times xscale).
+// mstates: the states whose last element holds each chunk's stabiliser (gated_in). (b,h) = blockIdx.z.
 __global__ void __launch_bounds__(LR_THREADS)
-    linrec_states_kernel(float *states, float *m, const float *k, const float *v, const float *g, const float *li,
-                         LinrecDims d) {
+    linrec_outer_kernel(float *out, float *carries, const float *x, const float *y, float xscale, int dir,
+                        const float *g, const float *li, const float *mstates, LinrecDims d) {
     GPU_DYNAMIC_SMEM(unsigned char, smem);
     StatesSmem_ s;
     Carve_ cv = {(uintptr_t)smem, 0};
-    int LC = lc_(d), nch = nchunks_(d);
+    int LC = lc_(d), nch = nchunks_(d), NV = ntiles_(d.Dv);
     StatesSmem_::carve(cv, LC, d.decay, &s);
-    int v0 = blockIdx.x * LR_TILE, c0 = blockIdx.y * LR_TILE, bh = blockIdx.z, b = bh / d.H, h = bh % d.H;
-    int first = blockIdx.x == 0 && blockIdx.y == 0, vside = d.decay == LINREC_VCHANNEL;
-    int chan = d.decay == LINREC_CHANNEL, scal = scalar_decay_(d), tid = threadIdx.x;
+    int ci = blockIdx.x + dir, v0 = (blockIdx.y % NV) * LR_TILE, c0 = (blockIdx.y / NV) * LR_TILE;
+    int bh = blockIdx.z, b = bh / d.H, h = bh % d.H, t0 = ci * d.chunk, L = chunk_len_(d, ci);
+    int vside = d.decay == LINREC_VCHANNEL, chan = d.decay == LINREC_CHANNEL, scal = scalar_decay_(d);
+    int tid = threadIdx.x, CW = carry_width_(d);
     size_t ss = state_size_(d), KV = (size_t)d.Dk * d.Dv;
-    float S[LR_NR_TT];
-    #pragma unroll
-    for (int r = 0; r < LR_NR_TT; r++) S[r] = 0.0f;
-    float Mp = d.gated_in ? LINREC_M_EMPTY : 0.0f;
-    for (int ci = 0; ci < nch; ci++) {
-        int t0 = ci * d.chunk, L = chunk_len_(d, ci);
-        float *st = states + ((size_t)bh * nch + ci) * ss;
-        #pragma unroll
-        for (int r = 0; r < LR_NR_TT; r++) {
-            int e = tid + r * LR_THREADS, row = e / LR_TILE, col = e % LR_TILE;
-            if (c0 + row < d.Dk && v0 + col < d.Dv) st[(size_t)(c0 + row) * d.Dv + v0 + col] = S[r];
+    if (scal) chunk_scalars_(s.cs, d, g, li, b, h, t0, L, d.gated_in ? mstates[((size_t)bh * nch + ci) * ss + KV] : 0.0f);
+    load_tile_(s.xs, x, d, d.Dk, b, h, t0, L, LC, c0, xscale);
+    load_tile_(s.ys, y, d, d.Dv, b, h, t0, L, LC, v0, 1.0f);
+    if (!scal) load_tile_(s.gt, g, d, vside ? d.Dv : d.Dk, b, h, t0, L, LC, vside ? v0 : c0, 1.0f);
+    __syncthreads();
+    float *carry = carries + ((size_t)bh * nch + ci) * CW;
+    if (scal) {
+        for (int e = tid; e < L * LR_TILE; e += LR_THREADS) {
+            int i = e / LR_TILE, c = e % LR_TILE;
+            s.xs[i * LR_LD + c] = (dir ? s.cs->fq[i] : s.cs->fk[i]) * s.xs[i * LR_LD + c];
         }
-        if (d.gated_in && first && tid == 0) st[KV] = Mp;
-        if (scal) {
-            chunk_scalars_(s.cs, d, g, li, b, h, t0, L, Mp);
-            if (d.gated_in) {
-                if (first && m && tid < L) m[row_(d, b, t0 + tid, h)] = (float)s.cs->mi[tid];
-                Mp = (float)s.cs->mi[L - 1];  // as the checkpoint keeps it
-            }
-        }
-        if (ci == nch - 1) break;  // the state after the last chunk is not wanted (no state output in training)
-        load_tile_(s.xs, k, d, d.Dk, b, h, t0, L, LC, c0, 1.0f);
-        load_tile_(s.ys, v, d, d.Dv, b, h, t0, L, LC, v0, 1.0f);
-        if (!scal) load_tile_(s.gt, g, d, vside ? d.Dv : d.Dk, b, h, t0, L, LC, vside ? v0 : c0, 1.0f);
-        __syncthreads();
-        if (scal) {
-            for (int e = tid; e < L * LR_TILE; e += LR_THREADS) {
-                int i = e / LR_TILE, c = e % LR_TILE;
-                s.xs[i * LR_LD + c] = s.cs->fk[i] * s.xs[i * LR_LD + c];
-            }
-            if (tid < LR_TILE) s.carry[tid] = s.cs->carry;
-        } else if (tid < LR_TILE) {
-            s.carry[tid] = chan_factors_(s.gt, tid, L, chan ? s.xs : s.ys, NULL);
-        }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < LR_NR_TT; r++) {
-            int e = tid + r * LR_THREADS, row = e / LR_TILE, col = e % LR_TILE;
-            float acc = S[r] * s.carry[vside ? col : row];
-            for (int i = 0; i < L; i++) acc += s.xs[i * LR_LD + row] * s.ys[i * LR_LD + col];
-            S[r] = acc;
-        }
-        __syncthreads();
+        if (blockIdx.y == 0 && tid == 0) carry[0] = s.cs->carry;
+    } else if (tid < LR_TILE) {
+        float *t = chan ? s.xs : s.ys, cr = chan_factors_(s.gt, tid, L, dir ? NULL : t, dir ? t : NULL);
+        int own = chan ? v0 == 0 && c0 + tid < d.Dk : c0 == 0 && v0 + tid < d.Dv;
+        if (own) carry[(chan ? c0 : v0) + tid] = cr;
     }
+    __syncthreads();
+    float *dst = out + ((size_t)bh * nch + (dir ? ci - 1 : ci + 1)) * ss;
+    #pragma unroll
+    for (int r = 0; r < LR_NR_TT; r++) {
+        int e = tid + r * LR_THREADS, row = e / LR_TILE, col = e % LR_TILE;
+        float acc = 0.0f;
+        for (int i = 0; i < L; i++) acc += s.xs[i * LR_LD + row] * s.ys[i * LR_LD + col];
+        if (c0 + row < d.Dk && v0 + col < d.Dv) dst[(size_t)(c0 + row) * d.Dv + v0 + col] = acc;
+    }
+}
+
+// The chunks chained, one thread per state element e of (b,h) = blockIdx.y, over the outer kernel's products:
+//   forward  (dir 0): S_0 = 0, S_{c+1} = carry_c (.) S_c + P_c; st's slot c WRITTEN with S_c (the checkpoint)
+//   backward (dir 1): dS_{n-1} = 0, dS_{c-1} = carry_c (.) dS_c + P_c; st's slot c WRITTEN with dS_c, the gradient
+//            of the state after chunk c
+// where P is what linrec_outer_kernel left in st's slots (read before each is overwritten) and carries its carries.
+// A multiply-add a chunk: the loads do not depend on the chain, so the walk runs at memory speed.
+__global__ void linrec_scan_kernel(float *st, const float *carries, int dir, LinrecDims d) {
+    size_t KV = (size_t)d.Dk * d.Dv, e = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= KV) return;
+    int nch = nchunks_(d), CW = carry_width_(d), bh = blockIdx.y;
+    int cidx = scalar_decay_(d) ? 0 : d.decay == LINREC_CHANNEL ? (int)(e / d.Dv) : (int)(e % d.Dv);
+    size_t ss = state_size_(d), base = (size_t)bh * nch;
+    float S = 0.0f;
+    if (dir == 0) {
+        st[base * ss + e] = 0.0f;
+        for (int ci = 1; ci < nch; ci++) {
+            float *p = st + (base + ci) * ss + e;
+            S = carries[(base + ci - 1) * CW + cidx] * S + *p;
+            *p = S;
+        }
+    } else {
+        st[(base + nch - 1) * ss + e] = 0.0f;
+        for (int ci = nch - 1; ci >= 1; ci--) {
+            float *p = st + (base + ci - 1) * ss + e;
+            S = carries[(base + ci) * CW + cidx] * S + *p;
+            *p = S;
+        }
+    }
+}
+
+// the states (or their gradients, dir 1) of d into st: the outer products of every chunk, then the scan
+void linrec_states_(float *st, float *carries, const float *x, const float *y, float xscale, int dir, const float *g,
+                    const float *li, const float *mstates, const LinrecDims *d, const char *outer_name,
+                    const char *scan_name) {
+    LinrecDims dd = *d;
+    int LC = lc_(dd), nch = nchunks_(dd), BH = d->B * d->H;
+    size_t KV = (size_t)d->Dk * d->Dv, b_st = smem_of_<StatesSmem_>(LC, d->decay);
+    smem_limit_(linrec_outer_kernel, b_st);
+    dim3 grid(nch - 1, ntiles_(d->Dk) * ntiles_(d->Dv), BH);
+    if (nch > 1) {
+        GPU_TIMED(outer_name, linrec_outer_kernel<<<grid, LR_THREADS, b_st>>>(st, carries, x, y, xscale, dir, g, li,
+                                                                               mstates, dd));
+        KERNEL_CHECK();
+    }
+    GPU_TIMED(scan_name, linrec_scan_kernel<<<dim3(gpu_blocks(KV, 256), BH), 256>>>(st, carries, dir, dd));
+    KERNEL_CHECK();
 }
 
 // ----------------------------------------------------------------------------
@@ -122,18 +186,26 @@ static __device__ void chunk_scores_(float *out, const float *x, const float *y,
     for (int c0 = 0; c0 < W; c0 += LR_TILE) {
         load_tile_(s.xs, x, d, W, b, h, t0, L, LC, c0, xscale);
         load_tile_(s.ys, y, d, W, b, h, t0, L, LC, c0, 1.0f);
-        if (chan) chan_cum_(s.Gd, s.gt, g, d, W, b, h, t0, L, LC, c0);
+        if (chan) {
+            chan_cum_(s.Gd, s.gt, g, d, W, b, h, t0, L, LC, c0);
+            stage_refs_(s.xh, s.yt, s.xs, s.ys, s.Gd, L);
+        }
         __syncthreads();
         #pragma unroll
         for (int r = 0; r < LR_NR_LL; r++) {
             int e = tid + r * LR_THREADS, i = e / LC, j = e % LC;
             if (e >= LC * LC || i >= L || j > i) continue;
-            const float *xi = s.xs + i * LR_LD, *yj = s.ys + j * LR_LD;
             float a = acc[r];
-            if (chan) {
+            if (chan && blk_(j) < blk_(i)) {  // through the reference of i's sub-block
+                int m = blk_(i);
+                const float *xi = s.xh + (hat_off_(m) + i - LR_SB * m) * LR_LD, *yj = s.yt + (tilde_off_(m) + j) * LR_LD;
+                for (int c = 0; c < LR_TILE; c++) a += xi[c] * yj[c];
+            } else if (chan) {
+                const float *xi = s.xs + i * LR_LD, *yj = s.ys + j * LR_LD;
                 const double *gi = s.Gd + i * LR_LD, *gj = s.Gd + j * LR_LD;
                 for (int c = 0; c < LR_TILE; c++) a += xi[c] * yj[c] * expf((float)(gi[c] - gj[c]));
             } else {
+                const float *xi = s.xs + i * LR_LD, *yj = s.ys + j * LR_LD;
                 for (int c = 0; c < LR_TILE; c++) a += xi[c] * yj[c];
             }
             acc[r] = a;
@@ -293,15 +365,16 @@ void gpu_linrec_forward(float *o, float *m, float *ckpt, const float *q, const f
     Scratch_ s = {};
     scratch_layout_(d, scratch, &s);
     float *st = ckpt ? ckpt : s.st, *nil = NULL;
-    int LC = lc_(dd), nch = nchunks_(dd), NK = ntiles_(d->Dk), NV = ntiles_(d->Dv), BH = d->B * d->H;
-    size_t b_st = smem_of_<StatesSmem_>(LC, d->decay), b_sc = smem_of_<ScoresSmem_>(LC, d->decay);
-    size_t b_out = smem_of_<OutSmem_>(LC, d->decay);
-    smem_limit_(linrec_states_kernel, b_st);
+    int LC = lc_(dd), nch = nchunks_(dd), NV = ntiles_(d->Dv), BH = d->B * d->H;
+    size_t b_sc = smem_of_<ScoresSmem_>(LC, d->decay), b_out = smem_of_<OutSmem_>(LC, d->decay);
     smem_limit_(linrec_scores_kernel, b_sc);
     smem_limit_(linrec_output_kernel, b_out);
-    GPU_TIMED("linrec.fwd.states",
-              linrec_states_kernel<<<dim3(NV, NK, BH), LR_THREADS, b_st>>>(st, d->gated_in ? m : nil, k, v, g, li, dd));
-    KERNEL_CHECK();
+    if (d->gated_in) {
+        GPU_TIMED("linrec.fwd.stabiliser",
+                  linrec_stabiliser_walk_kernel<<<gpu_blocks(BH, 64), 64>>>(st, m, g, li, dd));
+        KERNEL_CHECK();
+    }
+    linrec_states_(st, s.cr, k, v, 1.0f, 0, g, li, st, d, "linrec.fwd.outer", "linrec.fwd.scan");
     GPU_TIMED("linrec.fwd.scores", linrec_scores_kernel<<<dim3(nch, BH), LR_THREADS, b_sc>>>(s.A, nil, q, k, nil, nil,
                                                                                               g, li, st, dd));
     KERNEL_CHECK();

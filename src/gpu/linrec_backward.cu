@@ -4,64 +4,6 @@
 #include "gpu/linrec_kit.cuh"
 
 // ----------------------------------------------------------------------------
-// the chunk states' gradients
-
-// dstates (B,H,chunks, state_size) WRITTEN: the (32,32) tile of dS', the gradient of the state each chunk of (b,h)
-// hands on (zero for the last), walking the chunks backwards: dS = diag(carry) dS' + qt^T dO, qt = fq (.) q' (key-side
-// decays) or dS = dS' diag(carry) + q'^T dr, dr = fq (.) dO (LINREC_VCHANNEL). states: the forward's (the stabilisers).
-__global__ void __launch_bounds__(LR_THREADS)
-    linrec_dstates_kernel(float *dstates, const float *q, const float *dout, const float *g, const float *li,
-                          const float *states, LinrecDims d) {
-    GPU_DYNAMIC_SMEM(unsigned char, smem);
-    StatesSmem_ s;
-    Carve_ cv = {(uintptr_t)smem, 0};
-    int LC = lc_(d), nch = nchunks_(d);
-    StatesSmem_::carve(cv, LC, d.decay, &s);
-    int v0 = blockIdx.x * LR_TILE, c0 = blockIdx.y * LR_TILE, bh = blockIdx.z, b = bh / d.H, h = bh % d.H;
-    int vside = d.decay == LINREC_VCHANNEL, chan = d.decay == LINREC_CHANNEL, scal = scalar_decay_(d), tid = threadIdx.x;
-    size_t ss = state_size_(d), KV = (size_t)d.Dk * d.Dv;
-    float dS[LR_NR_TT];
-    #pragma unroll
-    for (int r = 0; r < LR_NR_TT; r++) dS[r] = 0.0f;
-    for (int ci = nch - 1; ci >= 0; ci--) {
-        int t0 = ci * d.chunk, L = chunk_len_(d, ci);
-        float *dst = dstates + ((size_t)bh * nch + ci) * ss;
-        #pragma unroll
-        for (int r = 0; r < LR_NR_TT; r++) {
-            int e = tid + r * LR_THREADS, row = e / LR_TILE, col = e % LR_TILE;
-            if (c0 + row < d.Dk && v0 + col < d.Dv) dst[(size_t)(c0 + row) * d.Dv + v0 + col] = dS[r];
-        }
-        if (ci == 0) break;  // no gradient flows to an initial state
-        if (scal) {
-            float Mp = d.gated_in ? states[((size_t)bh * nch + ci) * ss + KV] : 0.0f;
-            chunk_scalars_(s.cs, d, g, li, b, h, t0, L, Mp);
-        }
-        load_tile_(s.xs, q, d, d.Dk, b, h, t0, L, LC, c0, d.scale);
-        load_tile_(s.ys, dout, d, d.Dv, b, h, t0, L, LC, v0, 1.0f);
-        if (!scal) load_tile_(s.gt, g, d, vside ? d.Dv : d.Dk, b, h, t0, L, LC, vside ? v0 : c0, 1.0f);
-        __syncthreads();
-        if (scal) {
-            for (int e = tid; e < L * LR_TILE; e += LR_THREADS) {
-                int i = e / LR_TILE, c = e % LR_TILE;
-                s.xs[i * LR_LD + c] = s.cs->fq[i] * s.xs[i * LR_LD + c];
-            }
-            if (tid < LR_TILE) s.carry[tid] = s.cs->carry;
-        } else if (tid < LR_TILE) {
-            s.carry[tid] = chan_factors_(s.gt, tid, L, NULL, chan ? s.xs : s.ys);
-        }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < LR_NR_TT; r++) {
-            int e = tid + r * LR_THREADS, row = e / LR_TILE, col = e % LR_TILE;
-            float acc = s.carry[vside ? col : row] * dS[r];
-            for (int i = 0; i < L; i++) acc += s.xs[i * LR_LD + row] * s.ys[i * LR_LD + col];
-            dS[r] = acc;
-        }
-        __syncthreads();
-    }
-}
-
-// ----------------------------------------------------------------------------
 
 // backward: dv (and the value-side decay's gradient)
 
@@ -94,7 +36,7 @@ struct DvSmem_ {
 // dv_jc = sum_{i>=j} A_ij dO_ic exp(G_ic - G_jc) + fv_jc (k_j^T dS')_c, and, the value tile holding every term of its
 // channels' log-decay gradient, dg (B,T,H,Dv) ACCUMULATED (when not NULL): the reverse cumulative sum over the chunk of
 // dO (.) o - v (.) dv, plus at the last token carry (.) colsum(S (.) dS') + sum_j vt_j (.) (k_j^T dS'), with o recomputed.
-// A from the scores kernel, dS' from the dstates kernel, S from states. Thread e: rows e / 32, + 8, ..., column e % 32.
+// A from the scores kernel, dS' from the backward scan, S from states. Thread e: rows e / 32, + 8, ..., column e % 32.
 __global__ void __launch_bounds__(LR_THREADS)
     linrec_dv_kernel(float *dv, float *dg, const float *A, const float *q, const float *k, const float *v,
                      const float *dout, const float *g, const float *li, const float *states, const float *dstates,
@@ -226,7 +168,7 @@ __global__ void __launch_bounds__(LR_THREADS)
 // backward: dq, dk and the key-side log-decays' gradients
 
 struct DqkSmem_ {
-    float *qs, *ks, *dAs, *Ss, *dSs, *ys, *vs, *gt;
+    float *qs, *ks, *dAs, *Ss, *dSs, *ys, *vs, *gt, *xh, *yt;
     double *Gd;
     ChunkScal_ *cs;
     static __host__ __device__ size_t carve(Carve_ &cv, int LC, int decay, DqkSmem_ *s) {
@@ -239,7 +181,12 @@ struct DqkSmem_ {
         s->vs = cv.take<float>((size_t)LC * LR_LD);
         s->gt = cv.take<float>((size_t)LC * LR_LD);
         s->cs = cv.take<ChunkScal_>(1);
-        s->Gd = decay == LINREC_CHANNEL ? cv.take<double>((size_t)LC * LR_LD) : NULL;
+        s->Gd = NULL, s->xh = s->yt = NULL;
+        if (decay == LINREC_CHANNEL) {
+            s->Gd = cv.take<double>((size_t)LC * LR_LD);
+            s->xh = cv.take<float>((size_t)LR_STACK * LR_LD);
+            s->yt = cv.take<float>((size_t)LR_STACK * LR_LD);
+        }
         return cv.off;
     }
 };
@@ -274,7 +221,11 @@ __global__ void __launch_bounds__(LR_THREADS)
     load_tile_(s.ks, k, d, d.Dk, b, h, t0, L, LC, c0, 1.0f);
     load_ll_(s.dAs, dA + ((size_t)bh * nch + ci) * LC * LC, LC);
     __syncthreads();
-    // the intra-chunk parts
+    if (chan) {
+        stage_refs_(s.xh, s.yt, s.qs, s.ks, s.Gd, L);
+        __syncthreads();
+    }
+    // the intra-chunk parts (per channel: pairs across sub-blocks through a reference, gpu/linrec_kit.cuh)
     float dqa[LR_NR_LT], dka[LR_NR_LT], dqt[LR_NR_LT], dkt[LR_NR_LT];
     #pragma unroll
     for (int r = 0; r < LR_NR_LT; r++) {
@@ -283,9 +234,22 @@ __global__ void __launch_bounds__(LR_THREADS)
         if (i < L) {
             if (chan) {
                 double gi = s.Gd[i * LR_LD + c];
-                for (int j = 0; j <= i; j++)
+                int m = blk_(i), lo = LR_SB * m, hi = min(lo + LR_SB, L);
+                if (m > 0) {  // j in earlier sub-blocks: k~ through the reference R_m, then exp(G_i - R_m)
+                    const float *yt = s.yt + tilde_off_(m) * LR_LD + c;
+                    float x = 0.0f;
+                    for (int j = 0; j < lo; j++) x += s.dAs[i * LC + j] * yt[j * LR_LD];
+                    a = expf((float)(gi - s.Gd[(lo - 1) * LR_LD + c])) * x;
+                }
+                for (int j = lo; j <= i; j++)
                     a += s.dAs[i * LC + j] * expf((float)(gi - s.Gd[j * LR_LD + c])) * s.ks[j * LR_LD + c];
-                for (int j = i; j < L; j++)
+                if (hi < L) {  // j in later sub-blocks: q^ through the reference R_{m+1}, then exp(R_{m+1} - G_i)
+                    const float *xh = s.xh + (hat_off_(m + 1) - hi) * LR_LD + c;
+                    float x = 0.0f;
+                    for (int j = hi; j < L; j++) x += s.dAs[j * LC + i] * xh[j * LR_LD];
+                    bk = expf((float)(s.Gd[(hi - 1) * LR_LD + c] - gi)) * x;
+                }
+                for (int j = i; j < hi; j++)
                     bk += s.dAs[j * LC + i] * expf((float)(s.Gd[j * LR_LD + c] - gi)) * s.qs[j * LR_LD + c];
             } else {
                 for (int j = 0; j <= i; j++) a += s.dAs[i * LC + j] * s.ks[j * LR_LD + c];
@@ -501,15 +465,12 @@ void gpu_linrec_backward(float *dq, float *dk, float *dv, float *dg, float *dli,
     int vside = d->decay == LINREC_VCHANNEL, scal = scalar_decay_(dd), head = d->decay == LINREC_HEAD;
     float *nil = NULL;
     double *nild = NULL;
-    size_t b_st = smem_of_<StatesSmem_>(LC, d->decay), b_sc = smem_of_<ScoresSmem_>(LC, d->decay);
+    size_t b_sc = smem_of_<ScoresSmem_>(LC, d->decay);
     size_t b_dv = smem_of_<DvSmem_>(LC, d->decay), b_dqk = smem_of_<DqkSmem_>(LC, d->decay);
-    smem_limit_(linrec_dstates_kernel, b_st);
     smem_limit_(linrec_scores_kernel, b_sc);
     smem_limit_(linrec_dv_kernel, b_dv);
     smem_limit_(linrec_dqk_kernel, b_dqk);
-    GPU_TIMED("linrec.bwd.dstates", linrec_dstates_kernel<<<dim3(NV, NK, BH), LR_THREADS, b_st>>>(s.st, q, dout, g,
-                                                                                                    li, ckpt, dd));
-    KERNEL_CHECK();
+    linrec_states_(s.st, s.cr, q, dout, d->scale, 1, g, li, ckpt, d, "linrec.bwd.outer", "linrec.bwd.dscan");
     GPU_TIMED("linrec.bwd.scores", linrec_scores_kernel<<<dim3(nch, BH), LR_THREADS, b_sc>>>(s.A, s.dA, q, k, v, dout,
                                                                                               g, li, ckpt, dd));
     KERNEL_CHECK();

@@ -29,6 +29,10 @@ static __host__ __device__ __forceinline__ int scalar_decay_(int decay) {
     return decay != LINREC_CHANNEL && decay != LINREC_VCHANNEL;
 }
 static __host__ __device__ __forceinline__ int scalar_decay_(const LinrecDims &d) { return scalar_decay_(d.decay); }
+// the floats of one chunk's carry: one for a scalar decay, one per key (LINREC_CHANNEL) or value channel
+static __host__ __device__ __forceinline__ int carry_width_(const LinrecDims &d) {
+    return scalar_decay_(d) ? 1 : d.decay == LINREC_CHANNEL ? d.Dk : d.Dv;
+}
 
 // ----------------------------------------------------------------------------
 // one chunk's decay factors
@@ -118,6 +122,44 @@ static __device__ float chan_factors_(const float *gt, int c, int L, float *x, f
 }
 
 // ----------------------------------------------------------------------------
+// the per-channel decays' exponents through references
+
+// A per-channel score term x_ic y_jc exp(G_ic - G_jc), j <= i, factors through any reference R between the two
+// tokens, exp(G_i - R) exp(R - G_j), both exponents <= 0 (the cumulative log-decays fall), so neither overflows and
+// the sums become plain dot products. The chunk's rows split into sub-blocks of LR_SB; for sub-block m >= 1 the
+// reference R_m = G at its row before (G_{16m-1}). A pair in different sub-blocks, blk(j) < m <= blk(i), takes
+// one of them; a pair within one sub-block keeps its exponent inside the product (LR_SB^2 / 2 terms a sub-block).
+//   xh (the hat stack):   x_i exp(G_i - R_m) for rows i >= LR_SB m, sub-blocks m = 1 .. nb-1 stacked
+//   yt (the tilde stack): y_j exp(R_m - G_j) for rows j < LR_SB m, the same m
+#define LR_SB 16
+#define LR_NB (LR_MAX_L / LR_SB)
+#define LR_STACK (LR_SB * LR_NB * (LR_NB - 1) / 2)  // rows of either stack: 96 for chunks of 64
+
+// where reference m's rows start: in the tilde stack (rows 0 .. 16m-1) and the hat stack (rows 16m .. LR_MAX_L-1)
+static __device__ __forceinline__ int tilde_off_(int m) { return LR_SB * (m - 1) * m / 2; }
+static __device__ __forceinline__ int hat_off_(int m) { return LR_SB * ((m - 1) * LR_NB - (m - 1) * m / 2); }
+static __device__ __forceinline__ int blk_(int i) { return i / LR_SB; }
+
+// every thread: xh (LR_STACK rows of LR_LD) and yt (the same) WRITTEN from the staged x, y (LC rows) and the
+// cumulative log-decays Gd (LC rows of doubles) of one 32-channel tile; either may be NULL; rows past L unused
+static __device__ void stage_refs_(float *xh, float *yt, const float *x, const float *y, const double *Gd, int L) {
+    int nb = (L + LR_SB - 1) / LR_SB;
+    for (int m = 1; m < nb; m++) {
+        const double *R = Gd + (LR_SB * m - 1) * LR_LD;
+        if (xh)
+            for (int e = threadIdx.x; e < (L - LR_SB * m) * LR_TILE; e += LR_THREADS) {
+                int i = LR_SB * m + e / LR_TILE, c = e % LR_TILE;
+                xh[(hat_off_(m) + i - LR_SB * m) * LR_LD + c] = x[i * LR_LD + c] * expf((float)(Gd[i * LR_LD + c] - R[c]));
+            }
+        if (yt)
+            for (int e = threadIdx.x; e < LR_SB * m * LR_TILE; e += LR_THREADS) {
+                int j = e / LR_TILE, c = e % LR_TILE;
+                yt[(tilde_off_(m) + j) * LR_LD + c] = y[j * LR_LD + c] * expf((float)(R[c] - Gd[j * LR_LD + c]));
+            }
+    }
+}
+
+// ----------------------------------------------------------------------------
 // the shared memory of the kernels both directions launch
 
 struct StatesSmem_ {
@@ -134,7 +176,7 @@ struct StatesSmem_ {
 };
 
 struct ScoresSmem_ {
-    float *xs, *ys, *gt;
+    float *xs, *ys, *gt, *xh, *yt;
     double *Gd;
     ChunkScal_ *cs;
     static __host__ __device__ size_t carve(Carve_ &cv, int LC, int decay, ScoresSmem_ *s) {
@@ -142,11 +184,23 @@ struct ScoresSmem_ {
         s->ys = cv.take<float>((size_t)LC * LR_LD);
         s->gt = cv.take<float>((size_t)LC * LR_LD);
         s->cs = cv.take<ChunkScal_>(1);
-        s->Gd = scalar_decay_(decay) ? NULL : cv.take<double>((size_t)LC * LR_LD);
+        s->Gd = NULL, s->xh = s->yt = NULL;
+        if (!scalar_decay_(decay)) {
+            s->Gd = cv.take<double>((size_t)LC * LR_LD);
+            s->xh = cv.take<float>((size_t)LR_STACK * LR_LD);
+            s->yt = cv.take<float>((size_t)LR_STACK * LR_LD);
+        }
         return cv.off;
     }
 };
 
+
+// the states (dir 0) or their gradients (dir 1) into st, launched by either direction (gpu/linrec.cu): the chunks'
+// outer products of x (times xscale) and y in parallel, then a scan over the chunks with their carries (scratch of
+// chunks x carry_width_ floats a (b,h)); mstates holds the stabilisers (gated_in). Kernel names for SEQ_PROFILE.
+void linrec_states_(float *st, float *carries, const float *x, const float *y, float xscale, int dir, const float *g,
+                    const float *li, const float *mstates, const LinrecDims *d, const char *outer_name,
+                    const char *scan_name);
 
 // the chunk scores, launched by the forward and again by the backward (gpu/linrec.cu)
 __global__ void __launch_bounds__(LR_THREADS)
@@ -158,18 +212,18 @@ __global__ void __launch_bounds__(LR_THREADS)
 // launches
 
 // the scratch: A and dA (B,H,chunks, LC,LC); st (B,H,chunks, state_size): the forward's states without a ckpt, the
-// backward's state gradients; pq, pk (B,H,T, key tiles); then, 8-byte aligned (the caller's pointer may be any
+// backward's state gradients; cr (B,H,chunks, carry_width_) the chunks' carries; pq, pk (B,H,T, key tiles); then, 8-byte aligned (the caller's pointer may be any
 // float's), the doubles pg (B,H,T, key tiles), hc (B,H,chunks), hs (B,H)
 struct Scratch_ {
-    float *A, *dA, *st, *pq, *pk;
+    float *A, *dA, *st, *cr, *pq, *pk;
     double *pg, *hc, *hs;
 };
 static inline size_t scratch_layout_(const LinrecDims *d, float *base, Scratch_ *s) {
     size_t BH = (size_t)d->B * d->H, nch = nchunks_(*d), LC = lc_(*d), NK = ntiles_(d->Dk);
     size_t LL = BH * nch * LC * LC, ST = BH * nch * state_size_(*d), P = BH * d->T * NK;
-    size_t nf = 2 * LL + ST + 2 * P, nd = P + BH * nch + BH;
+    size_t CR = BH * nch * carry_width_(*d), nf = 2 * LL + ST + CR + 2 * P, nd = P + BH * nch + BH;
     if (base) {
-        s->A = base, s->dA = base + LL, s->st = s->dA + LL, s->pq = s->st + ST, s->pk = s->pq + P;
+        s->A = base, s->dA = base + LL, s->st = s->dA + LL, s->cr = s->st + ST, s->pq = s->cr + CR, s->pk = s->pq + P;
         uintptr_t p = ((uintptr_t)(base + nf) + 7) & ~(uintptr_t)7;
         s->pg = (double *)p, s->hc = s->pg + P, s->hs = s->hc + BH * nch;
     }
