@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "gpu/common.cuh"
+#include "gpu/mma.cuh"
 
 #define CK_THREADS 256  // a block's threads (8 warps)
 #define CK_TILE 32      // channels of a staged tile (key or value side), and a state tile's side
@@ -96,5 +97,53 @@ static __device__ void load_state_(float *s, const float *st, const D &d, int c0
 static __device__ void load_ll_(float *s, const float *src, int LC) {
     for (int e = threadIdx.x; e < LC * LC; e += CK_THREADS) s[e] = src[e];
 }
+
+// s (LCP rows of ld) WRITTEN: one chunk's (LC, LC) matrix of the scratch, zero-padded to LCP x LCP (the warp
+// products' k runs in steps of 8 and m in 16)
+static __device__ void load_ll_pad_(float *s, const float *src, int LC, int LCP, int ld) {
+    for (int e = threadIdx.x; e < LCP * LCP; e += CK_THREADS) {
+        int i = e / LCP, j = e % LCP;
+        s[i * ld + j] = i < LC && j < LC ? src[i * LC + j] : 0.0f;
+    }
+}
+// LC rounded up to the warp products' 16 rows
+template <typename D>
+static __host__ __device__ __forceinline__ int lcp_(const D &d) {
+    return (lc_(d) + 15) & ~15;
+}
+
+// ----------------------------------------------------------------------------
+// warp products on the tensor cores (gpu/mma.cuh's TF32 policy: SPLIT, the 3xTF32 split, for fp32; plain TF32 for
+// tf32 and bf16) over fp32 tiles in shared memory
+
+// acc[n] (16 x 8), n < NS, += X (16, K) Y[:, 8n .. 8n+8): X's element (i, k) at x[i * xld + k], or x[k * xld + i]
+// with XT (X read transposed); Y's (k, n) at y[k * yld + n], or y[n * yld + k] with YT. K a multiple of 8; every
+// lane of the warp calls it (mma.sync)
+template <bool SPLIT, int NS, bool XT, bool YT>
+static __device__ __forceinline__ void warp_mma_(float (*acc)[4], const float *x, int xld, const float *y, int yld,
+                                                 int K) {
+    typedef MathTf32<SPLIT> M;
+    int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    for (int k0 = 0; k0 < K; k0 += 8) {
+        typename M::A a;
+        a.hi[0] = XT ? x[(k0 + t) * xld + g] : x[g * xld + k0 + t];
+        a.hi[1] = XT ? x[(k0 + t) * xld + g + 8] : x[(g + 8) * xld + k0 + t];
+        a.hi[2] = XT ? x[(k0 + t + 4) * xld + g] : x[g * xld + k0 + t + 4];
+        a.hi[3] = XT ? x[(k0 + t + 4) * xld + g + 8] : x[(g + 8) * xld + k0 + t + 4];
+        M::template round_<4>(a.hi, a.lo);
+#pragma unroll
+        for (int n = 0; n < NS; n++) {
+            typename M::B b;
+            b.hi[0] = YT ? y[(8 * n + g) * yld + k0 + t] : y[(k0 + t) * yld + 8 * n + g];
+            b.hi[1] = YT ? y[(8 * n + g) * yld + k0 + t + 4] : y[(k0 + t + 4) * yld + 8 * n + g];
+            M::template round_<2>(b.hi, b.lo);
+            M::mma(acc[n], a, b);
+        }
+    }
+}
+
+// the (row, column) of element r (0..3) of slice n of a warp product's accumulator, within its (16, 8 NS) block
+static __device__ __forceinline__ int frag_row_(int r) { return ((threadIdx.x & 31) >> 2) + (r >> 1) * 8; }
+static __device__ __forceinline__ int frag_col_(int n, int r) { return 8 * n + 2 * (threadIdx.x & 3) + (r & 1); }
 
 #endif

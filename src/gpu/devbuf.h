@@ -20,6 +20,9 @@ void gpu_devbuf_free(float *p);
 // copies of n floats each way; they wait for the kernels launched before
 void gpu_devbuf_to_device(float *dst, const float *src, size_t n);
 void gpu_devbuf_to_host(float *dst, const float *src, size_t n);
+// how the kernels' warp products multiply for a caller without a model (gpu_open sets it from run.precision):
+// "fp32", "tf32" or "bf16" (gpu/common.cuh's GpuMath); the default is tf32
+void gpu_devbuf_set_precision(const char *precision);
 
 #ifdef __cplusplus
 }

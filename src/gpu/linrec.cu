@@ -175,50 +175,60 @@ void linrec_states_(float *st, float *carries, const float *x, const float *y, f
 // out (LC,LC) of one chunk WRITTEN: out_ij = sum over the W channels of x'_i . y_j, x' = xscale x, inside the sum
 // times exp(G_ic - G_jc) when chan (the channels' cumulative log-decays), after it times W_ij when scal; zero outside
 // j <= i < L. x, y (B,T,H,W): the chunk's rows, staged a 32-channel tile at a time; the channels summed in order.
-// Thread tid's elements: tid, tid + 256, ... of the row-major matrix
+// Warp w: rows 16 (w / 2) .., the two 16-column sub-blocks from 32 (w % 2); a sub-block left of the diagonal is a
+// warp product (per channel through the reference of i's sub-block), the diagonal one's terms are summed by the
+// lanes that own them when chan, and right of it stays zero.
+template <bool SPLIT>
 static __device__ void chunk_scores_(float *out, const float *x, const float *y, float xscale, int W, int chan,
                                      int scal, ScoresSmem_ &s, const float *g, const LinrecDims &d, int b, int h,
                                      int t0, int L, int LC) {
-    int tid = threadIdx.x;
-    float acc[LR_NR_LL];
-    #pragma unroll
-    for (int r = 0; r < LR_NR_LL; r++) acc[r] = 0.0f;
+    int LCP = lcp_(d), w = threadIdx.x >> 5, mt = w >> 1, nh = w & 1, active = 16 * mt < L;
+    float acc[2][2][4] = {};
     for (int c0 = 0; c0 < W; c0 += LR_TILE) {
-        load_tile_(s.xs, x, d, W, b, h, t0, L, LC, c0, xscale);
-        load_tile_(s.ys, y, d, W, b, h, t0, L, LC, c0, 1.0f);
+        load_tile_(s.xs, x, d, W, b, h, t0, L, LCP, c0, xscale);
+        load_tile_(s.ys, y, d, W, b, h, t0, L, LCP, c0, 1.0f);
         if (chan) {
             chan_cum_(s.Gd, s.gt, g, d, W, b, h, t0, L, LC, c0);
-            stage_refs_(s.xh, s.yt, s.xs, s.ys, s.Gd, L);
+            stage_refs_(s.xh, s.yt, s.xs, s.ys, s.Gd, L, L);
         }
         __syncthreads();
         #pragma unroll
-        for (int r = 0; r < LR_NR_LL; r++) {
-            int e = tid + r * LR_THREADS, i = e / LC, j = e % LC;
-            if (e >= LC * LC || i >= L || j > i) continue;
-            float a = acc[r];
-            if (chan && blk_(j) < blk_(i)) {  // through the reference of i's sub-block
-                int m = blk_(i);
-                const float *xi = s.xh + (hat_off_(m) + i - LR_SB * m) * LR_LD, *yj = s.yt + (tilde_off_(m) + j) * LR_LD;
-                for (int c = 0; c < LR_TILE; c++) a += xi[c] * yj[c];
-            } else if (chan) {
-                const float *xi = s.xs + i * LR_LD, *yj = s.ys + j * LR_LD;
-                const double *gi = s.Gd + i * LR_LD, *gj = s.Gd + j * LR_LD;
-                for (int c = 0; c < LR_TILE; c++) a += xi[c] * yj[c] * expf((float)(gi[c] - gj[c]));
-            } else {
-                const float *xi = s.xs + i * LR_LD, *yj = s.ys + j * LR_LD;
-                for (int c = 0; c < LR_TILE; c++) a += xi[c] * yj[c];
-            }
-            acc[r] = a;
+        for (int p = 0; p < 2; p++) {
+            int J = 2 * nh + p;
+            if (!active || J > mt) continue;
+            if (!chan)
+                warp_mma_<SPLIT, 2, false, true>(acc[p], s.xs + 16 * mt * LR_LD, LR_LD, s.ys + 16 * J * LR_LD, LR_LD,
+                                                 LR_TILE);
+            else if (J < mt)
+                warp_mma_<SPLIT, 2, false, true>(acc[p], s.xh + hat_off_(mt) * LR_LD, LR_LD,
+                                                 s.yt + (tilde_off_(mt) + 16 * J) * LR_LD, LR_LD, LR_TILE);
+            else
+                #pragma unroll
+                for (int n = 0; n < 2; n++)
+                    #pragma unroll
+                    for (int r = 0; r < 4; r++) {
+                        int i = 16 * mt + frag_row_(r), j = 16 * J + frag_col_(n, r);
+                        if (i >= L || j > i) continue;
+                        const float *xi = s.xs + i * LR_LD, *yj = s.ys + j * LR_LD;
+                        const double *gi = s.Gd + i * LR_LD, *gj = s.Gd + j * LR_LD;
+                        float a = acc[p][n][r];
+                        for (int c = 0; c < LR_TILE; c++) a += xi[c] * yj[c] * expf((float)(gi[c] - gj[c]));
+                        acc[p][n][r] = a;
+                    }
         }
         __syncthreads();
     }
     #pragma unroll
-    for (int r = 0; r < LR_NR_LL; r++) {
-        int e = tid + r * LR_THREADS, i = e / LC, j = e % LC;
-        if (e >= LC * LC) continue;
-        int on = i < L && j <= i;
-        out[e] = !on ? 0.0f : scal ? acc[r] * weight_(s.cs, i, j) : acc[r];
-    }
+    for (int p = 0; p < 2; p++)
+        #pragma unroll
+        for (int n = 0; n < 2; n++)
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                int i = 16 * mt + frag_row_(r), j = 16 * (2 * nh + p) + frag_col_(n, r);
+                if (i >= LC || j >= LC) continue;
+                int on = i < L && j <= i;
+                out[i * LC + j] = !on ? 0.0f : scal ? acc[p][n][r] * weight_(s.cs, i, j) : acc[p][n][r];
+            }
 }
 
 // A (B,H,chunks, LC,LC) WRITTEN: chunk blockIdx.x of (b,h) = blockIdx.y: A_ij = W_ij q'_i . k_j (scalar decays),
@@ -226,14 +236,15 @@ static __device__ void chunk_scores_(float *out, const float *x, const float *y,
 // for j <= i < L, zero elsewhere. With dA (same shape; the backward): also dA_ij = dO_i . v_j, times W_ij for the
 // scalar decays (what dq, dk need), or sum_c dO_ic v_jc exp(G_ic - G_jc) for LINREC_VCHANNEL. Thread e's elements:
 // e, e + 256, ... of the row-major (LC, LC) matrix; sums over the channels in order, a 32-channel tile at a time.
-__global__ void __launch_bounds__(LR_THREADS)
+template <bool SPLIT>
+__global__ void __launch_bounds__(LR_THREADS, 2)
     linrec_scores_kernel(float *A, float *dA, const float *q, const float *k, const float *v, const float *dout,
                          const float *g, const float *li, const float *states, LinrecDims d) {
     GPU_DYNAMIC_SMEM(unsigned char, smem);
     ScoresSmem_ s;
     Carve_ cv = {(uintptr_t)smem, 0};
     int LC = lc_(d), nch = nchunks_(d);
-    ScoresSmem_::carve(cv, LC, d.decay, &s);
+    ScoresSmem_::carve(cv, lcp_(d), d.decay, &s);
     int ci = blockIdx.x, bh = blockIdx.y, b = bh / d.H, h = bh % d.H, t0 = ci * d.chunk, L = chunk_len_(d, ci);
     int chan = d.decay == LINREC_CHANNEL, vside = d.decay == LINREC_VCHANNEL, scal = scalar_decay_(d);
     size_t ss = state_size_(d), KV = (size_t)d.Dk * d.Dv, base = ((size_t)bh * nch + ci) * LC * LC;
@@ -241,8 +252,22 @@ __global__ void __launch_bounds__(LR_THREADS)
         float Mp = d.gated_in ? states[((size_t)bh * nch + ci) * ss + KV] : 0.0f;
         chunk_scalars_(s.cs, d, g, li, b, h, t0, L, Mp);
     }
-    chunk_scores_(A + base, q, k, d.scale, d.Dk, chan, scal, s, g, d, b, h, t0, L, LC);
-    if (dA) chunk_scores_(dA + base, dout, v, 1.0f, d.Dv, vside, scal, s, g, d, b, h, t0, L, LC);
+    chunk_scores_<SPLIT>(A + base, q, k, d.scale, d.Dk, chan, scal, s, g, d, b, h, t0, L, LC);
+    if (dA) chunk_scores_<SPLIT>(dA + base, dout, v, 1.0f, d.Dv, vside, scal, s, g, d, b, h, t0, L, LC);
+}
+
+void linrec_scores_(float *A, float *dA, const float *q, const float *k, const float *v, const float *dout,
+                    const float *g, const float *li, const float *states, const LinrecDims *d, const char *name) {
+    LinrecDims dd = *d;
+    size_t bytes = smem_of_<ScoresSmem_>(lcp_(dd), d->decay);
+    dim3 grid(nchunks_(dd), d->B * d->H);
+    smem_limit_(linrec_scores_kernel<true>, bytes);
+    smem_limit_(linrec_scores_kernel<false>, bytes);
+    if (gpu_math() == GPU_FP32)
+        GPU_TIMED(name, linrec_scores_kernel<true><<<grid, LR_THREADS, bytes>>>(A, dA, q, k, v, dout, g, li, states, dd));
+    else
+        GPU_TIMED(name, linrec_scores_kernel<false><<<grid, LR_THREADS, bytes>>>(A, dA, q, k, v, dout, g, li, states, dd));
+    KERNEL_CHECK();
 }
 
 // ----------------------------------------------------------------------------
@@ -253,88 +278,96 @@ struct OutSmem_ {
     float *As, *vs, *xs, *Ss, *gt;
     double *Gd;
     ChunkScal_ *cs;
-    static __host__ __device__ size_t carve(Carve_ &cv, int LC, int decay, OutSmem_ *s) {
-        s->As = cv.take<float>((size_t)LC * LC);
-        s->vs = cv.take<float>((size_t)LC * LR_LD);
-        s->xs = cv.take<float>((size_t)LC * LR_LD);
+    static __host__ __device__ size_t carve(Carve_ &cv, int LCP, int decay, OutSmem_ *s) {
+        s->As = cv.take<float>((size_t)LCP * (LCP + 1));
+        s->vs = cv.take<float>((size_t)LCP * LR_LD);
+        s->xs = cv.take<float>((size_t)LCP * LR_LD);
         s->Ss = cv.take<float>((size_t)LR_TILE * LR_LD);
-        s->gt = cv.take<float>((size_t)LC * LR_LD);
+        s->gt = cv.take<float>((size_t)LCP * LR_LD);
         s->cs = cv.take<ChunkScal_>(1);
-        s->Gd = decay == LINREC_VCHANNEL ? cv.take<double>((size_t)LC * LR_LD) : NULL;
+        s->Gd = decay == LINREC_VCHANNEL ? cv.take<double>((size_t)LCP * LR_LD) : NULL;
         return cv.off;
     }
 };
 
 // o (B,T,H,Dv) WRITTEN: value tile blockIdx.y of chunk blockIdx.x of (b,h) = blockIdx.z: o = A v + qt S (key-side
 // decays, qt = fq (.) q'), or o_ic = fq_ic (q' S)_c + sum_j A_ij v_jc exp(G_ic - G_jc) (LINREC_VCHANNEL), nn/linrec.c's
-// order of the sums. A from the scores kernel, S the chunk's state (states). Thread e: rows e / 32, + 8, ..., column e % 32.
-__global__ void __launch_bounds__(LR_THREADS)
+// order of the sums. A from the scores kernel, S the chunk's state (states). Key-side decays: warp products (warp
+// w: rows 16 (w / 2) .., columns 16 (w % 2) .. of the (LCP, 32) tile; SPLIT per run.precision). The value-side
+// decay's exponent sits inside the product: thread e's elements rows e / 32, + 8, ..., column e % 32.
+template <bool SPLIT>
+__global__ void __launch_bounds__(LR_THREADS, 2)
     linrec_output_kernel(float *o, const float *A, const float *q, const float *v, const float *g, const float *li,
                          const float *states, LinrecDims d) {
     GPU_DYNAMIC_SMEM(unsigned char, smem);
     OutSmem_ s;
     Carve_ cv = {(uintptr_t)smem, 0};
-    int LC = lc_(d), nch = nchunks_(d);
-    OutSmem_::carve(cv, LC, d.decay, &s);
+    int LC = lc_(d), LCP = lcp_(d), ALD = LCP + 1, nch = nchunks_(d);
+    OutSmem_::carve(cv, LCP, d.decay, &s);
     int ci = blockIdx.x, v0 = blockIdx.y * LR_TILE, bh = blockIdx.z, b = bh / d.H, h = bh % d.H;
     int t0 = ci * d.chunk, L = chunk_len_(d, ci);
     int chan = d.decay == LINREC_CHANNEL, vside = d.decay == LINREC_VCHANNEL, scal = scalar_decay_(d), tid = threadIdx.x;
+    int w = tid >> 5, mt = w >> 1, nh = w & 1, active = !vside && 16 * mt < L;
     size_t ss = state_size_(d), KV = (size_t)d.Dk * d.Dv;
     const float *st = states + ((size_t)bh * nch + ci) * ss;
     if (scal) chunk_scalars_(s.cs, d, g, li, b, h, t0, L, d.gated_in ? st[KV] : 0.0f);
     if (vside) chan_cum_(s.Gd, s.gt, g, d, d.Dv, b, h, t0, L, LC, v0);
-    load_ll_(s.As, A + ((size_t)bh * nch + ci) * LC * LC, LC);
-    load_tile_(s.vs, v, d, d.Dv, b, h, t0, L, LC, v0, 1.0f);
+    load_ll_pad_(s.As, A + ((size_t)bh * nch + ci) * LC * LC, LC, LCP, ALD);
+    load_tile_(s.vs, v, d, d.Dv, b, h, t0, L, LCP, v0, 1.0f);
     __syncthreads();
-    float acc[LR_NR_LT];
+    float c[2][4] = {};  // the warp's (16, 16) block: A v, then + qt S
+    if (active) warp_mma_<SPLIT, 2, false, false>(c, s.As + 16 * mt * ALD, ALD, s.vs + 16 * nh, LR_LD, 16 * (mt + 1));
+    float acc[LR_NR_LT];  // the value-side decay: q' S
     #pragma unroll
-    for (int r = 0; r < LR_NR_LT; r++) {
-        int e = tid + r * LR_THREADS, i = e / LR_TILE, col = e % LR_TILE;
-        float a = 0.0f;
-        if (!vside && i < L)
-            for (int j = 0; j <= i; j++) a += s.As[i * LC + j] * s.vs[j * LR_LD + col];
-        acc[r] = a;
-    }
+    for (int r = 0; r < LR_NR_LT; r++) acc[r] = 0.0f;
     for (int c0 = 0; c0 < d.Dk; c0 += LR_TILE) {
-        load_tile_(s.xs, q, d, d.Dk, b, h, t0, L, LC, c0, d.scale);
+        load_tile_(s.xs, q, d, d.Dk, b, h, t0, L, LCP, c0, d.scale);
         load_state_(s.Ss, st, d, c0, v0);
         if (chan) load_tile_(s.gt, g, d, d.Dk, b, h, t0, L, LC, c0, 1.0f);
         __syncthreads();
         if (scal) {
             for (int e = tid; e < L * LR_TILE; e += LR_THREADS) {
-                int i = e / LR_TILE, c = e % LR_TILE;
-                s.xs[i * LR_LD + c] = s.cs->fq[i] * s.xs[i * LR_LD + c];
+                int i = e / LR_TILE, k = e % LR_TILE;
+                s.xs[i * LR_LD + k] = s.cs->fq[i] * s.xs[i * LR_LD + k];
             }
         } else if (chan && tid < LR_TILE) {
             chan_factors_(s.gt, tid, L, NULL, s.xs);
         }
         __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < LR_NR_LT; r++) {
-            int e = tid + r * LR_THREADS, i = e / LR_TILE, col = e % LR_TILE;
-            if (i >= L) continue;
-            float a = acc[r];
-            for (int c = 0; c < LR_TILE; c++) a += s.xs[i * LR_LD + c] * s.Ss[c * LR_LD + col];
-            acc[r] = a;
+        if (active) warp_mma_<SPLIT, 2, false, false>(c, s.xs + 16 * mt * LR_LD, LR_LD, s.Ss + 16 * nh, LR_LD, LR_TILE);
+        if (vside) {
+            #pragma unroll
+            for (int r = 0; r < LR_NR_LT; r++) {
+                int e = tid + r * LR_THREADS, i = e / LR_TILE, col = e % LR_TILE;
+                if (i >= L) continue;
+                float a = acc[r];
+                for (int k = 0; k < LR_TILE; k++) a += s.xs[i * LR_LD + k] * s.Ss[k * LR_LD + col];
+                acc[r] = a;
+            }
         }
         __syncthreads();
     }
+    if (active) {
+        #pragma unroll
+        for (int n = 0; n < 2; n++)
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                int i = 16 * mt + frag_row_(r), col = 16 * nh + frag_col_(n, r);
+                if (i < L && v0 + col < d.Dv) o[row_(d, b, t0 + i, h) * d.Dv + v0 + col] = c[n][r];
+            }
+    }
+    if (!vside) return;
     #pragma unroll
-    for (int r = 0; r < LR_NR_LT; r++) {
+    for (int r = 0; r < LR_NR_LT; r++) {  // the state's part first, then the chunk's tokens, as nn/linrec.c
         int e = tid + r * LR_THREADS, i = e / LR_TILE, col = e % LR_TILE;
         if (i >= L || v0 + col >= d.Dv) continue;
-        float a = acc[r];
-        if (vside) {  // the state's part first, then the chunk's tokens, as nn/linrec.c
-            double gi = s.Gd[i * LR_LD + col];
-            a = expf((float)gi) * a;
-            for (int j = 0; j <= i; j++)
-                a += s.As[i * LC + j] * s.vs[j * LR_LD + col] * expf((float)(gi - s.Gd[j * LR_LD + col]));
-        }
+        double gi = s.Gd[i * LR_LD + col];
+        float a = expf((float)gi) * acc[r];
+        for (int j = 0; j <= i; j++)
+            a += s.As[i * ALD + j] * s.vs[j * LR_LD + col] * expf((float)(gi - s.Gd[j * LR_LD + col]));
         o[row_(d, b, t0 + i, h) * d.Dv + v0 + col] = a;
     }
 }
-
-// ----------------------------------------------------------------------------
 
 // ----------------------------------------------------------------------------
 // launches
@@ -365,21 +398,22 @@ void gpu_linrec_forward(float *o, float *m, float *ckpt, const float *q, const f
     Scratch_ s = {};
     scratch_layout_(d, scratch, &s);
     float *st = ckpt ? ckpt : s.st, *nil = NULL;
-    int LC = lc_(dd), nch = nchunks_(dd), NV = ntiles_(d->Dv), BH = d->B * d->H;
-    size_t b_sc = smem_of_<ScoresSmem_>(LC, d->decay), b_out = smem_of_<OutSmem_>(LC, d->decay);
-    smem_limit_(linrec_scores_kernel, b_sc);
-    smem_limit_(linrec_output_kernel, b_out);
+    int nch = nchunks_(dd), NV = ntiles_(d->Dv), BH = d->B * d->H;
+    size_t b_out = smem_of_<OutSmem_>(lcp_(dd), d->decay);
+    smem_limit_(linrec_output_kernel<true>, b_out);
+    smem_limit_(linrec_output_kernel<false>, b_out);
     if (d->gated_in) {
         GPU_TIMED("linrec.fwd.stabiliser",
                   linrec_stabiliser_walk_kernel<<<gpu_blocks(BH, 64), 64>>>(st, m, g, li, dd));
         KERNEL_CHECK();
     }
     linrec_states_(st, s.cr, k, v, 1.0f, 0, g, li, st, d, "linrec.fwd.outer", "linrec.fwd.scan");
-    GPU_TIMED("linrec.fwd.scores", linrec_scores_kernel<<<dim3(nch, BH), LR_THREADS, b_sc>>>(s.A, nil, q, k, nil, nil,
-                                                                                              g, li, st, dd));
-    KERNEL_CHECK();
-    GPU_TIMED("linrec.fwd.output",
-              linrec_output_kernel<<<dim3(nch, NV, BH), LR_THREADS, b_out>>>(o, s.A, q, v, g, li, st, dd));
+    linrec_scores_(s.A, nil, q, k, nil, nil, g, li, st, d, "linrec.fwd.scores");
+    dim3 g_out(nch, NV, BH);
+    if (gpu_math() == GPU_FP32)
+        GPU_TIMED("linrec.fwd.output", linrec_output_kernel<true><<<g_out, LR_THREADS, b_out>>>(o, s.A, q, v, g, li, st, dd));
+    else
+        GPU_TIMED("linrec.fwd.output", linrec_output_kernel<false><<<g_out, LR_THREADS, b_out>>>(o, s.A, q, v, g, li, st, dd));
     KERNEL_CHECK();
 }
 

@@ -11,134 +11,143 @@ struct DvSmem_ {
     float *As, *ys, *vs, *xs, *ks, *Ss, *dSs, *gt, *colacc;
     double *Gd;
     ChunkScal_ *cs;
-    static __host__ __device__ size_t carve(Carve_ &cv, int LC, int decay, DvSmem_ *s) {
-        s->As = cv.take<float>((size_t)LC * LC);
-        s->ys = cv.take<float>((size_t)LC * LR_LD);
-        s->ks = cv.take<float>((size_t)LC * LR_LD);
+    static __host__ __device__ size_t carve(Carve_ &cv, int LCP, int decay, DvSmem_ *s) {
+        s->As = cv.take<float>((size_t)LCP * (LCP + 1));
+        s->ys = cv.take<float>((size_t)LCP * LR_LD);
+        s->ks = cv.take<float>((size_t)LCP * LR_LD);
         s->dSs = cv.take<float>((size_t)LR_TILE * LR_LD);
-        s->gt = cv.take<float>((size_t)LC * LR_LD);
+        s->gt = cv.take<float>((size_t)LCP * LR_LD);
         s->cs = cv.take<ChunkScal_>(1);
         s->vs = s->xs = s->Ss = s->colacc = NULL;
         s->Gd = NULL;
         if (decay == LINREC_VCHANNEL) {  // o is recomputed: the values, q', S; the cumulative decays of the value tile
-            s->vs = cv.take<float>((size_t)LC * LR_LD);
-            s->xs = cv.take<float>((size_t)LC * LR_LD);
+            s->vs = cv.take<float>((size_t)LCP * LR_LD);
+            s->xs = cv.take<float>((size_t)LCP * LR_LD);
             s->Ss = cv.take<float>((size_t)LR_TILE * LR_LD);
             s->colacc = cv.take<float>(LR_TILE);
-            s->Gd = cv.take<double>((size_t)LC * LR_LD);
+            s->Gd = cv.take<double>((size_t)LCP * LR_LD);
         }
         return cv.off;
     }
 };
 
-// dv (B,T,H,Dv) ACCUMULATED: value tile blockIdx.y of chunk blockIdx.x of (b,h) = blockIdx.z. Key-side decays: dv_j =
-// sum_{i>=j} A_ij dO_i + kt_j^T dS' (kt = fk (.) k; per channel, the state's part first, as nn/linrec.c). LINREC_VCHANNEL:
-// dv_jc = sum_{i>=j} A_ij dO_ic exp(G_ic - G_jc) + fv_jc (k_j^T dS')_c, and, the value tile holding every term of its
-// channels' log-decay gradient, dg (B,T,H,Dv) ACCUMULATED (when not NULL): the reverse cumulative sum over the chunk of
-// dO (.) o - v (.) dv, plus at the last token carry (.) colsum(S (.) dS') + sum_j vt_j (.) (k_j^T dS'), with o recomputed.
-// A from the scores kernel, dS' from the backward scan, S from states. Thread e: rows e / 32, + 8, ..., column e % 32.
-__global__ void __launch_bounds__(LR_THREADS)
-    linrec_dv_kernel(float *dv, float *dg, const float *A, const float *q, const float *k, const float *v,
-                     const float *dout, const float *g, const float *li, const float *states, const float *dstates,
-                     LinrecDims d) {
+// dv (B,T,H,Dv) ACCUMULATED, key-side decays: value tile blockIdx.y of chunk blockIdx.x of (b,h) = blockIdx.z, dv_j =
+// sum_{i>=j} A_ij dO_i + kt_j^T dS' (kt = fk (.) k). A from the scores kernel, dS' from the backward scan. Warp
+// products: warp w the rows 16 (w / 2) .., columns 16 (w % 2) .. of the (LCP, 32) tile; SPLIT per run.precision.
+template <bool SPLIT>
+__global__ void __launch_bounds__(LR_THREADS, 2)
+    linrec_dv_kernel(float *dv, const float *A, const float *k, const float *dout, const float *g, const float *li,
+                     const float *states, const float *dstates, LinrecDims d) {
     GPU_DYNAMIC_SMEM(unsigned char, smem);
     DvSmem_ s;
     Carve_ cv = {(uintptr_t)smem, 0};
-    int LC = lc_(d), nch = nchunks_(d), vside = d.decay == LINREC_VCHANNEL;
-    DvSmem_::carve(cv, LC, d.decay, &s);
+    int LC = lc_(d), LCP = lcp_(d), ALD = LCP + 1, nch = nchunks_(d);
+    DvSmem_::carve(cv, LCP, d.decay, &s);
     int ci = blockIdx.x, v0 = blockIdx.y * LR_TILE, bh = blockIdx.z, b = bh / d.H, h = bh % d.H;
     int t0 = ci * d.chunk, L = chunk_len_(d, ci);
     int chan = d.decay == LINREC_CHANNEL, scal = scalar_decay_(d), tid = threadIdx.x;
+    int w = tid >> 5, mt = w >> 1, nh = w & 1, active = 16 * mt < L;
     size_t ss = state_size_(d), KV = (size_t)d.Dk * d.Dv, cbase = ((size_t)bh * nch + ci) * ss;
-    const float *st = states + cbase, *dst = dstates + cbase;
-    if (scal) chunk_scalars_(s.cs, d, g, li, b, h, t0, L, d.gated_in ? st[KV] : 0.0f);
-    if (vside) chan_cum_(s.Gd, s.gt, g, d, d.Dv, b, h, t0, L, LC, v0);
-    load_ll_(s.As, A + ((size_t)bh * nch + ci) * LC * LC, LC);
-    load_tile_(s.ys, dout, d, d.Dv, b, h, t0, L, LC, v0, 1.0f);
-    if (vside) load_tile_(s.vs, v, d, d.Dv, b, h, t0, L, LC, v0, 1.0f);
+    const float *dst = dstates + cbase;
+    if (scal) chunk_scalars_(s.cs, d, g, li, b, h, t0, L, d.gated_in ? states[cbase + KV] : 0.0f);
+    load_ll_pad_(s.As, A + ((size_t)bh * nch + ci) * LC * LC, LC, LCP, ALD);
+    load_tile_(s.ys, dout, d, d.Dv, b, h, t0, L, LCP, v0, 1.0f);
     __syncthreads();
-    // acc: dv (the value-side decay: its intra-chunk part); racc: q' S and dvt: k^T dS' (the value-side decay)
+    // A^T dO: rows j of A^T are A's columns, so only i >= 16 mt contribute
+    float c[2][4] = {};
+    if (active)
+        warp_mma_<SPLIT, 2, true, false>(c, s.As + 16 * mt * ALD + 16 * mt, ALD, s.ys + 16 * mt * LR_LD + 16 * nh,
+                                         LR_LD, LCP - 16 * mt);
+    for (int c0 = 0; c0 < d.Dk; c0 += LR_TILE) {
+        load_tile_(s.ks, k, d, d.Dk, b, h, t0, L, LCP, c0, 1.0f);
+        load_state_(s.dSs, dst, d, c0, v0);
+        if (chan) load_tile_(s.gt, g, d, d.Dk, b, h, t0, L, LC, c0, 1.0f);
+        __syncthreads();
+        if (scal) {
+            for (int e = tid; e < L * LR_TILE; e += LR_THREADS) {
+                int i = e / LR_TILE, x = e % LR_TILE;
+                s.ks[i * LR_LD + x] = s.cs->fk[i] * s.ks[i * LR_LD + x];
+            }
+        } else if (tid < LR_TILE) {
+            chan_factors_(s.gt, tid, L, s.ks, NULL);
+        }
+        __syncthreads();
+        if (active) warp_mma_<SPLIT, 2, false, false>(c, s.ks + 16 * mt * LR_LD, LR_LD, s.dSs + 16 * nh, LR_LD, LR_TILE);
+        __syncthreads();
+    }
+    if (!active) return;
+    #pragma unroll
+    for (int n = 0; n < 2; n++)
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            int j = 16 * mt + frag_row_(r), col = 16 * nh + frag_col_(n, r);
+            if (j < L && v0 + col < d.Dv) dv[row_(d, b, t0 + j, h) * d.Dv + v0 + col] += c[n][r];
+        }
+}
+
+// dv (B,T,H,Dv) ACCUMULATED, the value-side decay (LINREC_VCHANNEL): value tile blockIdx.y of chunk blockIdx.x of
+// (b,h) = blockIdx.z, dv_jc = sum_{i>=j} A_ij dO_ic exp(G_ic - G_jc) + fv_jc (k_j^T dS')_c, and, the value tile holding
+// every term of its channels' log-decay gradient, dg (B,T,H,Dv) ACCUMULATED (when not NULL): the reverse cumulative
+// sum over the chunk of dO (.) o - v (.) dv, plus at the last token carry (.) colsum(S (.) dS') + sum_j vt_j (.) (k_j^T
+// dS'), with o recomputed. A from the scores kernel, dS' from the backward scan, S from states. Thread e: rows e / 32,
+// + 8, ..., column e % 32 (the exponent inside the products keeps them on the CUDA cores).
+__global__ void __launch_bounds__(LR_THREADS)
+    linrec_dv_vside_kernel(float *dv, float *dg, const float *A, const float *q, const float *k, const float *v,
+                           const float *dout, const float *g, const float *states, const float *dstates, LinrecDims d) {
+    GPU_DYNAMIC_SMEM(unsigned char, smem);
+    DvSmem_ s;
+    Carve_ cv = {(uintptr_t)smem, 0};
+    int LC = lc_(d), LCP = lcp_(d), ALD = LCP + 1, nch = nchunks_(d);
+    DvSmem_::carve(cv, LCP, d.decay, &s);
+    int ci = blockIdx.x, v0 = blockIdx.y * LR_TILE, bh = blockIdx.z, b = bh / d.H, h = bh % d.H;
+    int t0 = ci * d.chunk, L = chunk_len_(d, ci), tid = threadIdx.x;
+    size_t cbase = ((size_t)bh * nch + ci) * state_size_(d);
+    const float *st = states + cbase, *dst = dstates + cbase;
+    chan_cum_(s.Gd, s.gt, g, d, d.Dv, b, h, t0, L, LC, v0);
+    load_ll_pad_(s.As, A + ((size_t)bh * nch + ci) * LC * LC, LC, LCP, ALD);
+    load_tile_(s.ys, dout, d, d.Dv, b, h, t0, L, LC, v0, 1.0f);
+    load_tile_(s.vs, v, d, d.Dv, b, h, t0, L, LC, v0, 1.0f);
+    __syncthreads();
+    // acc: dv's intra-chunk part; racc: q' S; dvt: k^T dS'
     float acc[LR_NR_LT], racc[LR_NR_LT], dvt[LR_NR_LT];
     #pragma unroll
     for (int r = 0; r < LR_NR_LT; r++) {
         int e = tid + r * LR_THREADS, j = e / LR_TILE, col = e % LR_TILE;
         float a = 0.0f;
         racc[r] = dvt[r] = 0.0f;
-        if (!chan && j < L) {
-            if (vside) {
-                double gj = s.Gd[j * LR_LD + col];
-                for (int i = j; i < L; i++)
-                    a += s.As[i * LC + j] * s.ys[i * LR_LD + col] * expf((float)(s.Gd[i * LR_LD + col] - gj));
-            } else {
-                for (int i = j; i < L; i++) a += s.As[i * LC + j] * s.ys[i * LR_LD + col];
-            }
+        if (j < L) {
+            double gj = s.Gd[j * LR_LD + col];
+            for (int i = j; i < L; i++)
+                a += s.As[i * ALD + j] * s.ys[i * LR_LD + col] * expf((float)(s.Gd[i * LR_LD + col] - gj));
         }
         acc[r] = a;
     }
-    float colacc = 0.0f;  // thread col < 32 (value-side decay): carry_col sum_c S_c,col dS'_c,col
+    float colacc = 0.0f;  // thread col < 32: carry_col sum_c S_c,col dS'_c,col
     for (int c0 = 0; c0 < d.Dk; c0 += LR_TILE) {
         load_tile_(s.ks, k, d, d.Dk, b, h, t0, L, LC, c0, 1.0f);
         load_state_(s.dSs, dst, d, c0, v0);
-        if (chan) load_tile_(s.gt, g, d, d.Dk, b, h, t0, L, LC, c0, 1.0f);
-        if (vside) {
-            load_tile_(s.xs, q, d, d.Dk, b, h, t0, L, LC, c0, d.scale);
-            load_state_(s.Ss, st, d, c0, v0);
-        }
-        __syncthreads();
-        if (scal) {
-            for (int e = tid; e < L * LR_TILE; e += LR_THREADS) {
-                int i = e / LR_TILE, c = e % LR_TILE;
-                s.ks[i * LR_LD + c] = s.cs->fk[i] * s.ks[i * LR_LD + c];
-            }
-        } else if (chan && tid < LR_TILE) {
-            chan_factors_(s.gt, tid, L, s.ks, NULL);
-        }
+        load_tile_(s.xs, q, d, d.Dk, b, h, t0, L, LC, c0, d.scale);
+        load_state_(s.Ss, st, d, c0, v0);
         __syncthreads();
         #pragma unroll
         for (int r = 0; r < LR_NR_LT; r++) {
             int e = tid + r * LR_THREADS, j = e / LR_TILE, col = e % LR_TILE;
             if (j >= L) continue;
-            const float *kj = s.ks + j * LR_LD;
-            if (vside) {
-                float a = racc[r], t = dvt[r];
-                const float *qj = s.xs + j * LR_LD;
-                for (int c = 0; c < LR_TILE; c++) {
-                    a += qj[c] * s.Ss[c * LR_LD + col];
-                    t += kj[c] * s.dSs[c * LR_LD + col];
-                }
-                racc[r] = a, dvt[r] = t;
-            } else {
-                float a = acc[r];
-                for (int c = 0; c < LR_TILE; c++) a += kj[c] * s.dSs[c * LR_LD + col];
-                acc[r] = a;
+            const float *kj = s.ks + j * LR_LD, *qj = s.xs + j * LR_LD;
+            float a = racc[r], t = dvt[r];
+            for (int x = 0; x < LR_TILE; x++) {
+                a += qj[x] * s.Ss[x * LR_LD + col];
+                t += kj[x] * s.dSs[x * LR_LD + col];
             }
+            racc[r] = a, dvt[r] = t;
         }
-        if (vside && tid < LR_TILE) {
-            double GL = s.Gd[(L - 1) * LR_LD + tid];
-            float carry = expf((float)GL);
-            for (int c = 0; c < LR_TILE; c++) colacc += carry * s.Ss[c * LR_LD + tid] * s.dSs[c * LR_LD + tid];
+        if (tid < LR_TILE) {
+            float carry = expf((float)s.Gd[(L - 1) * LR_LD + tid]);
+            for (int x = 0; x < LR_TILE; x++) colacc += carry * s.Ss[x * LR_LD + tid] * s.dSs[x * LR_LD + tid];
         }
         __syncthreads();
     }
-    if (chan) {  // the intra-chunk part after the state's, as nn/linrec.c's per-channel loop
-        #pragma unroll
-        for (int r = 0; r < LR_NR_LT; r++) {
-            int e = tid + r * LR_THREADS, j = e / LR_TILE, col = e % LR_TILE;
-            if (j >= L) continue;
-            float a = acc[r];
-            for (int i = j; i < L; i++) a += s.As[i * LC + j] * s.ys[i * LR_LD + col];
-            acc[r] = a;
-        }
-    }
-    if (!vside) {
-        #pragma unroll
-        for (int r = 0; r < LR_NR_LT; r++) {
-            int e = tid + r * LR_THREADS, j = e / LR_TILE, col = e % LR_TILE;
-            if (j < L && v0 + col < d.Dv) dv[row_(d, b, t0 + j, h) * d.Dv + v0 + col] += acc[r];
-        }
-        return;
-    }
-    // the value-side decay: dv += fv (.) dvt, then dG = dO (.) o - v (.) dv staged in xs, vt (.) dvt in ks (both free now)
+    // dv += fv (.) dvt, then dG = dO (.) o - v (.) dv staged in xs, vt (.) dvt in ks (both free now)
     if (tid < LR_TILE) s.colacc[tid] = colacc;
     #pragma unroll
     for (int r = 0; r < LR_NR_LT; r++) {
@@ -147,7 +156,7 @@ __global__ void __launch_bounds__(LR_THREADS)
         double gi = s.Gd[i * LR_LD + col], GL = s.Gd[(L - 1) * LR_LD + col];
         float oi = expf((float)gi) * racc[r];
         for (int j = 0; j <= i; j++)
-            oi += s.As[i * LC + j] * s.vs[j * LR_LD + col] * expf((float)(gi - s.Gd[j * LR_LD + col]));
+            oi += s.As[i * ALD + j] * s.vs[j * LR_LD + col] * expf((float)(gi - s.Gd[j * LR_LD + col]));
         float fv = expf((float)(GL - gi)), dvi = acc[r] + fv * dvt[r], vi = s.vs[i * LR_LD + col];
         s.xs[i * LR_LD + col] = s.ys[i * LR_LD + col] * oi - vi * dvi;
         s.ks[i * LR_LD + col] = fv * vi * dvt[r];
@@ -171,19 +180,19 @@ struct DqkSmem_ {
     float *qs, *ks, *dAs, *Ss, *dSs, *ys, *vs, *gt, *xh, *yt;
     double *Gd;
     ChunkScal_ *cs;
-    static __host__ __device__ size_t carve(Carve_ &cv, int LC, int decay, DqkSmem_ *s) {
-        s->qs = cv.take<float>((size_t)LC * LR_LD);
-        s->ks = cv.take<float>((size_t)LC * LR_LD);
-        s->dAs = cv.take<float>((size_t)LC * LC);
+    static __host__ __device__ size_t carve(Carve_ &cv, int LCP, int decay, DqkSmem_ *s) {
+        s->qs = cv.take<float>((size_t)LCP * LR_LD);
+        s->ks = cv.take<float>((size_t)LCP * LR_LD);
+        s->dAs = cv.take<float>((size_t)LCP * (LCP + 1));
         s->Ss = cv.take<float>((size_t)LR_TILE * LR_LD);
         s->dSs = cv.take<float>((size_t)LR_TILE * LR_LD);
-        s->ys = cv.take<float>((size_t)LC * LR_LD);
-        s->vs = cv.take<float>((size_t)LC * LR_LD);
-        s->gt = cv.take<float>((size_t)LC * LR_LD);
+        s->ys = cv.take<float>((size_t)LCP * LR_LD);
+        s->vs = cv.take<float>((size_t)LCP * LR_LD);
+        s->gt = cv.take<float>((size_t)LCP * LR_LD);
         s->cs = cv.take<ChunkScal_>(1);
         s->Gd = NULL, s->xh = s->yt = NULL;
         if (decay == LINREC_CHANNEL) {
-            s->Gd = cv.take<double>((size_t)LC * LR_LD);
+            s->Gd = cv.take<double>((size_t)LCP * LR_LD);
             s->xh = cv.take<float>((size_t)LR_STACK * LR_LD);
             s->yt = cv.take<float>((size_t)LR_STACK * LR_LD);
         }
@@ -200,128 +209,126 @@ struct DqkSmem_ {
 // LINREC_CHANNEL: dg (B,T,H,Dk) ACCUMULATED with its reverse cumulative sum over the chunk. Scalar decays: pg
 // (B,H,T, key tiles) WRITTEN with each token's sum of dG over the tile's channels (double), pq and pk (B,H,T, key
 // tiles) with q' . dq' and k . dk over them (the stabiliser's and dli's terms); each NULL when not wanted.
-// Thread e: rows e / 32, + 8, ..., channel e % 32.
-__global__ void __launch_bounds__(LR_THREADS)
+// The products are warp products (warp w: rows 16 (w / 2) .., channels 16 (w % 2) .. of the (LCP, 32) tile; SPLIT
+// per run.precision); per key channel, pairs across sub-blocks go through a reference (gpu/linrec_kit.cuh) and pairs
+// within one keep the exponential, summed by the lane that owns the element.
+template <bool SPLIT>
+__global__ void __launch_bounds__(LR_THREADS, 2)
     linrec_dqk_kernel(float *dq, float *dk, float *dg, double *pg, float *pq, float *pk, const float *dA,
                       const float *q, const float *k, const float *v, const float *dout, const float *g,
                       const float *li, const float *states, const float *dstates, LinrecDims d) {
     GPU_DYNAMIC_SMEM(unsigned char, smem);
     DqkSmem_ s;
     Carve_ cv = {(uintptr_t)smem, 0};
-    int LC = lc_(d), nch = nchunks_(d);
-    DqkSmem_::carve(cv, LC, d.decay, &s);
+    int LC = lc_(d), LCP = lcp_(d), ALD = LCP + 1, nch = nchunks_(d);
+    DqkSmem_::carve(cv, LCP, d.decay, &s);
     int ci = blockIdx.x, c0 = blockIdx.y * LR_TILE, bh = blockIdx.z, b = bh / d.H, h = bh % d.H;
     int t0 = ci * d.chunk, L = chunk_len_(d, ci), NK = ntiles_(d.Dk);
     int chan = d.decay == LINREC_CHANNEL, vside = d.decay == LINREC_VCHANNEL, scal = scalar_decay_(d), tid = threadIdx.x;
+    int w = tid >> 5, mt = w >> 1, nh = w & 1, active = 16 * mt < L;
     size_t ss = state_size_(d), KV = (size_t)d.Dk * d.Dv, cbase = ((size_t)bh * nch + ci) * ss;
     const float *st = states + cbase, *dst = dstates + cbase;
     if (scal) chunk_scalars_(s.cs, d, g, li, b, h, t0, L, d.gated_in ? st[KV] : 0.0f);
     if (chan) chan_cum_(s.Gd, s.gt, g, d, d.Dk, b, h, t0, L, LC, c0);
-    load_tile_(s.qs, q, d, d.Dk, b, h, t0, L, LC, c0, d.scale);
-    load_tile_(s.ks, k, d, d.Dk, b, h, t0, L, LC, c0, 1.0f);
-    load_ll_(s.dAs, dA + ((size_t)bh * nch + ci) * LC * LC, LC);
+    load_tile_(s.qs, q, d, d.Dk, b, h, t0, L, LCP, c0, d.scale);
+    load_tile_(s.ks, k, d, d.Dk, b, h, t0, L, LCP, c0, 1.0f);
+    load_ll_pad_(s.dAs, dA + ((size_t)bh * nch + ci) * LC * LC, LC, LCP, ALD);
     __syncthreads();
     if (chan) {
-        stage_refs_(s.xh, s.yt, s.qs, s.ks, s.Gd, L);
+        stage_refs_(s.xh, s.yt, s.qs, s.ks, s.Gd, L, LCP);
         __syncthreads();
     }
-    // the intra-chunk parts (per channel: pairs across sub-blocks through a reference, gpu/linrec_kit.cuh)
-    float dqa[LR_NR_LT], dka[LR_NR_LT], dqt[LR_NR_LT], dkt[LR_NR_LT];
-    #pragma unroll
-    for (int r = 0; r < LR_NR_LT; r++) {
-        int e = tid + r * LR_THREADS, i = e / LR_TILE, c = e % LR_TILE;
-        float a = 0.0f, bk = 0.0f;
-        if (i < L) {
-            if (chan) {
+    // the intra-chunk parts: cq = dq', ck = dk (per channel first the cross-sub-block sums, then their factors and
+    // the diagonal sub-block's terms)
+    float cq[2][4] = {}, ck[2][4] = {}, sq[2][4] = {}, sk[2][4] = {};
+    const float *dAr = s.dAs + 16 * mt * ALD;  // the warp's rows of dA
+    if (active && !chan) {
+        warp_mma_<SPLIT, 2, false, false>(cq, dAr, ALD, s.ks + 16 * nh, LR_LD, 16 * (mt + 1));
+        warp_mma_<SPLIT, 2, true, false>(ck, dAr + 16 * mt, ALD, s.qs + 16 * mt * LR_LD + 16 * nh, LR_LD,
+                                         LCP - 16 * mt);
+    } else if (active) {
+        int lo = 16 * mt, hi = min(lo + 16, L);
+        if (mt > 0) warp_mma_<SPLIT, 2, false, false>(cq, dAr, ALD, s.yt + tilde_off_(mt) * LR_LD + 16 * nh, LR_LD, lo);
+        if (hi < L)
+            warp_mma_<SPLIT, 2, true, false>(ck, s.dAs + (lo + 16) * ALD + lo, ALD,
+                                             s.xh + hat_off_(mt + 1) * LR_LD + 16 * nh, LR_LD, LCP - lo - 16);
+        #pragma unroll
+        for (int n = 0; n < 2; n++)
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                int i = lo + frag_row_(r), c = 16 * nh + frag_col_(n, r);
+                if (i >= L) continue;
                 double gi = s.Gd[i * LR_LD + c];
-                int m = blk_(i), lo = LR_SB * m, hi = min(lo + LR_SB, L);
-                if (m > 0) {  // j in earlier sub-blocks: k~ through the reference R_m, then exp(G_i - R_m)
-                    const float *yt = s.yt + tilde_off_(m) * LR_LD + c;
-                    float x = 0.0f;
-                    for (int j = 0; j < lo; j++) x += s.dAs[i * LC + j] * yt[j * LR_LD];
-                    a = expf((float)(gi - s.Gd[(lo - 1) * LR_LD + c])) * x;
-                }
+                float a = mt > 0 ? expf((float)(gi - s.Gd[(lo - 1) * LR_LD + c])) * cq[n][r] : 0.0f;
+                float bk = hi < L ? expf((float)(s.Gd[(hi - 1) * LR_LD + c] - gi)) * ck[n][r] : 0.0f;
                 for (int j = lo; j <= i; j++)
-                    a += s.dAs[i * LC + j] * expf((float)(gi - s.Gd[j * LR_LD + c])) * s.ks[j * LR_LD + c];
-                if (hi < L) {  // j in later sub-blocks: q^ through the reference R_{m+1}, then exp(R_{m+1} - G_i)
-                    const float *xh = s.xh + (hat_off_(m + 1) - hi) * LR_LD + c;
-                    float x = 0.0f;
-                    for (int j = hi; j < L; j++) x += s.dAs[j * LC + i] * xh[j * LR_LD];
-                    bk = expf((float)(s.Gd[(hi - 1) * LR_LD + c] - gi)) * x;
-                }
+                    a += s.dAs[i * ALD + j] * expf((float)(gi - s.Gd[j * LR_LD + c])) * s.ks[j * LR_LD + c];
                 for (int j = i; j < hi; j++)
-                    bk += s.dAs[j * LC + i] * expf((float)(s.Gd[j * LR_LD + c] - gi)) * s.qs[j * LR_LD + c];
-            } else {
-                for (int j = 0; j <= i; j++) a += s.dAs[i * LC + j] * s.ks[j * LR_LD + c];
-                for (int j = i; j < L; j++) bk += s.dAs[j * LC + i] * s.qs[j * LR_LD + c];
+                    bk += s.dAs[j * ALD + i] * expf((float)(s.Gd[j * LR_LD + c] - gi)) * s.qs[j * LR_LD + c];
+                cq[n][r] = a, ck[n][r] = bk;
             }
-        }
-        dqa[r] = a, dka[r] = bk, dqt[r] = dkt[r] = 0.0f;
     }
-    // the state parts: dqt = dO S^T, dkt = v dS'^T over the value tiles (the value-side decay: dr = fq (.) dO and
+    // the state parts: sq = dO S^T, sk = v dS'^T over the value tiles (the value-side decay: dr = fq (.) dO and
     // vt = fv (.) v instead, straight into dq', dk); rowsum(S (.) dS') for the key-side carry's gradient
     float rowacc = 0.0f;
     for (int v0 = 0; v0 < d.Dv; v0 += LR_TILE) {
         load_state_(s.Ss, st, d, c0, v0);
         load_state_(s.dSs, dst, d, c0, v0);
-        load_tile_(s.ys, dout, d, d.Dv, b, h, t0, L, LC, v0, 1.0f);
-        load_tile_(s.vs, v, d, d.Dv, b, h, t0, L, LC, v0, 1.0f);
+        load_tile_(s.ys, dout, d, d.Dv, b, h, t0, L, LCP, v0, 1.0f);
+        load_tile_(s.vs, v, d, d.Dv, b, h, t0, L, LCP, v0, 1.0f);
         if (vside) load_tile_(s.gt, g, d, d.Dv, b, h, t0, L, LC, v0, 1.0f);
         __syncthreads();
         if (vside) {
             if (tid < LR_TILE) chan_factors_(s.gt, tid, L, s.vs, s.ys);
             __syncthreads();
         }
-        #pragma unroll
-        for (int r = 0; r < LR_NR_LT; r++) {
-            int e = tid + r * LR_THREADS, i = e / LR_TILE, c = e % LR_TILE;
-            if (i >= L) continue;
-            const float *doi = s.ys + i * LR_LD, *vi = s.vs + i * LR_LD, *sc = s.Ss + c * LR_LD, *dsc = s.dSs + c * LR_LD;
-            float a = vside ? dqa[r] : dqt[r], bk = vside ? dka[r] : dkt[r];
-            for (int x = 0; x < LR_TILE; x++) {
-                a += doi[x] * sc[x];
-                bk += vi[x] * dsc[x];
-            }
-            if (vside) dqa[r] = a, dka[r] = bk;
-            else dqt[r] = a, dkt[r] = bk;
+        if (active) {
+            warp_mma_<SPLIT, 2, false, true>(vside ? cq : sq, s.ys + 16 * mt * LR_LD, LR_LD, s.Ss + 16 * nh * LR_LD,
+                                             LR_LD, LR_TILE);
+            warp_mma_<SPLIT, 2, false, true>(vside ? ck : sk, s.vs + 16 * mt * LR_LD, LR_LD, s.dSs + 16 * nh * LR_LD,
+                                             LR_LD, LR_TILE);
         }
         if (!vside && tid < LR_TILE)
             for (int x = 0; x < LR_TILE; x++) rowacc += s.Ss[tid * LR_LD + x] * s.dSs[tid * LR_LD + x];
         __syncthreads();
     }
-    // dq', dk complete: write them, and stage for the log-decays' gradients (each thread its own elements, so q' and
-    // k are overwritten in place): q' (.) dq' in qs, k (.) dk in ks, dG = their difference in ys, kt (.) dkt in vs
+    // dq', dk complete: write them, and stage for the log-decays' gradients (each lane its own elements, so q' and
+    // k are overwritten in place): q' (.) dq' in qs, k (.) dk in ks, dG = their difference in ys, kt (.) sk in vs
     int want_g = dg && d.decay != LINREC_NONE, want_qk = scal && d.gated_in;
-    #pragma unroll
-    for (int r = 0; r < LR_NR_LT; r++) {
-        int e = tid + r * LR_THREADS, i = e / LR_TILE, c = e % LR_TILE;
-        if (i >= L) continue;
-        float dqp = dqa[r], dkp = dka[r];
-        if (!vside) {
-            float fq, fk;
-            if (chan) {
-                double gi = s.Gd[i * LR_LD + c], gL = s.Gd[(L - 1) * LR_LD + c];
-                fq = expf((float)gi), fk = expf((float)(gL - gi));
-            } else {
-                fq = s.cs->fq[i], fk = s.cs->fk[i];
+    if (active) {
+        #pragma unroll
+        for (int n = 0; n < 2; n++)
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                int i = 16 * mt + frag_row_(r), c = 16 * nh + frag_col_(n, r);
+                if (i >= L) continue;
+                float dqp = cq[n][r], dkp = ck[n][r];
+                if (!vside) {
+                    float fq, fk;
+                    if (chan) {
+                        double gi = s.Gd[i * LR_LD + c], gL = s.Gd[(L - 1) * LR_LD + c];
+                        fq = expf((float)gi), fk = expf((float)(gL - gi));
+                    } else {
+                        fq = s.cs->fq[i], fk = s.cs->fk[i];
+                    }
+                    dqp += sq[n][r] * fq;
+                    dkp += sk[n][r] * fk;
+                    float ki = s.ks[i * LR_LD + c], qd = s.qs[i * LR_LD + c] * dqp, kd = ki * dkp;
+                    s.qs[i * LR_LD + c] = qd;
+                    s.ks[i * LR_LD + c] = kd;
+                    s.ys[i * LR_LD + c] = qd - kd;
+                    s.vs[i * LR_LD + c] = fk * ki * sk[n][r];
+                }
+                if (c0 + c < d.Dk) {
+                    size_t o = row_(d, b, t0 + i, h) * d.Dk + c0 + c;
+                    dq[o] += d.scale * dqp;
+                    dk[o] += dkp;
+                }
             }
-            dqp += dqt[r] * fq;
-            dkp += dkt[r] * fk;
-            float ki = s.ks[i * LR_LD + c], qd = s.qs[i * LR_LD + c] * dqp, kd = ki * dkp;
-            s.qs[i * LR_LD + c] = qd;
-            s.ks[i * LR_LD + c] = kd;
-            s.ys[i * LR_LD + c] = qd - kd;
-            s.vs[i * LR_LD + c] = fk * ki * dkt[r];
-        }
-        if (c0 + c < d.Dk) {
-            size_t o = row_(d, b, t0 + i, h) * d.Dk + c0 + c;
-            dq[o] += d.scale * dqp;
-            dk[o] += dkp;
-        }
     }
     if (vside || !(want_g || want_qk)) return;
     __syncthreads();
-    // the last token's terms where G_L itself appears: carry (.) rowsum(S (.) dS') and sum_j kt_j (.) dkt_j; per
+    // the last token's terms where G_L itself appears: carry (.) rowsum(S (.) dS') and sum_j kt_j (.) sk_j; per
     // channel, dg is then the reverse cumulative sum over the chunk
     float *dGs = s.ys;
     if (want_g && tid < LR_TILE) {
@@ -461,27 +468,35 @@ void gpu_linrec_backward(float *dq, float *dk, float *dv, float *dg, float *dli,
     Scratch_ s = {};
     scratch_layout_(d, scratch, &s);
     if (d->decay == LINREC_NONE) dg = NULL;
-    int LC = lc_(dd), nch = nchunks_(dd), NK = ntiles_(d->Dk), NV = ntiles_(d->Dv), BH = d->B * d->H;
+    int nch = nchunks_(dd), NK = ntiles_(d->Dk), NV = ntiles_(d->Dv), BH = d->B * d->H;
     int vside = d->decay == LINREC_VCHANNEL, scal = scalar_decay_(dd), head = d->decay == LINREC_HEAD;
     float *nil = NULL;
     double *nild = NULL;
-    size_t b_sc = smem_of_<ScoresSmem_>(LC, d->decay);
-    size_t b_dv = smem_of_<DvSmem_>(LC, d->decay), b_dqk = smem_of_<DqkSmem_>(LC, d->decay);
-    smem_limit_(linrec_scores_kernel, b_sc);
-    smem_limit_(linrec_dv_kernel, b_dv);
-    smem_limit_(linrec_dqk_kernel, b_dqk);
+    size_t b_dv = smem_of_<DvSmem_>(lcp_(dd), d->decay), b_dqk = smem_of_<DqkSmem_>(lcp_(dd), d->decay);
+    smem_limit_(linrec_dv_kernel<true>, b_dv);
+    smem_limit_(linrec_dv_kernel<false>, b_dv);
+    smem_limit_(linrec_dv_vside_kernel, b_dv);
+    smem_limit_(linrec_dqk_kernel<true>, b_dqk);
+    smem_limit_(linrec_dqk_kernel<false>, b_dqk);
     linrec_states_(s.st, s.cr, q, dout, d->scale, 1, g, li, ckpt, d, "linrec.bwd.outer", "linrec.bwd.dscan");
-    GPU_TIMED("linrec.bwd.scores", linrec_scores_kernel<<<dim3(nch, BH), LR_THREADS, b_sc>>>(s.A, s.dA, q, k, v, dout,
-                                                                                              g, li, ckpt, dd));
-    KERNEL_CHECK();
-    GPU_TIMED("linrec.bwd.dv", linrec_dv_kernel<<<dim3(nch, NV, BH), LR_THREADS, b_dv>>>(
-                                   dv, vside ? dg : nil, s.A, q, k, v, dout, g, li, ckpt, s.st, dd));
+    linrec_scores_(s.A, s.dA, q, k, v, dout, g, li, ckpt, d, "linrec.bwd.scores");
+    dim3 g_dv(nch, NV, BH);
+    if (vside)
+        GPU_TIMED("linrec.bwd.dv", linrec_dv_vside_kernel<<<g_dv, LR_THREADS, b_dv>>>(dv, dg, s.A, q, k, v, dout, g, ckpt, s.st, dd));
+    else if (gpu_math() == GPU_FP32)
+        GPU_TIMED("linrec.bwd.dv", linrec_dv_kernel<true><<<g_dv, LR_THREADS, b_dv>>>(dv, s.A, k, dout, g, li, ckpt, s.st, dd));
+    else
+        GPU_TIMED("linrec.bwd.dv", linrec_dv_kernel<false><<<g_dv, LR_THREADS, b_dv>>>(dv, s.A, k, dout, g, li, ckpt, s.st, dd));
     KERNEL_CHECK();
     // the scalar decays' partials: dG's sums where a dg is wanted, q' . dq' and k . dk where input gates are
     double *pg = scal && dg ? s.pg : nild;
     float *pq = scal && d->gated_in ? s.pq : nil, *pk = scal && d->gated_in ? s.pk : nil;
-    GPU_TIMED("linrec.bwd.dqk", linrec_dqk_kernel<<<dim3(nch, NK, BH), LR_THREADS, b_dqk>>>(
-                                    dq, dk, vside ? nil : dg, pg, pq, pk, s.dA, q, k, v, dout, g, li, ckpt, s.st, dd));
+    dim3 g_qk(nch, NK, BH);
+    float *dgk = vside ? nil : dg;
+    if (gpu_math() == GPU_FP32)
+        GPU_TIMED("linrec.bwd.dqk", linrec_dqk_kernel<true><<<g_qk, LR_THREADS, b_dqk>>>(dq, dk, dgk, pg, pq, pk, s.dA, q, k, v, dout, g, li, ckpt, s.st, dd));
+    else
+        GPU_TIMED("linrec.bwd.dqk", linrec_dqk_kernel<false><<<g_qk, LR_THREADS, b_dqk>>>(dq, dk, dgk, pg, pq, pk, s.dA, q, k, v, dout, g, li, ckpt, s.st, dd));
     KERNEL_CHECK();
     if (!scal || !(pg || pk)) return;
     double *hc = head && pg ? s.hc : nild, *hs = head && dg && d->gated_in ? s.hs : nild;

@@ -141,15 +141,18 @@ static __device__ __forceinline__ int hat_off_(int m) { return LR_SB * ((m - 1) 
 static __device__ __forceinline__ int blk_(int i) { return i / LR_SB; }
 
 // every thread: xh (LR_STACK rows of LR_LD) and yt (the same) WRITTEN from the staged x, y (LC rows) and the
-// cumulative log-decays Gd (LC rows of doubles) of one 32-channel tile; either may be NULL; rows past L unused
-static __device__ void stage_refs_(float *xh, float *yt, const float *x, const float *y, const double *Gd, int L) {
+// cumulative log-decays Gd (LC rows of doubles) of one 32-channel tile; either may be NULL. The hat stack's rows from
+// L up to LP (the warp products' padded rows) are zero.
+static __device__ void stage_refs_(float *xh, float *yt, const float *x, const float *y, const double *Gd, int L,
+                                   int LP) {
     int nb = (L + LR_SB - 1) / LR_SB;
     for (int m = 1; m < nb; m++) {
         const double *R = Gd + (LR_SB * m - 1) * LR_LD;
         if (xh)
-            for (int e = threadIdx.x; e < (L - LR_SB * m) * LR_TILE; e += LR_THREADS) {
+            for (int e = threadIdx.x; e < (LP - LR_SB * m) * LR_TILE; e += LR_THREADS) {
                 int i = LR_SB * m + e / LR_TILE, c = e % LR_TILE;
-                xh[(hat_off_(m) + i - LR_SB * m) * LR_LD + c] = x[i * LR_LD + c] * expf((float)(Gd[i * LR_LD + c] - R[c]));
+                xh[(hat_off_(m) + i - LR_SB * m) * LR_LD + c] =
+                    i < L ? x[i * LR_LD + c] * expf((float)(Gd[i * LR_LD + c] - R[c])) : 0.0f;
             }
         if (yt)
             for (int e = threadIdx.x; e < LR_SB * m * LR_TILE; e += LR_THREADS) {
@@ -202,11 +205,10 @@ void linrec_states_(float *st, float *carries, const float *x, const float *y, f
                     const float *li, const float *mstates, const LinrecDims *d, const char *outer_name,
                     const char *scan_name);
 
-// the chunk scores, launched by the forward and again by the backward (gpu/linrec.cu)
-__global__ void __launch_bounds__(LR_THREADS)
-    linrec_scores_kernel(float *A, float *dA, const float *q, const float *k, const float *v,
-                                     const float *dout, const float *g, const float *li, const float *states,
-                                     LinrecDims d);
+// the chunk scores A (and with dA non-NULL the backward's dA) into the scratch, launched by either direction
+// (gpu/linrec.cu); name for SEQ_PROFILE
+void linrec_scores_(float *A, float *dA, const float *q, const float *k, const float *v, const float *dout,
+                    const float *g, const float *li, const float *states, const LinrecDims *d, const char *name);
 
 // ----------------------------------------------------------------------------
 // launches

@@ -12,6 +12,7 @@
 #include "gpu/adamw.cuh"
 #include "gpu/embedding.cuh"
 #include "gpu/matmul.cuh"
+#include "gpu/devbuf.h"
 #include "gpu/norm.cuh"
 #include "gpu/xent.cuh"
 
@@ -25,6 +26,10 @@ static GpuMath math_ = GPU_TF32;
 
 cublasHandle_t gpu_blas(void) { return blas_; }
 GpuMath gpu_math(void) { return math_; }
+static GpuMath math_of_(const char *precision) {
+    return !strcmp(precision, "tf32") ? GPU_TF32 : !strcmp(precision, "bf16") ? GPU_BF16 : GPU_FP32;
+}
+void gpu_devbuf_set_precision(const char *precision) { math_ = math_of_(precision); }
 
 void gpu_fail_(const char *what, const char *detail, const char *file, int line) {
     fprintf(stderr, "seqtrain: CUDA error: %s failed: %s (%s:%d)\n", what, detail, file, line);
@@ -203,7 +208,7 @@ int gpu_open(Gpu **out, const Model *m, const Optim *o, const char *precision, E
     if (!blas_) CUBLAS_CHECK(cublasCreate(&blas_));
     // fp32: cuBLAS's default math never uses TF32; tf32: tensor cores with 10-bit-mantissa inputs
     CUBLAS_CHECK(cublasSetMathMode(blas_, !strcmp(precision, "tf32") ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
-    math_ = !strcmp(precision, "tf32") ? GPU_TF32 : !strcmp(precision, "bf16") ? GPU_BF16 : GPU_FP32;
+    math_ = math_of_(precision);
     const ParamTable *pt = &m->pt;
     size_t bytes = pt->numel * sizeof(float);
     // o NULL (evaluation): no moments, no optimizer chunks

@@ -35,8 +35,12 @@
 #include "gpu/linrec.cuh"
 #include "nn/linrec.h"
 
+// fp32 (3xTF32 products); tf32 and bf16 multiply on the tensor cores with TF32 operands (10-bit mantissas: each
+// rounded within 2^-11 relative), checked at TOL_TC
 #define TOL_FWD 2e-5
 #define TOL_GRAD 5e-5
+#define TOL_TC_FWD 4e-3
+#define TOL_TC_GRAD 1e-2
 
 static const char *DECAY_NAME_[] = {"none", "head", "token", "channel", "vchannel"};
 
@@ -171,7 +175,7 @@ static void run_gpu_(Tensors *t) {
 
 // the checkpoints: the states (relative to their largest magnitude) and, with input gates, each chunk's stabiliser
 // (relative to the largest finite one: an empty state's is LINREC_M_EMPTY, -1e30, and must be that exactly)
-static void ckpt_check_(const Tensors *gpu, const Tensors *cpu, const char *name) {
+static void ckpt_check_(const Tensors *gpu, const Tensors *cpu, const char *name, double tol) {
     size_t ss = linrec_state_size(&cpu->d), KV = (size_t)cpu->d.Dk * cpu->d.Dv, n = cpu->nck / ss;
     double e = 0.0, s = 0.0, em = 0.0, sm = 0.0;
     int empty_ok = 1;
@@ -183,15 +187,18 @@ static void ckpt_check_(const Tensors *gpu, const Tensors *cpu, const char *name
         else em = fmax(em, fabs((double)a[KV] - b[KV])), sm = fmax(sm, fabs((double)b[KV]));
     }
     e = s > 0 ? e / s : e, em = sm > 0 ? em / sm : em;
-    CHECK(e <= TOL_FWD, "%s: checkpoints' states (%.2g)", name, e);
-    if (ss > KV) CHECK(em <= TOL_FWD && empty_ok, "%s: checkpoints' stabilisers (%.2g)", name, em);
+    CHECK(e <= tol, "%s: checkpoints' states (%.2g)", name, e);
+    if (ss > KV) CHECK(em <= tol && empty_ok, "%s: checkpoints' stabilisers (%.2g)", name, em);
 }
 
-static void run_case_(const Case *c, int idx) {
-    char name[160];
-    snprintf(name, sizeof name, "%s%s%s%s, B %d T %d H %d Dk %d Dv %d chunk %d", DECAY_NAME_[c->decay],
+static void run_case_(const Case *c, int idx, const char *precision) {
+    char name[180];
+    snprintf(name, sizeof name, "%s%s%s%s, B %d T %d H %d Dk %d Dv %d chunk %d, %s", DECAY_NAME_[c->decay],
              c->gated ? " + input gates" : "", c->no_dg ? ", dg NULL" : "", c->no_dm ? ", dm NULL" : "", c->B, c->T,
-             c->H, c->Dk, c->Dv, c->chunk);
+             c->H, c->Dk, c->Dv, c->chunk, precision);
+    gpu_devbuf_set_precision(precision);
+    int fp32 = !strcmp(precision, "fp32");
+    double TOL_F = fp32 ? TOL_FWD : TOL_TC_FWD, TOL_G = fp32 ? TOL_GRAD : TOL_TC_GRAD;
     Tensors cpu, gpu, again;
     tensors_make_(&cpu, c, 1000 + 17 * idx);
     gpu = cpu, again = cpu;
@@ -199,23 +206,23 @@ static void run_case_(const Case *c, int idx) {
     run_gpu_(&gpu);
     run_gpu_(&again);
     double eo = kc_rel_err(gpu.o, cpu.o, NULL, cpu.nV);
-    CHECK(eo <= TOL_FWD, "%s: o (%.2g)", name, eo);
-    ckpt_check_(&gpu, &cpu, name);
+    CHECK(eo <= TOL_F, "%s: o (%.2g)", name, eo);
+    ckpt_check_(&gpu, &cpu, name, TOL_F);
     if (c->gated) {
         double em = kc_rel_err(gpu.m, cpu.m, NULL, cpu.nH);
-        CHECK(em <= TOL_FWD, "%s: m (%.2g)", name, em);
+        CHECK(em <= TOL_F, "%s: m (%.2g)", name, em);
     }
     double eq = kc_rel_err(gpu.dq, cpu.dq, cpu.pq, cpu.nK), ek = kc_rel_err(gpu.dk, cpu.dk, cpu.pk, cpu.nK);
     double ev = kc_rel_err(gpu.dv, cpu.dv, cpu.pv, cpu.nV);
-    CHECK(eq <= TOL_GRAD && ek <= TOL_GRAD && ev <= TOL_GRAD, "%s: dq, dk, dv accumulated (%.2g, %.2g, %.2g)", name,
+    CHECK(eq <= TOL_G && ek <= TOL_G && ev <= TOL_G, "%s: dq, dk, dv accumulated (%.2g, %.2g, %.2g)", name,
           eq, ek, ev);
     if (cpu.ng) {
         double eg = kc_rel_err(gpu.dg, cpu.dg, cpu.pg, cpu.ng);
-        CHECK(eg <= TOL_GRAD, "%s: dg accumulated (%.2g)", name, eg);
+        CHECK(eg <= TOL_G, "%s: dg accumulated (%.2g)", name, eg);
     }
     if (c->gated) {
         double el = kc_rel_err(gpu.dli, cpu.dli, cpu.pli, cpu.nH);
-        CHECK(el <= TOL_GRAD, "%s: dli accumulated (%.2g)", name, el);
+        CHECK(el <= TOL_G, "%s: dli accumulated (%.2g)", name, el);
     }
     int same = kc_same_bits(gpu.o, again.o, cpu.nV) && kc_same_bits(gpu.m, again.m, cpu.m ? cpu.nH : 0) &&
                kc_same_bits(gpu.ckpt, again.ckpt, cpu.nck) && kc_same_bits(gpu.dq, again.dq, cpu.nK) &&
@@ -243,6 +250,9 @@ static void refusals_(void) {
 int main(void) {
     refusals_();
     if (!kc_have_device("gpu linrec", "the linear-recurrence kernels")) return kc_skipped();
-    for (int i = 0; i < N_CASES_; i++) run_case_(&CASES_[i], i);
+    for (int i = 0; i < N_CASES_; i++) {
+        run_case_(&CASES_[i], i, "fp32");
+        run_case_(&CASES_[i], i, "tf32");
+    }
     return test_summary();
 }
