@@ -325,14 +325,7 @@ __global__ void __launch_bounds__(LR_THREADS, 2)
         load_state_(s.Ss, st, d, c0, v0);
         if (chan) load_tile_(s.gt, g, d, d.Dk, b, h, t0, L, LC, c0, 1.0f);
         __syncthreads();
-        if (scal) {
-            for (int e = tid; e < L * LR_TILE; e += LR_THREADS) {
-                int i = e / LR_TILE, k = e % LR_TILE;
-                s.xs[i * LR_LD + k] = s.cs->fq[i] * s.xs[i * LR_LD + k];
-            }
-        } else if (chan && tid < LR_TILE) {
-            chan_factors_(s.gt, tid, L, NULL, s.xs);
-        }
+        if (!vside) scale_keys_(s.xs, s.gt, s.cs, scal, L, 0);
         __syncthreads();
         if (active) warp_mma_<SPLIT, 2, false, false>(c, s.xs + 16 * mt * LR_LD, LR_LD, s.Ss + 16 * nh, LR_LD, LR_TILE);
         if (vside) {

@@ -63,14 +63,7 @@ __global__ void __launch_bounds__(LR_THREADS, 2)
         load_state_(s.dSs, dst, d, c0, v0);
         if (chan) load_tile_(s.gt, g, d, d.Dk, b, h, t0, L, LC, c0, 1.0f);
         __syncthreads();
-        if (scal) {
-            for (int e = tid; e < L * LR_TILE; e += LR_THREADS) {
-                int i = e / LR_TILE, x = e % LR_TILE;
-                s.ks[i * LR_LD + x] = s.cs->fk[i] * s.ks[i * LR_LD + x];
-            }
-        } else if (tid < LR_TILE) {
-            chan_factors_(s.gt, tid, L, s.ks, NULL);
-        }
+        scale_keys_(s.ks, s.gt, s.cs, scal, L, 1);
         __syncthreads();
         if (active) warp_mma_<SPLIT, 2, false, false>(c, s.ks + 16 * mt * LR_LD, LR_LD, s.dSs + 16 * nh, LR_LD, LR_TILE);
         __syncthreads();

@@ -121,6 +121,20 @@ static __device__ float chan_factors_(const float *gt, int c, int L, float *x, f
     return expf((float)GL);
 }
 
+// every thread: a staged key-side tile x (L rows) times its decay factors to the chunk's end (to_end: fk, or exp(G_L -
+// G_i) per channel) or from its start (fq, or exp(G_i)): the scalar decays' from cs, a per-channel decay's from its
+// staged log-decays gt (threads 0..31, a channel each). The caller syncs before and after.
+static __device__ void scale_keys_(float *x, const float *gt, const ChunkScal_ *cs, int scal, int L, int to_end) {
+    if (scal) {
+        for (int e = threadIdx.x; e < L * LR_TILE; e += LR_THREADS) {
+            int i = e / LR_TILE, c = e % LR_TILE;
+            x[i * LR_LD + c] = (to_end ? cs->fk[i] : cs->fq[i]) * x[i * LR_LD + c];
+        }
+    } else if (threadIdx.x < LR_TILE) {
+        chan_factors_(gt, threadIdx.x, L, to_end ? x : NULL, to_end ? NULL : x);
+    }
+}
+
 // ----------------------------------------------------------------------------
 // the per-channel decays' exponents through references
 
