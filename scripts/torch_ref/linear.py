@@ -213,5 +213,5 @@ GLA = _namespace("gla", {
                                          "init_std": 0.3, "expand_k": 1,
                                          "selective_rope": {"enabled": True, "full_rank": True, "conv_act": "silu",
                                                             "skip_conv": True, "use_gate": True,
-                                                            "temp_type": "rfa", "temp_theta": 3.0}}),
+                                                            "temp_type": "rfa", "temp_theta": 0.6}}),
 }, "gated linear attention")

@@ -9,7 +9,8 @@ reference's definition:
   a     = act(conv4(p)) with conv (no bias; act none | silu), else p
   f     = a_t - a_{t-1} (skip_conv); f += exp(phi_bias) (use_bias)
   phi   = f * sigmoid(xn gate_w^T + gate_b) (use_gate, one gate per head)
-  Theta = temperature * cumsum_t phi;   temperature rope: temp_max / theta^(2r/Dk), or rfa
+  Theta = temperature * cumsum_t phi;   temperature rope: temp_max / theta^(2r/Dk) (theta >= 1), or rfa
+          tan(p/2) over p = linspace(0, theta pi, Dk/2), scaled to max temp_max (0 < theta < 1)
   q, k  rotated by Theta in half-split pairs (r, r + Dk/2)
 """
 import math
@@ -45,12 +46,16 @@ class SelRopeSpec:
 
 
 def temperature(kind, theta, Dk, temp_max):
-    """(Dk/2,) the fixed temperature spectrum."""
+    """(Dk/2,) the fixed temperature spectrum, in the authors' ranges (rope theta >= 1, rfa 0 < theta < 1)."""
     R = Dk // 2
     if kind == "rfa":
+        if not 0 < theta < 1 or R < 2:
+            raise ValueError(f"selective_rope: rfa temperatures need 0 < theta < 1 and Dk >= 4 (theta {theta}, Dk {Dk})")
         p = np.linspace(0.0, theta * math.pi, R)
-        t = np.sqrt(np.maximum(1 - np.cos(p), 0) / np.maximum(1 + np.cos(p), 1e-30))
-        return temp_max * t / t.max() if t.max() > 0 else t
+        t = np.sqrt((1 - np.cos(p)) / (1 + np.cos(p)))
+        return temp_max * t / t.max()
+    if theta < 1:
+        raise ValueError(f"selective_rope: rope temperatures need theta >= 1 (theta {theta})")
     return temp_max / theta ** (2.0 * np.arange(R) / Dk)
 
 

@@ -28,9 +28,10 @@ static const CfgKey SELROPE_KEYS_[] = {
     KEY_("use_gate", CFG_BOOL, use_gate, "false", 0, 0, NULL,
          "phi *= sigmoid(gate_w xn + gate_b), one gate per head (the authors' phase_gate_proj)."),
     KEY_("temp_type", CFG_ENUM, temp_type, "\"rope\"", 0, 0, "rope|rfa",
-         "Fixed temperature spectrum: rope temp_max / theta^(2r/Dk), or rfa sqrt((1-cos p)/(1+cos p)) over "
-         "p = linspace(0, theta·pi, Dk/2), scaled to max temp_max."),
-    KEY_("temp_theta", CFG_FLOAT, temp_theta, "500000", 1, 1e12, NULL, "theta of the temperature spectrum."),
+         "Fixed temperature spectrum: rope temp_max / theta^(2r/Dk) (theta >= 1), or rfa "
+         "sqrt((1-cos p)/(1+cos p)) over p = linspace(0, theta·pi, Dk/2), scaled to max temp_max (0 < theta < 1)."),
+    KEY_("temp_theta", CFG_FLOAT, temp_theta, "500000", 1e-9, 1e12, NULL,
+         "theta of the temperature spectrum: at least 1 for rope, below 1 for rfa (the authors' ranges)."),
     KEY_("temp_max", CFG_FLOAT, temp_max, "1", 1e-9, 1e9, NULL, "Largest temperature (not trained)."),
 };
 const CfgSection SELROPE_SECTION = {"selective_rope", "Selective RoPE on q and k (docs/mixers.md).", SELROPE_KEYS_,
@@ -39,17 +40,17 @@ const CfgSection SELROPE_SECTION = {"selective_rope", "Selective RoPE on q and k
 // ----------------------------------------------------------------------------
 // options and parameters
 
+// the authors' rotary_temperature: rfa is tan(p/2) at R evenly spaced p in [0, theta·pi], theta < 1 keeping the
+// last p below pi (the pole of (1-cos p)/(1+cos p)), so the spectrum rises from 0 to temp_max; rope is RoPE's
+// frequencies times temp_max. selrope_check has refused the thetas outside those ranges.
 static void selrope_temperature_(SelRopeOpts *s, int Dk) {
     int R = s->R;
     if (!strcmp(s->temp_type, "rfa")) {
-        double mx = 0.0;
+        double pmax = s->temp_theta * M_PI, tmax = sqrt((1.0 - cos(pmax)) / (1.0 + cos(pmax)));
         for (int r = 0; r < R; r++) {
-            double p = R > 1 ? s->temp_theta * M_PI * r / (R - 1) : 0.0, c = cos(p);
-            double t = sqrt(fmax(1.0 - c, 0.0) / fmax(1.0 + c, 1e-30));
-            s->temp[r] = (float)t;
-            if (t > mx) mx = t;
+            double p = pmax * r / (R - 1), c = cos(p);
+            s->temp[r] = (float)(s->temp_max * sqrt((1.0 - c) / (1.0 + c)) / tmax);
         }
-        for (int r = 0; r < R; r++) s->temp[r] = mx > 0 ? (float)(s->temp_max * s->temp[r] / mx) : 0.0f;
     } else {
         for (int r = 0; r < R; r++) s->temp[r] = (float)(s->temp_max / pow(s->temp_theta, 2.0 * r / Dk));
     }
@@ -69,6 +70,19 @@ int selrope_check(SelRopeOpts *s, const char *path, int C, int H, int Dk, int *k
     if (s->silu && !s->conv)
         return err_set(e, "%s.selective_rope.conv_act: \"silu\" acts after the conv over phi; allowed with conv false: "
                        "none", path);
+    int rfa = !strcmp(s->temp_type, "rfa");
+    if (rfa && !(s->temp_theta < 1.0))
+        return err_set(e, "%s.selective_rope.temp_theta: %g with temp_type rfa; the spectrum tan(p/2) over "
+                       "p = linspace(0, theta·pi, Dk/2) has a pole at p = pi, so theta must be below 1 (the authors' "
+                       "0 < theta < 1; e.g. 0.5)", path, s->temp_theta);
+    if (!rfa && s->temp_theta < 1.0)
+        return err_set(e, "%s.selective_rope.temp_theta: %g with temp_type rope; RoPE's base must be at least 1 (the "
+                       "authors' range; below 1 the temperatures grow with r), or use temp_type rfa", path,
+                       s->temp_theta);
+    if (rfa && s->R < 2)
+        return err_set(e, "%s.selective_rope.temp_type: rfa with key head size %d (one pair): its spectrum starts at "
+                       "tan(0) = 0, so the only pair would never turn; needs a key head size of at least 4, or use rope",
+                       path, Dk);
     selrope_temperature_(s, Dk);
     if (s->full_rank) s->k_w2 = (*k)++, s->k_scale = (*k)++;
     else s->k_w1 = (*k)++, s->k_w2 = (*k)++;
