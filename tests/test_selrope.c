@@ -8,6 +8,7 @@
  *     without silu, skip_conv, bias, gate, both temperature spectra);
  *   - gla and gated_deltanet: the chunk size changes nothing and token-by-token decoding reproduces the forward;
  *   - the temperature spectra are the authors' (rfa: 0 < theta < 1, rope: theta >= 1), worked out by hand;
+ *   - skip_conv is the authors': no conv tensor, no conv history, the first difference in its place;
  *   - bad options stop with the key path (rfa theta >= 1, where the spectrum has its pole, among them).
  */
 #include <math.h>
@@ -16,6 +17,7 @@
 #include <string.h>
 
 #include "mixer_layer.h"
+#include "mixers/linear.h"
 #include "mixers/selrope.h"
 #include "nn/selrope.h"
 
@@ -213,6 +215,9 @@ static const char *const CASES_[][2] = {
     {"gla selrope no conv rfa", "{\"kind\": \"gla\", \"heads\": 2, \"gate_rank\": 3, \"gate_normalizer\": 2, \"norm_eps\": 0.01, "
                                 "\"expand_k\": 1, " SR_(", \"conv\": false, \"temp_type\": \"rfa\", \"temp_theta\": 0.6, "
                                                        "\"phi_proj_rank\": 3") "}"},
+    {"gla selrope skip_conv rfa", "{\"kind\": \"gla\", \"heads\": 2, \"gate_rank\": 3, \"gate_normalizer\": 2, \"norm_eps\": 0.01, "
+                                  "\"expand_k\": 1, " SR_(", \"skip_conv\": true, \"temp_type\": \"rfa\", \"temp_theta\": 0.9, "
+                                                         "\"phi_proj_rank\": 3") "}"},
     {"gated_deltanet selrope", "{\"kind\": \"gated_deltanet\", \"heads\": 2, \"norm_eps\": 0.01, "
                                SR_(", \"phi_proj_rank\": 4, \"temp_theta\": 10") "}"},
     {"gated_deltanet selrope skip bias gate full rank",
@@ -285,6 +290,26 @@ static void test_temperatures(void) {
     }
 }
 
+// skip_conv replaces the conv (the authors' SelectiveRoPE): no phi_conv tensor, and the decoding state holds the
+// angle sums and the last p only, not the conv history; conv false alone keeps neither
+static void test_skip_conv(void) {
+    const char *json[3] = {"{\"kind\": \"gla\", \"heads\": 2, " SR_("") "}",
+                           "{\"kind\": \"gla\", \"heads\": 2, " SR_(", \"skip_conv\": true") "}",
+                           "{\"kind\": \"gla\", \"heads\": 2, " SR_(", \"conv\": false") "}"};
+    const int has_conv[3] = {1, 0, 0};
+    const size_t state[3] = {4 * 4, 2 * 4, 4};  // H R = 4 at C 16, 2 heads, expand_k 0.5: sums + (history | last p)
+    for (int i = 0; i < 3; i++) {
+        Layer L;
+        if (layer_build_(&L, json[i], 16, 3)) continue;
+        const SelRopeOpts *s = &((const LinOpts *)L.spec.opts)->sr;
+        CHECK((param_index_(&L, "selective_rope.phi_conv") >= 0) == has_conv[i], "%s: phi_conv %s", json[i],
+              has_conv[i] ? "declared" : "absent");
+        CHECK(selrope_state_size(s) == state[i], "%s: the decoding state is %zu floats (got %zu)", json[i], state[i],
+              selrope_state_size(s));
+        layer_free_(&L);
+    }
+}
+
 static void test_bad_options(void) {
     layer_check_error("{\"kind\": \"gla\", \"expand_k\": 1, \"rotate\": true, " SR_("") "}", 16,
                       "model.mixer.selective_rope.enabled");
@@ -292,6 +317,8 @@ static void test_bad_options(void) {
     layer_check_error("{\"kind\": \"gla\", " SR_(", \"temp_type\": \"yarn\"") "}", 16,
                       "model.mixer.selective_rope.temp_type");
     layer_check_error("{\"kind\": \"gla\", " SR_(", \"conv\": false, \"conv_act\": \"silu\"") "}", 16,
+                      "model.mixer.selective_rope.conv_act");
+    layer_check_error("{\"kind\": \"gla\", " SR_(", \"skip_conv\": true, \"conv_act\": \"silu\"") "}", 16,
                       "model.mixer.selective_rope.conv_act");
     // rfa's poles (theta >= 1), RoPE's base below 1, and rfa with one pair (its only temperature is 0)
     layer_check_error("{\"kind\": \"gla\", " SR_(", \"temp_type\": \"rfa\", \"temp_theta\": 3") "}", 16,
@@ -321,6 +348,7 @@ int main(void) {
     layer_cases_chunk_invariance(CASES_, N_CASES_, perturb_chunks_);
     layer_cases_decode(CASES_, N_CASES_, perturb_step_);
     test_temperatures();
+    test_skip_conv();
     test_bad_options();
     return test_summary();
 }

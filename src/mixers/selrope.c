@@ -21,9 +21,12 @@ static const CfgKey SELROPE_KEYS_[] = {
     KEY_("full_rank", CFG_BOOL, full_rank, "false", 0, 0, NULL,
          "Per-head full-rank projection with weight norm, scale_h · normalize(W_h) over C/H inputs, instead of "
          "the low-rank one (phi_proj_rank unused)."),
-    KEY_("conv", CFG_BOOL, conv, "true", 0, 0, NULL, "Causal depthwise short convolution (4 taps, no bias) over phi."),
+    KEY_("conv", CFG_BOOL, conv, "true", 0, 0, NULL,
+         "Causal depthwise short convolution (4 taps, no bias) over phi; unused with skip_conv. false with skip_conv "
+         "false: phi as projected, neither conv nor difference (a seqtrain addition)."),
     KEY_("conv_act", CFG_ENUM, conv_act, "\"none\"", 0, 0, "none|silu", "Activation after the conv over phi."),
-    KEY_("skip_conv", CFG_BOOL, skip_conv, "false", 0, 0, NULL, "phi_t <- phi_t - phi_{t-1} (after the conv)."),
+    KEY_("skip_conv", CFG_BOOL, skip_conv, "false", 0, 0, NULL,
+         "No conv over phi: the first difference phi_t - phi_{t-1} in its place (the authors' skip_conv)."),
     KEY_("use_bias", CFG_BOOL, use_bias, "false", 0, 0, NULL, "phi += exp(phi_bias) (per head and pair; 1 at init)."),
     KEY_("use_gate", CFG_BOOL, use_gate, "false", 0, 0, NULL,
          "phi *= sigmoid(gate_w xn + gate_b), one gate per head (the authors' phase_gate_proj)."),
@@ -67,9 +70,10 @@ int selrope_check(SelRopeOpts *s, const char *path, int C, int H, int Dk, int *k
                        2 * SELROPE_MAX_R);
     s->C = C, s->H = H, s->Dh = C / H, s->R = Dk / 2, s->HR = H * s->R;
     s->silu = !strcmp(s->conv_act, "silu");
-    if (s->silu && !s->conv)
-        return err_set(e, "%s.selective_rope.conv_act: \"silu\" acts after the conv over phi; allowed with conv false: "
-                       "none", path);
+    s->has_conv = s->conv && !s->skip_conv;
+    if (s->silu && !s->has_conv)
+        return err_set(e, "%s.selective_rope.conv_act: \"silu\" acts after the conv over phi, and %s has none; "
+                       "allowed there: none", path, s->skip_conv ? "skip_conv true" : "conv false");
     int rfa = !strcmp(s->temp_type, "rfa");
     if (rfa && !(s->temp_theta < 1.0))
         return err_set(e, "%s.selective_rope.temp_theta: %g with temp_type rfa; the spectrum tan(p/2) over "
@@ -86,7 +90,7 @@ int selrope_check(SelRopeOpts *s, const char *path, int C, int H, int Dk, int *k
     selrope_temperature_(s, Dk);
     if (s->full_rank) s->k_w2 = (*k)++, s->k_scale = (*k)++;
     else s->k_w1 = (*k)++, s->k_w2 = (*k)++;
-    if (s->conv) s->k_conv = (*k)++;
+    if (s->has_conv) s->k_conv = (*k)++;
     if (s->use_bias) s->k_bias = (*k)++;
     if (s->use_gate) s->k_gw = (*k)++, s->k_gb = (*k)++;
     return 0;
@@ -104,7 +108,7 @@ int selrope_params(const SelRopeOpts *s, ParamTable *pt, const char *base, Err *
         MIXER_ADD("phi_w1", 2, ((int[]){s->rank, s->C}), init_normal((float)(1.0 / sqrt(s->C / (double)s->H))), 1);
         MIXER_ADD("phi_w2", 2, ((int[]){s->HR, s->rank}), init_normal((float)(1.0 / sqrt((double)s->rank))), 1);
     }
-    if (s->conv) MIXER_ADD("phi_conv", 2, ((int[]){s->HR, SELROPE_CONV_K}), init_normal(0.5f), 1);
+    if (s->has_conv) MIXER_ADD("phi_conv", 2, ((int[]){s->HR, SELROPE_CONV_K}), init_normal(0.5f), 1);
     if (s->use_bias) MIXER_ADD("phi_bias", 1, ((int[]){s->HR}), init_zeros(), 0);
     if (s->use_gate) {
         MIXER_ADD("gate_w", 2, ((int[]){s->H, s->C}), init_normal(0.02f), 1);
@@ -167,8 +171,8 @@ void selrope_apply_backward(const SelRopeOpts *s, float *acts, float *dinp, floa
 
 // the chain from p to the angles (nn/selrope.h); eb the exp(bias) values or NULL
 static SelRopeChain sr_chain_(const Mixer *m, const SelRopeOpts *s, const float *eb) {
-    return (SelRopeChain){.H = s->H, .R = s->R, .K = s->conv ? SELROPE_CONV_K : 0, .silu = s->silu,
-                          .skip = s->skip_conv, .conv = m && s->conv ? mixer_param(m, s->k_conv) : NULL,
+    return (SelRopeChain){.H = s->H, .R = s->R, .K = s->has_conv ? SELROPE_CONV_K : 0, .silu = s->silu,
+                          .skip = s->skip_conv, .conv = m && s->has_conv ? mixer_param(m, s->k_conv) : NULL,
                           .ebias = eb, .temp = s->temp};
 }
 
@@ -267,7 +271,7 @@ void selrope_backward(Mixer *m, const SelRopeOpts *s, float *acts, float *scratc
     int BT = B * T, HR = s->HR;
     SelRopeChain ch = sr_chain_(m, s, a.eb);
     float *dp = w.dtheta;  // in place
-    selrope_angles_backward(dp, s->conv ? mixer_grad(m, s->k_conv) : NULL, s->use_bias ? w.dsum : NULL, w.dgate,
+    selrope_angles_backward(dp, s->has_conv ? mixer_grad(m, s->k_conv) : NULL, s->use_bias ? w.dsum : NULL, w.dgate,
                             w.chain, w.dtheta, a.p, a.c, a.f, a.g, &ch, B, T);
     if (s->use_bias) {  // phi += exp(bias): dbias = sum df exp(bias)
         const float *bias = mixer_param(m, s->k_bias);
@@ -344,7 +348,7 @@ void selrope_state_terms(const SelRopeOpts *s, StateTerms *st) {
     if (!s->enabled) return;
     size_t HR = (size_t)s->HR;
     state_terms_add(st, 0, HR, "selective_rope angle sums", "H·R = %d·%d", s->H, s->R);
-    if (s->conv)
+    if (s->has_conv)
         state_terms_add(st, 0, HR * (SELROPE_CONV_K - 1), "selective_rope conv", "H·R·(k−1) = %d·%d·%d", s->H, s->R,
                         SELROPE_CONV_K - 1);
     if (s->skip_conv) state_terms_add(st, 0, HR, "selective_rope last phi", "H·R = %d·%d", s->H, s->R);
