@@ -193,13 +193,13 @@ def forward(x, P, prefix, spec):
     if spec.opts["bias"]:
         qkv = qkv + P[prefix + "bqkv"]
     q, k, v = (qkv[..., i * HD:(i + 1) * HD].reshape(B, T, H, D) for i in range(3))
+    q, k = selrope.apply(q, k, x, P, prefix, spec.sr)     # the authors' order: rotate, then qk_norm
     if spec.opts["qk_norm"]:
         q = rms_norm(q, P[prefix + "q_norm"], RMSNORM_EPS)
         k = rms_norm(k, P[prefix + "k_norm"], RMSNORM_EPS)
     if spec.rotary:
         q = rope(q, spec.freqs, spec.opts["rope_layout"])
         k = rope(k, spec.freqs, spec.opts["rope_layout"])
-    q, k = selrope.apply(q, k, x, P, prefix, spec.sr)     # where RoPE would be: after qk_norm
     if spec.path:
         w, beta = path_w_beta(x, P, prefix, spec)
         scores = path_scores(q, k, w, beta) / math.sqrt(D)                   # (B, H, T, T)

@@ -360,7 +360,9 @@ static void att_forward_(Mixer *m, float *y, const float *x, int B, int T) {
         memcpy(a.rope_cos, tab.cos, n * sizeof(float));
         memcpy(a.rope_sin, tab.sin, n * sizeof(float));
     }
-    // selective_rope: the angles once for q and k, the rotation where RoPE would be (after qk_norm)
+    // selective_rope: the angles once for q and k; the rotation comes before qk_norm (the authors' attention layer
+    // rotates, then normalises; docs/mixers.md "Selective RoPE"), in place on the projection, which the norm's
+    // backward then reads as its input
     if (o->sr.enabled) selrope_forward(m, &o->sr, a.sr, x, B, T);
     float *dst[3] = {a.qh, a.kh, a.vh};
     for (int part = 0; part < 3; part++) {
@@ -368,6 +370,7 @@ static void att_forward_(Mixer *m, float *y, const float *x, int B, int T) {
         float *out = (part < 2 && o->qk_norm) ? (part == 0 ? a.q_lin : a.k_lin) : lin;
         matmul_forward(out, x, wqkv + (size_t)part * HD * C, bqkv ? bqkv + (size_t)part * HD : NULL, BT, C, HD);
         const float *cur = out;
+        if (part < 2 && o->sr.enabled) selrope_apply(&o->sr, a.sr, out, out, B, T);
         if (part < 2 && o->qk_norm) {
             rmsnorm_forward(rot, part == 0 ? a.q_rstd : a.k_rstd, out, mixer_param(m, part == 0 ? o->k_qn : o->k_kn),
                             BT * H, D);
@@ -376,9 +379,6 @@ static void att_forward_(Mixer *m, float *y, const float *x, int B, int T) {
         if (part < 2 && att_rotates_(o)) {
             // rotate and permute to (B,H,T,D) in one pass
             rotary_forward_heads_table(dst[part], cur, &tab, B);
-        } else if (part < 2 && o->sr.enabled) {
-            selrope_apply(&o->sr, a.sr, rot, cur, B, T);  // in place when cur is rot (qk_norm)
-            heads_split(dst[part], rot, B, T, H, D);
         } else {
             heads_split(dst[part], cur, B, T, H, D);
         }
@@ -456,18 +456,14 @@ static void att_backward_(Mixer *m, float *dx, const float *dy, const float *x, 
     float *srs = m->scratch + att_work_size_(o, B, T);
     float *dth = o->sr.enabled ? selrope_dtheta(&o->sr, srs, B, T) : NULL;
     for (int part = 0; part < 3; part++) {
-        // undo the head permutation, then the rotation (both in one pass when there is one), then the
-        // norm, then the projection
+        // undo the head permutation, then RoPE's rotation (both in one pass when there is one), then the norm,
+        // then Selective RoPE's rotation, then the projection
         float *cur = s0;
         if (part < 2 && att_rotates_(o)) {
             rotary_backward_heads_table(drot, dsrc[part], &tab, B);  // writes drot (B,T,H,D)
             cur = drot;
         } else {
             heads_merge(s0, dsrc[part], B, T, H, D);
-            if (part < 2 && dth) {  // the rotated rows back from what the kernel saw (drot is free: no RoPE)
-                heads_merge(drot, part == 0 ? a.qh : a.kh, B, T, H, D);
-                selrope_apply_backward(&o->sr, a.sr, s0, dth, s0, drot, B, T);
-            }
         }
         if (part < 2 && o->qk_norm) {
             memset(dlin, 0, big * sizeof(float));
@@ -476,6 +472,16 @@ static void att_backward_(Mixer *m, float *dx, const float *dy, const float *x, 
             rmsnorm_backward(dlin, mixer_grad(m, kn), cur, lin, mixer_param(m, kn), part == 0 ? a.q_rstd : a.k_rstd,
                              BT * H, D);
             cur = dlin;
+        }
+        if (part < 2 && dth) {
+            // the rotated rows: the norm's saved input with qk_norm, else back from what the kernel saw (drot is
+            // free: no RoPE with selective_rope)
+            const float *rows = part == 0 ? a.q_lin : a.k_lin;
+            if (!o->qk_norm) {
+                heads_merge(drot, part == 0 ? a.qh : a.kh, B, T, H, D);
+                rows = drot;
+            }
+            selrope_apply_backward(&o->sr, a.sr, cur, dth, cur, rows, B, T);
         }
         matmul_backward(dx, dwqkv + (size_t)part * HD * C, dbqkv ? dbqkv + (size_t)part * HD : NULL, cur, x,
                         wqkv + (size_t)part * HD * C, BT, C, HD);
@@ -542,19 +548,19 @@ static void att_step_(const Mixer *m, float *state, float *y, const float *x, in
     const float *wqkv = mixer_param(m, o->k_wqkv);
     const float *bqkv = o->bias ? mixer_param(m, o->k_bqkv) : NULL;
     float *dst[3] = {q, k, v};
-    for (int part = 0; part < 3; part++) {
+    for (int part = 0; part < 3; part++)
         matmul_forward(dst[part], x, wqkv + (size_t)part * HD * C, bqkv ? bqkv + (size_t)part * HD : NULL, B, C, HD);
-        if (part < 2 && o->qk_norm) {
-            rmsnorm_forward(tmp, rstd, dst[part], mixer_param(m, part == 0 ? o->k_qn : o->k_kn), B * H, D);
-            memcpy(dst[part], tmp, bd * sizeof(float));
-        }
+    // as the forward: Selective RoPE, then qk_norm, then RoPE (never both rotations)
+    if (o->sr.enabled) selrope_step(m, &o->sr, sr_state, n, q, k, x, B);
+    for (int part = 0; part < 2 && o->qk_norm; part++) {
+        rmsnorm_forward(tmp, rstd, dst[part], mixer_param(m, part == 0 ? o->k_qn : o->k_kn), B * H, D);
+        memcpy(dst[part], tmp, bd * sizeof(float));
     }
     if (att_rotates_(o)) {  // the token's position is t in every sequence
         RotaryCfg rc = att_rotary_(o);
         rotary_forward(q, q, &rc, t, B, 1, H, D);
         rotary_forward(k, k, &rc, t, B, 1, H, D);
     }
-    if (o->sr.enabled) selrope_step(m, &o->sr, sr_state, n, q, k, x, B);
     if (o->fgate) {
         // F_t = F_{t-1} + logsigmoid(w_f·x + b_f), summed in double as the forward's cumsum
         matmul_forward(g, x, mixer_param(m, o->k_fw), mixer_param(m, o->k_fb), B, C, H);
