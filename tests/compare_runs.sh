@@ -265,7 +265,7 @@ for k in $KINDS; do
         kla) pair kla-mc2 lm "$LM" --set "model.mixer=$spec" --set model.mc_samples=2 ;;
         linear_attn) pair linear_attn-rotate lm "$LM" --set "model.mixer=$spec" --set model.mixer.rotate=true ;;
         gla) pair gla-selrope lm "$LM" --set "model.mixer=$spec" --set 'model.mixer.selective_rope={"enabled": true,
-            "full_rank": true, "temp_type": "rfa", "conv_act": "silu"}' ;;
+            "full_rank": true, "temp_type": "rfa", "temp_theta": 0.5, "conv_act": "silu"}' ;;
         gated_deltanet) pair gated_deltanet-selrope lm "$LM" --set "model.mixer=$spec" \
             --set 'model.mixer.selective_rope={"enabled": true, "phi_proj_rank": 8, "skip_conv": true}' ;;
     esac

@@ -646,7 +646,7 @@ int main(void) {
          "{\"enabled\": true, \"phi_proj_rank\": 4, \"conv_act\": \"silu\", \"temp_theta\": 100}}", 0, 0},
         {"nope qk_norm selrope rfa", "\"mixer\": {\"kind\": \"attention\", \"heads\": 2, \"pos\": \"none\", "
          "\"qk_norm\": true, \"selective_rope\": {\"enabled\": true, \"use_gate\": true, \"temp_type\": \"rfa\", "
-         "\"temp_theta\": 3}}", 1, 0},
+         "\"temp_theta\": 0.75}}", 1, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char json[2048];

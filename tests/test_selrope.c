@@ -7,7 +7,9 @@
  *   - each mixer with the option: gradient checks of dx and every tensor (low rank and full rank, conv with and
  *     without silu, skip_conv, bias, gate, both temperature spectra);
  *   - gla and gated_deltanet: the chunk size changes nothing and token-by-token decoding reproduces the forward;
- *   - bad options stop with the key path.
+ *   - the temperature spectra are the authors' (rfa: 0 < theta < 1, rope: theta >= 1), worked out by hand;
+ *   - skip_conv is the authors': no conv tensor, no conv history, the first difference in its place;
+ *   - bad options stop with the key path (rfa theta >= 1, where the spectrum has its pole, among them).
  */
 #include <math.h>
 #include <stdio.h>
@@ -15,6 +17,8 @@
 #include <string.h>
 
 #include "mixer_layer.h"
+#include "mixers/linear.h"
+#include "mixers/selrope.h"
 #include "nn/selrope.h"
 
 #define GC_H 3e-3
@@ -208,9 +212,12 @@ static const char *const CASES_[][2] = {
     {"gla selrope full rank silu bias gate",
      "{\"kind\": \"gla\", \"heads\": 2, \"gate_rank\": 3, \"gate_normalizer\": 2, \"expand_k\": 1, \"norm_eps\": 0.01, "
      SR_(", \"full_rank\": true, \"conv_act\": \"silu\", \"use_bias\": true, \"use_gate\": true, \"temp_theta\": 10") "}"},
-    {"gla selrope no conv skip rfa", "{\"kind\": \"gla\", \"heads\": 2, \"gate_rank\": 3, \"gate_normalizer\": 2, \"norm_eps\": 0.01, "
-                                     "\"expand_k\": 1, " SR_(", \"conv\": false, \"skip_conv\": true, \"temp_type\": "
-                                                            "\"rfa\", \"temp_theta\": 3, \"phi_proj_rank\": 3") "}"},
+    {"gla selrope no conv rfa", "{\"kind\": \"gla\", \"heads\": 2, \"gate_rank\": 3, \"gate_normalizer\": 2, \"norm_eps\": 0.01, "
+                                "\"expand_k\": 1, " SR_(", \"conv\": false, \"temp_type\": \"rfa\", \"temp_theta\": 0.6, "
+                                                       "\"phi_proj_rank\": 3") "}"},
+    {"gla selrope skip_conv rfa", "{\"kind\": \"gla\", \"heads\": 2, \"gate_rank\": 3, \"gate_normalizer\": 2, \"norm_eps\": 0.01, "
+                                  "\"expand_k\": 1, " SR_(", \"skip_conv\": true, \"temp_type\": \"rfa\", \"temp_theta\": 0.9, "
+                                                         "\"phi_proj_rank\": 3") "}"},
     {"gated_deltanet selrope", "{\"kind\": \"gated_deltanet\", \"heads\": 2, \"norm_eps\": 0.01, "
                                SR_(", \"phi_proj_rank\": 4, \"temp_theta\": 10") "}"},
     {"gated_deltanet selrope skip bias gate full rank",
@@ -224,7 +231,7 @@ static const char *const ATT_CASES_[][2] = {
                     SR_(", \"phi_proj_rank\": 4, \"temp_theta\": 10") "}"},
     {"nope selrope qk_norm gate rfa", "{\"kind\": \"attention\", \"heads\": 2, \"pos\": \"none\", \"qk_norm\": true, "
                                       SR_(", \"use_gate\": true, \"use_bias\": true, \"conv_act\": \"silu\", "
-                                          "\"temp_type\": \"rfa\", \"temp_theta\": 3") "}"},
+                                          "\"temp_type\": \"rfa\", \"temp_theta\": 0.75") "}"},
     {"fox selrope full rank skip", "{\"kind\": \"attention\", \"heads\": 2, \"head_dim\": 6, \"pos\": \"fox\", "
                                    SR_(", \"full_rank\": true, \"skip_conv\": true, \"temp_theta\": 10") "}"},
 };
@@ -260,6 +267,49 @@ static void gradients_(const char *const (*cases)[2], int n, int seed0) {
 static void perturb_chunks_(Layer *L, GcRng *r) { perturb_(L, r, 0.2f); }
 static void perturb_step_(Layer *L, GcRng *r) { perturb_(L, r, 0.1f); }
 
+// the temperatures selrope_check derives, against the authors' formulas worked out by hand (Dk 8, R 4):
+// rfa theta 0.5: p = 0, pi/6, pi/3, pi/2, tan(p/2) / tan(pi/4) = 0, tan(pi/12), tan(pi/6), 1, times temp_max 2;
+// rope theta 100: 1 / 100^(2r/8) = 1, 0.1^(1/2), 0.1, 0.1^(3/2)
+static void test_temperatures(void) {
+    const char *types[2] = {"rfa", "rope"};
+    const double thetas[2] = {0.5, 100.0}, maxes[2] = {2.0, 1.0};
+    const double want[2][4] = {{0.0, 2 * tan(M_PI / 12), 2 * tan(M_PI / 6), 2.0},
+                               {1.0, pow(0.1, 0.5), 0.1, pow(0.1, 1.5)}};
+    for (int c = 0; c < 2; c++) {
+        SelRopeOpts s = {.enabled = 1, .rank = 4, .conv = 1, .temp_theta = thetas[c], .temp_max = maxes[c]};
+        strcpy(s.conv_act, "none");
+        strcpy(s.temp_type, types[c]);
+        int k = 0;
+        Err e = {{0}};
+        int rc = selrope_check(&s, "model.mixer", 16, 2, 8, &k, &e);
+        CHECK(rc == 0, "%s theta %g accepted (%.200s)", types[c], thetas[c], e.msg);
+        double worst = 0;
+        for (int r = 0; r < 4; r++) worst = fmax(worst, fabs(s.temp[r] - want[c][r]));
+        CHECK(rc == 0 && worst < 1e-6, "%s theta %g: the authors' temperatures (max|diff| %.2g < 1e-6)", types[c],
+              thetas[c], worst);
+    }
+}
+
+// skip_conv replaces the conv (the authors' SelectiveRoPE): no phi_conv tensor, and the decoding state holds the
+// angle sums and the last p only, not the conv history; conv false alone keeps neither
+static void test_skip_conv(void) {
+    const char *json[3] = {"{\"kind\": \"gla\", \"heads\": 2, " SR_("") "}",
+                           "{\"kind\": \"gla\", \"heads\": 2, " SR_(", \"skip_conv\": true") "}",
+                           "{\"kind\": \"gla\", \"heads\": 2, " SR_(", \"conv\": false") "}"};
+    const int has_conv[3] = {1, 0, 0};
+    const size_t state[3] = {4 * 4, 2 * 4, 4};  // H R = 4 at C 16, 2 heads, expand_k 0.5: sums + (history | last p)
+    for (int i = 0; i < 3; i++) {
+        Layer L;
+        if (layer_build_(&L, json[i], 16, 3)) continue;
+        const SelRopeOpts *s = &((const LinOpts *)L.spec.opts)->sr;
+        CHECK((param_index_(&L, "selective_rope.phi_conv") >= 0) == has_conv[i], "%s: phi_conv %s", json[i],
+              has_conv[i] ? "declared" : "absent");
+        CHECK(selrope_state_size(s) == state[i], "%s: the decoding state is %zu floats (got %zu)", json[i], state[i],
+              selrope_state_size(s));
+        layer_free_(&L);
+    }
+}
+
 static void test_bad_options(void) {
     layer_check_error("{\"kind\": \"gla\", \"expand_k\": 1, \"rotate\": true, " SR_("") "}", 16,
                       "model.mixer.selective_rope.enabled");
@@ -268,6 +318,17 @@ static void test_bad_options(void) {
                       "model.mixer.selective_rope.temp_type");
     layer_check_error("{\"kind\": \"gla\", " SR_(", \"conv\": false, \"conv_act\": \"silu\"") "}", 16,
                       "model.mixer.selective_rope.conv_act");
+    layer_check_error("{\"kind\": \"gla\", " SR_(", \"skip_conv\": true, \"conv_act\": \"silu\"") "}", 16,
+                      "model.mixer.selective_rope.conv_act");
+    // rfa's poles (theta >= 1), RoPE's base below 1, and rfa with one pair (its only temperature is 0)
+    layer_check_error("{\"kind\": \"gla\", " SR_(", \"temp_type\": \"rfa\", \"temp_theta\": 3") "}", 16,
+                      "model.mixer.selective_rope.temp_theta");
+    layer_check_error("{\"kind\": \"gla\", " SR_(", \"temp_type\": \"rfa\", \"temp_theta\": 1") "}", 16,
+                      "pole");
+    layer_check_error("{\"kind\": \"gla\", " SR_(", \"temp_theta\": 0.5") "}", 16,
+                      "model.mixer.selective_rope.temp_theta");
+    layer_check_error("{\"kind\": \"gla\", \"heads\": 4, " SR_(", \"temp_type\": \"rfa\", \"temp_theta\": 0.5") "}",
+                      16, "model.mixer.selective_rope.temp_type");
     layer_check_error("{\"kind\": \"gated_deltanet\", " SR_(", \"phi_proj_rank\": 0") "}", 16,
                       "model.mixer.selective_rope.phi_proj_rank");
     layer_check_error("{\"kind\": \"attention\", \"pos\": \"rope\", " SR_("") "}", 16, "model.mixer.pos");
@@ -286,6 +347,8 @@ int main(void) {
     gradients_(ATT_CASES_, N_ATT_CASES_, 70);
     layer_cases_chunk_invariance(CASES_, N_CASES_, perturb_chunks_);
     layer_cases_decode(CASES_, N_CASES_, perturb_step_);
+    test_temperatures();
+    test_skip_conv();
     test_bad_options();
     return test_summary();
 }

@@ -57,8 +57,9 @@ static const Case CASES_[] = {
     {"retnet expand_v 2 conv 3", "{\"kind\": \"retnet\", \"heads\": 2, \"conv\": 3}", 385, 384, 385, 384},
     {"gla expand_k 0.5 conv 4", "{\"kind\": \"gla\", \"heads\": 2, \"conv\": 4}", 160, 160, 160, 160},
     {"gla conv 0", "{\"kind\": \"gla\", \"heads\": 2}", 64, 64, 64, 64},
+    // selective_rope with skip_conv (no conv over phi): angle sums H R + the last p H R, H R = 2 · 2
     {"gla selective_rope skip_conv", "{\"kind\": \"gla\", \"heads\": 2, \"selective_rope\": {\"enabled\": true, "
-                                     "\"skip_conv\": true}}", 84, 64, 84, 64},
+                                     "\"skip_conv\": true}}", 72, 64, 72, 64},
     {"gla expand_k 1 expand_v 2 rotate", "{\"kind\": \"gla\", \"heads\": 2, \"expand_k\": 1, \"expand_v\": 2, "
                                          "\"rotate\": true}", 257, 256, 257, 256},
     // delta rule: H dk dv + (2 H dk + H dv)(k - 1)

@@ -40,13 +40,14 @@ import torch
 import torch.nn.functional as F
 
 from . import selrope
-from .common import DTYPE, RMSNORM_EPS, rms_norm, rope, tiny_model
+from .common import DTYPE, rms_norm, rope, tiny_model
 
 KIND = "attention"
 
 # the attention mixer's option defaults (docs/mixers.md); a run's config.json stores only what was set
 DEFAULTS = {
-    "heads": 8, "head_dim": 0, "bias": False, "qk_norm": False, "window": 0, "pos": "rope",
+    "heads": 8, "head_dim": 0, "bias": False, "qk_norm": False, "qk_norm_eps": 1e-6, "qk_norm_scales": "shared",
+    "window": 0, "pos": "rope",
     "rope_base": 10000.0, "rope_layout": "half", "decay_mode": "post_softmax", "damping": 0.05,
     "zero_decay_heads": 2, "fgate_bias_init": 3.0, "init_std": 0.02, "path_rank": -1, "path_chunk": 0,
     "selective_rope": {},
@@ -136,8 +137,9 @@ def param_shapes(spec, C):
     if spec.opts["bias"]:
         shapes["bo"] = (C,)
     if spec.opts["qk_norm"]:
-        shapes["q_norm"] = (spec.D,)
-        shapes["k_norm"] = (spec.D,)
+        n = spec.HD if spec.opts["qk_norm_scales"] == "per_head" else spec.D
+        shapes["q_norm"] = (n,)
+        shapes["k_norm"] = (n,)
     if spec.fgate:
         shapes["fgate_w"] = (spec.H, C)
         shapes["fgate_b"] = (spec.H,)
@@ -193,13 +195,15 @@ def forward(x, P, prefix, spec):
     if spec.opts["bias"]:
         qkv = qkv + P[prefix + "bqkv"]
     q, k, v = (qkv[..., i * HD:(i + 1) * HD].reshape(B, T, H, D) for i in range(3))
+    q, k = selrope.apply(q, k, x, P, prefix, spec.sr)     # the authors' order: rotate, then qk_norm
     if spec.opts["qk_norm"]:
-        q = rms_norm(q, P[prefix + "q_norm"], RMSNORM_EPS)
-        k = rms_norm(k, P[prefix + "k_norm"], RMSNORM_EPS)
+        # per head over D channels; scales (D,) shared by the heads or (H*D,) one set per head
+        eps, wshape = float(spec.opts["qk_norm_eps"]), (H, D) if spec.opts["qk_norm_scales"] == "per_head" else (D,)
+        q = rms_norm(q, P[prefix + "q_norm"].reshape(wshape), eps)
+        k = rms_norm(k, P[prefix + "k_norm"].reshape(wshape), eps)
     if spec.rotary:
         q = rope(q, spec.freqs, spec.opts["rope_layout"])
         k = rope(k, spec.freqs, spec.opts["rope_layout"])
-    q, k = selrope.apply(q, k, x, P, prefix, spec.sr)     # where RoPE would be: after qk_norm
     if spec.path:
         w, beta = path_w_beta(x, P, prefix, spec)
         scores = path_scores(q, k, w, beta) / math.sqrt(D)                   # (B, H, T, T)
@@ -261,6 +265,8 @@ CASES = {
     "path": _model(heads=2, mixer={"pos": "path", "path_rank": 4, "path_chunk": 5}),
     "path_fox_rank0_qknorm": _model(heads=2, mixer={"pos": "path_fox", "path_rank": 0, "qk_norm": True,
                                                     "fgate_bias_init": 1.0, "path_chunk": 7}),
+    "fox_qknorm_per_head_eps": _model(heads=2, mixer={"pos": "fox", "qk_norm": True, "qk_norm_scales": "per_head",
+                                                      "qk_norm_eps": 1e-5, "fgate_bias_init": 1.0}),
     "fox_selrope": _model(heads=2, mixer={"pos": "fox", "fgate_bias_init": 1.0,
                                           "selective_rope": {"enabled": True, "phi_proj_rank": 4, "use_bias": True,
                                                              "temp_theta": 100.0}}),

@@ -193,5 +193,5 @@ GATED_DELTANET = _namespace("gated_deltanet", {
                                                     "conv": 0, "selective_rope": {"enabled": True, "full_rank": True,
                                                                                   "conv_act": "silu",
                                                                                   "temp_type": "rfa",
-                                                                                  "temp_theta": 3.0}}),
+                                                                                  "temp_theta": 0.75}}),
 }, "Gated DeltaNet (FLA GatedDeltaNet)")

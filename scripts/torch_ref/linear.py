@@ -211,7 +211,7 @@ GLA = _namespace("gla", {
                                                   "temp_theta": 100.0}}),
     "gla_selrope_full_rank": tiny_model({"kind": "gla", "heads": 2, "gate_rank": 4, "gate_normalizer": 4,
                                          "init_std": 0.3, "expand_k": 1,
-                                         "selective_rope": {"enabled": True, "full_rank": True, "conv_act": "silu",
+                                         "selective_rope": {"enabled": True, "full_rank": True,
                                                             "skip_conv": True, "use_gate": True,
-                                                            "temp_type": "rfa", "temp_theta": 3.0}}),
+                                                            "temp_type": "rfa", "temp_theta": 0.6}}),
 }, "gated linear attention")

@@ -6,10 +6,13 @@ reference's definition:
   xn    = x / sqrt(|x_h|^2 + 1e-6) per head chunk x_h of C/H channels of the layer input
   p     = (xn phi_w1^T) phi_w2^T                                   low rank (rank phi_proj_rank)
         | phi_scale_h (phi_w_hr / |phi_w_hr|) . xn_h               full_rank (weight norm per row)
-  a     = act(conv4(p)) with conv (no bias; act none | silu), else p
-  f     = a_t - a_{t-1} (skip_conv); f += exp(phi_bias) (use_bias)
+  a     = act(conv4(p)) with conv (no bias; act none | silu)
+        | p_t - p_{t-1}   skip_conv (the authors': the first difference in place of the conv)
+        | p               conv false, skip_conv false
+  f     = a; f += exp(phi_bias) (use_bias)
   phi   = f * sigmoid(xn gate_w^T + gate_b) (use_gate, one gate per head)
-  Theta = temperature * cumsum_t phi;   temperature rope: temp_max / theta^(2r/Dk), or rfa
+  Theta = temperature * cumsum_t phi;   temperature rope: temp_max / theta^(2r/Dk) (theta >= 1), or rfa
+          tan(p/2) over p = linspace(0, theta pi, Dk/2), scaled to max temp_max (0 < theta < 1)
   q, k  rotated by Theta in half-split pairs (r, r + Dk/2)
 """
 import math
@@ -45,13 +48,22 @@ class SelRopeSpec:
 
 
 def temperature(kind, theta, Dk, temp_max):
-    """(Dk/2,) the fixed temperature spectrum."""
+    """(Dk/2,) the fixed temperature spectrum, in the authors' ranges (rope theta >= 1, rfa 0 < theta < 1)."""
     R = Dk // 2
     if kind == "rfa":
+        if not 0 < theta < 1 or R < 2:
+            raise ValueError(f"selective_rope: rfa temperatures need 0 < theta < 1 and Dk >= 4 (theta {theta}, Dk {Dk})")
         p = np.linspace(0.0, theta * math.pi, R)
-        t = np.sqrt(np.maximum(1 - np.cos(p), 0) / np.maximum(1 + np.cos(p), 1e-30))
-        return temp_max * t / t.max() if t.max() > 0 else t
+        t = np.sqrt((1 - np.cos(p)) / (1 + np.cos(p)))
+        return temp_max * t / t.max()
+    if theta < 1:
+        raise ValueError(f"selective_rope: rope temperatures need theta >= 1 (theta {theta})")
     return temp_max / theta ** (2.0 * np.arange(R) / Dk)
+
+
+def has_conv(sr):
+    """whether the block convolves phi (conv, and not skip_conv, which replaces the conv)."""
+    return bool(sr.opts["conv"]) and not sr.opts["skip_conv"]
 
 
 def param_shapes(sr):
@@ -64,7 +76,7 @@ def param_shapes(sr):
         s[p + "phi_w"], s[p + "phi_scale"] = (HR, sr.Dh), (sr.H,)
     else:
         s[p + "phi_w1"], s[p + "phi_w2"] = (sr.rank, sr.C), (HR, sr.rank)
-    if sr.opts["conv"]:
+    if has_conv(sr):
         s[p + "phi_conv"] = (HR, CONV_K)
     if sr.opts["use_bias"]:
         s[p + "phi_bias"] = (HR,)
@@ -86,13 +98,13 @@ def angles(x, P, prefix, sr):
         phi = torch.einsum("bthd,hrd->bthr", xn.reshape(B, T, H, Dh), W).reshape(B, T, H * R)
     else:
         phi = (xn @ P[p + "phi_w1"].T) @ P[p + "phi_w2"].T
-    if sr.opts["conv"]:
+    if has_conv(sr):
         w = P[p + "phi_conv"]
         pad = torch.cat([torch.zeros(B, CONV_K - 1, H * R, dtype=phi.dtype), phi], dim=1)
         phi = sum(w[:, j] * pad[:, j:j + T] for j in range(CONV_K))
         if sr.opts["conv_act"] == "silu":
             phi = F.silu(phi)
-    if sr.opts["skip_conv"]:
+    elif sr.opts["skip_conv"]:
         phi = phi - torch.cat([torch.zeros(B, 1, H * R, dtype=phi.dtype), phi[:, :-1]], dim=1)
     if sr.opts["use_bias"]:
         phi = phi + torch.exp(P[p + "phi_bias"])

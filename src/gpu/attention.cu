@@ -3,7 +3,8 @@
 // RMSNorm of q and k) -> RoPE on q, k (rope, decayed_rope; sc_rope with its per-head spectrum) -> tiled causal
 // attention with the scheme's logit bias, post-softmax decay and window (gpu/flash_attn.cu) -> (B,T,HD) -> the
 // (C, HD) output projection. fox adds F = cumsum_t logsigmoid(x wf^T + bf) per head, and its gradient back.
-// attention_gpu_check_ refuses pos path / path_fox and selective_rope.
+// attention_gpu_check_ refuses pos path / path_fox, selective_rope and qk_norm other than the default (shared
+// scales, eps 1e-6).
 #include <math.h>
 
 #include "gpu/common.cuh"
@@ -37,6 +38,13 @@ static int attention_gpu_check_(const MixerSpec *s, int l, Err *e) {
     if (o->sr.enabled)
         return err_set(e, "layer %d: attention selective_rope has no GPU kernels yet; with run.device cuda, "
                        "model.mixer.selective_rope must be off (or train on run.device cpu)", l);
+    // the GPU's qk_norm is the default one: scales shared by the heads, eps 1e-6 (gpu_norm_forward's)
+    if (o->qk_norm && o->qn_per_head)
+        return err_set(e, "layer %d: attention qk_norm_scales \"per_head\" has no GPU kernels yet; with run.device "
+                       "cuda, model.mixer.qk_norm_scales takes shared (or train on run.device cpu)", l);
+    if (o->qk_norm && (float)o->qk_norm_eps != 1e-6f)
+        return err_set(e, "layer %d: attention qk_norm_eps %g has no GPU kernels yet; with run.device cuda, "
+                       "model.mixer.qk_norm_eps takes 1e-6 (or train on run.device cpu)", l, o->qk_norm_eps);
     if (!gpu_attn_supports(o->D))
         return err_set(e, "layer %d: attention head_dim %d: the GPU kernel takes head_dim 1..%d (model.mixer.heads / "
                        "head_dim)", l, o->D, GPU_ATTN_MAX_D);

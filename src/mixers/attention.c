@@ -57,7 +57,12 @@ static const CfgKey ATT_KEYS_[] = {
          "Channels per head D; 0 = C/H. H·D may differ from C (the RFA paper's d->2d->d uses H·D = 2C)."),
     KEY_("bias", CFG_BOOL, bias, "false", 0, 0, NULL, "Biases on the q/k/v and output projections."),
     KEY_("qk_norm", CFG_BOOL, qk_norm, "false", 0, 0, NULL,
-         "RMS-normalise q and k per head (learned scale of D, shared by the heads) before the position scheme."),
+         "RMS-normalise q and k per head (learned scales) before the position scheme (after Selective RoPE)."),
+    KEY_("qk_norm_eps", CFG_FLOAT, qk_norm_eps, "1e-6", 1e-12, 1, NULL,
+         "qk_norm: eps inside the root, 1/sqrt(mean(q^2) + eps) (FLA's RMSNorm and FoX use 1e-5)."),
+    KEY_("qk_norm_scales", CFG_ENUM, qk_norm_scales, "\"shared\"", 0, 0, "shared|per_head",
+         "qk_norm: one scale vector of D shared by the heads (FoX's compatibility mode), or one per head, H·D "
+         "(FoX's default, FLA's GroupNorm)."),
     KEY_("window", CFG_INT, window, "0", 0, 1 << 24, NULL,
          "Sliding window: a query sees the last `window` positions (itself included); 0 = all."),
     KEY_("pos", CFG_ENUM, pos, "\"rope\"", 0, 0, "none|rope|alibi|fox|decayed_rope|sc_rope|path|path_fox",
@@ -109,6 +114,12 @@ static int att_check_(MixerSpec *s, const char *path, Err *e) {
         return err_set(e, "%s.window: %d with pos %s; PaTH attends to every earlier position, allowed: 0", path,
                        o->window, o->pos);
     o->R = o->path_rank < 0 ? PATH_RANK_DEFAULT : o->path_rank;
+    o->qn_per_head = !strcmp(o->qk_norm_scales, "per_head");
+    if (!o->qk_norm && o->qn_per_head)
+        return err_set(e, "%s.qk_norm_scales: \"per_head\" needs qk_norm true; allowed without it: shared", path);
+    if (!o->qk_norm && (float)o->qk_norm_eps != RMSNORM_EPS)
+        return err_set(e, "%s.qk_norm_eps: %g needs qk_norm true; allowed without it: 1e-6 (the default)", path,
+                       o->qk_norm_eps);
     int rotary = o->pos_kind == POS_ROPE || o->pos_kind == POS_DECAYED_ROPE || o->pos_kind == POS_SC_ROPE;
     if (rotary && o->D % 2) return err_set(e, "%s.head_dim: %d must be even for %s", path, o->D, o->pos);
     o->layout = !strcmp(o->rope_layout, "half") ? ROTARY_HALF : ROTARY_INTERLEAVED;
@@ -156,8 +167,9 @@ static int att_params_(const MixerSpec *s, ParamTable *pt, const char *prefix, i
     MIXER_ADD("wo", 2, ((int[]){C, HD}), init_normal(std_out), 1);
     if (o->bias) MIXER_ADD("bo", 1, ((int[]){C}), init_zeros(), 0);
     if (o->qk_norm) {
-        MIXER_ADD("q_norm", 1, ((int[]){o->D}), init_ones(), 0);
-        MIXER_ADD("k_norm", 1, ((int[]){o->D}), init_ones(), 0);
+        int n = o->qn_per_head ? o->HD : o->D;
+        MIXER_ADD("q_norm", 1, ((int[]){n}), init_ones(), 0);
+        MIXER_ADD("k_norm", 1, ((int[]){n}), init_ones(), 0);
     }
     if (o->fgate) {
         MIXER_ADD("fgate_w", 2, ((int[]){o->H, C}), init_normal(std), 1);
@@ -340,6 +352,52 @@ static void path_backward_(Mixer *m, float *dx, const float *dwh, const float *d
 }
 
 // ----------------------------------------------------------------------------
+// qk_norm: an RMSNorm over each head's D channels of q or k, eps qk_norm_eps, with the scales w (D) shared by the
+// heads or (H, D) one per head
+
+// out, inp (N,H,D); rstd (N*H) kept for the backward; out may not alias inp
+static void att_qknorm_forward_(const AttentionOpts *o, float *out, float *rstd, const float *inp, const float *w,
+                                int N) {
+    int H = o->H, D = o->D;
+#pragma omp parallel for schedule(static) if ((long)N * H * D >= 4096)
+    for (long r = 0; r < (long)N * H; r++) {
+        const float *x = inp + (size_t)r * D, *wr = w + (o->qn_per_head ? (size_t)(r % H) * D : 0);
+        float *y = out + (size_t)r * D;
+        double ss = 0.0;
+        for (int i = 0; i < D; i++) ss += (double)x[i] * x[i];
+        float rs = (float)(1.0 / sqrt(ss / D + o->qk_norm_eps));
+        for (int i = 0; i < D; i++) y[i] = (x[i] * rs) * wr[i];
+        rstd[r] = rs;
+    }
+}
+
+// dinp (N,H,D) written; dw (D or H D) accumulated, each column summed over the rows in order
+static void att_qknorm_backward_(const AttentionOpts *o, float *dinp, float *dw, const float *dout, const float *inp,
+                                 const float *w, const float *rstd, int N) {
+    int H = o->H, D = o->D;
+    // y_i = x_i r w_i, r = 1/sqrt(mean(x^2) + eps): dx_i = r (w_i dy_i - n_i mean_j(w_j dy_j n_j)), n = x r
+#pragma omp parallel for schedule(static) if ((long)N * H * D >= 4096)
+    for (long r = 0; r < (long)N * H; r++) {
+        const float *x = inp + (size_t)r * D, *dy = dout + (size_t)r * D;
+        const float *wr = w + (o->qn_per_head ? (size_t)(r % H) * D : 0);
+        float *dx = dinp + (size_t)r * D, rs = rstd[r];
+        double acc = 0.0;
+        for (int i = 0; i < D; i++) acc += (double)wr[i] * dy[i] * x[i] * rs;
+        float m = (float)(acc / D);
+        for (int i = 0; i < D; i++) dx[i] = rs * (wr[i] * dy[i] - x[i] * rs * m);
+    }
+    int nw = o->qn_per_head ? H * D : D;
+#pragma omp parallel for schedule(static)
+    for (int c = 0; c < nw; c++) {
+        double acc = 0.0;
+        int i = c % D;
+        for (long r = o->qn_per_head ? c / D : 0; r < (long)N * H; r += o->qn_per_head ? H : 1)
+            acc += (double)dout[(size_t)r * D + i] * inp[(size_t)r * D + i] * rstd[r];
+        dw[c] += (float)acc;
+    }
+}
+
+// ----------------------------------------------------------------------------
 // forward
 
 static void att_forward_(Mixer *m, float *y, const float *x, int B, int T) {
@@ -360,7 +418,9 @@ static void att_forward_(Mixer *m, float *y, const float *x, int B, int T) {
         memcpy(a.rope_cos, tab.cos, n * sizeof(float));
         memcpy(a.rope_sin, tab.sin, n * sizeof(float));
     }
-    // selective_rope: the angles once for q and k, the rotation where RoPE would be (after qk_norm)
+    // selective_rope: the angles once for q and k; the rotation comes before qk_norm (the authors' attention layer
+    // rotates, then normalises; docs/mixers.md "Selective RoPE"), in place on the projection, which the norm's
+    // backward then reads as its input
     if (o->sr.enabled) selrope_forward(m, &o->sr, a.sr, x, B, T);
     float *dst[3] = {a.qh, a.kh, a.vh};
     for (int part = 0; part < 3; part++) {
@@ -368,17 +428,15 @@ static void att_forward_(Mixer *m, float *y, const float *x, int B, int T) {
         float *out = (part < 2 && o->qk_norm) ? (part == 0 ? a.q_lin : a.k_lin) : lin;
         matmul_forward(out, x, wqkv + (size_t)part * HD * C, bqkv ? bqkv + (size_t)part * HD : NULL, BT, C, HD);
         const float *cur = out;
+        if (part < 2 && o->sr.enabled) selrope_apply(&o->sr, a.sr, out, out, B, T);
         if (part < 2 && o->qk_norm) {
-            rmsnorm_forward(rot, part == 0 ? a.q_rstd : a.k_rstd, out, mixer_param(m, part == 0 ? o->k_qn : o->k_kn),
-                            BT * H, D);
+            att_qknorm_forward_(o, rot, part == 0 ? a.q_rstd : a.k_rstd, out,
+                                mixer_param(m, part == 0 ? o->k_qn : o->k_kn), BT);
             cur = rot;
         }
         if (part < 2 && att_rotates_(o)) {
             // rotate and permute to (B,H,T,D) in one pass
             rotary_forward_heads_table(dst[part], cur, &tab, B);
-        } else if (part < 2 && o->sr.enabled) {
-            selrope_apply(&o->sr, a.sr, rot, cur, B, T);  // in place when cur is rot (qk_norm)
-            heads_split(dst[part], rot, B, T, H, D);
         } else {
             heads_split(dst[part], cur, B, T, H, D);
         }
@@ -456,26 +514,31 @@ static void att_backward_(Mixer *m, float *dx, const float *dy, const float *x, 
     float *srs = m->scratch + att_work_size_(o, B, T);
     float *dth = o->sr.enabled ? selrope_dtheta(&o->sr, srs, B, T) : NULL;
     for (int part = 0; part < 3; part++) {
-        // undo the head permutation, then the rotation (both in one pass when there is one), then the
-        // norm, then the projection
+        // undo the head permutation, then RoPE's rotation (both in one pass when there is one), then the norm,
+        // then Selective RoPE's rotation, then the projection
         float *cur = s0;
         if (part < 2 && att_rotates_(o)) {
             rotary_backward_heads_table(drot, dsrc[part], &tab, B);  // writes drot (B,T,H,D)
             cur = drot;
         } else {
             heads_merge(s0, dsrc[part], B, T, H, D);
-            if (part < 2 && dth) {  // the rotated rows back from what the kernel saw (drot is free: no RoPE)
-                heads_merge(drot, part == 0 ? a.qh : a.kh, B, T, H, D);
-                selrope_apply_backward(&o->sr, a.sr, s0, dth, s0, drot, B, T);
-            }
         }
         if (part < 2 && o->qk_norm) {
-            memset(dlin, 0, big * sizeof(float));
             const float *lin = part == 0 ? a.q_lin : a.k_lin;
             int kn = part == 0 ? o->k_qn : o->k_kn;
-            rmsnorm_backward(dlin, mixer_grad(m, kn), cur, lin, mixer_param(m, kn), part == 0 ? a.q_rstd : a.k_rstd,
-                             BT * H, D);
+            att_qknorm_backward_(o, dlin, mixer_grad(m, kn), cur, lin, mixer_param(m, kn),
+                                 part == 0 ? a.q_rstd : a.k_rstd, BT);
             cur = dlin;
+        }
+        if (part < 2 && dth) {
+            // the rotated rows: the norm's saved input with qk_norm, else back from what the kernel saw (drot is
+            // free: no RoPE with selective_rope)
+            const float *rows = part == 0 ? a.q_lin : a.k_lin;
+            if (!o->qk_norm) {
+                heads_merge(drot, part == 0 ? a.qh : a.kh, B, T, H, D);
+                rows = drot;
+            }
+            selrope_apply_backward(&o->sr, a.sr, cur, dth, cur, rows, B, T);
         }
         matmul_backward(dx, dwqkv + (size_t)part * HD * C, dbqkv ? dbqkv + (size_t)part * HD : NULL, cur, x,
                         wqkv + (size_t)part * HD * C, BT, C, HD);
@@ -542,19 +605,19 @@ static void att_step_(const Mixer *m, float *state, float *y, const float *x, in
     const float *wqkv = mixer_param(m, o->k_wqkv);
     const float *bqkv = o->bias ? mixer_param(m, o->k_bqkv) : NULL;
     float *dst[3] = {q, k, v};
-    for (int part = 0; part < 3; part++) {
+    for (int part = 0; part < 3; part++)
         matmul_forward(dst[part], x, wqkv + (size_t)part * HD * C, bqkv ? bqkv + (size_t)part * HD : NULL, B, C, HD);
-        if (part < 2 && o->qk_norm) {
-            rmsnorm_forward(tmp, rstd, dst[part], mixer_param(m, part == 0 ? o->k_qn : o->k_kn), B * H, D);
-            memcpy(dst[part], tmp, bd * sizeof(float));
-        }
+    // as the forward: Selective RoPE, then qk_norm, then RoPE (never both rotations)
+    if (o->sr.enabled) selrope_step(m, &o->sr, sr_state, n, q, k, x, B);
+    for (int part = 0; part < 2 && o->qk_norm; part++) {
+        att_qknorm_forward_(o, tmp, rstd, dst[part], mixer_param(m, part == 0 ? o->k_qn : o->k_kn), B);
+        memcpy(dst[part], tmp, bd * sizeof(float));
     }
     if (att_rotates_(o)) {  // the token's position is t in every sequence
         RotaryCfg rc = att_rotary_(o);
         rotary_forward(q, q, &rc, t, B, 1, H, D);
         rotary_forward(k, k, &rc, t, B, 1, H, D);
     }
-    if (o->sr.enabled) selrope_step(m, &o->sr, sr_state, n, q, k, x, B);
     if (o->fgate) {
         // F_t = F_{t-1} + logsigmoid(w_f·x + b_f), summed in double as the forward's cumsum
         matmul_forward(g, x, mixer_param(m, o->k_fw), mixer_param(m, o->k_fb), B, C, H);

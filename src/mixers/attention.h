@@ -19,9 +19,12 @@ typedef struct AttentionOpts {
     char pos[CFG_STR_MAX], rope_layout[CFG_STR_MAX], decay_mode[CFG_STR_MAX];
     double rope_base, damping, fgate_bias_init, init_std;
     int zero_decay_heads, path_rank, path_chunk;
+    double qk_norm_eps;
+    char qk_norm_scales[CFG_STR_MAX];
     SelRopeOpts sr;  // selective_rope (mixers/selrope.h), with pos none or fox
     // derived by check
     int H, D, HD, pos_kind, layout, decay_logits, path, fgate, R;  // R = the resolved path rank
+    int qn_per_head;  // qk_norm scales: (H, D), one set per head, instead of (D) shared
     int k_wqkv, k_bqkv, k_wo, k_bo, k_qn, k_kn, k_fw, k_fb;  // tensor indices (-1 = absent)
     int k_pw1, k_pw2, k_pconv, k_pbw, k_pbb;                 // path: w projection(s), w conv, beta projection
     float slopes[ATT_MAX_HEADS];                  // alibi slopes or decays on logits

@@ -21,16 +21,20 @@ static const CfgKey SELROPE_KEYS_[] = {
     KEY_("full_rank", CFG_BOOL, full_rank, "false", 0, 0, NULL,
          "Per-head full-rank projection with weight norm, scale_h · normalize(W_h) over C/H inputs, instead of "
          "the low-rank one (phi_proj_rank unused)."),
-    KEY_("conv", CFG_BOOL, conv, "true", 0, 0, NULL, "Causal depthwise short convolution (4 taps, no bias) over phi."),
+    KEY_("conv", CFG_BOOL, conv, "true", 0, 0, NULL,
+         "Causal depthwise short convolution (4 taps, no bias) over phi; unused with skip_conv. false with skip_conv "
+         "false: phi as projected, neither conv nor difference (a seqtrain addition)."),
     KEY_("conv_act", CFG_ENUM, conv_act, "\"none\"", 0, 0, "none|silu", "Activation after the conv over phi."),
-    KEY_("skip_conv", CFG_BOOL, skip_conv, "false", 0, 0, NULL, "phi_t <- phi_t - phi_{t-1} (after the conv)."),
+    KEY_("skip_conv", CFG_BOOL, skip_conv, "false", 0, 0, NULL,
+         "No conv over phi: the first difference phi_t - phi_{t-1} in its place (the authors' skip_conv)."),
     KEY_("use_bias", CFG_BOOL, use_bias, "false", 0, 0, NULL, "phi += exp(phi_bias) (per head and pair; 1 at init)."),
     KEY_("use_gate", CFG_BOOL, use_gate, "false", 0, 0, NULL,
          "phi *= sigmoid(gate_w xn + gate_b), one gate per head (the authors' phase_gate_proj)."),
     KEY_("temp_type", CFG_ENUM, temp_type, "\"rope\"", 0, 0, "rope|rfa",
-         "Fixed temperature spectrum: rope temp_max / theta^(2r/Dk), or rfa sqrt((1-cos p)/(1+cos p)) over "
-         "p = linspace(0, theta·pi, Dk/2), scaled to max temp_max."),
-    KEY_("temp_theta", CFG_FLOAT, temp_theta, "500000", 1, 1e12, NULL, "theta of the temperature spectrum."),
+         "Fixed temperature spectrum: rope temp_max / theta^(2r/Dk) (theta >= 1), or rfa "
+         "sqrt((1-cos p)/(1+cos p)) over p = linspace(0, theta·pi, Dk/2), scaled to max temp_max (0 < theta < 1)."),
+    KEY_("temp_theta", CFG_FLOAT, temp_theta, "500000", 1e-9, 1e12, NULL,
+         "theta of the temperature spectrum: at least 1 for rope, below 1 for rfa (the authors' ranges)."),
     KEY_("temp_max", CFG_FLOAT, temp_max, "1", 1e-9, 1e9, NULL, "Largest temperature (not trained)."),
 };
 const CfgSection SELROPE_SECTION = {"selective_rope", "Selective RoPE on q and k (docs/mixers.md).", SELROPE_KEYS_,
@@ -39,17 +43,17 @@ const CfgSection SELROPE_SECTION = {"selective_rope", "Selective RoPE on q and k
 // ----------------------------------------------------------------------------
 // options and parameters
 
+// the authors' rotary_temperature: rfa is tan(p/2) at R evenly spaced p in [0, theta·pi], theta < 1 keeping the
+// last p below pi (the pole of (1-cos p)/(1+cos p)), so the spectrum rises from 0 to temp_max; rope is RoPE's
+// frequencies times temp_max. selrope_check has refused the thetas outside those ranges.
 static void selrope_temperature_(SelRopeOpts *s, int Dk) {
     int R = s->R;
     if (!strcmp(s->temp_type, "rfa")) {
-        double mx = 0.0;
+        double pmax = s->temp_theta * M_PI, tmax = sqrt((1.0 - cos(pmax)) / (1.0 + cos(pmax)));
         for (int r = 0; r < R; r++) {
-            double p = R > 1 ? s->temp_theta * M_PI * r / (R - 1) : 0.0, c = cos(p);
-            double t = sqrt(fmax(1.0 - c, 0.0) / fmax(1.0 + c, 1e-30));
-            s->temp[r] = (float)t;
-            if (t > mx) mx = t;
+            double p = pmax * r / (R - 1), c = cos(p);
+            s->temp[r] = (float)(s->temp_max * sqrt((1.0 - c) / (1.0 + c)) / tmax);
         }
-        for (int r = 0; r < R; r++) s->temp[r] = mx > 0 ? (float)(s->temp_max * s->temp[r] / mx) : 0.0f;
     } else {
         for (int r = 0; r < R; r++) s->temp[r] = (float)(s->temp_max / pow(s->temp_theta, 2.0 * r / Dk));
     }
@@ -66,13 +70,27 @@ int selrope_check(SelRopeOpts *s, const char *path, int C, int H, int Dk, int *k
                        2 * SELROPE_MAX_R);
     s->C = C, s->H = H, s->Dh = C / H, s->R = Dk / 2, s->HR = H * s->R;
     s->silu = !strcmp(s->conv_act, "silu");
-    if (s->silu && !s->conv)
-        return err_set(e, "%s.selective_rope.conv_act: \"silu\" acts after the conv over phi; allowed with conv false: "
-                       "none", path);
+    s->has_conv = s->conv && !s->skip_conv;
+    if (s->silu && !s->has_conv)
+        return err_set(e, "%s.selective_rope.conv_act: \"silu\" acts after the conv over phi, and %s has none; "
+                       "allowed there: none", path, s->skip_conv ? "skip_conv true" : "conv false");
+    int rfa = !strcmp(s->temp_type, "rfa");
+    if (rfa && !(s->temp_theta < 1.0))
+        return err_set(e, "%s.selective_rope.temp_theta: %g with temp_type rfa; the spectrum tan(p/2) over "
+                       "p = linspace(0, theta·pi, Dk/2) has a pole at p = pi, so theta must be below 1 (the authors' "
+                       "0 < theta < 1; e.g. 0.5)", path, s->temp_theta);
+    if (!rfa && s->temp_theta < 1.0)
+        return err_set(e, "%s.selective_rope.temp_theta: %g with temp_type rope; RoPE's base must be at least 1 (the "
+                       "authors' range; below 1 the temperatures grow with r), or use temp_type rfa", path,
+                       s->temp_theta);
+    if (rfa && s->R < 2)
+        return err_set(e, "%s.selective_rope.temp_type: rfa with key head size %d (one pair): its spectrum starts at "
+                       "tan(0) = 0, so the only pair would never turn; needs a key head size of at least 4, or use rope",
+                       path, Dk);
     selrope_temperature_(s, Dk);
     if (s->full_rank) s->k_w2 = (*k)++, s->k_scale = (*k)++;
     else s->k_w1 = (*k)++, s->k_w2 = (*k)++;
-    if (s->conv) s->k_conv = (*k)++;
+    if (s->has_conv) s->k_conv = (*k)++;
     if (s->use_bias) s->k_bias = (*k)++;
     if (s->use_gate) s->k_gw = (*k)++, s->k_gb = (*k)++;
     return 0;
@@ -90,7 +108,7 @@ int selrope_params(const SelRopeOpts *s, ParamTable *pt, const char *base, Err *
         MIXER_ADD("phi_w1", 2, ((int[]){s->rank, s->C}), init_normal((float)(1.0 / sqrt(s->C / (double)s->H))), 1);
         MIXER_ADD("phi_w2", 2, ((int[]){s->HR, s->rank}), init_normal((float)(1.0 / sqrt((double)s->rank))), 1);
     }
-    if (s->conv) MIXER_ADD("phi_conv", 2, ((int[]){s->HR, SELROPE_CONV_K}), init_normal(0.5f), 1);
+    if (s->has_conv) MIXER_ADD("phi_conv", 2, ((int[]){s->HR, SELROPE_CONV_K}), init_normal(0.5f), 1);
     if (s->use_bias) MIXER_ADD("phi_bias", 1, ((int[]){s->HR}), init_zeros(), 0);
     if (s->use_gate) {
         MIXER_ADD("gate_w", 2, ((int[]){s->H, s->C}), init_normal(0.02f), 1);
@@ -153,8 +171,8 @@ void selrope_apply_backward(const SelRopeOpts *s, float *acts, float *dinp, floa
 
 // the chain from p to the angles (nn/selrope.h); eb the exp(bias) values or NULL
 static SelRopeChain sr_chain_(const Mixer *m, const SelRopeOpts *s, const float *eb) {
-    return (SelRopeChain){.H = s->H, .R = s->R, .K = s->conv ? SELROPE_CONV_K : 0, .silu = s->silu,
-                          .skip = s->skip_conv, .conv = m && s->conv ? mixer_param(m, s->k_conv) : NULL,
+    return (SelRopeChain){.H = s->H, .R = s->R, .K = s->has_conv ? SELROPE_CONV_K : 0, .silu = s->silu,
+                          .skip = s->skip_conv, .conv = m && s->has_conv ? mixer_param(m, s->k_conv) : NULL,
                           .ebias = eb, .temp = s->temp};
 }
 
@@ -253,7 +271,7 @@ void selrope_backward(Mixer *m, const SelRopeOpts *s, float *acts, float *scratc
     int BT = B * T, HR = s->HR;
     SelRopeChain ch = sr_chain_(m, s, a.eb);
     float *dp = w.dtheta;  // in place
-    selrope_angles_backward(dp, s->conv ? mixer_grad(m, s->k_conv) : NULL, s->use_bias ? w.dsum : NULL, w.dgate,
+    selrope_angles_backward(dp, s->has_conv ? mixer_grad(m, s->k_conv) : NULL, s->use_bias ? w.dsum : NULL, w.dgate,
                             w.chain, w.dtheta, a.p, a.c, a.f, a.g, &ch, B, T);
     if (s->use_bias) {  // phi += exp(bias): dbias = sum df exp(bias)
         const float *bias = mixer_param(m, s->k_bias);
@@ -330,7 +348,7 @@ void selrope_state_terms(const SelRopeOpts *s, StateTerms *st) {
     if (!s->enabled) return;
     size_t HR = (size_t)s->HR;
     state_terms_add(st, 0, HR, "selective_rope angle sums", "H·R = %d·%d", s->H, s->R);
-    if (s->conv)
+    if (s->has_conv)
         state_terms_add(st, 0, HR * (SELROPE_CONV_K - 1), "selective_rope conv", "H·R·(k−1) = %d·%d·%d", s->H, s->R,
                         SELROPE_CONV_K - 1);
     if (s->skip_conv) state_terms_add(st, 0, HR, "selective_rope last phi", "H·R = %d·%d", s->H, s->R);

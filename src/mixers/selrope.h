@@ -7,12 +7,14 @@
  *   xn   = l2norm(x per head chunk of C/H)                       (eps 1e-6 inside the root, as FLA's l2norm)
  *   p    = W2 (W1 xn)                      low rank, W1 (rank,C), W2 (H R, rank), no bias
  *        | scale_h normalize(W_h) xn_h     full_rank: W (H R, C/H), scale (H), each row of W_h normalised
- *   a    = act(conv4(p))   (conv: depthwise causal K=4, no bias; act none|silu)   or a = p without conv
- *   f    = a - a_{t-1} (skip_conv) ;  f += exp(phi_bias) (use_bias)
+ *   a    = act(conv4(p))   (conv: depthwise causal K=4, no bias; act none|silu)
+ *        | p - p_{t-1}     (skip_conv, the authors': the first difference in place of the conv)
+ *        | p               (conv false, skip_conv false: a seqtrain addition)
+ *   f    = a ;  f += exp(phi_bias) (use_bias)
  *   phi  = f * sigmoid(gate_w xn + gate_b)   (use_gate: one gate per head, as the authors' phase_gate_proj)
  *   Theta_t = temperature * (offset + sum_{s<=t} phi_s);  q, k <- R(Theta_t) q, R(Theta_t) k  (half-split pairs)
  *
- * The step state per sequence: [angle sum (H R) | conv cache (H R, 3) | skip_conv: last a (H R)].
+ * The step state per sequence: [angle sum (H R) | conv cache (H R, 3) | skip_conv: last p (H R)].
  */
 #ifndef SEQ_MIXERS_SELROPE_H
 #define SEQ_MIXERS_SELROPE_H
@@ -31,7 +33,7 @@ typedef struct SelRopeOpts {
     char conv_act[CFG_STR_MAX], temp_type[CFG_STR_MAX];
     double temp_theta, temp_max;
     // derived by selrope_check
-    int C, H, Dh, R, HR, silu;
+    int C, H, Dh, R, HR, silu, has_conv;  // has_conv: conv and not skip_conv
     int k_w1, k_w2, k_scale, k_conv, k_bias, k_gw, k_gb;  // tensor indices in the mixer (-1 = absent)
     float temp[SELROPE_MAX_R];
 } SelRopeOpts;

@@ -518,6 +518,12 @@ static void refusals_(void) {
         {"{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {\"kind\": \"attention\", \"heads\": 2, \"pos\": \"none\", "
          "\"selective_rope\": {\"enabled\": true}}}",
          "attention selective_rope has no GPU kernels yet"},
+        {"{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {\"kind\": \"attention\", \"heads\": 2, \"qk_norm\": true, "
+         "\"qk_norm_scales\": \"per_head\"}}",
+         "attention qk_norm_scales \"per_head\" has no GPU kernels yet"},
+        {"{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {\"kind\": \"attention\", \"heads\": 2, \"qk_norm\": true, "
+         "\"qk_norm_eps\": 1e-5}}",
+         "attention qk_norm_eps 1e-05 has no GPU kernels yet"},
         {"{\"d_model\": 32, \"n_layers\": 2, \"layers\": [{\"at\": \"1\", \"mixer\": {\"kind\": \"kla\"}}]}",
          "layer 1: mixer \"kla\" has no GPU kernels yet"},
         {"{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {\"kind\": \"mamba2\", \"head_dim\": 16, \"chunk\": 128}}",
