@@ -8,7 +8,7 @@
 #      unit tests under every kernel set, and the binaries on CPUs emulated by QEMU (tests/emulated_cpus.sh:
 #      AMD Zen 3 without AVX-512, x86-64 without AVX)
 #   4. the NO_OMP=1 and DEBUG=1 variants must build
-#   5. MPI=1: data-parallel training with two ranks (tests/mpi/test_mpi.sh)
+#   5. MPI=1: data-parallel training with two ranks (tests/mpi/test_*.sh)
 #   6. ARM64: every object compiles with Debian's aarch64 cross gcc (make CROSS=aarch64-linux-gnu objects)
 #   7. the GPU backend (tests/gpu/run.sh): its kernels emulated on the CPU against the CPU path, everywhere; where
 #      nvcc exists CUDA=1 must build (and the parity test runs on the GPU where there is one); without nvcc that
@@ -145,13 +145,16 @@ for v in NO_OMP DEBUG; do
         fail=$((fail + 1)); echo "not ok - $v=1 build:"; tail -n 20 "$log_dir/build-$v.log" | sed 's/^/    /'
     fi
 done
-# MPI=1: two ranks on this machine against one process (tests/mpi/test_mpi.sh); Open MPI is installed by the
+# MPI=1: two ranks on this machine against one process (tests/mpi/test_*.sh); Open MPI is installed by the
 # build when missing
 echo "== mpi: building"
 if make -s -j"$JOBS" MPI=1 tools > "$log_dir/build-mpi.log" 2>&1; then
     pass=$((pass + 1)); echo "ok - MPI=1 build"
-    MPI_BIN=build/release-mpi/bin BIN=bin bash tests/mpi/test_mpi.sh > "$log_dir/mpi.log" 2>&1
-    count mpi/test_mpi $? "$log_dir/mpi.log"
+    for t in tests/mpi/test_*.sh; do
+        n=$(basename "$t" .sh)
+        MPI_BIN=build/release-mpi/bin BIN=bin bash "$t" > "$log_dir/mpi-$n.log" 2>&1
+        count "mpi/$n" $? "$log_dir/mpi-$n.log"
+    done
 else
     fail=$((fail + 1)); echo "not ok - MPI=1 build:"; tail -n 20 "$log_dir/build-mpi.log" | sed 's/^/    /'
 fi

@@ -14,6 +14,8 @@
  *                  options of a mixer, validated by the mixer's own schema).
  *   config_dump()  the resolved config (every key, defaults included) as JSON, for --print-config and the
  *                  copy stored in each run directory; binding the dump again gives the same struct.
+ *   config_diff()  the keys where two dumps differ (a checkpoint's config against the run's, rank 0's
+ *                  against another MPI rank's), for messages naming each key and both values.
  *   config_free()  frees what bind allocated: a config whose schema has CFG_OBJLIST or CFG_JSON keys owns
  *                  memory and must be freed (configs of the other types own none; freeing them is harmless).
  *   config_write_docs()  the Markdown reference of a schema (docs/config.md is generated from it).
@@ -109,6 +111,16 @@ void config_free(void *cfg, const CfgSection *schema);
 // The resolved config as a JSON tree (caller frees), every key of the schema present (unset nullable
 // numbers as null, lists of objects item by item, CFG_JSON values as they are).
 cJSON *config_dump(const void *cfg, const CfgSection *schema);
+
+// Every leaf where two config_dump trees differ, added to out as "path": {la: a's value, lb: b's value}, paths as
+// keys are written ("optim.lr", "model.layers[0].at"); numbers compare by value. A key only one side has is
+// skipped (a schema of another version: a newer key binds its default) or, with one_sided, given with that
+// side's value alone. Lists of another length differ as a whole.
+void config_diff(const cJSON *a, const cJSON *b, const char *la, const char *lb, int one_sided, cJSON *out);
+// one of config_diff's entries for a message: "optim.lr (0.002 <pa>, 0.5 <pb>)", each value cut to 40
+// characters, a missing side "absent"; buf (n,)
+void config_diff_describe(const cJSON *d, const char *la, const char *pa, const char *lb, const char *pb, char *buf,
+                          size_t n);
 
 // Markdown reference: one table per section (key, type, default, allowed, description), the items of
 // a list of objects under "## path[]".

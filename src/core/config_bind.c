@@ -416,6 +416,58 @@ cJSON *config_dump(const void *cfg, const CfgSection *schema) {
     return dump_section_(cfg, schema);
 }
 
+static void diff_add_(const cJSON *a, const cJSON *b, const char *la, const char *lb, const char *path, cJSON *out) {
+    cJSON *d = cJSON_CreateObject();
+    if (a) cJSON_AddItemToObject(d, la, cJSON_Duplicate(a, 1));
+    if (b) cJSON_AddItemToObject(d, lb, cJSON_Duplicate(b, 1));
+    cJSON_AddItemToObject(out, path, d);
+}
+
+static void diff_(const cJSON *a, const cJSON *b, const char *la, const char *lb, int one_sided, const char *path,
+                  cJSON *out) {
+    if (cJSON_IsObject(a) && cJSON_IsObject(b)) {
+        // b's keys in b's order, then (one_sided) the keys a alone has
+        for (int side = 0; side < 2; side++) {
+            const cJSON *from = side ? a : b, *other = side ? b : a;
+            for (const cJSON *c = from->child; c; c = c->next) {
+                const cJSON *o = cJSON_GetObjectItemCaseSensitive(other, c->string);
+                if ((side && o) || (!o && !one_sided)) continue;
+                char *sub = xmalloc(strlen(path) + strlen(c->string) + 2);
+                sprintf(sub, "%s%s%s", path, path[0] ? "." : "", c->string);
+                if (!o) diff_add_(side ? c : NULL, side ? NULL : c, la, lb, sub, out);
+                else diff_(o, c, la, lb, one_sided, sub, out);
+                free(sub);
+            }
+        }
+        return;
+    }
+    if (cJSON_IsArray(a) && cJSON_IsArray(b) && cJSON_GetArraySize(a) == cJSON_GetArraySize(b)) {
+        int i = 0;
+        for (const cJSON *x = a->child, *y = b->child; x && y; x = x->next, y = y->next, i++) {
+            char *sub = xmalloc(strlen(path) + 24);
+            sprintf(sub, "%s[%d]", path, i);
+            diff_(x, y, la, lb, one_sided, sub, out);
+            free(sub);
+        }
+        return;
+    }
+    int same = cJSON_IsNumber(a) && cJSON_IsNumber(b) ? a->valuedouble == b->valuedouble : cJSON_Compare(a, b, 1);
+    if (!same) diff_add_(a, b, la, lb, path, out);
+}
+
+void config_diff(const cJSON *a, const cJSON *b, const char *la, const char *lb, int one_sided, cJSON *out) {
+    diff_(a, b, la, lb, one_sided, "", out);
+}
+
+void config_diff_describe(const cJSON *d, const char *la, const char *pa, const char *lb, const char *pb, char *buf,
+                          size_t n) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(d, la), *y = cJSON_GetObjectItemCaseSensitive(d, lb);
+    char *a = x ? cJSON_PrintUnformatted(x) : NULL, *b = y ? cJSON_PrintUnformatted(y) : NULL;
+    snprintf(buf, n, "%s (%.40s %s, %.40s %s)", d->string, a ? a : "absent", pa, b ? b : "absent", pb);
+    free(a);
+    free(b);
+}
+
 // a Markdown table cell: '|' would end the cell and a newline the row
 static void put_cell_(FILE *f, const char *s) {
     fputs("| ", f);

@@ -159,6 +159,17 @@ int dist_check_same(const uint64_t *x, const char *const *names, int n, const ch
     return rc;
 }
 
+char *dist_bcast_text(const char *s) {
+    uint64_t n = rank_ == 0 ? strlen(s) : 0;
+    MPI_Bcast(&n, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+    char *t = xmalloc((size_t)n + 1);
+    if (rank_ == 0) memcpy(t, s, (size_t)n);
+    for (uint64_t at = 0; at < n; at += DIST_PIECE)
+        MPI_Bcast(t + at, (int)(n - at < DIST_PIECE ? n - at : DIST_PIECE), MPI_CHAR, 0, MPI_COMM_WORLD);
+    t[n] = 0;
+    return t;
+}
+
 void dist_die(const char *prog, const Err *e) {
     if (rank_ == 0) fprintf(stderr, "%s: error: %s\n", prog, e->msg);
     fflush(stderr);
@@ -194,6 +205,13 @@ int dist_agree(int rc, Err *e) { (void)e; return rc ? -1 : 0; }
 int dist_check_same(const uint64_t *x, const char *const *names, int n, const char *what, Err *e) {
     (void)x; (void)names; (void)n; (void)what; (void)e;
     return 0;
+}
+
+char *dist_bcast_text(const char *s) {
+    size_t n = strlen(s);
+    char *t = xmalloc(n + 1);
+    memcpy(t, s, n + 1);
+    return t;
 }
 
 void dist_die(const char *prog, const Err *e) { err_die(prog, e); }

@@ -48,6 +48,9 @@ int dist_agree(int rc, Err *e);
 // with e = "rank R of N: its <what> differ from rank 0's: <name> <value> against <value>" (the first such rank)
 int dist_check_same(const uint64_t *x, const char *const *names, int n, const char *what, Err *e);
 
+// collective: rank 0's text s on every rank, as a copy the caller frees (one process: a copy of s)
+char *dist_bcast_text(const char *s);
+
 // print the error once (rank 0; with several ranks, every rank failed or e came from dist_agree), finalize
 // MPI and exit(1). Only after dist_agree, or where every rank fails alike (arguments, config).
 void dist_die(const char *prog, const Err *e) __attribute__((noreturn));

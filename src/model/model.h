@@ -154,6 +154,8 @@ void model_backward(Model *m, int n_norm);
 // into dlogits in the same pass that computes the loss (one read of the (B,T,V) buffer, not two).
 // After it, m->logits holds dlogits, not logits. n_norm <= 0 adds nothing to the gradients.
 int model_forward_backward(Model *m, const int *inputs, const int *targets, int B, int T, int n_norm, Err *e);
+// the parameter count; params and grads are longer (pt.numel floats: the tensors' alignment gaps, core/params.h),
+// so a pass over the whole buffer takes pt.numel
 size_t model_num_params(const Model *m);
 // counts (LAYER_ACTS,): the floats of each of layer l's LayerActs buffers for a batch (B,T), 0 where the layer has
 // no such buffer (the MLP's without an MLP)

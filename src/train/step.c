@@ -52,7 +52,10 @@ int step_micro_batch(Step *s, const int *inputs, const int *targets, int B, int 
 }
 
 void step_reduce_grads(Step *s) {
-    if (!s->gpu) dist_sum_f32(s->m->grads, model_num_params(s->m));
+    // the whole flat buffer, alignment gaps included (pt.numel, core/params.h): the parameter count
+    // (model_num_params) is shorter by the gaps, and the tensors at the buffer's end would keep each rank's own
+    // gradient; the gaps are zero on every rank, so their sums stay zero
+    if (!s->gpu) dist_sum_f32(s->m->grads, s->m->pt.numel);
 }
 
 double step_clip_grads(Step *s) {

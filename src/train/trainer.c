@@ -409,6 +409,37 @@ static int setup_(Trainer *t, const TrainerOpts *o, Err *e) {
     return step_open(&t->dev, &t->model, &t->opt, c->run.device, c->run.precision, e);
 }
 
+// every rank must train the same run: its whole resolved configuration (a rank started with another --set would
+// otherwise train along with its own learning rate or seed) and the options that decide where the run starts
+// and stops, compared with rank 0's; the message names the keys that differ
+static int same_config_(const Trainer *t, Err *e) {
+    cJSON *mine = config_dump(&t->c, &RUN_CONFIG_SCHEMA), *diff = cJSON_CreateObject();
+    cJSON_AddStringToObject(mine, "--resume", t->o->resume_dir ? t->o->resume_dir : "");
+    cJSON_AddNumberToObject(mine, "--stop-after", (double)t->o->stop_after);
+    char *text = cJSON_PrintUnformatted(mine), *text0 = dist_bcast_text(text);
+    cJSON *zero = strcmp(text, text0) ? cJSON_Parse(text0) : NULL;
+    if (zero) config_diff(zero, mine, "rank 0", "here", 1, diff);
+    char list[700] = "";
+    int n = 0;
+    for (const cJSON *d = diff->child; d; d = d->next) {
+        if (n++ >= 3) continue;
+        char one[200];
+        config_diff_describe(d, "here", "here", "rank 0", "on rank 0", one, sizeof one);
+        size_t l = strlen(list);
+        snprintf(list + l, sizeof list - l, "%s%s", l ? ", " : "", one);
+    }
+    char more[32] = "";
+    if (n > 3) snprintf(more, sizeof more, " and %d more", n - 3);
+    int rc = n ? err_set(e, "its configuration differs from rank 0's: %s%s; start every rank with the same --config, "
+                         "--set and options", list, more) : 0;
+    cJSON_Delete(zero);
+    cJSON_Delete(diff);
+    cJSON_Delete(mine);
+    free(text);
+    free(text0);
+    return dist_agree(rc, e);
+}
+
 // every rank must see the same data and build the same model, or the ranks' steps would not line up
 static int same_everywhere_(const Trainer *t, Err *e) {
     uint64_t x[] = {t->train.n_windows, t->has_val ? t->val.n_windows : 0, t->train.vocab_size,
@@ -787,7 +818,8 @@ int trainer_main(const TrainerOpts *o, Err *e) {
     int status = 1;
     // setup_ reads and checks on every rank; start_run_dir_ agrees first, so no rank writes for a failed one
     int rc = setup_(t, o, e);
-    if (dist_agree(rc, e) == 0 && same_everywhere_(t, e) == 0 && start_run_dir_(t, o, e) == 0) {
+    if (dist_agree(rc, e) == 0 && same_config_(t, e) == 0 && same_everywhere_(t, e) == 0 &&
+        start_run_dir_(t, o, e) == 0) {
         char procs[64] = "";
         if (t->ranks > 1) snprintf(procs, sizeof procs, "%d ranks x ", t->ranks);
         if (dist_main()) {

@@ -217,39 +217,6 @@ static int load_checkpoint_(Trainer *t, const char *ckpt, const CkptState *st, E
 // ----------------------------------------------------------------------------
 // the config at resume: config.json (plus --set) against the config stored in the checkpoint
 
-// every leaf where `was` (the checkpoint's) and `now` differ, as "path": {"checkpoint": ..., "now": ...} in
-// out. Keys on one side only are a schema of another version (a newer key binds its default): skipped.
-static void config_diff_(const cJSON *was, const cJSON *now, const char *path, cJSON *out) {
-    if (cJSON_IsObject(was) && cJSON_IsObject(now)) {
-        for (const cJSON *c = now->child; c; c = c->next) {
-            const cJSON *w = cJSON_GetObjectItemCaseSensitive(was, c->string);
-            if (!w) continue;
-            char *sub = xmalloc(strlen(path) + strlen(c->string) + 2);
-            sprintf(sub, "%s%s%s", path, path[0] ? "." : "", c->string);
-            config_diff_(w, c, sub, out);
-            free(sub);
-        }
-        return;
-    }
-    if (cJSON_IsArray(was) && cJSON_IsArray(now) && cJSON_GetArraySize(was) == cJSON_GetArraySize(now)) {
-        int i = 0;
-        for (const cJSON *w = was->child, *c = now->child; w && c; w = w->next, c = c->next, i++) {
-            char *sub = xmalloc(strlen(path) + 24);
-            sprintf(sub, "%s[%d]", path, i);
-            config_diff_(w, c, sub, out);
-            free(sub);
-        }
-        return;
-    }
-    int same = cJSON_IsNumber(was) && cJSON_IsNumber(now) ? was->valuedouble == now->valuedouble
-                                                          : cJSON_Compare(was, now, 1);
-    if (same) return;
-    cJSON *d = cJSON_CreateObject();
-    cJSON_AddItemToObject(d, "checkpoint", cJSON_Duplicate(was, 1));
-    cJSON_AddItemToObject(d, "now", cJSON_Duplicate(now, 1));
-    cJSON_AddItemToObject(out, path, d);
-}
-
 // does one of the --set keys name path or a key above it?
 static int set_covers_(const TrainerOpts *o, const char *path) {
     for (int i = 0; i < o->n_sets; i++) {
@@ -261,13 +228,9 @@ static int set_covers_(const TrainerOpts *o, const char *path) {
     return 0;
 }
 
-// "optim.lr (0.002 in the checkpoint, 0.5 now)" for messages, values cut short
+// "optim.lr (0.002 in the checkpoint, 0.5 now)" for messages
 static void describe_change_(const cJSON *d, char *buf, size_t n) {
-    char *w = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(d, "checkpoint"));
-    char *c = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(d, "now"));
-    snprintf(buf, n, "%s (%.40s in the checkpoint, %.40s now)", d->string, w, c);
-    free(w);
-    free(c);
+    config_diff_describe(d, "checkpoint", "in the checkpoint", "now", "now", buf, n);
 }
 
 // Compare; refuse changes no --set names; print and return (in *changes, NULL when none) those it names.
@@ -281,7 +244,7 @@ static int config_changes_(const Trainer *t, const TrainerOpts *o, const char *s
         return 0;
     }
     cJSON *now = config_dump(&t->c, &RUN_CONFIG_SCHEMA), *diff = cJSON_CreateObject();
-    config_diff_(st->config, now, "", diff);
+    config_diff(st->config, now, "checkpoint", "now", 0, diff);
     cJSON_Delete(now);
     char list[700] = "", fix[400] = "";
     int n_bad = 0;

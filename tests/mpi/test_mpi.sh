@@ -6,8 +6,9 @@
 #     says the curve differs from then on
 #   - seqeval under mpirun scores the windows in shares and agrees with one process
 #   - failures end the whole job with one message naming the rank, never a hang: a rank that cannot read
-#     its data, ranks that see different data, a rank killed mid-run (mpirun ends the job; the newest
-#     checkpoint stays complete and resumable), grad_accum not a multiple of the ranks
+#     its data, ranks that see different data, ranks started with another configuration (optim.lr, run.seed,
+#     data.shuffle, --stop-after: named), a rank killed mid-run (mpirun ends the job; the newest checkpoint
+#     stays complete and resumable), grad_accum not a multiple of the ranks
 #   - the plain build refuses to run as one of several MPI processes
 #   MPI_BIN=build/release-mpi/bin BIN=bin bash tests/mpi/test_mpi.sh     (run from the repository root)
 set -u
@@ -119,13 +120,37 @@ run timeout -k 5 120 mpirun --oversubscribe --bind-to none -np 1 "$MPI_BIN/seqtr
 check "a rank that cannot read its data: exit 1, no hang" test "$RC" = 1
 check "...the message names rank 1 and the file" grep -q "rank 1 of 2: .*missing.shard" "$W/err"
 check "...and nothing was written to the run directory" test ! -e "$W/runs/bad/log.jsonl"
+# the same configuration, other data: data.train "train.shard" in each rank's own working directory
 head -n 600 "$W/train.txt" > "$W/half.txt"
-"$BIN/seqtok" encode --quiet --model "$MODEL" --input "$W/half.txt" --output "$W/half.shard" >/dev/null
-run timeout -k 5 120 mpirun --oversubscribe --bind-to none -np 1 "$MPI_BIN/seqtrain" --config "$W/tiny.json" --quiet \
-    --set run.name=diff --set train.steps=0 --set train.epochs=1 : -np 1 "$MPI_BIN/seqtrain" --config "$W/tiny.json" \
-    --quiet --set run.name=diff --set train.steps=0 --set train.epochs=1 --set "data.train=$W/half.shard"
+mkdir -p "$W/a" "$W/b"
+cp "$W/train.shard" "$W/a/train.shard"
+"$BIN/seqtok" encode --quiet --model "$MODEL" --input "$W/half.txt" --output "$W/b/train.shard" >/dev/null
+diff_data=(--quiet --set run.name=diff --set train.steps=0 --set train.epochs=1 --set data.train=train.shard)
+run timeout -k 5 120 mpirun --oversubscribe --bind-to none -np 1 -wdir "$W/a" "$MPI_BIN/seqtrain" --config "$W/tiny.json" \
+    "${diff_data[@]}" : -np 1 -wdir "$W/b" "$MPI_BIN/seqtrain" --config "$W/tiny.json" "${diff_data[@]}"
 check "ranks that see different training data: exit 1, no hang" test "$RC" = 1
-check "...the message says the ranks' data differ" grep -q "rank 1 of 2: .*differ" "$W/err"
+check "...the message says the ranks' data differ" grep -q "rank 1 of 2: its data or model differ from rank 0's" "$W/err"
+check "...before writing anything" test ! -e "$W/runs/diff"
+
+# ranks started with another configuration (each value valid): refused before anything is written, naming the key
+for kv in optim.lr=0.001 run.seed=6 data.shuffle=false; do
+    name=cfg-${kv%%=*}
+    run timeout -k 5 120 mpirun --oversubscribe --bind-to none -np 1 "$MPI_BIN/seqtrain" --config "$W/tiny.json" \
+        --quiet --set "run.name=$name" : -np 1 "$MPI_BIN/seqtrain" --config "$W/tiny.json" --quiet \
+        --set "run.name=$name" --set "$kv"
+    check "a rank started with --set $kv: exit 1" test "$RC" = 1
+    DETAIL="stderr: $(show "$W/err")"
+    check "...the message names rank 1, ${kv%%=*} and both values" \
+        grep -q "rank 1 of 2: its configuration differs from rank 0's: ${kv%%=*} (${kv#*=} here, .* on rank 0)" "$W/err"
+    check "...before writing anything" test ! -e "$W/runs/$name"
+done
+# and the options that decide where a run stops: a rank stopping alone would leave the others waiting
+run timeout -k 5 120 mpirun --oversubscribe --bind-to none -np 1 "$MPI_BIN/seqtrain" --config "$W/tiny.json" --quiet \
+    --set run.name=cfg-stop --stop-after 2 : -np 1 "$MPI_BIN/seqtrain" --config "$W/tiny.json" --quiet \
+    --set run.name=cfg-stop
+DETAIL="exit $RC, stderr: $(show "$W/err")"
+check "a rank started without rank 0's --stop-after 2: exit 1 naming --stop-after, nothing written" \
+    eval '[ "$RC" = 1 ] && grep -q "rank 1 of 2: .*--stop-after (0 here, 2 on rank 0)" "$W/err" && [ ! -e "$W/runs/cfg-stop" ]'
 
 # SIGUSR1 to mpirun reaches every rank: they stop after the same step and rank 0 writes the checkpoint
 "${MPIRUN[@]}" "$MPI_BIN/seqtrain" --config "$W/tiny.json" --quiet --set run.name=usr1 --set train.steps=4000 \
