@@ -31,27 +31,9 @@
 
 #include <stdio.h>
 #include "core/err.h"
+#include "core/files.h"
 
-#define CKPT_PATH_MAX 1024
-
-// A file written under a temporary name ("<path>.tmp.<pid>") and renamed over path on commit, so
-// readers see the old content or the new, never a torn file.
-typedef struct AtomicFile {
-    FILE *f;
-    char path[CKPT_PATH_MAX];
-    char tmp[CKPT_PATH_MAX + 32];
-} AtomicFile;
-
-// create the temporary file; af->f is open for writing on success
-int atomic_file_open(AtomicFile *af, const char *path, Err *e);
-// flush, fsync, close, rename over path, fsync the parent directory; on failure the temp is removed
-int atomic_file_commit(AtomicFile *af, Err *e);
-// close and remove the temp file (safe to call after a failed commit or twice)
-void atomic_file_abort(AtomicFile *af);
-// the whole of data as path, atomically (small JSON state files)
-int write_file_atomic(const char *path, const void *data, size_t len, Err *e);
-// fsync a directory so a rename/creation inside it survives a power loss
-int fsync_dir(const char *dir, Err *e);
+#define CKPT_PATH_MAX FILE_PATH_MAX
 
 typedef struct CkptDir {
     char run_dir[CKPT_PATH_MAX];

@@ -16,6 +16,7 @@
 #endif
 
 #include "cli/args.h"
+#include "core/files.h"
 #include "core/timer.h"
 #include "core/sha256.h"
 #include "data/shard.h"
@@ -106,13 +107,22 @@ static int cmd_train_(int argc, char **argv) {
         err_set(&e, "train: --model-type '%s' is not one of bpe, unigram, char, word", model_type);
         err_die(PROG, &e);
     }
-    // fail on an unwritable prefix before minutes of training, not after
-    char probe[4096];
-    snprintf(probe, sizeof probe, "%s.model.probe", prefix);
-    FILE *pf = fopen(probe, "wb");
-    if (!pf) { err_set(&e, "train: cannot write %s.model: %s", prefix, strerror(errno)); err_die(PROG, &e); }
-    fclose(pf);
-    remove(probe);
+    // fail on an unwritable prefix before minutes of training, not after; SentencePiece writes PREFIX.model
+    // and PREFIX.vocab in place, so neither may be a link, a device or one of the inputs
+    static const char *const outs[3] = {"model", "vocab", "model.probe"};
+    for (int k = 0; k < 3; k++) {
+        char out[4096];
+        snprintf(out, sizeof out, "%s.%s", prefix, outs[k]);
+        if (output_check(out, &e) != 0) err_die(PROG, &e);
+        for (int i = 0; i < inputs.n; i++)
+            if (files_same(inputs.v[i], out)) {
+                err_set(&e, "train: %s is also the --input %s; writing it would destroy the input", out, inputs.v[i]);
+                err_die(PROG, &e);
+            }
+        FILE *pf = k == 2 ? fopen_output(out, 0, &e) : NULL;
+        if (k == 2 && (!pf || fclose_output(pf, out, &e) != 0)) err_die(PROG, &e);
+        if (k == 2) remove(out);
+    }
     InputFiles in = {.paths = &inputs, .jsonl_key = jsonl_key};
     TokenizerTrainOpts o = {
         .model_prefix = prefix, .vocab_size = (int)vocab, .model_type = model_type,
@@ -224,6 +234,12 @@ static int cmd_encode_(int argc, char **argv) {
     if (!model) { err_set(&e, "encode: --model is required"); err_die(PROG, &e); }
     if (inputs.n == 0) { err_set(&e, "encode: --input is required"); err_die(PROG, &e); }
     if (!output) { err_set(&e, "encode: --output is required"); err_die(PROG, &e); }
+    for (int i = 0; i < inputs.n; i++)
+        if (files_same(inputs.v[i], output) || files_same(model, output)) {
+            err_set(&e, "encode: --output %s is also an input (%s); writing it would destroy the input", output,
+                    files_same(model, output) ? model : inputs.v[i]);
+            err_die(PROG, &e);
+        }
 #ifdef _OPENMP
     if (threads > 0) omp_set_num_threads((int)threads);
 #endif
@@ -373,10 +389,11 @@ static int cmd_decode_(int argc, char **argv) {
         }
     }
     FILE *out = stdout;
-    if (output && !(out = fopen(output, "wb"))) {
-        err_set(&e, "decode: cannot write %s: %s", output, strerror(errno));
+    if (output && ((input && files_same(input, output)) || files_same(model, output))) {
+        err_set(&e, "decode: --output %s is also an input; writing it would destroy the input", output);
         err_die(PROG, &e);
     }
+    if (output && !(out = fopen_output(output, 0, &e))) err_die(PROG, &e);
     // decode in chunks; a document (the ids between two EOS) may straddle chunks, so its ids are kept
     // until its EOS arrives, then decoded as one piece of text
     const uint64_t CHUNK = 1 << 20;
@@ -405,10 +422,7 @@ static int cmd_decode_(int argc, char **argv) {
         }
         off += k;
     }
-    if (out != stdout && fclose(out) != 0) {
-        err_set(&e, "decode: cannot write %s: %s", output, strerror(errno));
-        err_die(PROG, &e);
-    }
+    if (out != stdout && fclose_output(out, output, &e) != 0) err_die(PROG, &e);
     if (out == stdout && fflush(stdout) != 0) { err_set(&e, "decode: write error: %s", strerror(errno)); err_die(PROG, &e); }
     free(doc);
     free(chunk);

@@ -17,6 +17,7 @@
 
 #include "core/cpu.h"
 #include "core/dist.h"
+#include "core/files.h"
 #include "core/timer.h"
 #include "data/tokenizer.h"
 #include "ckpt/ckptdir.h"
@@ -430,9 +431,8 @@ static int start_run_dir_(Trainer *t, const TrainerOpts *o, Err *e) {
         if (stat(log_path, &st) == 0)
             fprintf(stderr, "seqtrain: note: %s had no checkpoint; starting it over\n", t->run_dir);
         rc = trainer_write_config(t, e);
-        FILE *f = rc == 0 ? fopen(log_path, "w") : NULL;
-        if (rc == 0 && !f) rc = err_set(e, "cannot write %s: %s", log_path, strerror(errno));
-        if (f) fclose(f);
+        FILE *f = rc == 0 ? fopen_output(log_path, 0, e) : NULL;
+        if (rc == 0) rc = f ? fclose_output(f, log_path, e) : -1;
         snprintf(log_path, sizeof log_path, "%s/diag.jsonl", t->run_dir);
         if (rc == 0) remove(log_path);  // a previous run's diagnostics; ENOENT is fine
     }
@@ -454,9 +454,9 @@ static int diag_write_(const Trainer *t, Err *e) {
         if (!f) {
             char path[1200];
             snprintf(path, sizeof path, "%s/diag.jsonl", t->run_dir);
-            if (!(f = fopen(path, "a"))) {
+            if (!(f = fopen_output(path, 1, e))) {
                 cJSON_Delete(o);
-                return err_set(e, "cannot write %s: %s", path, strerror(errno));
+                return -1;
             }
         }
         char *txt = cJSON_PrintUnformatted(o);  // cJSON prints a non-finite number as null
@@ -465,11 +465,9 @@ static int diag_write_(const Trainer *t, Err *e) {
         cJSON_Delete(o);
     }
     if (!f) return 0;
-    errno = 0;
-    int bad = ferror(f);
-    if (fclose(f) != 0) bad = 1;
-    if (bad) return err_set(e, "cannot write %s/diag.jsonl: %s", t->run_dir, errno ? strerror(errno) : "write error");
-    return 0;
+    char path[1200];
+    snprintf(path, sizeof path, "%s/diag.jsonl", t->run_dir);
+    return fclose_output(f, path, e);
 }
 
 // the run's log.jsonl, open for appending (rank 0; NULL on the others); every line is flushed and checked (a full
@@ -558,7 +556,7 @@ static int final_eval_task_(Trainer *t, Err *e) {
     int rc = 0;
     if (dist_main()) {
         rc = mkdir_p_(dir, e);
-        if (rc == 0 && !(f = fopen(path, "w"))) rc = err_set(e, "cannot write %s: %s", path, strerror(errno));
+        if (rc == 0 && !(f = fopen_output(path, 0, e))) rc = -1;
     }
     if (dist_agree(rc, e) != 0) {
         if (f) fclose(f);
@@ -571,10 +569,8 @@ static int final_eval_task_(Trainer *t, Err *e) {
     rc = evaluate_task(&fw, &t->c, f, &loss, &acc, &n, e);
     forward_close(&fw);
     if (f) {
-        errno = 0;
-        int bad = ferror(f);
-        if (fclose(f) != 0) bad = 1;
-        if (bad && rc == 0) rc = err_set(e, "cannot write %s: %s", path, errno ? strerror(errno) : "write error");
+        Err ce;
+        if (fclose_output(f, path, &ce) != 0 && rc == 0) rc = err_set(e, "%s", ce.msg);
     }
     if (rc == 0 && dist_main())
         printf("\n%s test split: accuracy %.4f, loss %.4f over %llu supervised positions (%s)\n", t->c.data.task.kind,
@@ -647,9 +643,9 @@ static int loop_(Trainer *t, Err *e) {
     int *in = xmalloc((size_t)A * BT * sizeof(int)), *tg = xmalloc((size_t)A * BT * sizeof(int));
     char log_path[1200];
     snprintf(log_path, sizeof log_path, "%s/log.jsonl", t->run_dir);
-    RunLog_ lg = {dist_main() ? fopen(log_path, "a") : NULL, ""}, *log = &lg;
+    RunLog_ lg = {dist_main() ? fopen_output(log_path, 1, e) : NULL, ""}, *log = &lg;
     snprintf(lg.path, sizeof lg.path, "%s", log_path);
-    int rc = dist_main() && !lg.f ? err_set(e, "cannot append to %s: %s", log_path, strerror(errno)) : 0;
+    int rc = dist_main() && !lg.f ? -1 : 0;
     if (dist_agree(rc, e) != 0) {
         if (lg.f) fclose(lg.f);
         free(in);

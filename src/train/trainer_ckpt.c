@@ -321,44 +321,40 @@ static int config_changes_(const Trainer *t, const TrainerOpts *o, const char *s
 
 // keep the log lines up to the checkpoint's step, so a resumed run's log reads as one run
 static int truncate_log_(const char *log_path, long step, Err *e) {
-    FILE *f = fopen(log_path, "rb");
-    if (!f) return 0;
-    char tmp[1300];
-    snprintf(tmp, sizeof tmp, "%s.tmp", log_path);
-    FILE *o = fopen(tmp, "wb");
-    if (!o) { fclose(f); return err_set(e, "cannot write %s: %s", tmp, strerror(errno)); }
+    int not_regular;
+    FILE *f = fopen_regular(log_path, &not_regular, NULL);
+    if (!f) return not_regular ? output_check(log_path, e) : 0;  // a link or a device is refused, a missing log is fine
+    AtomicFile af;
+    if (atomic_file_open(&af, log_path, e) != 0) {
+        fclose(f);
+        return -1;
+    }
     char line[4096];
     int bad = 0;
     while (!bad && fgets(line, sizeof line, f)) {
         const char *p = strstr(line, "\"step\":");
         long s = p ? strtol(p + 7, NULL, 10) : 0;
-        if (s <= step && fputs(line, o) == EOF) bad = 1;
+        if (s <= step && fputs(line, af.f) == EOF) bad = 1;
     }
     fclose(f);
-    errno = 0;
-    if (ferror(o)) bad = 1;
-    if (fclose(o) != 0) bad = 1;
     if (bad) {
         int err = errno;
-        remove(tmp);
-        return err_set(e, "cannot rewrite %s: writing %s failed: %s", log_path, tmp, err ? strerror(err) : "write error");
+        atomic_file_abort(&af);
+        return err_set(e, "cannot rewrite %s: %s", log_path, err ? strerror(err) : "write error");
     }
-    if (rename(tmp, log_path) != 0) return err_set(e, "cannot rewrite %s: %s", log_path, strerror(errno));
-    return 0;
+    return atomic_file_commit(&af, e);
 }
 
 // a resume with --set changes: config.json now holds the new config, and log.jsonl a line
 // {"step": S, "resumed_with_changes": {"optim.lr": {"checkpoint": 0.002, "now": 0.5}, ...}}
 static int record_changes_(const Trainer *t, const char *log_path, const cJSON *changes, Err *e) {
     if (trainer_write_config(t, e) != 0) return -1;
+    FILE *f = fopen_output(log_path, 1, e);
+    if (!f) return -1;
     char *s = cJSON_PrintUnformatted(changes);
-    FILE *f = fopen(log_path, "a");
-    int bad = !f || fprintf(f, "{\"step\": %ld, \"resumed_with_changes\": %s}\n", t->step, s) < 0;
-    int err = errno;
-    if (f && fclose(f) != 0 && !bad) bad = 1, err = errno;
+    fprintf(f, "{\"step\": %ld, \"resumed_with_changes\": %s}\n", t->step, s);
     free(s);
-    if (bad) return err_set(e, "cannot write %s: %s", log_path, strerror(err));
-    return 0;
+    return fclose_output(f, log_path, e);
 }
 
 // ----------------------------------------------------------------------------
