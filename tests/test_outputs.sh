@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Outputs never write through a device, a FIFO or a link, and never destroy an input (issue 53 item 1): seqtok
-# encode/decode and seqtrain's run directory refuse such a target, naming it, and leave it as it was.
+# encode/decode and seqtrain's run directory refuse such a target, naming it, and leave it as it was. One writer
+# per run directory (item 2): a second seqtrain on a run in use stops at once naming the holder, a killed one
+# leaves nothing locked, and a run.name that leaves run.dir or a run path too long for its files is refused.
 #   BIN=bin bash tests/test_outputs.sh     (run from the repository root)
 set -u
 BIN=${BIN:-bin}
@@ -39,8 +41,9 @@ ln -s t.txt "$W/alias.shard"
 expect_refused "encode --output a link to the input: refused" 20 "is also an input" -- \
     "$BIN/seqtok" encode --quiet --model "$MODEL" --input "$W/t.txt" --output "$W/alias.shard"
 check "... and the input is untouched" cmp -s "$W/t.txt" "$W/t.keep"
+cp "$W/t.shard" "$W/d.shard"
 expect_refused "decode --output the shard it reads: refused" 20 "is also an input" -- \
-    "$BIN/seqtok" decode --model "$MODEL" --input "$W/t.shard" --output "$W/t.shard"
+    "$BIN/seqtok" decode --model "$MODEL" --input "$W/d.shard" --output "$W/d.shard"
 cp "$W/t.txt" "$W/p.model"
 expect_refused "train --model-prefix whose .model is the input: refused" 20 "is also the --input" -- \
     "$BIN/seqtok" train --input "$W/p.model" --model-prefix "$W/p" --vocab-size 300
@@ -67,4 +70,57 @@ done
 rm -rf "$W/runs"
 run "$BIN/seqtrain" --config "$W/tiny.json" --set run.name=r --quiet
 check_status "$RC" "the run trains where nothing is planted" "exit $RC: $(show "$W/err")"
+
+# --- one writer per run directory: a run held stopped (SIGSTOP) while others try its directory
+cat > "$W/long.json" <<JSON
+{
+  "run": {"dir": "$W/runs", "seed": 5},
+  "data": {"train": "$W/t.shard"},
+  "model": {"d_model": 16, "n_layers": 1, "mixer": {"kind": "attention", "heads": 2}},
+  "train": {"batch_size": 2, "seq_len": 16, "steps": 400, "ckpt_every": 5, "log_every": 1}
+}
+JSON
+"$BIN/seqtrain" --config "$W/long.json" --set run.name=busy --quiet > "$W/first.out" 2> "$W/first.err" &
+FIRST=$!
+for _ in $(seq 300); do [ -d "$W/runs/busy/ckpt-00000005" ] && break; sleep 0.05; done
+kill -STOP "$FIRST"
+cp "$W/runs/busy/log.jsonl" "$W/busy.log"
+HOLDER="pid $FIRST on host $(hostname)"
+expect_refused "--resume of a run in use: refused at once, naming the holder" 20 "$HOLDER" -- \
+    "$BIN/seqtrain" --resume "$W/runs/busy" --quiet
+check "... naming the run directory" grep -qF "$W/runs/busy is in use by another process" "$W/err"
+check "... and the run's log is untouched" cmp -s "$W/busy.log" "$W/runs/busy/log.jsonl"
+rm -rf "$W/runs/fresh"
+mkdir -p "$W/runs/fresh"
+"$BIN/seqtrain" --config "$W/long.json" --set run.name=fresh --set train.steps=1000000 --quiet > /dev/null 2>&1 &
+SECOND=$!
+for _ in $(seq 300); do [ -s "$W/runs/fresh/lock" ] && break; sleep 0.05; done
+kill -STOP "$SECOND"
+expect_refused "a fresh run with the same run.name as one in use: refused at once" 20 "pid $SECOND on host" -- \
+    "$BIN/seqtrain" --config "$W/long.json" --set run.name=fresh --quiet
+kill -CONT "$FIRST"
+wait "$FIRST"; RC=$?
+DETAIL="exit $RC, stderr: $(show "$W/first.err")"
+check "the first run, continued, finishes (exit 0) with its whole log" \
+    eval '[ "$RC" = 0 ] && grep -q "\"step\": 400," "$W/runs/busy/log.jsonl" && [ "$(grep -c "\"loss\"" "$W/runs/busy/log.jsonl")" = 400 ]'
+kill -CONT "$SECOND"
+for _ in $(seq 300); do [ -d "$W/runs/fresh/ckpt-00000005" ] && break; sleep 0.05; done
+kill -KILL "$SECOND"; wait "$SECOND" 2>/dev/null
+run "$BIN/seqtrain" --resume "$W/runs/fresh" --quiet --stop-after 8
+DETAIL="exit $RC: $(show "$W/err")"
+check "a killed run's lock is gone with it: --resume continues it (to --stop-after 8: exit 130)" \
+    eval '[ "$RC" = 130 ] && grep -q "\"step\": 8," "$W/runs/fresh/log.jsonl"'
+
+
+# --- run.name must be a folder of run.dir; the run path must leave room for its files
+expect_refused "run.name \"../../x\" (leaves run.dir): refused" 20 'run.name "../../x" is not a folder name' -- \
+    "$BIN/seqtrain" --config "$W/tiny.json" --set "run.dir=$W/runs/a" --set run.name=../../x --quiet
+check "... and nothing is written outside run.dir" test ! -e "$W/x"
+expect_refused "run.name \"..\": refused" 20 'run.name ".." is not a folder name' -- \
+    "$BIN/seqtrain" --config "$W/tiny.json" --set run.name=.. --quiet
+D470=$(printf 'd%.0s' $(seq 470))
+expect_refused "a run path of over 1 KB (run.dir and run.name of 470 bytes each): refused up front, the reason whole" \
+    20 "choose a shorter run.dir or run.name" -- \
+    "$BIN/seqtrain" --config "$W/tiny.json" --set "run.dir=$W/$D470" --set "run.name=$D470" --quiet
+check "... before anything is written" test ! -e "$W/$D470"
 test_done

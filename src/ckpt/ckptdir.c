@@ -8,9 +8,47 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
+
+// ---------------------------------------------------------------------------------------------------
+// one writer per run directory
+
+int rundir_lock(const char *run_dir, Err *e) {
+    char path[CKPT_PATH_MAX + 8];
+    snprintf(path, sizeof path, "%s/lock", run_dir);
+    if (output_check(path, e) != 0) return -1;
+    int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+    if (fd < 0) return err_set(e, "%s: cannot open the run's lock file: %s", path, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int err = errno;
+        char holder[256] = "";
+        ssize_t n = err == EWOULDBLOCK ? pread(fd, holder, sizeof holder - 1, 0) : -1;
+        close(fd);
+        if (n < 0) return err_set(e, "%s: cannot lock: %s", path, strerror(err));
+        holder[n] = '\0';
+        holder[strcspn(holder, "\n")] = '\0';
+        long pid = 0;
+        char host[200] = "?";
+        sscanf(holder, "%ld %199s", &pid, host);
+        return err_set(e, "%s is in use by another process (pid %ld on host %s, which holds %s): one process writes a "
+                       "run at a time; wait for it to end, or start this one elsewhere with --set run.name=NEW",
+                       run_dir, pid, host, path);
+    }
+    // this process's name in the file; the descriptor stays open (close-on-exec) for the process's life
+    char host[200] = "?", line[256];
+    if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "?");
+    host[sizeof host - 1] = '\0';
+    int len = snprintf(line, sizeof line, "%ld %s\n", (long)getpid(), host);
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, line, (size_t)len, 0) != len) {
+        int err = errno;
+        close(fd);
+        return err_set(e, "%s: cannot write the run's lock file: %s", path, strerror(err));
+    }
+    return 0;
+}
 
 // ---------------------------------------------------------------------------------------------------
 // directory helpers

@@ -165,6 +165,20 @@ static int schedule_setup_(Schedule *sc, const RunConfig *c, long total_steps, E
     return 0;
 }
 
+// t->run_dir = dir/name (dir alone when name is ""), refused up front when the files inside it (the longest:
+// ckpt-<step>.tmp.<pid>/optim.safetensors.tmp.<pid>) would not fit FILE_PATH_MAX, instead of at the first
+// checkpoint after minutes of training
+static int run_dir_set_(Trainer *t, const char *dir, const char *name, Err *e) {
+    const size_t inside = 96;  // room for the longest file name under the run directory
+    size_t n = strlen(dir) + (name[0] ? 1 + strlen(name) : 0);
+    if (n + inside >= FILE_PATH_MAX || n >= sizeof t->run_dir)
+        return err_set(e, "the run directory %.60s... is %zu bytes long, more than %zu: the files inside it would not "
+                       "fit a path of %d bytes; choose a shorter run.dir or run.name", dir, n,
+                       (size_t)FILE_PATH_MAX - inside - 1, FILE_PATH_MAX);
+    snprintf(t->run_dir, sizeof t->run_dir, "%s%s%s", dir, name[0] ? "/" : "", name);
+    return 0;
+}
+
 static void default_run_name_(const char *config_path, char *out, size_t n) {
     char tmp[1024];
     snprintf(tmp, sizeof tmp, "%s", config_path);
@@ -364,13 +378,17 @@ static int setup_(Trainer *t, const TrainerOpts *o, Err *e) {
     t->ranks = dist_size();
     t->quiet = o->quiet || !dist_main();  // rank 0 prints for all ranks
     if (o->resume_dir) {
-        snprintf(t->run_dir, sizeof t->run_dir, "%s", o->resume_dir);
+        if (run_dir_set_(t, o->resume_dir, "", e) != 0) return -1;
     } else {
         char name[512];
         if (c->run.name[0]) snprintf(name, sizeof name, "%s", c->run.name);
         else default_run_name_(o->config_path, name, sizeof name);
         snprintf(c->run.name, sizeof c->run.name, "%s", name);
-        snprintf(t->run_dir, sizeof t->run_dir, "%s/%s", c->run.dir, name);
+        // the run directory is a folder of run.dir: a name with a '/', "." or ".." would put it elsewhere
+        if (!name[0] || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, ".."))
+            return err_set(e, "%s: run.name \"%.200s\" is not a folder name: the run directory is run.dir/run.name, "
+                           "so the name must not hold '/' nor be empty, \".\" or \"..\"", config_path, name);
+        if (run_dir_set_(t, c->run.dir, name, e) != 0) return -1;
         char latest[1200];
         int has = ckptdir_latest(t->run_dir, latest, sizeof latest, NULL);
         if (has == 1)
@@ -424,6 +442,7 @@ static int start_run_dir_(Trainer *t, const TrainerOpts *o, Err *e) {
     char log_path[1200];
     snprintf(log_path, sizeof log_path, "%s/log.jsonl", t->run_dir);
     int rc = dist_main() ? mkdir_p_(t->run_dir, e) : 0;
+    if (rc == 0 && dist_main()) rc = rundir_lock(t->run_dir, e);
     if (dist_agree(rc, e) != 0) return -1;
     if (o->resume_dir) return trainer_resume(t, log_path, e);
     if (dist_main()) {
