@@ -67,6 +67,39 @@ echo '{"run": {"name": "x"}}' > "$W/small.json"
 expect_refused "--set with a key of 60 names is walked as usual (unknown key 'a')" 5 "unknown key 'a'" -- \
     "$BIN/seqtrain" --config "$W/small.json" --set "$K=1" --check
 
+# --- a base named again is loaded once: 20 files each naming the next twice (2^20 loads when each mention loaded)
+python3 - "$W" <<'PY'
+import json, sys
+w = sys.argv[1]
+for i in range(20):
+    json.dump({"base": ["b%d.json" % (i + 1)] * 2} if i < 19 else {"unused": 1}, open("%s/b%d.json" % (w, i), "w"))
+PY
+expect_refused "20 files each naming the next twice load in well under 5 s (each once)" 5 "unknown key 'unused'" -- \
+    "$BIN/seqtrain" --config "$W/b0.json" --check
+
+# --- seqtok encode: a line is at most 64 MiB (/dev/zero is one endless line of NULs), and a SIGTERM inside a
+# long line ends it at once (the line comes from a FIFO whose writer holds it open, so the read waits)
+(ulimit -v 4000000; exec timeout 30 "$BIN/seqtok" encode --quiet --model "$MODEL" --input /dev/zero \
+    --output "$W/zero.shard") > "$W/out" 2> "$W/err"; RC=$?
+DETAIL="exit $RC, stderr: $(show "$W/err")"
+check "encode --input /dev/zero: refused at the 64 MiB line cap, naming file and line" \
+    eval '[ "$RC" = 1 ] && grep -q "/dev/zero: line 1 is longer than 67108864 bytes" "$W/err"'
+mkfifo "$W/long.fifo"
+"$BIN/seqtok" encode --quiet --model "$MODEL" --input "$W/long.fifo" --output "$W/long.shard" > /dev/null 2> "$W/term.err" &
+ENC=$!
+{ head -c 8000000 /dev/zero | tr '\0' a; exec sleep 60; } > "$W/long.fifo" &
+WRITER=$!
+for _ in $(seq 200); do compgen -G "$W/long.shard.tmp.*" > /dev/null && break; sleep 0.05; done
+sleep 1
+kill -TERM "$ENC"
+timeout 10 tail --pid="$ENC" -f /dev/null; gone=$?
+kill -KILL "$ENC" 2>/dev/null; wait "$ENC"; RC=$?
+kill "$WRITER" 2>/dev/null; wait "$WRITER" 2>/dev/null
+DETAIL="ended within 10 s: $([ "$gone" = 0 ] && echo yes || echo no), exit $RC, stderr: $(show "$W/term.err")"
+check "SIGTERM inside a long line: encode ends at once (exit 1, not written, no temporary left)" \
+    eval '[ "$gone" = 0 ] && [ "$RC" = 1 ] && grep -q "interrupted; $W/long.shard not written" "$W/term.err" &&
+          ! compgen -G "$W/long.shard*" > /dev/null'
+
 # --- seqtok encode: one very long line is cut into pieces of at most 64 KiB
 zstd -dc "$ROOT/data/wikitext-2/wiki.train.tokens.zst" | head -c 300000 | tr '\n' ' ' > "$W/line300k.txt"
 echo >> "$W/line300k.txt"

@@ -149,8 +149,18 @@ static int cmd_train_(int argc, char **argv) {
 // ----------------------------------------------------------------------------
 // encode
 
-static volatile sig_atomic_t interrupted_ = 0;
-static void on_signal_(int sig) { (void)sig; interrupted_ = 1; }
+// Ctrl-C or SIGTERM ends an encode at once, wherever it is (inside a long line's read or encoding, too): the
+// handler removes the temporary shard and exits with the message made ready before it was installed; only
+// async-signal-safe calls (write, unlink, _exit)
+static char interrupted_msg_[FILE_PATH_MAX + 96], interrupted_tmp_[FILE_PATH_MAX + 32];
+static size_t interrupted_len_;
+static void on_signal_(int sig) {
+    (void)sig;
+    unlink(interrupted_tmp_);
+    ssize_t n = write(2, interrupted_msg_, interrupted_len_);
+    (void)n;
+    _exit(1);
+}
 
 typedef struct EncodeBatch {  // lines read ahead, encoded in parallel, appended in order
     char *text;               // all lines back to back
@@ -254,6 +264,9 @@ static int cmd_encode_(int argc, char **argv) {
     if (shard_writer_open(&w, output, (uint32_t)tokenizer_vocab_size(tok), 0, tokenizer_sha256(tok),
                           (uint32_t)frame_tokens, (int)level, &e) != 0)
         err_die(PROG, &e);
+    snprintf(interrupted_msg_, sizeof interrupted_msg_, "%s: error: encode: interrupted; %s not written\n", PROG, output);
+    snprintf(interrupted_tmp_, sizeof interrupted_tmp_, "%s", w.af.tmp);
+    interrupted_len_ = strlen(interrupted_msg_);
     signal(SIGINT, on_signal_);
     signal(SIGTERM, on_signal_);
     InputFiles in = {.paths = &inputs, .jsonl_key = jsonl_key};
@@ -282,7 +295,6 @@ static int cmd_encode_(int argc, char **argv) {
             if (rc == 0 && !no_eos) rc = shard_writer_append(&w, &eos_id, 1, &e);
             docs++;
         }
-        if (interrupted_) { rc = err_set(&e, "encode: interrupted; %s not written", output); }
         double t = time_now_s();
         if (progress && rc == 0 && t - last > every) {
             last = t;
@@ -297,6 +309,9 @@ static int cmd_encode_(int argc, char **argv) {
     if (in.open) text_close(&in.r);
     batch_free_(&b);
     uint64_t n_tokens = w.n_tokens;
+    // the shard is whole from here on: a signal during the rename must not remove it and call it unwritten
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
     if (rc == 0) rc = shard_writer_close(&w, &e);
     else shard_writer_abort(&w);
     tokenizer_free(tok);
