@@ -128,6 +128,20 @@ refuses "a blank line in a prompt file is refused" "line 2 is empty" "$EV" --run
 refuses "a missing prompt file is refused" "No such file" "$EV" --run "$A" --generate --prompt-file "$W/none.txt"
 refuses "a run whose vocabulary does not match its tokenizer is refused" "vocabulary of 8200 tokens but the tokenizer" \
     "$EV" --run "$W/runs/wide" --generate --prompt "a"
+printf 'one\nt\000wo\n' > "$W/nul.txt"
+refuses "a NUL in a prompt file is refused, naming the line" "nul.txt: line 2 holds a NUL byte" \
+    "$EV" --run "$A" --generate --prompt-file "$W/nul.txt"
+printf 'one\ncaf\351\n' > "$W/latin1.txt"
+refuses "invalid UTF-8 in a prompt file is refused, naming line and byte" "latin1.txt: line 2, byte 4: invalid UTF-8 (0xe9)" \
+    "$EV" --run "$A" --generate --prompt-file "$W/latin1.txt"
+refuses "invalid UTF-8 in --prompt is refused" "--prompt, byte 4: invalid UTF-8 (0xe9)" \
+    "$EV" --run "$A" --generate --prompt "$(printf 'caf\351')"
+for p in "--prompt The" "--prompt-file $W/prompts.txt"; do
+    "$EV" --run "$A" --generate $p --max-new 4 --temperature 0 > /dev/full 2> "$W/err"; RC=$?
+    DETAIL="exit $RC, stderr: $(show "$W/err")"
+    check "--generate $(echo "$p" | cut -d' ' -f1) > /dev/full: exit 1, saying the write failed" \
+        eval '[ "$RC" = 1 ] && grep -q "cannot write the generated text to stdout: No space left on device" "$W/err"'
+done
 refuses "max-new 0 is refused" "max-new: 0 is out of range" "$EV" --run "$A" --generate --prompt "a" --max-new 0
 run "$EV" --generate --help
 check "seqeval --generate --help lists the options" eval '[ "$RC" = 0 ] && grep -q -- "--top-p" "$W/out"'

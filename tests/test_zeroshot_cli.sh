@@ -83,6 +83,10 @@ head -c 2000000 /dev/zero | tr '\0' a | zstd -q -o "$W/hostile/piqa.jsonl.zst"
 DETAIL="exit $RC, stderr: $(show "$W/err")"
 check "a set whose line is 2 MB: refused, naming file and line (at most 1 MiB a line)" \
     eval '[ "$RC" = 1 ] && grep -q "piqa.jsonl.zst: line 1 is longer than 1048576 bytes" "$W/err"'
+rm "$W/hostile/piqa.jsonl.zst"
+printf '{"query": "Q: a?", "choices": ["b", "c"], "gold": 0.7}\n' > "$W/hostile/piqa.jsonl.zst"
+refused "\"gold\": 0.7 (not an index): refused, naming file and line" 'piqa.jsonl.zst:1: needs an integer field "gold"' \
+    "$BIN/seqeval" --run "$W/a" --zeroshot piqa --eval-data "$W/hostile"
 # a tokenizer that is not the run's: another vocabulary
 zstd -dc data/wikitext-2/wiki.valid.tokens.zst | head -n 400 > "$W/small.txt"
 "$BIN/seqtok" train --input "$W/small.txt" --model-prefix "$W/tok" --vocab-size 400 --model-type bpe >/dev/null 2>&1

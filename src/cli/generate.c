@@ -20,6 +20,7 @@
 #include "cli/args.h"
 #include "core/cpu.h"
 #include "core/files.h"
+#include "data/text.h"
 #include "data/tokenizer.h"
 #include "eval/generate.h"
 #include "eval/run_load.h"
@@ -50,9 +51,10 @@ static void stream_put_(StreamCtx *c, Stream *s, const char *p, size_t n) {
     memcpy(s->text + s->len, p, n);
     s->len += n;
     s->text[s->len] = '\0';
-    if (c->live) {
-        fwrite(p, 1, n, c->live);
-        fflush(c->live);
+    // a live stream that cannot be written (a full disk, a closed pipe) stops the generation
+    if (c->live && (fwrite(p, 1, n, c->live) != n || fflush(c->live) != 0) && !c->failed) {
+        err_set(&c->err, "cannot write the generated text to stdout: %s", strerror(errno ? errno : EIO));
+        c->failed = 1;
     }
 }
 
@@ -84,6 +86,16 @@ static void stream_token_(void *ctx, int b, int token) {
     free(text);
 }
 
+// a prompt is UTF-8 text: a NUL would cut it silently (C strings) and invalid bytes would reach the tokenizer
+static int prompt_check_(const char *p, size_t len, const char *where, Err *e) {
+    if (memchr(p, '\0', len)) return err_set(e, "%s holds a NUL byte; a prompt is text", where);
+    size_t ok = utf8_valid_prefix(p, len);
+    if (ok != len)
+        return err_set(e, "%s, byte %zu: invalid UTF-8 (0x%02x); a prompt must be UTF-8 text", where, ok + 1,
+                       (unsigned)(unsigned char)p[ok]);
+    return 0;
+}
+
 // the prompts of a file, one per line (a final newline ends the last one); a blank line is an error
 static int read_prompts_(const char *path, char ***out, int *n, Err *e) {
     int not_reg = 0;
@@ -102,6 +114,9 @@ static int read_prompts_(const char *path, char ***out, int *n, Err *e) {
             rc = err_set(e, "--prompt-file %s: line %d is empty; every line is one prompt", path, lineno);
             break;
         }
+        char where[1200];
+        snprintf(where, sizeof where, "--prompt-file %.1000s: line %d", path, lineno);
+        if ((rc = prompt_check_(line, (size_t)got, where, e)) != 0) break;
         *out = xrealloc(*out, (size_t)(*n + 1) * sizeof(char *));
         (*out)[(*n)++] = xstrdup(line);
     }
@@ -160,10 +175,12 @@ static int generate_batch_(Model *m, const Tokenizer *tok, char **texts, int fir
         rc = -1;
     }
     if (rc == 0) {
+        errno = 0;
         if (live) fputc('\n', stdout);
         for (int b = 0; b < n && !live; b++)
             printf("=== prompt %d ===\n%s%s\n", first + b + 1, texts[b], sc.s[b].text ? sc.s[b].text : "");
-        fflush(stdout);
+        if (fflush(stdout) != 0 || ferror(stdout))
+            rc = err_set(e, "cannot write the generated text to stdout: %s", strerror(errno ? errno : EIO));
     }
     for (int b = 0; b < n; b++) {
         free(ids[b]);
@@ -189,7 +206,7 @@ int generate_main(const char *prog, int argc, char **argv) {
         {"--prompt-file", ARG_STR, &prompt_file, "FILE", "one prompt per line, generated in batches of --batch prompts", 0, 0},
         {"--batch", ARG_INT, &batch, "N", "prompts of a --prompt-file generated together (default 64); memory grows with it", 1, 1 << 20},
         {"--max-new", ARG_INT, &max_new, "N", "tokens to generate per prompt (default 200)", 1, 1 << 24},
-        {"--temperature", ARG_DOUBLE, &temperature, "T", "softmax temperature, 0 = greedy (default 0.8)", 0, 0},
+        {"--temperature", ARG_DOUBLE, &temperature, "T", "softmax temperature, 0 (or below 1e-6) = greedy (default 0.8)", 0, 0},
         {"--top-k", ARG_INT, &top_k, "K", "sample among the K most likely tokens, 0 = all (default 50)", 0, 1 << 30},
         {"--top-p", ARG_DOUBLE, &top_p, "P", "then among the fewest whose probability reaches P, in (0, 1] (default 0.95)", 0, 0},
         {"--seed", ARG_INT, &seed, "S", "sampling seed: the same seed gives the same text (default 1)", 0, 9e18},
@@ -220,6 +237,7 @@ int generate_main(const char *prog, int argc, char **argv) {
         if (read_prompts_(prompt_file, &texts, &n, &e) != 0) err_die(prog, &e);
     } else {
         if (!prompt[0]) { err_set(&e, "--prompt is empty: give some text to continue"); err_die(prog, &e); }
+        if (prompt_check_(prompt, strlen(prompt), "--prompt", &e) != 0) err_die(prog, &e);
         texts = xmalloc(sizeof(char *));
         texts[n++] = xstrdup(prompt);
     }

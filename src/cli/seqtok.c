@@ -138,6 +138,13 @@ static int cmd_train_(int argc, char **argv) {
     }
     char model[4096];
     snprintf(model, sizeof model, "%s.model", prefix);
+    // SentencePiece stops early (hard_vocab_limit off) when the text has no more merges to give
+    Tokenizer *tok = tokenizer_load(model, &e);
+    if (!tok) err_die(PROG, &e);
+    if (tokenizer_vocab_size(tok) < vocab)
+        fprintf(stderr, "seqtok: note: %s has %d pieces, fewer than the --vocab-size %ld asked for: the input holds "
+                "too little text for more (give more text, or ask for fewer)\n", model, tokenizer_vocab_size(tok), vocab);
+    tokenizer_free(tok);
     uint8_t sha[32];
     char hex[65];
     if (sha256_file(model, sha, &e) != 0) err_die(PROG, &e);
@@ -185,7 +192,7 @@ static void batch_push_(EncodeBatch *b, const char *s, size_t len) {
         b->text_cap = (b->text_len + len) * 2 + 4096;
         b->text = xrealloc(b->text, b->text_cap);
     }
-    memcpy(b->text + b->text_len, s, len);
+    if (len) memcpy(b->text + b->text_len, s, len);  // an empty first line: b->text is still NULL
     b->start[b->n] = b->text_len;
     b->len[b->n] = len;
     b->text_len += len;

@@ -1,6 +1,7 @@
 #include "data/evalsets.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -192,7 +193,11 @@ static int json_item_(EvalItem *it, const EvalTask *t, const cJSON *o, const cha
         set_choice_(it, 0, ctx, cont);
         return 0;
     }
-    if (!cJSON_IsNumber(gold)) { *why = "needs an integer field \"gold\""; return -1; }
+    // an integer: cJSON's valueint would read 0.7 as 0 (the first choice) without a word
+    if (!cJSON_IsNumber(gold) || gold->valuedouble != floor(gold->valuedouble) || fabs(gold->valuedouble) > 1e9) {
+        *why = "needs an integer field \"gold\" (the index of the right choice)";
+        return -1;
+    }
     it->gold = gold->valueint;
     if (t->format == FMT_PARTIAL) {
         const cJSON *opts = cJSON_GetObjectItemCaseSensitive(o, "context_options");

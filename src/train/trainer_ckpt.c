@@ -38,22 +38,31 @@ void trainer_last_ckpt_note(const Trainer *t, char *buf, size_t n) {
     else snprintf(buf, n, "no checkpoint was written yet");
 }
 
+// the first NaN or infinity of the training state: into what (the tensor, named, and its value and element)
+// and 1, or 0 when every parameter and moment is finite; *b = 0 the parameters, 1 and 2 Adam's moments
+static int state_nonfinite_(const Trainer *t, int *b, char *what, size_t n) {
+    const float *bufs[] = {t->model.params, t->opt.m, t->opt.v};
+    static const char *const kind[] = {"parameter", "optimizer first moment of", "optimizer second moment of"};
+    for (*b = 0; *b < 3; (*b)++) {
+        size_t at;
+        int k = params_first_nonfinite(&t->model.pt, bufs[*b], &at);
+        if (k < 0) continue;
+        snprintf(what, n, "%s '%s' holds a non-finite value (%g at element %zu)", kind[*b], t->model.pt.t[k].name,
+                 (double)bufs[*b][t->model.pt.t[k].offset + at], at);
+        return 1;
+    }
+    return 0;
+}
+
 // a checkpoint never holds a NaN or an infinity: an update that overflowed the parameters or the
 // optimizer's moments stops the run here, naming the tensor, and the last good checkpoint stays the latest
 static int check_finite_state_(const Trainer *t, Err *e) {
-    const float *bufs[] = {t->model.params, t->opt.m, t->opt.v};
-    const char *what[] = {"parameter", "optimizer first moment of", "optimizer second moment of"};
-    for (int b = 0; b < 3; b++) {
-        size_t at;
-        int k = params_first_nonfinite(&t->model.pt, bufs[b], &at);
-        if (k < 0) continue;
-        char note[1400];
-        trainer_last_ckpt_note(t, note, sizeof note);
-        return err_set(e, "step %ld: %s '%s' holds a non-finite value (%g at element %zu) after the update: training "
-                       "diverged; no checkpoint written; %s", t->step, what[b], t->model.pt.t[k].name,
-                       (double)bufs[b][t->model.pt.t[k].offset + at], at, note);
-    }
-    return 0;
+    char what[400], note[1400];
+    int b;
+    if (!state_nonfinite_(t, &b, what, sizeof what)) return 0;
+    trainer_last_ckpt_note(t, note, sizeof note);
+    return err_set(e, "step %ld: %s after the update: training diverged; no checkpoint written; %s", t->step, what,
+                   note);
 }
 
 static int write_checkpoint_(Trainer *t, Err *e);
@@ -179,6 +188,12 @@ static int load_checkpoint_(Trainer *t, const char *ckpt, const CkptState *st, E
     const char *pre[] = {"m.", "v."};
     float *bufs[] = {t->opt.m, t->opt.v};
     if (safetensors_read_tables(path, &t->model.pt, pre, bufs, 2, e) != 0) return -1;
+    // a damaged (or hand-made) checkpoint with a NaN would train NaNs from the first step
+    char what[400];
+    int b;
+    if (state_nonfinite_(t, &b, what, sizeof what))
+        return err_set(e, "%s/%s: %s: the checkpoint cannot be resumed; move it aside to resume from an earlier one",
+                       ckpt, b ? "optim.safetensors" : "model.safetensors", what);
     snprintf(path, sizeof path, "%s/state.json", ckpt);
     LoaderCursor cur = {st->epoch, st->window};
     if (loader_seek(&t->train, cur, e) != 0) return err_prefix(e, "%s: ", path);
