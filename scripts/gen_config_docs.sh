@@ -17,7 +17,8 @@ exactly the keys that exist.
 ## How a configuration is resolved
 
 1. **Inheritance.** A file may start with `"base": "other.json"` (or a list of files): the bases are loaded
-   first (paths relative to the file that names them, recursively; a cycle is an error), then the file is
+   first (paths relative to the file that names them, recursively; a cycle is an error; a file named again,
+   by another file or twice in one list, is read once and its merged result reused), then the file is
    deep-merged over them: objects merge key by key, every other value (numbers, strings, lists) replaces
    the base's value whole. An object whose `"kind"` differs from the base's (a `kla` mixer over an
    `attention` one, another schedule or task) replaces it whole too: one kind's options mean nothing to

@@ -9,6 +9,7 @@
 #   check "what holds" CMD...              # ok when CMD succeeds (its output discarded); DETAIL=... says more
 #   check_status $? "what" "detail"        # ok when a status taken already is 0
 #   run CMD...                             # stdout -> $OUT (default $W/out), stderr -> $ERR ($W/err), status -> $RC
+#   expect_refused WHAT SECS SUB -- CMD... # CMD fails within SECS with one stderr line holding SUB
 #   show FILE                              # its start on one line, for a message; md_rows FILE: a Markdown table's rows
 # and the small-training helpers of the tests that train every mixer (wiki_shard, mixer_kinds, last_loss), and
 # the kernel sets a build runs on this CPU (has_kernel_set, kernel_sets).
@@ -39,6 +40,17 @@ check_status() { if [ "$1" -eq 0 ]; then ok "$2"; else not_ok "$2" "$3"; fi; }
 run() { "$@" >"${OUT:-$W/out}" 2>"${ERR:-$W/err}"; RC=$?; }
 # show FILE: the first 400 bytes of FILE on one line (newlines shown as '|'), for a message
 show() { head -c 400 "$1" | tr '\n' '|'; }
+# expect_refused WHAT SECONDS SUBSTRING -- CMD...: CMD ends within SECONDS (not blocked, not unbounded) with status 1
+# and one stderr line holding SUBSTRING
+expect_refused() {
+    local what=$1 secs=$2 sub=$3; shift 4
+    timeout "$secs" "$@" >"$W/out" 2>"$W/err"; local rc=$?
+    if [ "$rc" = 124 ]; then not_ok "$what" "still running after $secs s (blocked or unbounded)"
+    elif [ "$rc" != 1 ]; then not_ok "$what" "exit $rc, stderr: $(show "$W/err")"
+    elif [ "$(wc -l < "$W/err")" != 1 ] || ! grep -qF -- "$sub" "$W/err"; then
+        not_ok "$what" "stderr lacks '$sub' or is not one line: $(show "$W/err")"
+    else ok "$what"; fi
+}
 # md_rows [--all] FILE: the rows of the first Markdown table of FILE (after its header and rule), one per line,
 # the cells trimmed and joined by '|' ("label|c1|c2|..."); with --all, of every table (each ends at a blank line)
 md_rows() {

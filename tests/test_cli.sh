@@ -170,6 +170,13 @@ decode --input "$W/s/tz.shard" >"$W/o/tz.txt" 2>/dev/null
 check "round trip from t.txt.zst equals the uncompressed text" same_file "$W/t.txt" "$W/o/tz.txt"
 check "shard from .zst input is identical to the shard from the plain input" same_file "$W/s/t.shard" "$W/s/tz.shard"
 
+# a first line that is empty: its batch's text buffer is still unallocated (UBSan's memcpy(NULL, ..., 0))
+printf '\nafter an empty first line\n' >"$W/first_empty.txt"
+expect_ok "encode a file whose first line is empty (no sanitizer report)" \
+    encode --input "$W/first_empty.txt" --output "$W/s/first_empty.shard"
+decode --input "$W/s/first_empty.shard" >"$W/o/first_empty.txt" 2>/dev/null
+check "... and it decodes back byte for byte" same_file "$W/first_empty.txt" "$W/o/first_empty.txt"
+
 printf 'second file, first line\n\nsecond file, last line\n' >"$W/t2.txt"
 cat "$W/t.txt" "$W/t2.txt" >"$W/t12.txt"
 zstd -q -c "$W/t2.txt" >"$W/t2.txt.zst"
@@ -353,6 +360,20 @@ expect_fail "train with a prefix under a missing directory names the model path"
 expect_fail "train without --model-prefix" "--model-prefix is required" -- "$SEQTOK" train --input "$W/corpus_a.txt"
 expect_fail "train --vocab-size 5 is out of range" "--vocab-size" "out of range" -- \
     "$SEQTOK" train --input "$W/corpus_a.txt" --model-prefix "$W/x" --vocab-size 5
+# seqtok's own words for SentencePiece's failures: no source lines of it, no flag spelled its way
+printf '\n\n' > "$W/blank.txt"
+expect_fail "train on empty lines only: seqtok's message" "the input holds no text (2 lines, none with a character)" -- \
+    "$SEQTOK" train --input "$W/blank.txt" --model-prefix "$W/x" --vocab-size 300
+check "... without SentencePiece's internals or its --character_coverage" \
+    eval '! grep -qE "trainer_interface|character_coverage|Internal" "$ERR"'
+expect_fail "train --vocab-size 20: too small for the characters, naming seqtok's options" \
+    "raise --vocab-size above" "--character-coverage" -- \
+    "$SEQTOK" train --input "$W/corpus_a.txt" --model-prefix "$W/x" --vocab-size 20
+check "... and not SentencePiece's --character_coverage" eval '! grep -q "character_coverage" "$ERR"'
+run "$SEQTOK" train --input "$W/corpus_a.txt" --model-prefix "$W/few" --vocab-size 100000
+DETAIL="exit $RC, stderr: $(show "$ERR")"
+check "train --vocab-size 100000 on a small text: exit 0, and a note that it has fewer pieces" \
+    eval '[ "$RC" = 0 ] && grep -q "few.model has [0-9]* pieces, fewer than the --vocab-size 100000 asked for" "$ERR"'
 
 mkdir -p "$W/repro/data/tokenizer"
 (cd "$W/repro" && run "$SEQTOK" train --input "$WIKI/wiki.train.tokens.zst" \

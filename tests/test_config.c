@@ -267,6 +267,16 @@ static void test_base(void) {
     CHECK_STR(load_("sub/two.json", NULL, 0, &c), "", "a list of bases");
     CHECK(c.train.steps == 50 && c.train.lr == 0.1 && c.data.seq_len == 64, "later bases and the child win");
 
+    // a base named twice is loaded once and merged at both places: the later mention wins, with its origin
+    write_("rep_b.json", "{\"data\": {\"train\": \"x\", \"seq_len\": -1}}");
+    write_("rep_c.json", "{\"data\": {\"seq_len\": 64}, \"name\": \"c\"}");
+    write_("rep_a.json", "{\"base\": [\"rep_b.json\", \"rep_c.json\", \"rep_b.json\"]}");
+    CHECK_CONTAINS(load_("rep_a.json", NULL, 0, &c), "rep_b.json: data.seq_len: -1 is out of range",
+                   "a base named again wins over the ones between, and is named as the origin");
+    write_("rep_d.json", "{\"base\": [\"rep_c.json\", \"rep_b.json\", \"rep_c.json\"]}");
+    CHECK_STR(load_("rep_d.json", NULL, 0, &c), "", "the other order: rep_c.json's seq_len wins");
+    CHECK(c.data.seq_len == 64 && !strcmp(c.name, "c") && c.data.train.n == 1, "... over rep_b.json's, which adds train");
+
     write_("cyc_a.json", "{\"base\": \"cyc_b.json\"}");
     write_("cyc_b.json", "{\"base\": \"cyc_a.json\"}");
     const char *m = load_("cyc_a.json", NULL, 0, &c);

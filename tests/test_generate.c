@@ -29,6 +29,14 @@ static void test_sample(void) {
     SampleOpts greedy = {0, 0, 1}, k1 = {5, 1, 1};
     CHECK(sample_token(lg, 6, &greedy, &r) == 1, "greedy = argmax, the lower id among equal maxima");
     CHECK(sample_token(lg, 6, &k1, &r) == 1, "top-k 1 is greedy at temperature 5");
+    // temperatures below the threshold: greedy, never a draw from NaN weights (1 / 1e-320 overflows)
+    const double tiny[3] = {1e-320, 1e-300, 0.5 * SAMPLE_GREEDY_BELOW};
+    for (int i = 0; i < 3; i++) {
+        SampleOpts t = {tiny[i], 0, 1};
+        int all = 1;
+        for (int k = 0; k < 20; k++) all &= sample_token(lg, 6, &t, &r) == 1;
+        CHECK(all, "temperature %g is greedy (argmax 1 in 20 draws of 20)", tiny[i]);
+    }
     // the distribution: temperature 0.7, then top-k 4 (ids 1, 3, 4, 0), then top-p 0.9 of those
     double T = 0.7, p[6], tot = 0;
     for (int i = 0; i < 6; i++) tot += p[i] = exp(lg[i] / T);

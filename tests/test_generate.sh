@@ -83,6 +83,25 @@ run2 | sed -n '/^=== prompt 3 ===$/,$p' | sed '1d' > "$W/b3"
 "$EV" --run "$A" --generate --prompt "He" --max-new 24 --temperature 0 > "$W/h1" 2>/dev/null
 check "prompt 3 (shorter than the others) of the batch = alone (greedy)" cmp -s "$W/b3" "$W/h1"
 
+# --- a prompt file is generated in batches of --batch prompts: the same greedy texts, and memory that of a batch
+run "$EV" --run "$A" --generate --prompt-file "$W/prompts.txt" --max-new 24 --temperature 0 --batch 2
+check "--batch 2 over 3 prompts: two batches, said on stderr" grep -q "3 prompts in 2 batches of at most 2" "$W/err"
+run2 > "$W/one_batch"
+check "... and the same greedy texts as one batch" cmp -s "$W/out" "$W/one_batch"
+python3 -c "print('\\n'.join(['The game'] * 20000))" > "$W/many.txt"
+rss_of() {  # rss_of CMD...: peak RSS of CMD in MB into $W/rss, its status returned
+    python3 -c '
+import resource, subprocess, sys
+rc = subprocess.call(sys.argv[2:], stdout=subprocess.DEVNULL, stderr=open(sys.argv[1] + ".err", "w"), timeout=300)
+open(sys.argv[1], "w").write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024))
+sys.exit(rc)' "$W/rss" "$@"
+}
+rss_of "$EV" --run "$A" --generate --prompt-file "$W/prompts.txt" --max-new 2 --temperature 0; RSS3=$(cat "$W/rss")
+rss_of "$EV" --run "$A" --generate --prompt-file "$W/many.txt" --max-new 2 --temperature 0; RC=$?; RSS=$(cat "$W/rss")
+DETAIL="exit $RC, peak RSS $RSS MB against $RSS3 MB for 3 prompts: $(show "$W/rss.err")"
+check "20,000 prompts run in batches: peak memory within 100 MB of 3 prompts'" \
+    eval '[ "$RC" = 0 ] && [ "$RSS" -le $((RSS3 + 100)) ]'
+
 # --- lengths: full caches slide, long prompts are cut, recurrent models never fill up
 run "$EV" --run "$A" --generate --prompt "The game was" --max-new 40 --context 16 --seed 2
 # 3 + 40 tokens: full at 16, then every 8 tokens (at 16, 24, 32, 40)
@@ -109,6 +128,20 @@ refuses "a blank line in a prompt file is refused" "line 2 is empty" "$EV" --run
 refuses "a missing prompt file is refused" "No such file" "$EV" --run "$A" --generate --prompt-file "$W/none.txt"
 refuses "a run whose vocabulary does not match its tokenizer is refused" "vocabulary of 8200 tokens but the tokenizer" \
     "$EV" --run "$W/runs/wide" --generate --prompt "a"
+printf 'one\nt\000wo\n' > "$W/nul.txt"
+refuses "a NUL in a prompt file is refused, naming the line" "nul.txt: line 2 holds a NUL byte" \
+    "$EV" --run "$A" --generate --prompt-file "$W/nul.txt"
+printf 'one\ncaf\351\n' > "$W/latin1.txt"
+refuses "invalid UTF-8 in a prompt file is refused, naming line and byte" "latin1.txt: line 2, byte 4: invalid UTF-8 (0xe9)" \
+    "$EV" --run "$A" --generate --prompt-file "$W/latin1.txt"
+refuses "invalid UTF-8 in --prompt is refused" "--prompt, byte 4: invalid UTF-8 (0xe9)" \
+    "$EV" --run "$A" --generate --prompt "$(printf 'caf\351')"
+for p in "--prompt The" "--prompt-file $W/prompts.txt"; do
+    "$EV" --run "$A" --generate $p --max-new 4 --temperature 0 > /dev/full 2> "$W/err"; RC=$?
+    DETAIL="exit $RC, stderr: $(show "$W/err")"
+    check "--generate $(echo "$p" | cut -d' ' -f1) > /dev/full: exit 1, saying the write failed" \
+        eval '[ "$RC" = 1 ] && grep -q "cannot write the generated text to stdout: No space left on device" "$W/err"'
+done
 refuses "max-new 0 is refused" "max-new: 0 is out of range" "$EV" --run "$A" --generate --prompt "a" --max-new 0
 run "$EV" --generate --help
 check "seqeval --generate --help lists the options" eval '[ "$RC" = 0 ] && grep -q -- "--top-p" "$W/out"'

@@ -94,6 +94,36 @@ run "$BIN/seqtrain" --resume "$r" --quiet
 check "optim.safetensors recording step 3 under a state.json of step 4: refused naming both, log untouched" \
     eval '[ "$RC" = 1 ] && grep -q "optim.safetensors records step 3" "$W/err" && cmp -s "$W/log.before" "$r/log.jsonl"'
 
+# a NaN or an infinity in a checkpoint's tensors: refused naming the file and the tensor, log untouched (it
+# would train NaNs from the first step, and call this checkpoint "the last good" one when it stops)
+poison() {  # poison RUN FILE VALUE: the last element of the file's last tensor in data order becomes VALUE
+    python3 - "$1/ckpt-00000004/$2" "$3" <<'PY'
+import json, struct, sys
+p, v = sys.argv[1], float(sys.argv[2])
+b = bytearray(open(p, 'rb').read())
+n = struct.unpack('<Q', b[:8])[0]
+h = json.loads(b[8:8 + n])
+name, t = max(((k, t) for k, t in h.items() if k != '__metadata__'), key=lambda kt: kt[1]['data_offsets'][1])
+o = 8 + n + t['data_offsets'][1] - 4
+b[o:o + 4] = struct.pack('<f', v)
+open(p, 'wb').write(b)
+print(name)
+PY
+}
+for f in "model.safetensors nan" "optim.safetensors inf"; do
+    set -- $f
+    r="$W/runs/poison_$1"; cp -r "$B" "$r"
+    name=$(poison "$r" "$1" "$2"); name=${name#[mv].}
+    cp "$r/log.jsonl" "$W/log.before"
+    run "$BIN/seqtrain" --resume "$r" --quiet
+    said=0
+    grep -qF "ckpt-00000004/$1: " "$W/err" && grep -qF "'$name' holds a non-finite value ($2 " "$W/err" &&
+        grep -qF "the checkpoint cannot be resumed" "$W/err" && said=1
+    DETAIL="exit $RC, stderr: $(show "$W/err")"
+    check "a $2 in $1 ('$name'): refused naming the file and the tensor, log untouched" \
+        eval '[ "$RC" = 1 ] && [ "$said" = 1 ] && cmp -s "$W/log.before" "$r/log.jsonl"'
+done
+
 # a FIFO as state.json never blocks
 r="$W/runs/fifo"; cp -r "$B" "$r"; rm "$r/ckpt-00000004/state.json"; mkfifo "$r/ckpt-00000004/state.json"
 run timeout 20 "$BIN/seqtrain" --resume "$r" --quiet

@@ -422,20 +422,21 @@ check "seqeval on NaN weights fails (exit 1) naming the run, the tensor and what
 check "the JSON tables of a healthy run are strict JSON (ppl.json, log.jsonl, state.json)" \
     strict_json "$A/eval/ppl.json" "$A/log.jsonl" "$A/ckpt-00000024/state.json" "$W/ev/ppl.json"
 
-# --- write errors are errors (issue 24): a full device (/dev/full) under log.jsonl or ppl.json
+# --- a link to a device (/dev/full) planted as log.jsonl, ppl.json or acc.json is refused, never written through
+# (issue 53); write errors themselves (a full disk) are tests/test_files.c's, on /dev/full's descriptor
 mkdir -p "$W/runs/full" && ln -s /dev/full "$W/runs/full/log.jsonl"
 run "$BIN/seqtrain" --config "$W/tiny.json" --quiet --set run.name=full --set train.steps=2
-check "log.jsonl on a full device: exit 1, naming log.jsonl and the reason" \
-    eval '[ "$RC" = 1 ] && grep -q "cannot write $W/runs/full/log.jsonl: No space left on device" "$W/err"'
+check "a log.jsonl link to /dev/full: exit 1, naming log.jsonl and the reason" \
+    eval '[ "$RC" = 1 ] && grep -q "$W/runs/full/log.jsonl: is a symbolic link; refusing to write through it" "$W/err"'
 mkdir -p "$W/ev-full" && ln -s /dev/full "$W/ev-full/ppl.json"
 run "$BIN/seqeval" --run "$A" --data valid --context 32 --max-windows 4 --out "$W/ev-full"
-check "seqeval: ppl.json on a full device: exit 1, naming ppl.json" \
-    eval '[ "$RC" = 1 ] && grep -q "cannot write $W/ev-full/ppl.json: No space left on device" "$W/err"'
+check "seqeval: a ppl.json link to /dev/full: exit 1, naming ppl.json" \
+    eval '[ "$RC" = 1 ] && grep -q "$W/ev-full/ppl.json: is a symbolic link" "$W/err"'
 mkdir -p "$W/runs/mqfull/eval" && ln -s /dev/full "$W/runs/mqfull/eval/acc.json"
 run "$BIN/seqtrain" --config "$W/mqar.json" --quiet --set run.name=mqfull --set train.steps=2 --set train.eval_every=0 \
     --set schedule.warmup_steps=0
-check "acc.json on a full device: exit 1, naming acc.json" \
-    eval '[ "$RC" = 1 ] && grep -q "cannot write $W/runs/mqfull/eval/acc.json" "$W/err"'
+check "an acc.json link to /dev/full: exit 1, naming acc.json" \
+    eval '[ "$RC" = 1 ] && grep -q "$W/runs/mqfull/eval/acc.json: is a symbolic link" "$W/err"'
 
 # --- everything validated up front (issue 24): --check fails where the run would fail at start-up or at its end
 for bad in "abc,-5,,0:abc" "32,-5:-5" "32,,64:" "0:0" "32,64x:64x"; do

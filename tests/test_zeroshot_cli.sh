@@ -63,6 +63,30 @@ refused "zeroshot_table.sh: a folder that is not a run" "not a run directory" ba
 refused "unknown task: did-you-mean" "did you mean 'hellaswag'" "$BIN/seqeval" --run "$W/a" --zeroshot helaswag
 refused "--zeroshot needs --run" "--zeroshot needs --run" "$BIN/seqeval" --zeroshot piqa --plan
 refused "missing sets name --eval-data" "--eval-data" "$BIN/seqeval" --run "$W/a" --zeroshot piqa --eval-data "$W/nosets"
+# hostile set files (issue 53): a FIFO, a .zst that expands a thousandfold, an endless line; each refused at
+# once, naming the file (timeout: a FIFO blocked the read for ever, the others grew until the kernel's killer)
+mkdir -p "$W/hostile"
+mkfifo "$W/hostile/piqa.jsonl.zst"
+timeout 20 "$BIN/seqeval" --run "$W/a" --zeroshot piqa --eval-data "$W/hostile" > "$W/out" 2> "$W/err"; RC=$?
+DETAIL="exit $RC, stderr: $(show "$W/err")"
+check "a FIFO as a set file: refused at once" \
+    eval '[ "$RC" = 1 ] && grep -q "piqa.jsonl.zst: is a FIFO (named pipe), not a regular file" "$W/err"'
+rm "$W/hostile/piqa.jsonl.zst"
+yes '{"query": "Q: a?", "choices": ["b", "c"], "gold": 0}' | head -c 300M | zstd -q -1 -o "$W/hostile/piqa.jsonl.zst"
+(ulimit -v 4000000; timeout 60 "$BIN/seqeval" --run "$W/a" --zeroshot piqa --eval-data "$W/hostile" > "$W/out" 2> "$W/err"); RC=$?
+DETAIL="exit $RC, stderr: $(show "$W/err"), $(stat -c %s "$W/hostile/piqa.jsonl.zst") bytes compressed"
+check "a set of $(( $(stat -c %s "$W/hostile/piqa.jsonl.zst") / 1024 )) KB compressed, 300 MB decoded: refused (more than 256 MiB)" \
+    eval '[ "$RC" = 1 ] && grep -q "piqa.jsonl.zst: holds more than 256 MiB of text" "$W/err"'
+rm "$W/hostile/piqa.jsonl.zst"
+head -c 2000000 /dev/zero | tr '\0' a | zstd -q -o "$W/hostile/piqa.jsonl.zst"
+(ulimit -v 4000000; timeout 60 "$BIN/seqeval" --run "$W/a" --zeroshot piqa --eval-data "$W/hostile" > "$W/out" 2> "$W/err"); RC=$?
+DETAIL="exit $RC, stderr: $(show "$W/err")"
+check "a set whose line is 2 MB: refused, naming file and line (at most 1 MiB a line)" \
+    eval '[ "$RC" = 1 ] && grep -q "piqa.jsonl.zst: line 1 is longer than 1048576 bytes" "$W/err"'
+rm "$W/hostile/piqa.jsonl.zst"
+printf '{"query": "Q: a?", "choices": ["b", "c"], "gold": 0.7}\n' > "$W/hostile/piqa.jsonl.zst"
+refused "\"gold\": 0.7 (not an index): refused, naming file and line" 'piqa.jsonl.zst:1: needs an integer field "gold"' \
+    "$BIN/seqeval" --run "$W/a" --zeroshot piqa --eval-data "$W/hostile"
 # a tokenizer that is not the run's: another vocabulary
 zstd -dc data/wikitext-2/wiki.valid.tokens.zst | head -n 400 > "$W/small.txt"
 "$BIN/seqtok" train --input "$W/small.txt" --model-prefix "$W/tok" --vocab-size 400 --model-type bpe >/dev/null 2>&1

@@ -8,81 +8,46 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
 
 // ---------------------------------------------------------------------------------------------------
-// atomic files
+// one writer per run directory
 
-// dirname of path into out ("." when path has no slash)
-static void parent_dir_(const char *path, char *out, size_t n) {
-    const char *slash = strrchr(path, '/');
-    if (!slash) { snprintf(out, n, "."); return; }
-    if (slash == path) { snprintf(out, n, "/"); return; }
-    snprintf(out, n, "%.*s", (int)(slash - path), path);
-}
-
-int fsync_dir(const char *dir, Err *e) {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return err_set(e, "%s: cannot open directory to fsync: %s", dir, strerror(errno));
-    int rc = fsync(fd);
-    int err = errno;
-    close(fd);
-    // some filesystems cannot fsync directories (EINVAL); the rename itself is still atomic there
-    if (rc != 0 && err != EINVAL) return err_set(e, "%s: fsync failed: %s", dir, strerror(err));
-    return 0;
-}
-
-int atomic_file_open(AtomicFile *af, const char *path, Err *e) {
-    memset(af, 0, sizeof *af);
-    if (strlen(path) >= sizeof af->path) return err_set(e, "%s: path too long", path);
-    snprintf(af->path, sizeof af->path, "%s", path);
-    snprintf(af->tmp, sizeof af->tmp, "%s.tmp.%ld", path, (long)getpid());
-    af->f = fopen(af->tmp, "wb");
-    if (!af->f) return err_set(e, "%s: cannot create temporary file %s: %s", path, af->tmp, strerror(errno));
-    return 0;
-}
-
-void atomic_file_abort(AtomicFile *af) {
-    if (af->f) fclose(af->f);
-    af->f = NULL;
-    if (af->tmp[0]) unlink(af->tmp);
-    af->tmp[0] = '\0';
-}
-
-int atomic_file_commit(AtomicFile *af, Err *e) {
-    if (!af->f) return err_set(e, "%s: not open for writing", af->path);
-    // fwrite errors are sticky in the FILE, so checking here catches a failed write anywhere before
-    int bad = ferror(af->f) || fflush(af->f) != 0;
-    int err = errno;
-    if (!bad && fsync(fileno(af->f)) != 0) { bad = 1; err = errno; }
-    if (fclose(af->f) != 0 && !bad) { bad = 1; err = errno; }
-    af->f = NULL;
-    if (bad) {
-        atomic_file_abort(af);
-        return err_set(e, "%s: write failed: %s", af->path, strerror(err ? err : EIO));
-    }
-    if (rename(af->tmp, af->path) != 0) {
-        err = errno;
-        atomic_file_abort(af);
-        return err_set(e, "%s: cannot rename temporary file into place: %s", af->path, strerror(err));
-    }
-    af->tmp[0] = '\0';
-    char dir[CKPT_PATH_MAX];
-    parent_dir_(af->path, dir, sizeof dir);
-    return fsync_dir(dir, e);
-}
-
-int write_file_atomic(const char *path, const void *data, size_t len, Err *e) {
-    AtomicFile af;
-    if (atomic_file_open(&af, path, e)) return -1;
-    if (len && fwrite(data, 1, len, af.f) != len) {
+int rundir_lock(const char *run_dir, Err *e) {
+    char path[CKPT_PATH_MAX + 8];
+    snprintf(path, sizeof path, "%s/lock", run_dir);
+    if (output_check(path, e) != 0) return -1;
+    int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+    if (fd < 0) return err_set(e, "%s: cannot open the run's lock file: %s", path, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         int err = errno;
-        atomic_file_abort(&af);
-        return err_set(e, "%s: write failed: %s", path, strerror(err ? err : EIO));
+        char holder[256] = "";
+        ssize_t n = err == EWOULDBLOCK ? pread(fd, holder, sizeof holder - 1, 0) : -1;
+        close(fd);
+        if (n < 0) return err_set(e, "%s: cannot lock: %s", path, strerror(err));
+        holder[n] = '\0';
+        holder[strcspn(holder, "\n")] = '\0';
+        long pid = 0;
+        char host[200] = "?";
+        sscanf(holder, "%ld %199s", &pid, host);
+        return err_set(e, "%s is in use by another process (pid %ld on host %s, which holds %s): one process writes a "
+                       "run at a time; wait for it to end, or start this one elsewhere with --set run.name=NEW",
+                       run_dir, pid, host, path);
     }
-    return atomic_file_commit(&af, e);
+    // this process's name in the file; the descriptor stays open (close-on-exec) for the process's life
+    char host[200] = "?", line[256];
+    if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "?");
+    host[sizeof host - 1] = '\0';
+    int len = snprintf(line, sizeof line, "%ld %s\n", (long)getpid(), host);
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, line, (size_t)len, 0) != len) {
+        int err = errno;
+        close(fd);
+        return err_set(e, "%s: cannot write the run's lock file: %s", path, strerror(err));
+    }
+    return 0;
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@
  *     ckpt-00001000.old.4242/   an older copy of the same step being replaced: ignored
  *                               (both removed by ckptdir_remove_leftovers once process 4242 is gone)
  *     latest                    text file "ckpt-00001000\n": the checkpoint committed last
+ *     lock                      "<pid> <host>\n" of the process writing the run (rundir_lock): one at a time
  *
  * A checkpoint is written into ckpt-<step>.tmp.<pid>/ and only renamed to ckpt-<step> after every file
  * in it and the directory itself were fsync'ed, so a directory named exactly ckpt-<digits> is complete;
@@ -31,27 +32,9 @@
 
 #include <stdio.h>
 #include "core/err.h"
+#include "core/files.h"
 
-#define CKPT_PATH_MAX 1024
-
-// A file written under a temporary name ("<path>.tmp.<pid>") and renamed over path on commit, so
-// readers see the old content or the new, never a torn file.
-typedef struct AtomicFile {
-    FILE *f;
-    char path[CKPT_PATH_MAX];
-    char tmp[CKPT_PATH_MAX + 32];
-} AtomicFile;
-
-// create the temporary file; af->f is open for writing on success
-int atomic_file_open(AtomicFile *af, const char *path, Err *e);
-// flush, fsync, close, rename over path, fsync the parent directory; on failure the temp is removed
-int atomic_file_commit(AtomicFile *af, Err *e);
-// close and remove the temp file (safe to call after a failed commit or twice)
-void atomic_file_abort(AtomicFile *af);
-// the whole of data as path, atomically (small JSON state files)
-int write_file_atomic(const char *path, const void *data, size_t len, Err *e);
-// fsync a directory so a rename/creation inside it survives a power loss
-int fsync_dir(const char *dir, Err *e);
+#define CKPT_PATH_MAX FILE_PATH_MAX
 
 typedef struct CkptDir {
     char run_dir[CKPT_PATH_MAX];
@@ -72,6 +55,11 @@ int ckptdir_path(const CkptDir *c, const char *name, char *out, size_t n, Err *e
 int ckptdir_commit(CkptDir *c, Err *e);
 // remove the temp directory and everything in it (no-op when not active)
 void ckptdir_abort(CkptDir *c);
+
+// One writer per run directory: an exclusive flock on run_dir/lock (created when missing), held until the
+// process ends, a crash included (the kernel drops it with the descriptor); the file then names this process
+// ("<pid> <host>"). A second process is refused at once, naming the holder and the run directory.
+int rundir_lock(const char *run_dir, Err *e);
 
 // newest complete checkpoint: the one `latest` names when it exists, else the highest step among
 // ckpt-<digits> directories. Returns 1 and out = "run_dir/ckpt-...", 0 when there is none (out = ""),

@@ -1,9 +1,10 @@
 /*
- * seqeval --run RUN_DIR --generate --prompt TEXT | --prompt-file FILE [--max-new N --temperature T --top-k K
- *     --top-p P --seed S --context L]
+ * seqeval --run RUN_DIR --generate --prompt TEXT | --prompt-file FILE [--batch N --max-new N --temperature T
+ *     --top-k K --top-p P --seed S --context L]
  *
  * One prompt streams its continuation to stdout as it is drawn; a prompt file (one prompt per line) is
- * generated as one batch and each prompt's text is printed when the batch is done. EOS prints as a newline
+ * generated in batches of --batch prompts (memory stays that of one batch, however long the file), each
+ * prompt's text printed when its batch is done; batch k samples from seed + k. EOS prints as a newline
  * (as seqtok decode writes it). Speed goes to stderr. The generation itself is eval/generate.h.
  */
 #include "cli/generate.h"
@@ -19,11 +20,13 @@
 #include "cli/args.h"
 #include "core/cpu.h"
 #include "core/files.h"
+#include "data/text.h"
 #include "data/tokenizer.h"
 #include "eval/generate.h"
 #include "eval/run_load.h"
 
 #define REPLACEMENT_CHAR "\xEF\xBF\xBD"  // what SentencePiece decodes an unfinished UTF-8 byte sequence to
+#define GENERATE_BATCH_DEFAULT 64          // prompts decoded together: the decoder's state and logits scale with it
 
 // one sequence's text as it grows: the ids since the last EOS (the prompt's first), the bytes of their
 // decoding already written, and the whole continuation
@@ -48,9 +51,10 @@ static void stream_put_(StreamCtx *c, Stream *s, const char *p, size_t n) {
     memcpy(s->text + s->len, p, n);
     s->len += n;
     s->text[s->len] = '\0';
-    if (c->live) {
-        fwrite(p, 1, n, c->live);
-        fflush(c->live);
+    // a live stream that cannot be written (a full disk, a closed pipe) stops the generation
+    if (c->live && (fwrite(p, 1, n, c->live) != n || fflush(c->live) != 0) && !c->failed) {
+        err_set(&c->err, "cannot write the generated text to stdout: %s", strerror(errno ? errno : EIO));
+        c->failed = 1;
     }
 }
 
@@ -82,6 +86,16 @@ static void stream_token_(void *ctx, int b, int token) {
     free(text);
 }
 
+// a prompt is UTF-8 text: a NUL would cut it silently (C strings) and invalid bytes would reach the tokenizer
+static int prompt_check_(const char *p, size_t len, const char *where, Err *e) {
+    if (memchr(p, '\0', len)) return err_set(e, "%s holds a NUL byte; a prompt is text", where);
+    size_t ok = utf8_valid_prefix(p, len);
+    if (ok != len)
+        return err_set(e, "%s, byte %zu: invalid UTF-8 (0x%02x); a prompt must be UTF-8 text", where, ok + 1,
+                       (unsigned)(unsigned char)p[ok]);
+    return 0;
+}
+
 // the prompts of a file, one per line (a final newline ends the last one); a blank line is an error
 static int read_prompts_(const char *path, char ***out, int *n, Err *e) {
     int not_reg = 0;
@@ -100,6 +114,9 @@ static int read_prompts_(const char *path, char ***out, int *n, Err *e) {
             rc = err_set(e, "--prompt-file %s: line %d is empty; every line is one prompt", path, lineno);
             break;
         }
+        char where[1200];
+        snprintf(where, sizeof where, "--prompt-file %.1000s: line %d", path, lineno);
+        if ((rc = prompt_check_(line, (size_t)got, where, e)) != 0) break;
         *out = xrealloc(*out, (size_t)(*n + 1) * sizeof(char *));
         (*out)[(*n)++] = xstrdup(line);
     }
@@ -109,9 +126,76 @@ static int read_prompts_(const char *path, char ***out, int *n, Err *e) {
     return rc;
 }
 
+// prompts texts (n,), numbered from first + 1: encoded, generated as one batch, printed (one prompt streams
+// its text as it comes, live; a batch prints each prompt's block when it is done). 0, or -1 with e set
+static int generate_batch_(Model *m, const Tokenizer *tok, char **texts, int first, int n, int live,
+                           const GenerateOpts *go, GenerateStats *st, Err *e) {
+    int **ids = xcalloc((size_t)n, sizeof(int *)), *lens = xmalloc((size_t)n * sizeof(int));
+    StreamCtx sc = {tok, tokenizer_eos_id(tok), xcalloc((size_t)n, sizeof(Stream)), live ? stdout : NULL, {{0}}, 0};
+    int rc = 0;
+    for (int b = 0; b < n && rc == 0; b++) {
+        uint32_t *u = NULL;
+        size_t len = 0, cap = 0;
+        if (tokenizer_encode(tok, texts[b], strlen(texts[b]), &u, &len, &cap, e) != 0) {
+            rc = -1;
+            break;
+        }
+        if (len == 0) {
+            free(u);
+            rc = err_set(e, "prompt %d (\"%.60s\") encodes to no tokens: give some text to continue", first + b + 1,
+                         texts[b]);
+            break;
+        }
+        ids[b] = xmalloc(len * sizeof(int));
+        for (size_t i = 0; i < len; i++) ids[b][i] = (int)u[i];
+        lens[b] = (int)len;
+        // the stream starts from the prompt's ids, so the continuation's first piece gets its space right
+        Stream *s = &sc.s[b];
+        size_t keep = len < (size_t)go->context ? len : (size_t)go->context;
+        s->ids = xmalloc((keep + 64) * sizeof(uint32_t));
+        s->cap = keep + 64;
+        memcpy(s->ids, u + (len - keep), keep * sizeof(uint32_t));
+        s->n = keep;
+        char *dec;
+        size_t dlen;
+        rc = tokenizer_decode(tok, s->ids, s->n, &dec, &dlen, e);
+        if (rc == 0) {
+            s->shown = dlen;
+            free(dec);
+        }
+        free(u);
+    }
+    if (rc == 0 && live) {
+        fputs(texts[0], stdout);
+        fflush(stdout);
+    }
+    if (rc == 0) rc = generate(m, (const int *const *)ids, lens, n, go, stream_token_, &sc, NULL, st, e);
+    if (rc == 0 && sc.failed) {
+        *e = sc.err;
+        rc = -1;
+    }
+    if (rc == 0) {
+        errno = 0;
+        if (live) fputc('\n', stdout);
+        for (int b = 0; b < n && !live; b++)
+            printf("=== prompt %d ===\n%s%s\n", first + b + 1, texts[b], sc.s[b].text ? sc.s[b].text : "");
+        if (fflush(stdout) != 0 || ferror(stdout))
+            rc = err_set(e, "cannot write the generated text to stdout: %s", strerror(errno ? errno : EIO));
+    }
+    for (int b = 0; b < n; b++) {
+        free(ids[b]);
+        free(sc.s[b].ids);
+        free(sc.s[b].text);
+    }
+    free(ids);
+    free(lens);
+    free(sc.s);
+    return rc;
+}
+
 int generate_main(const char *prog, int argc, char **argv) {
     const char *run = NULL, *ckpt = NULL, *prompt = NULL, *prompt_file = NULL, *tok_path = NULL;
-    long max_new = 200, top_k = 50, seed = 1, context = 0, threads = 0;
+    long max_new = 200, top_k = 50, seed = 1, context = 0, threads = 0, batch = GENERATE_BATCH_DEFAULT;
     double temperature = 0.8, top_p = 0.95;
     int gen = 0, help = 0;
     ArgSpec specs[] = {
@@ -119,9 +203,10 @@ int generate_main(const char *prog, int argc, char **argv) {
         {"--ckpt", ARG_STR, &ckpt, "DIR", "a specific checkpoint directory of the run (default: the newest)", 0, 0},
         {"--generate", ARG_FLAG, &gen, NULL, "generate text", 0, 0},
         {"--prompt", ARG_STR, &prompt, "TEXT", "the text to continue (streamed to stdout as it is generated)", 0, 0},
-        {"--prompt-file", ARG_STR, &prompt_file, "FILE", "one prompt per line, generated together as a batch", 0, 0},
+        {"--prompt-file", ARG_STR, &prompt_file, "FILE", "one prompt per line, generated in batches of --batch prompts", 0, 0},
+        {"--batch", ARG_INT, &batch, "N", "prompts of a --prompt-file generated together (default 64); memory grows with it", 1, 1 << 20},
         {"--max-new", ARG_INT, &max_new, "N", "tokens to generate per prompt (default 200)", 1, 1 << 24},
-        {"--temperature", ARG_DOUBLE, &temperature, "T", "softmax temperature, 0 = greedy (default 0.8)", 0, 0},
+        {"--temperature", ARG_DOUBLE, &temperature, "T", "softmax temperature, 0 (or below 1e-6) = greedy (default 0.8)", 0, 0},
         {"--top-k", ARG_INT, &top_k, "K", "sample among the K most likely tokens, 0 = all (default 50)", 0, 1 << 30},
         {"--top-p", ARG_DOUBLE, &top_p, "P", "then among the fewest whose probability reaches P, in (0, 1] (default 0.95)", 0, 0},
         {"--seed", ARG_INT, &seed, "S", "sampling seed: the same seed gives the same text (default 1)", 0, 9e18},
@@ -152,6 +237,7 @@ int generate_main(const char *prog, int argc, char **argv) {
         if (read_prompts_(prompt_file, &texts, &n, &e) != 0) err_die(prog, &e);
     } else {
         if (!prompt[0]) { err_set(&e, "--prompt is empty: give some text to continue"); err_die(prog, &e); }
+        if (prompt_check_(prompt, strlen(prompt), "--prompt", &e) != 0) err_die(prog, &e);
         texts = xmalloc(sizeof(char *));
         texts[n++] = xstrdup(prompt);
     }
@@ -174,54 +260,30 @@ int generate_main(const char *prog, int argc, char **argv) {
         err_die(prog, &e);
     }
     go.context = context ? (int)context : c.train.seq_len;
-    int **ids = xmalloc((size_t)n * sizeof(int *)), *lens = xmalloc((size_t)n * sizeof(int));
-    StreamCtx sc = {tok, tokenizer_eos_id(tok), xcalloc((size_t)n, sizeof(Stream)), n == 1 ? stdout : NULL, {{0}}, 0};
-    for (int b = 0; b < n; b++) {
-        uint32_t *u = NULL;
-        size_t len = 0, cap = 0;
-        if (tokenizer_encode(tok, texts[b], strlen(texts[b]), &u, &len, &cap, &e) != 0) err_die(prog, &e);
-        if (len == 0) {
-            err_set(&e, "prompt %d (\"%.60s\") encodes to no tokens: give some text to continue", b + 1, texts[b]);
-            err_die(prog, &e);
-        }
-        ids[b] = xmalloc(len * sizeof(int));
-        for (size_t i = 0; i < len; i++) ids[b][i] = (int)u[i];
-        lens[b] = (int)len;
-        // the stream starts from the prompt's ids, so the continuation's first piece gets its space right
-        Stream *s = &sc.s[b];
-        size_t keep = len < (size_t)go.context ? len : (size_t)go.context;
-        s->ids = xmalloc((keep + 64) * sizeof(uint32_t));
-        s->cap = keep + 64;
-        memcpy(s->ids, u + (len - keep), keep * sizeof(uint32_t));
-        s->n = keep;
-        char *dec;
-        size_t dlen;
-        if (tokenizer_decode(tok, s->ids, s->n, &dec, &dlen, &e) != 0) err_die(prog, &e);
-        s->shown = dlen;
-        free(dec);
-        free(u);
-    }
     int nthreads = 1;
 #ifdef _OPENMP
     nthreads = omp_get_max_threads();
 #endif
-    fprintf(stderr, "%s: %s, %d prompt%s, context %d, %d thread%s, %s kernels\n", prog, run, n, n == 1 ? "" : "s",
-            go.context, nthreads, nthreads == 1 ? "" : "s", kernel_set_name(kernel_set()));
-    if (n == 1) {
-        fputs(texts[0], stdout);
-        fflush(stdout);
-    }
-    GenerateStats st;
-    int rc = generate(&m, (const int *const *)ids, lens, n, &go, stream_token_, &sc, NULL, &st, &e);
-    if (rc == 0 && sc.failed) {
-        e = sc.err;
-        rc = -1;
+    int n_batches = (int)((n + batch - 1) / batch);
+    fprintf(stderr, "%s: %s, %d prompt%s", prog, run, n, n == 1 ? "" : "s");
+    if (n_batches > 1) fprintf(stderr, " in %d batches of at most %ld", n_batches, batch);
+    fprintf(stderr, ", context %d, %d thread%s, %s kernels\n", go.context, nthreads, nthreads == 1 ? "" : "s",
+            kernel_set_name(kernel_set()));
+    GenerateStats st = {0};
+    int rc = 0;
+    for (int b0 = 0; b0 < n && rc == 0; b0 += (int)batch) {
+        // batch k draws from seed + k: the first batch (every prompt of a small file) keeps the seed's text
+        GenerateOpts gk = go;
+        gk.seed = go.seed + (uint64_t)(b0 / batch);
+        GenerateStats sk = {0};
+        rc = generate_batch_(&m, tok, texts + b0, b0, n - b0 < batch ? n - b0 : (int)batch, n == 1, &gk, &sk, &e);
+        st.prompt_tokens += sk.prompt_tokens;
+        st.new_tokens += sk.new_tokens;
+        st.slides += sk.slides;
+        st.truncated += sk.truncated;
+        st.seconds += sk.seconds;
     }
     if (rc == 0) {
-        if (n == 1) fputc('\n', stdout);
-        for (int b = 0; b < n && n > 1; b++)
-            printf("=== prompt %d ===\n%s%s\n", b + 1, texts[b], sc.s[b].text ? sc.s[b].text : "");
-        fflush(stdout);
         if (st.truncated)
             fprintf(stderr, "%s: %d prompt%s longer than the context of %d tokens: kept the last %d\n", prog,
                     st.truncated, st.truncated == 1 ? "" : "s", go.context, go.context);
@@ -232,13 +294,8 @@ int generate_main(const char *prog, int argc, char **argv) {
                 st.new_tokens, n, go.max_new, st.prompt_tokens, st.seconds,
                 st.seconds > 0 ? (double)st.new_tokens / st.seconds : 0.0);
     }
-    for (int b = 0; b < n; b++) {
-        free(ids[b]);
-        free(texts[b]);
-        free(sc.s[b].ids);
-        free(sc.s[b].text);
-    }
-    free(ids); free(lens); free(texts); free(sc.s);
+    for (int b = 0; b < n; b++) free(texts[b]);
+    free(texts);
     tokenizer_free(tok);
     model_free(&m);
     run_config_free(&c);

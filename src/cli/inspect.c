@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/files.h"
 #include "core/png.h"
 #include "data/loader.h"
 #include "data/tasks.h"
@@ -72,8 +73,8 @@ static int layer_index_(const Model *m, int *layer, Err *e) {
 
 // the T x T matrix as text, "nan" where hidden
 static int write_matrix_(const char *path, const float *P, int T, Err *e) {
-    FILE *f = fopen(path, "w");
-    if (!f) return err_set(e, "cannot write %s: %s", path, strerror(errno));
+    FILE *f = fopen_output(path, 0, e);
+    if (!f) return -1;
     for (int i = 0; i < T; i++)
         for (int j = 0; j < T; j++) {
             float v = P[(size_t)i * T + j];
@@ -81,9 +82,7 @@ static int write_matrix_(const char *path, const float *P, int T, Err *e) {
             else fprintf(f, "%.6g", v);
             fputc(j + 1 < T ? ' ' : '\n', f);
         }
-    int bad = ferror(f);
-    if (fclose(f) != 0) bad = 1;
-    return bad ? err_set(e, "cannot write %s", path) : 0;
+    return fclose_output(f, path, e);
 }
 
 int inspect_attention_maps(Model *m, const InspectInput *x, int layer, const long *heads, int n_heads, int matrix,
@@ -135,8 +134,8 @@ int inspect_posterior_var(Model *m, const InspectInput *x, int layer, const char
     if (model_forward(m, x->in, x->tg, 1, T, e) != 0) return -1;
     float *var = xmalloc((size_t)T * n * sizeof(float));
     model_layer_posterior_var(m, layer, 0, var);
-    FILE *f = fopen(path, "w");
-    int rc = f ? 0 : err_set(e, "cannot write %s: %s", path, strerror(errno));
+    FILE *f = fopen_output(path, 0, e);
+    int rc = f ? 0 : -1;
     if (f) {
         fprintf(f, "position\tinput\ttarget\tmean");
         for (size_t c = 0; c < n; c++) fprintf(f, "\tch%zu", c);
@@ -148,9 +147,7 @@ int inspect_posterior_var(Model *m, const InspectInput *x, int layer, const char
             for (size_t c = 0; c < n; c++) fprintf(f, "\t%.6g", var[(size_t)t * n + c]);
             fputc('\n', f);
         }
-        int bad = ferror(f);
-        if (fclose(f) != 0) bad = 1;
-        if (bad) rc = err_set(e, "cannot write %s", path);
+        rc = fclose_output(f, path, e);
     }
     if (rc == 0)
         printf("wrote %s (layer %d's output variance at %d positions x %zu channels, of %s)\n", path, layer, T, n,

@@ -41,6 +41,7 @@
 #include "cli/zeroshot_cmd.h"
 #include "core/cpu.h"
 #include "core/dist.h"
+#include "core/files.h"
 #include "data/eval_windows.h"
 #include "data/npy.h"
 #include "data/shard.h"
@@ -293,6 +294,10 @@ int main(int argc, char **argv) {
     }
     if (probe) {
         if (!out) { err_set(&e, "--probe needs --out FILE.safetensors"); dist_die(PROG, &e); }
+        if (files_same(probe, out)) {
+            err_set(&e, "--out %s is the --probe input; writing it would destroy the input", out);
+            dist_die(PROG, &e);
+        }
         forward_open_(&fw, &m, &c, run);
         if (probe_(&fw, probe, out, &e) != 0) dist_die(PROG, &e);
         forward_close(&fw);

@@ -16,6 +16,7 @@
 #endif
 
 #include "cli/args.h"
+#include "core/files.h"
 #include "core/timer.h"
 #include "core/sha256.h"
 #include "data/shard.h"
@@ -106,13 +107,22 @@ static int cmd_train_(int argc, char **argv) {
         err_set(&e, "train: --model-type '%s' is not one of bpe, unigram, char, word", model_type);
         err_die(PROG, &e);
     }
-    // fail on an unwritable prefix before minutes of training, not after
-    char probe[4096];
-    snprintf(probe, sizeof probe, "%s.model.probe", prefix);
-    FILE *pf = fopen(probe, "wb");
-    if (!pf) { err_set(&e, "train: cannot write %s.model: %s", prefix, strerror(errno)); err_die(PROG, &e); }
-    fclose(pf);
-    remove(probe);
+    // fail on an unwritable prefix before minutes of training, not after; SentencePiece writes PREFIX.model
+    // and PREFIX.vocab in place, so neither may be a link, a device or one of the inputs
+    static const char *const outs[3] = {"model", "vocab", "model.probe"};
+    for (int k = 0; k < 3; k++) {
+        char out[4096];
+        snprintf(out, sizeof out, "%s.%s", prefix, outs[k]);
+        if (output_check(out, &e) != 0) err_die(PROG, &e);
+        for (int i = 0; i < inputs.n; i++)
+            if (files_same(inputs.v[i], out)) {
+                err_set(&e, "train: %s is also the --input %s; writing it would destroy the input", out, inputs.v[i]);
+                err_die(PROG, &e);
+            }
+        FILE *pf = k == 2 ? fopen_output(out, 0, &e) : NULL;
+        if (k == 2 && (!pf || fclose_output(pf, out, &e) != 0)) err_die(PROG, &e);
+        if (k == 2) remove(out);
+    }
     InputFiles in = {.paths = &inputs, .jsonl_key = jsonl_key};
     TokenizerTrainOpts o = {
         .model_prefix = prefix, .vocab_size = (int)vocab, .model_type = model_type,
@@ -128,6 +138,13 @@ static int cmd_train_(int argc, char **argv) {
     }
     char model[4096];
     snprintf(model, sizeof model, "%s.model", prefix);
+    // SentencePiece stops early (hard_vocab_limit off) when the text has no more merges to give
+    Tokenizer *tok = tokenizer_load(model, &e);
+    if (!tok) err_die(PROG, &e);
+    if (tokenizer_vocab_size(tok) < vocab)
+        fprintf(stderr, "seqtok: note: %s has %d pieces, fewer than the --vocab-size %ld asked for: the input holds "
+                "too little text for more (give more text, or ask for fewer)\n", model, tokenizer_vocab_size(tok), vocab);
+    tokenizer_free(tok);
     uint8_t sha[32];
     char hex[65];
     if (sha256_file(model, sha, &e) != 0) err_die(PROG, &e);
@@ -139,8 +156,18 @@ static int cmd_train_(int argc, char **argv) {
 // ----------------------------------------------------------------------------
 // encode
 
-static volatile sig_atomic_t interrupted_ = 0;
-static void on_signal_(int sig) { (void)sig; interrupted_ = 1; }
+// Ctrl-C or SIGTERM ends an encode at once, wherever it is (inside a long line's read or encoding, too): the
+// handler removes the temporary shard and exits with the message made ready before it was installed; only
+// async-signal-safe calls (write, unlink, _exit)
+static char interrupted_msg_[FILE_PATH_MAX + 96], interrupted_tmp_[FILE_PATH_MAX + 32];
+static size_t interrupted_len_;
+static void on_signal_(int sig) {
+    (void)sig;
+    unlink(interrupted_tmp_);
+    ssize_t n = write(2, interrupted_msg_, interrupted_len_);
+    (void)n;
+    _exit(1);
+}
 
 typedef struct EncodeBatch {  // lines read ahead, encoded in parallel, appended in order
     char *text;               // all lines back to back
@@ -165,7 +192,7 @@ static void batch_push_(EncodeBatch *b, const char *s, size_t len) {
         b->text_cap = (b->text_len + len) * 2 + 4096;
         b->text = xrealloc(b->text, b->text_cap);
     }
-    memcpy(b->text + b->text_len, s, len);
+    if (len) memcpy(b->text + b->text_len, s, len);  // an empty first line: b->text is still NULL
     b->start[b->n] = b->text_len;
     b->len[b->n] = len;
     b->text_len += len;
@@ -224,6 +251,12 @@ static int cmd_encode_(int argc, char **argv) {
     if (!model) { err_set(&e, "encode: --model is required"); err_die(PROG, &e); }
     if (inputs.n == 0) { err_set(&e, "encode: --input is required"); err_die(PROG, &e); }
     if (!output) { err_set(&e, "encode: --output is required"); err_die(PROG, &e); }
+    for (int i = 0; i < inputs.n; i++)
+        if (files_same(inputs.v[i], output) || files_same(model, output)) {
+            err_set(&e, "encode: --output %s is also an input (%s); writing it would destroy the input", output,
+                    files_same(model, output) ? model : inputs.v[i]);
+            err_die(PROG, &e);
+        }
 #ifdef _OPENMP
     if (threads > 0) omp_set_num_threads((int)threads);
 #endif
@@ -238,6 +271,9 @@ static int cmd_encode_(int argc, char **argv) {
     if (shard_writer_open(&w, output, (uint32_t)tokenizer_vocab_size(tok), 0, tokenizer_sha256(tok),
                           (uint32_t)frame_tokens, (int)level, &e) != 0)
         err_die(PROG, &e);
+    snprintf(interrupted_msg_, sizeof interrupted_msg_, "%s: error: encode: interrupted; %s not written\n", PROG, output);
+    snprintf(interrupted_tmp_, sizeof interrupted_tmp_, "%s", w.af.tmp);
+    interrupted_len_ = strlen(interrupted_msg_);
     signal(SIGINT, on_signal_);
     signal(SIGTERM, on_signal_);
     InputFiles in = {.paths = &inputs, .jsonl_key = jsonl_key};
@@ -266,7 +302,6 @@ static int cmd_encode_(int argc, char **argv) {
             if (rc == 0 && !no_eos) rc = shard_writer_append(&w, &eos_id, 1, &e);
             docs++;
         }
-        if (interrupted_) { rc = err_set(&e, "encode: interrupted; %s not written", output); }
         double t = time_now_s();
         if (progress && rc == 0 && t - last > every) {
             last = t;
@@ -281,6 +316,9 @@ static int cmd_encode_(int argc, char **argv) {
     if (in.open) text_close(&in.r);
     batch_free_(&b);
     uint64_t n_tokens = w.n_tokens;
+    // the shard is whole from here on: a signal during the rename must not remove it and call it unwritten
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
     if (rc == 0) rc = shard_writer_close(&w, &e);
     else shard_writer_abort(&w);
     tokenizer_free(tok);
@@ -373,10 +411,11 @@ static int cmd_decode_(int argc, char **argv) {
         }
     }
     FILE *out = stdout;
-    if (output && !(out = fopen(output, "wb"))) {
-        err_set(&e, "decode: cannot write %s: %s", output, strerror(errno));
+    if (output && ((input && files_same(input, output)) || files_same(model, output))) {
+        err_set(&e, "decode: --output %s is also an input; writing it would destroy the input", output);
         err_die(PROG, &e);
     }
+    if (output && !(out = fopen_output(output, 0, &e))) err_die(PROG, &e);
     // decode in chunks; a document (the ids between two EOS) may straddle chunks, so its ids are kept
     // until its EOS arrives, then decoded as one piece of text
     const uint64_t CHUNK = 1 << 20;
@@ -405,10 +444,7 @@ static int cmd_decode_(int argc, char **argv) {
         }
         off += k;
     }
-    if (out != stdout && fclose(out) != 0) {
-        err_set(&e, "decode: cannot write %s: %s", output, strerror(errno));
-        err_die(PROG, &e);
-    }
+    if (out != stdout && fclose_output(out, output, &e) != 0) err_die(PROG, &e);
     if (out == stdout && fflush(stdout) != 0) { err_set(&e, "decode: write error: %s", strerror(errno)); err_die(PROG, &e); }
     free(doc);
     free(chunk);

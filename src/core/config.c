@@ -26,10 +26,21 @@
 #define CFG_FILE_MAX (16 << 20)  // bytes of one config file
 #define CFG_SET_DEPTH_MAX 64     // names and [i] indices in one --set key path (the schema nests a few levels)
 
+// a file loaded once already: a base named again (by another file, or twice in a list) is taken from here, so
+// loading is linear in the files, not exponential in the mentions (20 files naming the next twice: 2^20 loads)
+typedef struct LoadedFile {
+    char *canon;
+    cJSON *tree;          // the file merged over its bases
+    int n;
+    char **path, **from;  // (n,) the origins its load set, replayed at each further mention
+} LoadedFile;
+
 typedef struct LoadChain {  // the files being loaded, outermost first, to report "base" cycles
     int n;
     char *canon[CFG_BASE_DEPTH_MAX];
     const char *shown[CFG_BASE_DEPTH_MAX];
+    LoadedFile *done;     // (n_done,) every file loaded so far
+    int n_done;
 } LoadChain;
 
 // ----------------------------------------------------------------------------
@@ -126,18 +137,21 @@ static void origins_set_(CfgOrigins *o, const char *path, const char *from) {
     if (i >= 0) {
         free(o->from[i]);
         o->from[i] = xstrdup(from);
+        o->stamp[i] = ++o->clock;
         return;
     }
     if (o->n == o->cap) {
         o->cap = o->cap ? 2 * o->cap : 64;
         o->path = xrealloc(o->path, o->cap * sizeof *o->path);
         o->from = xrealloc(o->from, o->cap * sizeof *o->from);
+        o->stamp = xrealloc(o->stamp, o->cap * sizeof *o->stamp);
         free(o->slot);
         o->n_slot = 2 * o->cap;
         o->slot = xcalloc((size_t)o->n_slot, sizeof *o->slot);
         for (int k = 0; k < o->n; k++) origins_slot_(o, k);
     }
     o->path[o->n] = xstrdup(path);
+    o->stamp[o->n] = ++o->clock;
     o->from[o->n++] = xstrdup(from);
     origins_slot_(o, o->n - 1);
 }
@@ -164,6 +178,7 @@ void config_origins_free(CfgOrigins *o) {
     }
     free(o->path);
     free(o->from);
+    free(o->stamp);
     free(o->slot);
     free(o->root);
     free(o);
@@ -401,8 +416,16 @@ static cJSON *load_file_(const char *path, char *canon, LoadChain *ch, CfgOrigin
         free(canon);
         return NULL;
     }
+    for (int i = 0; i < ch->n_done; i++) {
+        const LoadedFile *d = &ch->done[i];
+        if (strcmp(d->canon, canon) != 0) continue;
+        for (int k = 0; k < d->n; k++) origins_set_(o, d->path[k], d->from[k]);
+        free(canon);
+        return cJSON_Duplicate(d->tree, 1);
+    }
     ch->canon[ch->n] = canon;
     ch->shown[ch->n++] = path;
+    long clock0 = o->clock;
 
     cJSON *own = NULL, *base = NULL, *merged = NULL;
     char *text = read_text_(path, e);
@@ -424,8 +447,43 @@ static cJSON *load_file_(const char *path, char *canon, LoadChain *ch, CfgOrigin
     }
     cJSON_Delete(own);
     cJSON_Delete(base);
+    if (merged) {
+        // kept with the origins set since clock0: this load's, each at its last value
+        ch->done = xrealloc(ch->done, (size_t)(ch->n_done + 1) * sizeof *ch->done);
+        LoadedFile *d = &ch->done[ch->n_done++];
+        d->canon = xstrdup(canon);
+        d->tree = cJSON_Duplicate(merged, 1);
+        d->n = 0;
+        for (int k = 0; k < o->n; k++) d->n += o->stamp[k] > clock0;
+        d->path = xmalloc((size_t)(d->n ? d->n : 1) * sizeof *d->path);
+        d->from = xmalloc((size_t)(d->n ? d->n : 1) * sizeof *d->from);
+        for (int k = 0, j = 0; k < o->n; k++)
+            if (o->stamp[k] > clock0) {
+                d->path[j] = o->path[k];
+                d->from[j++] = o->from[k];
+            }
+        for (int k = 0; k < d->n; k++) {
+            d->path[k] = xstrdup(d->path[k]);
+            d->from[k] = xstrdup(d->from[k]);
+        }
+    }
     free(ch->canon[--ch->n]);
     return merged;
+}
+
+static void load_chain_free_(LoadChain *ch) {
+    for (int i = 0; i < ch->n_done; i++) {
+        LoadedFile *d = &ch->done[i];
+        for (int k = 0; k < d->n; k++) {
+            free(d->path[k]);
+            free(d->from[k]);
+        }
+        free(d->path);
+        free(d->from);
+        free(d->canon);
+        cJSON_Delete(d->tree);
+    }
+    free(ch->done);
 }
 
 // One "[i]" of an override path at *p: the index (at most INT_MAX), *p moved past the ']'; -1 if malformed.
@@ -552,6 +610,7 @@ cJSON *config_load(const char *path, const char *const *overrides, int n_overrid
     cJSON *root = NULL;
     if (!canon) cfg_fail(e, path, NULL, "cannot open (%s)", strerror(errno));
     else root = load_file_(path, canon, &ch, o, e);
+    load_chain_free_(&ch);
     for (int i = 0; root && i < n_overrides; i++) {
         if (apply_override_(root, overrides[i], o, e)) {
             cJSON_Delete(root);

@@ -17,6 +17,8 @@ struct CfgOrigins {
     int n, cap;
     char **path, **from;
     int *slot, n_slot;  // open-addressing hash of path -> index + 1 (0 empty), n_slot a power of 2 >= 2 cap
+    long *stamp, clock;  // (n,) when each entry was set last, on a clock ticking once a set: a file's load
+                         // set the entries stamped after its start (config.c caches them with the file)
 };
 
 // "prefix.name" (or "name" at the top), freshly allocated

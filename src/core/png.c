@@ -4,13 +4,12 @@
  * header and Adler-32 trailer, and deflate's stored blocks, which are byte-aligned copies of the data.
  */
 #include "core/png.h"
+#include "core/files.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 // ----------------------------------------------------------------------------
 // checksums
@@ -91,17 +90,12 @@ int png_write(const char *path, const uint8_t *pix, int w, int h, int channels, 
         memcpy(raw + (size_t)y * (stride + 1) + 1, pix + (size_t)y * stride, stride);
     }
 
-    char tmp[4096];
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp) {
+    AtomicFile af;
+    if (atomic_file_open(&af, path, e) != 0) {
         free(raw);
-        return err_set(e, "%s: path too long", path);
+        return -1;
     }
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        int err = errno;
-        free(raw);
-        return err_set(e, "%s: cannot create %s: %s", path, tmp, strerror(err));
-    }
+    FILE *f = af.f;
     fwrite("\x89PNG\r\n\x1a\n", 1, 8, f);
     uint8_t ihdr[13];
     store_be32_(ihdr, (uint32_t)w);
@@ -139,23 +133,7 @@ int png_write(const char *path, const uint8_t *pix, int w, int h, int channels, 
     free(buf);
     free(raw);
 
-    // fsync before the rename: otherwise a crash can leave the new name on a file whose data never
-    // reached the disk
-    int bad = ferror(f) || fflush(f) != 0 || fsync(fileno(f)) != 0;
-    int err = errno;
-    if (fclose(f) != 0 && !bad) {
-        bad = 1;
-        err = errno;
-    }
-    if (!bad && rename(tmp, path) != 0) {
-        bad = 1;
-        err = errno;
-    }
-    if (bad) {
-        unlink(tmp);
-        return err_set(e, "%s: write failed: %s", path, strerror(err ? err : EIO));
-    }
-    return 0;
+    return atomic_file_commit(&af, e);
 }
 
 // ----------------------------------------------------------------------------

@@ -1,13 +1,22 @@
 #include "data/evalsets.h"
 
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
 #include "core/config.h"
+#include "core/files.h"
 #include "data/text.h"
+
+// A set is held in memory whole: its lines and its decoded size are bounded far above the bundled sets' (the
+// longest line 4.9 KB, the largest set 7.8 MB decoded), so a small .zst that expands to gigabytes is refused
+#define EVAL_LINE_MAX ((size_t)1 << 20)
+#define EVAL_TEXT_MAX ((uint64_t)256 << 20)
 
 // how the packaged fields of each file become the harness's prompt (docs/zeroshot.md)
 enum {
@@ -184,7 +193,11 @@ static int json_item_(EvalItem *it, const EvalTask *t, const cJSON *o, const cha
         set_choice_(it, 0, ctx, cont);
         return 0;
     }
-    if (!cJSON_IsNumber(gold)) { *why = "needs an integer field \"gold\""; return -1; }
+    // an integer: cJSON's valueint would read 0.7 as 0 (the first choice) without a word
+    if (!cJSON_IsNumber(gold) || gold->valuedouble != floor(gold->valuedouble) || fabs(gold->valuedouble) > 1e9) {
+        *why = "needs an integer field \"gold\" (the index of the right choice)";
+        return -1;
+    }
     it->gold = gold->valueint;
     if (t->format == FMT_PARTIAL) {
         const cJSON *opts = cJSON_GetObjectItemCaseSensitive(o, "context_options");
@@ -338,10 +351,18 @@ int evalset_load(EvalSet *s, const EvalTask *t, const char *dir, long limit, Err
     s->task = t;
     char path[2048];
     snprintf(path, sizeof path, "%s/%s", dir, t->file);
+    // a FIFO or a device would block the read or never end: refused before a byte is read
+    unsigned mode = 0;
+    int fd = open_regular(path, &mode);
+    if (fd >= 0) close(fd);
+    else if (fd == OPEN_NOT_REGULAR) err_set(e, "%s: is %s, not a regular file", path, file_kind(mode));
+    else err_set(e, "%s: cannot open: %s", path, strerror(errno));
     TextReader r;
-    if (text_open(&r, path, NULL, e) != 0)
+    if (fd < 0 || text_open(&r, path, NULL, e) != 0)
         return err_prefix(e, "zero-shot set '%s' (--eval-data is the folder of the sets, default data/eval): ",
                           t->name);
+    r.max_line = EVAL_LINE_MAX;
+    r.max_bytes = EVAL_TEXT_MAX;
     int rc = t->format == FMT_HELLASWAG ? load_hellaswag_(s, &r, limit, e) : load_jsonl_(s, t, &r, limit, e);
     text_close(&r);
     if (rc == 0 && s->n == 0) rc = err_set(e, "%s: no items", path);

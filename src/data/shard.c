@@ -460,7 +460,6 @@ int shard_read(Shard *s, uint32_t *out, uint64_t start, uint64_t count, Err *e) 
 static void writer_free_(ShardWriter *w) {
     ZSTD_freeCCtx(w->cctx);
     free(w->path);
-    free(w->tmp_path);
     free(w->pending);
     free(w->offsets);
     free(w->cbuf);
@@ -469,20 +468,19 @@ static void writer_free_(ShardWriter *w) {
 }
 
 void shard_writer_abort(ShardWriter *w) {
-    if (w->fp) fclose(w->fp);
-    if (w->tmp_path) unlink(w->tmp_path);
+    atomic_file_abort(&w->af);
     writer_free_(w);
 }
 
 // an I/O failure: the message names the temp file, then the writer removes it and closes
 static int writer_fail_(ShardWriter *w, const char *what, int errnum, Err *e) {
-    err_set(e, "cannot %s %s: %s", what, w->tmp_path, strerror(errnum));
+    err_set(e, "cannot %s %s: %s", what, w->af.tmp, strerror(errnum));
     shard_writer_abort(w);
     return -1;
 }
 
 static int writer_put_(ShardWriter *w, const void *data, size_t n, Err *e) {
-    if (fwrite(data, 1, n, w->fp) != n) return writer_fail_(w, "write", errno ? errno : EIO, e);
+    if (fwrite(data, 1, n, w->af.f) != n) return writer_fail_(w, "write", errno ? errno : EIO, e);
     w->pos += n;
     return 0;
 }
@@ -527,18 +525,8 @@ int shard_writer_open(ShardWriter *w, const char *path, uint32_t vocab_size, int
     if (level < ZSTD_minCLevel() || level > ZSTD_maxCLevel()) {
         return err_set(e, "%s: zstd level %d is outside %d..%d", path, level, ZSTD_minCLevel(), ZSTD_maxCLevel());
     }
-    size_t n = strlen(path) + 32;
-    char *tmp = xmalloc(n);
-    snprintf(tmp, n, "%s.tmp.%ld", path, (long)getpid());
-    FILE *fp = fopen(tmp, "wb");
-    if (!fp) {
-        err_set(e, "cannot create %s: %s", tmp, strerror(errno));
-        free(tmp);
-        return -1;
-    }
+    if (atomic_file_open(&w->af, path, e) != 0) return -1;
     w->path = xstrdup(path);
-    w->tmp_path = tmp;
-    w->fp = fp;
     w->level = level;
     w->vocab_size = vocab_size;
     w->token_bytes = token_bytes;
@@ -566,7 +554,7 @@ int shard_writer_open(ShardWriter *w, const char *path, uint32_t vocab_size, int
 }
 
 int shard_writer_append(ShardWriter *w, const uint32_t *ids, size_t n, Err *e) {
-    if (!w->fp) return err_set(e, "shard writer: append after close or after a failed write");
+    if (!w->af.f) return err_set(e, "shard writer: append after close or after a failed write");
     // the whole batch is checked before any of it is taken, so a rejected batch leaves the writer usable
     uint32_t lo = w->min_id, hi = w->max_id;
     for (size_t i = 0; i < n; i++) {
@@ -593,7 +581,7 @@ int shard_writer_append(ShardWriter *w, const uint32_t *ids, size_t n, Err *e) {
 }
 
 int shard_writer_close(ShardWriter *w, Err *e) {
-    if (!w->fp) return err_set(e, "shard writer: close after close or after a failed write");
+    if (!w->af.f) return err_set(e, "shard writer: close after close or after a failed write");
     if (w->n_pending > 0 && writer_flush_frame_(w, e) != 0) return -1;
     uint64_t index_offset = w->pos;
     uint8_t buf[4096];
@@ -617,19 +605,11 @@ int shard_writer_close(ShardWriter *w, Err *e) {
     put_u32_(h + 56, w->n_tokens > 0 ? w->min_id : 0);
     put_u32_(h + 60, w->max_id);
     if (w->has_tokenizer_hash) memcpy(h + 64, w->tokenizer_sha256, 32);
-    if (fseek(w->fp, 0, SEEK_SET) != 0) return writer_fail_(w, "seek in", errno, e);
-    if (fwrite(h, 1, sizeof h, w->fp) != sizeof h) return writer_fail_(w, "write", errno ? errno : EIO, e);
-
-    // data on disk before the rename, so the name only ever points at a complete shard
-    if (fflush(w->fp) != 0) return writer_fail_(w, "write", errno, e);
-    if (fsync(fileno(w->fp)) != 0) return writer_fail_(w, "sync", errno, e);
-    FILE *fp = w->fp;
-    w->fp = NULL;
-    if (fclose(fp) != 0) return writer_fail_(w, "close", errno, e);
-    if (rename(w->tmp_path, w->path) != 0) {
-        int err = errno;
-        err_set(e, "cannot rename %s to %s: %s", w->tmp_path, w->path, strerror(err));
-        shard_writer_abort(w);
+    if (fseek(w->af.f, 0, SEEK_SET) != 0) return writer_fail_(w, "seek in", errno, e);
+    if (fwrite(h, 1, sizeof h, w->af.f) != sizeof h) return writer_fail_(w, "write", errno ? errno : EIO, e);
+    // flushed, synced and renamed: the name only ever points at a complete shard
+    if (atomic_file_commit(&w->af, e) != 0) {
+        writer_free_(w);
         return -1;
     }
     writer_free_(w);

@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <stddef.h>
 #include "core/err.h"
+#include "core/files.h"
 
 #define SHARD_MAGIC "SEQSHRD1"  // 8 bytes at offset 0 of a seqtok shard
 #define SHARD_VERSION 1
@@ -88,8 +89,8 @@ int shard_scan(Shard *s, uint32_t *min_id, uint32_t *max_id, Err *e);
 // Writer: streams tokens into a temp file, then index + header + fsync + rename, so a shard on disk
 // is always complete. token_bytes 0 = 2 when vocab_size <= 65536 else 4.
 typedef struct ShardWriter {
-    char *path, *tmp_path;
-    void *fp;               // FILE*
+    char *path;
+    AtomicFile af;          // the temporary file, renamed over path by close
     void *cctx;             // ZSTD_CCtx
     int level;
     uint32_t vocab_size;

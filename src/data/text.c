@@ -24,6 +24,7 @@ int text_open(TextReader *r, const char *path, const char *jsonl_key, Err *e) {
     }
     r->path = xstrdup(path);
     r->jsonl_key = jsonl_key;
+    r->max_line = TEXT_LINE_MAX;
     r->in_size = ZSTD_DStreamInSize();
     r->in = xmalloc(r->in_size);
     // the sniffed bytes of a plain file are moved into buf, so buf must hold in_size bytes too
@@ -97,6 +98,13 @@ static int text_read_line_(TextReader *r, Err *e) {
         size_t avail = r->buf_len - r->buf_pos;
         uint8_t *nl = memchr(start, '\n', avail);
         size_t take = nl ? (size_t)(nl - start) : avail;
+        if (r->line_len + take > r->max_line)
+            return err_set(e, "%s: line %llu is longer than %zu bytes, the most one line may hold (is it a text file?)",
+                           r->path, (unsigned long long)r->line_no + 1, r->max_line);
+        if (r->max_bytes && r->bytes_read + take > r->max_bytes)
+            return err_set(e, "%s: holds more than %llu MiB of text by line %llu, the most this reader takes (a "
+                           "compressed file can expand a thousandfold: is it the right file?)", r->path,
+                           (unsigned long long)(r->max_bytes >> 20), (unsigned long long)r->line_no + 1);
         if (r->line_len + take + 1 > r->line_cap) {
             r->line_cap = (r->line_len + take + 1) * 2;
             r->line = xrealloc(r->line, r->line_cap);

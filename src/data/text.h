@@ -2,7 +2,10 @@
  * Line-by-line text input for the tokenizer: plain files or zstd-compressed ones (detected by the
  * zstd magic, so `wiki.train.tokens.zst` is read as is), UTF-8 checked (an invalid byte is an error
  * naming file, line and byte offset), and optionally one field of a JSON object per line (jsonl).
- * Memory is bounded by the longest line, whatever the file size.
+ * Memory is bounded by the longest line, whatever the file size, and a line is at most max_line bytes
+ * (TEXT_LINE_MAX unless the caller lowers it): /dev/zero or a .zst of one endless line is an error naming
+ * the file and line, not a process that grows until the kernel kills it. A caller that keeps everything
+ * it reads (the zero-shot sets) also bounds the decoded total with max_bytes.
  */
 #ifndef SEQ_TEXT_H
 #define SEQ_TEXT_H
@@ -11,6 +14,8 @@
 #include <stdint.h>
 #include <stdio.h>
 #include "core/err.h"
+
+#define TEXT_LINE_MAX ((size_t)64 << 20)  // bytes of one line (one document for seqtok)
 
 typedef struct TextReader {
     char *path;
@@ -28,6 +33,8 @@ typedef struct TextReader {
     uint64_t bytes_read;  // decoded bytes consumed so far (for progress)
     uint64_t file_size;   // bytes on disk (compressed size for zstd input)
     uint64_t file_pos;    // bytes read from disk so far
+    size_t max_line;      // longest line taken (TEXT_LINE_MAX after text_open)
+    uint64_t max_bytes;   // decoded bytes taken in all, 0 = no bound (text_open's default)
     const char *jsonl_key;  // non-NULL: each line is a JSON object, yield this string field
     char *field;          // the extracted field (jsonl mode)
 } TextReader;

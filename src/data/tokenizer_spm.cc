@@ -9,6 +9,7 @@ extern "C" {  // the C headers it needs have C linkage (they carry no extern "C"
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -171,6 +172,8 @@ class LineIterator : public sentencepiece::SentenceIterator {
         int rc = fn_(ctx_, &s, &n, &err_);
         if (rc == 1) {
             value_.assign(s, n);
+            lines_++;
+            text_lines_ += n > 0;
         } else {
             done_ = true;
             failed_ = rc < 0;
@@ -183,12 +186,15 @@ class LineIterator : public sentencepiece::SentenceIterator {
     }
     bool failed() const { return failed_; }
     const Err &err() const { return err_; }
+    unsigned long long lines() const { return lines_; }
+    unsigned long long text_lines() const { return text_lines_; }
 
   private:
     TokenizerLineFn fn_;
     void *ctx_;
     std::string value_;
     bool done_ = false, failed_ = false;
+    unsigned long long lines_ = 0, text_lines_ = 0;
     Err err_{};
 };
 }  // namespace
@@ -225,6 +231,18 @@ extern "C" int tokenizer_train(const TokenizerTrainOpts *o, TokenizerLineFn next
         if (e) *e = it.err();
         return -1;
     }
-    if (!st.ok()) return err_set(e, "tokenizer training failed: %s", st.ToString().c_str());
-    return 0;
+    if (st.ok()) return 0;
+    // SentencePiece's own words name its source lines and its flags (--character_coverage); the two failures
+    // a user meets are said in seqtok's
+    if (it.text_lines() == 0)
+        return err_set(e, "tokenizer training: the input holds no text (%llu line%s, none with a character): a "
+                       "tokenizer learns its pieces from text; give files that hold some", it.lines(),
+                       it.lines() == 1 ? "" : "s");
+    const char *small = strstr(st.ToString().c_str(), "Vocabulary size is smaller than required_chars.");
+    int vocab = 0, need = 0;
+    if (small && sscanf(small, "Vocabulary size is smaller than required_chars. %d vs %d", &vocab, &need) == 2)
+        return err_set(e, "tokenizer training: a vocabulary of %d pieces cannot hold the %d characters (and special "
+                       "pieces) the input needs at this character coverage; raise --vocab-size above %d, or lower "
+                       "--character-coverage so rare characters fall back to bytes", vocab, need, need);
+    return err_set(e, "tokenizer training failed: %s", st.ToString().c_str());
 }

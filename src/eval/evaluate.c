@@ -9,6 +9,7 @@
 #include <cjson/cJSON.h>
 
 #include "core/dist.h"
+#include "core/files.h"
 #include "data/eval_windows.h"
 #include "data/loader.h"
 #include "run/run_config.h"
@@ -117,21 +118,19 @@ int params_first_nonfinite(const ParamTable *pt, const float *buf, size_t *at) {
 static FILE *open_out_(const char *dir, const char *name, Err *e) {
     char path[2048];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "w");
-    if (!f) err_set(e, "cannot write %s: %s", path, strerror(errno));
-    return f;
+    return fopen_output(path, 0, e);
 }
 
 // close a file written by eval_write, a write or flush error (full disk) named with the file; rc is the
 // caller's status so far (a failure already recorded keeps its message)
 static int close_out_(FILE *f, const char *dir, const char *name, int rc, Err *e) {
     if (!f) return rc;
-    int bad = ferror(f);
-    errno = 0;
-    if (fclose(f) != 0) bad = 1;
-    if (bad && rc == 0)
-        return err_set(e, "cannot write %s/%s: %s", dir, name, errno ? strerror(errno) : "write error");
-    return bad ? -1 : rc;
+    char path[2048];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    Err ce;
+    if (fclose_output(f, path, &ce) == 0) return rc;
+    if (rc == 0) err_set(e, "%s", ce.msg);
+    return -1;
 }
 
 int eval_write(const char *dir, const char *what, const EvalResult *r, int n, void *out_fp, Err *e) {

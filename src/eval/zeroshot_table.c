@@ -9,6 +9,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "core/files.h"
+
 // the number the paper's table shows for a task: acc_norm where it reports that, else acc
 static double table_value_(const ZeroshotResult *r, double *se) {
     int norm = r->task->table_norm && !r->task->cloze;
@@ -121,8 +123,8 @@ int zeroshot_write(const char *dir, const char *model, const char *what, const Z
     for (int k = 0; k < 3; k++) {
         char path[2048];
         snprintf(path, sizeof path, "%s/%s", dir, names[k]);
-        FILE *f = fopen(path, "w");
-        if (!f) return err_set(e, "cannot write %s: %s", path, strerror(errno));
+        FILE *f = fopen_output(path, 0, e);
+        if (!f) return -1;
         if (k == 0) write_md_(f, model, what, r, n);
         else if (k == 1) write_csv_(f, model, r, n);
         else {
@@ -130,10 +132,7 @@ int zeroshot_write(const char *dir, const char *model, const char *what, const Z
             fprintf(f, "%s\n", s);
             cJSON_free(s);
         }
-        int bad = ferror(f);
-        errno = 0;
-        if (fclose(f) != 0) bad = 1;
-        if (bad) return err_set(e, "cannot write %s: %s", path, errno ? strerror(errno) : "write error");
+        if (fclose_output(f, path, e) != 0) return -1;
     }
     if (out) write_md_(out, model, what, r, n);
     return 0;

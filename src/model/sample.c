@@ -30,7 +30,7 @@ static int by_logit_(const void *a, const void *b) {
 }
 
 int sample_token(const float *logits, int V, const SampleOpts *o, Rng *r) {
-    if (o->temperature == 0 || o->top_k == 1) return argmax_(logits, V);
+    if (o->temperature < SAMPLE_GREEDY_BELOW || o->top_k == 1) return argmax_(logits, V);
     int k = o->top_k > 0 && o->top_k < V ? o->top_k : V;
     int *idx = malloc((size_t)V * sizeof(int));
     double *p = malloc((size_t)k * sizeof(double));

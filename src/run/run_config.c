@@ -11,7 +11,8 @@
 
 static const CfgKey RUN_KEYS_[] = {
     KEY_(RunSection, "name", CFG_STR, name, "\"\"", 0, 0, NULL,
-         "Run name; the run directory is run.dir/run.name. Empty: the config file's name without .json."),
+         "Run name; the run directory is run.dir/run.name. Empty: the config file's name without .json. "
+         "A folder name: no '/', not '.' or '..'."),
     KEY_(RunSection, "dir", CFG_STR, dir, "\"runs\"", 0, 0, NULL, "Folder that holds run directories."),
     KEY_(RunSection, "seed", CFG_INT, seed, "1337", 0, 2147483647, NULL,
          "Seed of everything random in the run (data order, initialisation)."),

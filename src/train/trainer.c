@@ -17,6 +17,7 @@
 
 #include "core/cpu.h"
 #include "core/dist.h"
+#include "core/files.h"
 #include "core/timer.h"
 #include "data/tokenizer.h"
 #include "ckpt/ckptdir.h"
@@ -161,6 +162,20 @@ static int schedule_setup_(Schedule *sc, const RunConfig *c, long total_steps, E
     sc->decay_shape = !strcmp(s->decay_shape, "1-sqrt") ? WSD_SQRT : WSD_LINEAR;
     if (schedule_check(sc, e) != 0)
         return err_prefix(e, "schedule (schedule.kind %s over %ld steps): ", s->kind, total_steps);
+    return 0;
+}
+
+// t->run_dir = dir/name (dir alone when name is ""), refused up front when the files inside it (the longest:
+// ckpt-<step>.tmp.<pid>/optim.safetensors.tmp.<pid>) would not fit FILE_PATH_MAX, instead of at the first
+// checkpoint after minutes of training
+static int run_dir_set_(Trainer *t, const char *dir, const char *name, Err *e) {
+    const size_t inside = 96;  // room for the longest file name under the run directory
+    size_t n = strlen(dir) + (name[0] ? 1 + strlen(name) : 0);
+    if (n + inside >= FILE_PATH_MAX || n >= sizeof t->run_dir)
+        return err_set(e, "the run directory %.60s... is %zu bytes long, more than %zu: the files inside it would not "
+                       "fit a path of %d bytes; choose a shorter run.dir or run.name", dir, n,
+                       (size_t)FILE_PATH_MAX - inside - 1, FILE_PATH_MAX);
+    snprintf(t->run_dir, sizeof t->run_dir, "%s%s%s", dir, name[0] ? "/" : "", name);
     return 0;
 }
 
@@ -363,13 +378,17 @@ static int setup_(Trainer *t, const TrainerOpts *o, Err *e) {
     t->ranks = dist_size();
     t->quiet = o->quiet || !dist_main();  // rank 0 prints for all ranks
     if (o->resume_dir) {
-        snprintf(t->run_dir, sizeof t->run_dir, "%s", o->resume_dir);
+        if (run_dir_set_(t, o->resume_dir, "", e) != 0) return -1;
     } else {
         char name[512];
         if (c->run.name[0]) snprintf(name, sizeof name, "%s", c->run.name);
         else default_run_name_(o->config_path, name, sizeof name);
         snprintf(c->run.name, sizeof c->run.name, "%s", name);
-        snprintf(t->run_dir, sizeof t->run_dir, "%s/%s", c->run.dir, name);
+        // the run directory is a folder of run.dir: a name with a '/', "." or ".." would put it elsewhere
+        if (!name[0] || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, ".."))
+            return err_set(e, "%s: run.name \"%.200s\" is not a folder name: the run directory is run.dir/run.name, "
+                           "so the name must not hold '/' nor be empty, \".\" or \"..\"", config_path, name);
+        if (run_dir_set_(t, c->run.dir, name, e) != 0) return -1;
         char latest[1200];
         int has = ckptdir_latest(t->run_dir, latest, sizeof latest, NULL);
         if (has == 1)
@@ -454,6 +473,7 @@ static int start_run_dir_(Trainer *t, const TrainerOpts *o, Err *e) {
     char log_path[1200];
     snprintf(log_path, sizeof log_path, "%s/log.jsonl", t->run_dir);
     int rc = dist_main() ? mkdir_p_(t->run_dir, e) : 0;
+    if (rc == 0 && dist_main()) rc = rundir_lock(t->run_dir, e);
     if (dist_agree(rc, e) != 0) return -1;
     if (o->resume_dir) return trainer_resume(t, log_path, e);
     if (dist_main()) {
@@ -461,9 +481,8 @@ static int start_run_dir_(Trainer *t, const TrainerOpts *o, Err *e) {
         if (stat(log_path, &st) == 0)
             fprintf(stderr, "seqtrain: note: %s had no checkpoint; starting it over\n", t->run_dir);
         rc = trainer_write_config(t, e);
-        FILE *f = rc == 0 ? fopen(log_path, "w") : NULL;
-        if (rc == 0 && !f) rc = err_set(e, "cannot write %s: %s", log_path, strerror(errno));
-        if (f) fclose(f);
+        FILE *f = rc == 0 ? fopen_output(log_path, 0, e) : NULL;
+        if (rc == 0) rc = f ? fclose_output(f, log_path, e) : -1;
         snprintf(log_path, sizeof log_path, "%s/diag.jsonl", t->run_dir);
         if (rc == 0) remove(log_path);  // a previous run's diagnostics; ENOENT is fine
     }
@@ -485,9 +504,9 @@ static int diag_write_(const Trainer *t, Err *e) {
         if (!f) {
             char path[1200];
             snprintf(path, sizeof path, "%s/diag.jsonl", t->run_dir);
-            if (!(f = fopen(path, "a"))) {
+            if (!(f = fopen_output(path, 1, e))) {
                 cJSON_Delete(o);
-                return err_set(e, "cannot write %s: %s", path, strerror(errno));
+                return -1;
             }
         }
         char *txt = cJSON_PrintUnformatted(o);  // cJSON prints a non-finite number as null
@@ -496,11 +515,9 @@ static int diag_write_(const Trainer *t, Err *e) {
         cJSON_Delete(o);
     }
     if (!f) return 0;
-    errno = 0;
-    int bad = ferror(f);
-    if (fclose(f) != 0) bad = 1;
-    if (bad) return err_set(e, "cannot write %s/diag.jsonl: %s", t->run_dir, errno ? strerror(errno) : "write error");
-    return 0;
+    char path[1200];
+    snprintf(path, sizeof path, "%s/diag.jsonl", t->run_dir);
+    return fclose_output(f, path, e);
 }
 
 // the run's log.jsonl, open for appending (rank 0; NULL on the others); every line is flushed and checked (a full
@@ -589,7 +606,7 @@ static int final_eval_task_(Trainer *t, Err *e) {
     int rc = 0;
     if (dist_main()) {
         rc = mkdir_p_(dir, e);
-        if (rc == 0 && !(f = fopen(path, "w"))) rc = err_set(e, "cannot write %s: %s", path, strerror(errno));
+        if (rc == 0 && !(f = fopen_output(path, 0, e))) rc = -1;
     }
     if (dist_agree(rc, e) != 0) {
         if (f) fclose(f);
@@ -602,10 +619,8 @@ static int final_eval_task_(Trainer *t, Err *e) {
     rc = evaluate_task(&fw, &t->c, f, &loss, &acc, &n, e);
     forward_close(&fw);
     if (f) {
-        errno = 0;
-        int bad = ferror(f);
-        if (fclose(f) != 0) bad = 1;
-        if (bad && rc == 0) rc = err_set(e, "cannot write %s: %s", path, errno ? strerror(errno) : "write error");
+        Err ce;
+        if (fclose_output(f, path, &ce) != 0 && rc == 0) rc = err_set(e, "%s", ce.msg);
     }
     if (rc == 0 && dist_main())
         printf("\n%s test split: accuracy %.4f, loss %.4f over %llu supervised positions (%s)\n", t->c.data.task.kind,
@@ -678,9 +693,9 @@ static int loop_(Trainer *t, Err *e) {
     int *in = xmalloc((size_t)A * BT * sizeof(int)), *tg = xmalloc((size_t)A * BT * sizeof(int));
     char log_path[1200];
     snprintf(log_path, sizeof log_path, "%s/log.jsonl", t->run_dir);
-    RunLog_ lg = {dist_main() ? fopen(log_path, "a") : NULL, ""}, *log = &lg;
+    RunLog_ lg = {dist_main() ? fopen_output(log_path, 1, e) : NULL, ""}, *log = &lg;
     snprintf(lg.path, sizeof lg.path, "%s", log_path);
-    int rc = dist_main() && !lg.f ? err_set(e, "cannot append to %s: %s", log_path, strerror(errno)) : 0;
+    int rc = dist_main() && !lg.f ? -1 : 0;
     if (dist_agree(rc, e) != 0) {
         if (lg.f) fclose(lg.f);
         free(in);

@@ -38,22 +38,31 @@ void trainer_last_ckpt_note(const Trainer *t, char *buf, size_t n) {
     else snprintf(buf, n, "no checkpoint was written yet");
 }
 
+// the first NaN or infinity of the training state: into what (the tensor, named, and its value and element)
+// and 1, or 0 when every parameter and moment is finite; *b = 0 the parameters, 1 and 2 Adam's moments
+static int state_nonfinite_(const Trainer *t, int *b, char *what, size_t n) {
+    const float *bufs[] = {t->model.params, t->opt.m, t->opt.v};
+    static const char *const kind[] = {"parameter", "optimizer first moment of", "optimizer second moment of"};
+    for (*b = 0; *b < 3; (*b)++) {
+        size_t at;
+        int k = params_first_nonfinite(&t->model.pt, bufs[*b], &at);
+        if (k < 0) continue;
+        snprintf(what, n, "%s '%s' holds a non-finite value (%g at element %zu)", kind[*b], t->model.pt.t[k].name,
+                 (double)bufs[*b][t->model.pt.t[k].offset + at], at);
+        return 1;
+    }
+    return 0;
+}
+
 // a checkpoint never holds a NaN or an infinity: an update that overflowed the parameters or the
 // optimizer's moments stops the run here, naming the tensor, and the last good checkpoint stays the latest
 static int check_finite_state_(const Trainer *t, Err *e) {
-    const float *bufs[] = {t->model.params, t->opt.m, t->opt.v};
-    const char *what[] = {"parameter", "optimizer first moment of", "optimizer second moment of"};
-    for (int b = 0; b < 3; b++) {
-        size_t at;
-        int k = params_first_nonfinite(&t->model.pt, bufs[b], &at);
-        if (k < 0) continue;
-        char note[1400];
-        trainer_last_ckpt_note(t, note, sizeof note);
-        return err_set(e, "step %ld: %s '%s' holds a non-finite value (%g at element %zu) after the update: training "
-                       "diverged; no checkpoint written; %s", t->step, what[b], t->model.pt.t[k].name,
-                       (double)bufs[b][t->model.pt.t[k].offset + at], at, note);
-    }
-    return 0;
+    char what[400], note[1400];
+    int b;
+    if (!state_nonfinite_(t, &b, what, sizeof what)) return 0;
+    trainer_last_ckpt_note(t, note, sizeof note);
+    return err_set(e, "step %ld: %s after the update: training diverged; no checkpoint written; %s", t->step, what,
+                   note);
 }
 
 static int write_checkpoint_(Trainer *t, Err *e);
@@ -179,6 +188,12 @@ static int load_checkpoint_(Trainer *t, const char *ckpt, const CkptState *st, E
     const char *pre[] = {"m.", "v."};
     float *bufs[] = {t->opt.m, t->opt.v};
     if (safetensors_read_tables(path, &t->model.pt, pre, bufs, 2, e) != 0) return -1;
+    // a damaged (or hand-made) checkpoint with a NaN would train NaNs from the first step
+    char what[400];
+    int b;
+    if (state_nonfinite_(t, &b, what, sizeof what))
+        return err_set(e, "%s/%s: %s: the checkpoint cannot be resumed; move it aside to resume from an earlier one",
+                       ckpt, b ? "optim.safetensors" : "model.safetensors", what);
     snprintf(path, sizeof path, "%s/state.json", ckpt);
     LoaderCursor cur = {st->epoch, st->window};
     if (loader_seek(&t->train, cur, e) != 0) return err_prefix(e, "%s: ", path);
@@ -284,44 +299,40 @@ static int config_changes_(const Trainer *t, const TrainerOpts *o, const char *s
 
 // keep the log lines up to the checkpoint's step, so a resumed run's log reads as one run
 static int truncate_log_(const char *log_path, long step, Err *e) {
-    FILE *f = fopen(log_path, "rb");
-    if (!f) return 0;
-    char tmp[1300];
-    snprintf(tmp, sizeof tmp, "%s.tmp", log_path);
-    FILE *o = fopen(tmp, "wb");
-    if (!o) { fclose(f); return err_set(e, "cannot write %s: %s", tmp, strerror(errno)); }
+    int not_regular;
+    FILE *f = fopen_regular(log_path, &not_regular, NULL);
+    if (!f) return not_regular ? output_check(log_path, e) : 0;  // a link or a device is refused, a missing log is fine
+    AtomicFile af;
+    if (atomic_file_open(&af, log_path, e) != 0) {
+        fclose(f);
+        return -1;
+    }
     char line[4096];
     int bad = 0;
     while (!bad && fgets(line, sizeof line, f)) {
         const char *p = strstr(line, "\"step\":");
         long s = p ? strtol(p + 7, NULL, 10) : 0;
-        if (s <= step && fputs(line, o) == EOF) bad = 1;
+        if (s <= step && fputs(line, af.f) == EOF) bad = 1;
     }
     fclose(f);
-    errno = 0;
-    if (ferror(o)) bad = 1;
-    if (fclose(o) != 0) bad = 1;
     if (bad) {
         int err = errno;
-        remove(tmp);
-        return err_set(e, "cannot rewrite %s: writing %s failed: %s", log_path, tmp, err ? strerror(err) : "write error");
+        atomic_file_abort(&af);
+        return err_set(e, "cannot rewrite %s: %s", log_path, err ? strerror(err) : "write error");
     }
-    if (rename(tmp, log_path) != 0) return err_set(e, "cannot rewrite %s: %s", log_path, strerror(errno));
-    return 0;
+    return atomic_file_commit(&af, e);
 }
 
 // a resume with --set changes: config.json now holds the new config, and log.jsonl a line
 // {"step": S, "resumed_with_changes": {"optim.lr": {"checkpoint": 0.002, "now": 0.5}, ...}}
 static int record_changes_(const Trainer *t, const char *log_path, const cJSON *changes, Err *e) {
     if (trainer_write_config(t, e) != 0) return -1;
+    FILE *f = fopen_output(log_path, 1, e);
+    if (!f) return -1;
     char *s = cJSON_PrintUnformatted(changes);
-    FILE *f = fopen(log_path, "a");
-    int bad = !f || fprintf(f, "{\"step\": %ld, \"resumed_with_changes\": %s}\n", t->step, s) < 0;
-    int err = errno;
-    if (f && fclose(f) != 0 && !bad) bad = 1, err = errno;
+    fprintf(f, "{\"step\": %ld, \"resumed_with_changes\": %s}\n", t->step, s);
     free(s);
-    if (bad) return err_set(e, "cannot write %s: %s", log_path, strerror(err));
-    return 0;
+    return fclose_output(f, log_path, e);
 }
 
 // ----------------------------------------------------------------------------
