@@ -178,7 +178,6 @@ void linrec_states_(float *st, float *carries, const float *x, const float *y, f
 // Warp w: rows 16 (w / 2) .., the two 16-column sub-blocks from 32 (w % 2); a sub-block left of the diagonal is a
 // warp product (per channel through the reference of i's sub-block), the diagonal one's terms are summed by the
 // lanes that own them when chan, and right of it stays zero.
-template <bool SPLIT>
 static __device__ void chunk_scores_(float *out, const float *x, const float *y, float xscale, int W, int chan,
                                      int scal, ScoresSmem_ &s, const float *g, const LinrecDims &d, int b, int h,
                                      int t0, int L, int LC) {
@@ -197,10 +196,10 @@ static __device__ void chunk_scores_(float *out, const float *x, const float *y,
             int J = 2 * nh + p;
             if (!active || J > mt) continue;
             if (!chan)
-                warp_mma_<SPLIT, 2, false, true>(acc[p], s.xs + 16 * mt * LR_LD, LR_LD, s.ys + 16 * J * LR_LD, LR_LD,
+                warp_mma_<LR_SPLIT, 2, false, true>(acc[p], s.xs + 16 * mt * LR_LD, LR_LD, s.ys + 16 * J * LR_LD, LR_LD,
                                                  LR_TILE);
             else if (J < mt)
-                warp_mma_<SPLIT, 2, false, true>(acc[p], s.xh + hat_off_(mt) * LR_LD, LR_LD,
+                warp_mma_<LR_SPLIT, 2, false, true>(acc[p], s.xh + hat_off_(mt) * LR_LD, LR_LD,
                                                  s.yt + (tilde_off_(mt) + 16 * J) * LR_LD, LR_LD, LR_TILE);
             else
                 #pragma unroll
@@ -236,7 +235,6 @@ static __device__ void chunk_scores_(float *out, const float *x, const float *y,
 // for j <= i < L, zero elsewhere. With dA (same shape; the backward): also dA_ij = dO_i . v_j, times W_ij for the
 // scalar decays (what dq, dk need), or sum_c dO_ic v_jc exp(G_ic - G_jc) for LINREC_VCHANNEL. Thread e's elements:
 // e, e + 256, ... of the row-major (LC, LC) matrix; sums over the channels in order, a 32-channel tile at a time.
-template <bool SPLIT>
 __global__ void __launch_bounds__(LR_THREADS, 2)
     linrec_scores_kernel(float *A, float *dA, const float *q, const float *k, const float *v, const float *dout,
                          const float *g, const float *li, const float *states, LinrecDims d) {
@@ -252,8 +250,8 @@ __global__ void __launch_bounds__(LR_THREADS, 2)
         float Mp = d.gated_in ? states[((size_t)bh * nch + ci) * ss + KV] : 0.0f;
         chunk_scalars_(s.cs, d, g, li, b, h, t0, L, Mp);
     }
-    chunk_scores_<SPLIT>(A + base, q, k, d.scale, d.Dk, chan, scal, s, g, d, b, h, t0, L, LC);
-    if (dA) chunk_scores_<SPLIT>(dA + base, dout, v, 1.0f, d.Dv, vside, scal, s, g, d, b, h, t0, L, LC);
+    chunk_scores_(A + base, q, k, d.scale, d.Dk, chan, scal, s, g, d, b, h, t0, L, LC);
+    if (dA) chunk_scores_(dA + base, dout, v, 1.0f, d.Dv, vside, scal, s, g, d, b, h, t0, L, LC);
 }
 
 void linrec_scores_(float *A, float *dA, const float *q, const float *k, const float *v, const float *dout,
@@ -261,12 +259,8 @@ void linrec_scores_(float *A, float *dA, const float *q, const float *k, const f
     LinrecDims dd = *d;
     size_t bytes = smem_of_<ScoresSmem_>(lcp_(dd), d->decay);
     dim3 grid(nchunks_(dd), d->B * d->H);
-    smem_limit_(linrec_scores_kernel<true>, bytes);
-    smem_limit_(linrec_scores_kernel<false>, bytes);
-    if (gpu_math() == GPU_FP32)
-        GPU_TIMED(name, linrec_scores_kernel<true><<<grid, LR_THREADS, bytes>>>(A, dA, q, k, v, dout, g, li, states, dd));
-    else
-        GPU_TIMED(name, linrec_scores_kernel<false><<<grid, LR_THREADS, bytes>>>(A, dA, q, k, v, dout, g, li, states, dd));
+    smem_limit_(linrec_scores_kernel, bytes);
+    GPU_TIMED(name, linrec_scores_kernel<<<grid, LR_THREADS, bytes>>>(A, dA, q, k, v, dout, g, li, states, dd));
     KERNEL_CHECK();
 }
 
@@ -293,9 +287,8 @@ struct OutSmem_ {
 // o (B,T,H,Dv) WRITTEN: value tile blockIdx.y of chunk blockIdx.x of (b,h) = blockIdx.z: o = A v + qt S (key-side
 // decays, qt = fq (.) q'), or o_ic = fq_ic (q' S)_c + sum_j A_ij v_jc exp(G_ic - G_jc) (LINREC_VCHANNEL), nn/linrec.c's
 // order of the sums. A from the scores kernel, S the chunk's state (states). Key-side decays: warp products (warp
-// w: rows 16 (w / 2) .., columns 16 (w % 2) .. of the (LCP, 32) tile; SPLIT per run.precision). The value-side
+// w: rows 16 (w / 2) .., columns 16 (w % 2) .. of the (LCP, 32) tile; LR_SPLIT's precision). The value-side
 // decay's exponent sits inside the product: thread e's elements rows e / 32, + 8, ..., column e % 32.
-template <bool SPLIT>
 __global__ void __launch_bounds__(LR_THREADS, 2)
     linrec_output_kernel(float *o, const float *A, const float *q, const float *v, const float *g, const float *li,
                          const float *states, LinrecDims d) {
@@ -316,7 +309,7 @@ __global__ void __launch_bounds__(LR_THREADS, 2)
     load_tile_(s.vs, v, d, d.Dv, b, h, t0, L, LCP, v0, 1.0f);
     __syncthreads();
     float c[2][4] = {};  // the warp's (16, 16) block: A v, then + qt S
-    if (active) warp_mma_<SPLIT, 2, false, false>(c, s.As + 16 * mt * ALD, ALD, s.vs + 16 * nh, LR_LD, 16 * (mt + 1));
+    if (active) warp_mma_<LR_SPLIT, 2, false, false>(c, s.As + 16 * mt * ALD, ALD, s.vs + 16 * nh, LR_LD, 16 * (mt + 1));
     float acc[LR_NR_LT];  // the value-side decay: q' S
     #pragma unroll
     for (int r = 0; r < LR_NR_LT; r++) acc[r] = 0.0f;
@@ -327,7 +320,7 @@ __global__ void __launch_bounds__(LR_THREADS, 2)
         __syncthreads();
         if (!vside) scale_keys_(s.xs, s.gt, s.cs, scal, L, 0);
         __syncthreads();
-        if (active) warp_mma_<SPLIT, 2, false, false>(c, s.xs + 16 * mt * LR_LD, LR_LD, s.Ss + 16 * nh, LR_LD, LR_TILE);
+        if (active) warp_mma_<LR_SPLIT, 2, false, false>(c, s.xs + 16 * mt * LR_LD, LR_LD, s.Ss + 16 * nh, LR_LD, LR_TILE);
         if (vside) {
             #pragma unroll
             for (int r = 0; r < LR_NR_LT; r++) {
@@ -393,8 +386,7 @@ void gpu_linrec_forward(float *o, float *m, float *ckpt, const float *q, const f
     float *st = ckpt ? ckpt : s.st, *nil = NULL;
     int nch = nchunks_(dd), NV = ntiles_(d->Dv), BH = d->B * d->H;
     size_t b_out = smem_of_<OutSmem_>(lcp_(dd), d->decay);
-    smem_limit_(linrec_output_kernel<true>, b_out);
-    smem_limit_(linrec_output_kernel<false>, b_out);
+    smem_limit_(linrec_output_kernel, b_out);
     if (d->gated_in) {
         GPU_TIMED("linrec.fwd.stabiliser",
                   linrec_stabiliser_walk_kernel<<<gpu_blocks(BH, 64), 64>>>(st, m, g, li, dd));
@@ -403,10 +395,7 @@ void gpu_linrec_forward(float *o, float *m, float *ckpt, const float *q, const f
     linrec_states_(st, s.cr, k, v, 1.0f, 0, g, li, st, d, "linrec.fwd.outer", "linrec.fwd.scan");
     linrec_scores_(s.A, nil, q, k, nil, nil, g, li, st, d, "linrec.fwd.scores");
     dim3 g_out(nch, NV, BH);
-    if (gpu_math() == GPU_FP32)
-        GPU_TIMED("linrec.fwd.output", linrec_output_kernel<true><<<g_out, LR_THREADS, b_out>>>(o, s.A, q, v, g, li, st, dd));
-    else
-        GPU_TIMED("linrec.fwd.output", linrec_output_kernel<false><<<g_out, LR_THREADS, b_out>>>(o, s.A, q, v, g, li, st, dd));
+    GPU_TIMED("linrec.fwd.output", linrec_output_kernel<<<g_out, LR_THREADS, b_out>>>(o, s.A, q, v, g, li, st, dd));
     KERNEL_CHECK();
 }
 

@@ -33,8 +33,7 @@ struct DvSmem_ {
 
 // dv (B,T,H,Dv) ACCUMULATED, key-side decays: value tile blockIdx.y of chunk blockIdx.x of (b,h) = blockIdx.z, dv_j =
 // sum_{i>=j} A_ij dO_i + kt_j^T dS' (kt = fk (.) k). A from the scores kernel, dS' from the backward scan. Warp
-// products: warp w the rows 16 (w / 2) .., columns 16 (w % 2) .. of the (LCP, 32) tile; SPLIT per run.precision.
-template <bool SPLIT>
+// products: warp w the rows 16 (w / 2) .., columns 16 (w % 2) .. of the (LCP, 32) tile; LR_SPLIT's precision.
 __global__ void __launch_bounds__(LR_THREADS, 2)
     linrec_dv_kernel(float *dv, const float *A, const float *k, const float *dout, const float *g, const float *li,
                      const float *states, const float *dstates, LinrecDims d) {
@@ -56,7 +55,7 @@ __global__ void __launch_bounds__(LR_THREADS, 2)
     // A^T dO: rows j of A^T are A's columns, so only i >= 16 mt contribute
     float c[2][4] = {};
     if (active)
-        warp_mma_<SPLIT, 2, true, false>(c, s.As + 16 * mt * ALD + 16 * mt, ALD, s.ys + 16 * mt * LR_LD + 16 * nh,
+        warp_mma_<LR_SPLIT, 2, true, false>(c, s.As + 16 * mt * ALD + 16 * mt, ALD, s.ys + 16 * mt * LR_LD + 16 * nh,
                                          LR_LD, LCP - 16 * mt);
     for (int c0 = 0; c0 < d.Dk; c0 += LR_TILE) {
         load_tile_(s.ks, k, d, d.Dk, b, h, t0, L, LCP, c0, 1.0f);
@@ -65,7 +64,7 @@ __global__ void __launch_bounds__(LR_THREADS, 2)
         __syncthreads();
         scale_keys_(s.ks, s.gt, s.cs, scal, L, 1);
         __syncthreads();
-        if (active) warp_mma_<SPLIT, 2, false, false>(c, s.ks + 16 * mt * LR_LD, LR_LD, s.dSs + 16 * nh, LR_LD, LR_TILE);
+        if (active) warp_mma_<LR_SPLIT, 2, false, false>(c, s.ks + 16 * mt * LR_LD, LR_LD, s.dSs + 16 * nh, LR_LD, LR_TILE);
         __syncthreads();
     }
     if (!active) return;
@@ -202,10 +201,9 @@ struct DqkSmem_ {
 // LINREC_CHANNEL: dg (B,T,H,Dk) ACCUMULATED with its reverse cumulative sum over the chunk. Scalar decays: pg
 // (B,H,T, key tiles) WRITTEN with each token's sum of dG over the tile's channels (double), pq and pk (B,H,T, key
 // tiles) with q' . dq' and k . dk over them (the stabiliser's and dli's terms); each NULL when not wanted.
-// The products are warp products (warp w: rows 16 (w / 2) .., channels 16 (w % 2) .. of the (LCP, 32) tile; SPLIT
-// per run.precision); per key channel, pairs across sub-blocks go through a reference (gpu/linrec_kit.cuh) and pairs
+// The products are warp products (warp w: rows 16 (w / 2) .., channels 16 (w % 2) .. of the (LCP, 32) tile; LR_SPLIT's
+// precision); per key channel, pairs across sub-blocks go through a reference (gpu/linrec_kit.cuh) and pairs
 // within one keep the exponential, summed by the lane that owns the element.
-template <bool SPLIT>
 __global__ void __launch_bounds__(LR_THREADS, 2)
     linrec_dqk_kernel(float *dq, float *dk, float *dg, double *pg, float *pq, float *pk, const float *dA,
                       const float *q, const float *k, const float *v, const float *dout, const float *g,
@@ -236,14 +234,14 @@ __global__ void __launch_bounds__(LR_THREADS, 2)
     float cq[2][4] = {}, ck[2][4] = {}, sq[2][4] = {}, sk[2][4] = {};
     const float *dAr = s.dAs + 16 * mt * ALD;  // the warp's rows of dA
     if (active && !chan) {
-        warp_mma_<SPLIT, 2, false, false>(cq, dAr, ALD, s.ks + 16 * nh, LR_LD, 16 * (mt + 1));
-        warp_mma_<SPLIT, 2, true, false>(ck, dAr + 16 * mt, ALD, s.qs + 16 * mt * LR_LD + 16 * nh, LR_LD,
+        warp_mma_<LR_SPLIT, 2, false, false>(cq, dAr, ALD, s.ks + 16 * nh, LR_LD, 16 * (mt + 1));
+        warp_mma_<LR_SPLIT, 2, true, false>(ck, dAr + 16 * mt, ALD, s.qs + 16 * mt * LR_LD + 16 * nh, LR_LD,
                                          LCP - 16 * mt);
     } else if (active) {
         int lo = 16 * mt, hi = min(lo + 16, L);
-        if (mt > 0) warp_mma_<SPLIT, 2, false, false>(cq, dAr, ALD, s.yt + tilde_off_(mt) * LR_LD + 16 * nh, LR_LD, lo);
+        if (mt > 0) warp_mma_<LR_SPLIT, 2, false, false>(cq, dAr, ALD, s.yt + tilde_off_(mt) * LR_LD + 16 * nh, LR_LD, lo);
         if (hi < L)
-            warp_mma_<SPLIT, 2, true, false>(ck, s.dAs + (lo + 16) * ALD + lo, ALD,
+            warp_mma_<LR_SPLIT, 2, true, false>(ck, s.dAs + (lo + 16) * ALD + lo, ALD,
                                              s.xh + hat_off_(mt + 1) * LR_LD + 16 * nh, LR_LD, LCP - lo - 16);
         #pragma unroll
         for (int n = 0; n < 2; n++)
@@ -276,9 +274,9 @@ __global__ void __launch_bounds__(LR_THREADS, 2)
             __syncthreads();
         }
         if (active) {
-            warp_mma_<SPLIT, 2, false, true>(vside ? cq : sq, s.ys + 16 * mt * LR_LD, LR_LD, s.Ss + 16 * nh * LR_LD,
+            warp_mma_<LR_SPLIT, 2, false, true>(vside ? cq : sq, s.ys + 16 * mt * LR_LD, LR_LD, s.Ss + 16 * nh * LR_LD,
                                              LR_LD, LR_TILE);
-            warp_mma_<SPLIT, 2, false, true>(vside ? ck : sk, s.vs + 16 * mt * LR_LD, LR_LD, s.dSs + 16 * nh * LR_LD,
+            warp_mma_<LR_SPLIT, 2, false, true>(vside ? ck : sk, s.vs + 16 * mt * LR_LD, LR_LD, s.dSs + 16 * nh * LR_LD,
                                              LR_LD, LR_TILE);
         }
         if (!vside && tid < LR_TILE)
@@ -466,30 +464,23 @@ void gpu_linrec_backward(float *dq, float *dk, float *dv, float *dg, float *dli,
     float *nil = NULL;
     double *nild = NULL;
     size_t b_dv = smem_of_<DvSmem_>(lcp_(dd), d->decay), b_dqk = smem_of_<DqkSmem_>(lcp_(dd), d->decay);
-    smem_limit_(linrec_dv_kernel<true>, b_dv);
-    smem_limit_(linrec_dv_kernel<false>, b_dv);
+    smem_limit_(linrec_dv_kernel, b_dv);
     smem_limit_(linrec_dv_vside_kernel, b_dv);
-    smem_limit_(linrec_dqk_kernel<true>, b_dqk);
-    smem_limit_(linrec_dqk_kernel<false>, b_dqk);
+    smem_limit_(linrec_dqk_kernel, b_dqk);
     linrec_states_(s.st, s.cr, q, dout, d->scale, 1, g, li, ckpt, d, "linrec.bwd.outer", "linrec.bwd.dscan");
     linrec_scores_(s.A, s.dA, q, k, v, dout, g, li, ckpt, d, "linrec.bwd.scores");
     dim3 g_dv(nch, NV, BH);
     if (vside)
         GPU_TIMED("linrec.bwd.dv", linrec_dv_vside_kernel<<<g_dv, LR_THREADS, b_dv>>>(dv, dg, s.A, q, k, v, dout, g, ckpt, s.st, dd));
-    else if (gpu_math() == GPU_FP32)
-        GPU_TIMED("linrec.bwd.dv", linrec_dv_kernel<true><<<g_dv, LR_THREADS, b_dv>>>(dv, s.A, k, dout, g, li, ckpt, s.st, dd));
     else
-        GPU_TIMED("linrec.bwd.dv", linrec_dv_kernel<false><<<g_dv, LR_THREADS, b_dv>>>(dv, s.A, k, dout, g, li, ckpt, s.st, dd));
+        GPU_TIMED("linrec.bwd.dv", linrec_dv_kernel<<<g_dv, LR_THREADS, b_dv>>>(dv, s.A, k, dout, g, li, ckpt, s.st, dd));
     KERNEL_CHECK();
     // the scalar decays' partials: dG's sums where a dg is wanted, q' . dq' and k . dk where input gates are
     double *pg = scal && dg ? s.pg : nild;
     float *pq = scal && d->gated_in ? s.pq : nil, *pk = scal && d->gated_in ? s.pk : nil;
     dim3 g_qk(nch, NK, BH);
     float *dgk = vside ? nil : dg;
-    if (gpu_math() == GPU_FP32)
-        GPU_TIMED("linrec.bwd.dqk", linrec_dqk_kernel<true><<<g_qk, LR_THREADS, b_dqk>>>(dq, dk, dgk, pg, pq, pk, s.dA, q, k, v, dout, g, li, ckpt, s.st, dd));
-    else
-        GPU_TIMED("linrec.bwd.dqk", linrec_dqk_kernel<false><<<g_qk, LR_THREADS, b_dqk>>>(dq, dk, dgk, pg, pq, pk, s.dA, q, k, v, dout, g, li, ckpt, s.st, dd));
+    GPU_TIMED("linrec.bwd.dqk", linrec_dqk_kernel<<<g_qk, LR_THREADS, b_dqk>>>(dq, dk, dgk, pg, pq, pk, s.dA, q, k, v, dout, g, li, ckpt, s.st, dd));
     KERNEL_CHECK();
     if (!scal || !(pg || pk)) return;
     double *hc = head && pg ? s.hc : nild, *hs = head && dg && d->gated_in ? s.hs : nild;
