@@ -38,6 +38,15 @@ check() {
 check_status() { if [ "$1" -eq 0 ]; then ok "$2"; else not_ok "$2" "$3"; fi; }
 # run CMD...: stdout -> $OUT, stderr -> $ERR (default $W/out, $W/err), status -> $RC
 run() { "$@" >"${OUT:-$W/out}" 2>"${ERR:-$W/err}"; RC=$?; }
+# asan_build BINARY: 0 when BINARY is linked with AddressSanitizer (its shadow memory needs more address space
+# than a `ulimit -v` leaves, and its quarantine makes a peak RSS say nothing of the program's own)
+asan_build() { ldd "$1" 2>/dev/null | grep -q libasan; }
+# vm_limited BINARY CMD...: CMD with 4 GB of address space (`ulimit -v`: a runaway allocation fails instead of
+# taking the machine), or unlimited when BINARY is an ASan build, which cannot start under the limit
+vm_limited() {
+    local bin=$1; shift
+    if asan_build "$bin"; then "$@"; else (ulimit -v 4000000; exec "$@"); fi
+}
 # show FILE: the first 400 bytes of FILE on one line (newlines shown as '|'), for a message
 show() { head -c 400 "$1" | tr '\n' '|'; }
 # expect_refused WHAT SECONDS SUBSTRING -- CMD...: CMD ends within SECONDS (not blocked, not unbounded) with status 1

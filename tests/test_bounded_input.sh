@@ -79,8 +79,8 @@ expect_refused "20 files each naming the next twice load in well under 5 s (each
 
 # --- seqtok encode: a line is at most 64 MiB (/dev/zero is one endless line of NULs), and a SIGTERM inside a
 # long line ends it at once (the line comes from a FIFO whose writer holds it open, so the read waits)
-(ulimit -v 4000000; exec timeout 30 "$BIN/seqtok" encode --quiet --model "$MODEL" --input /dev/zero \
-    --output "$W/zero.shard") > "$W/out" 2> "$W/err"; RC=$?
+vm_limited "$BIN/seqtok" timeout 30 "$BIN/seqtok" encode --quiet --model "$MODEL" --input /dev/zero \
+    --output "$W/zero.shard" > "$W/out" 2> "$W/err"; RC=$?
 DETAIL="exit $RC, stderr: $(show "$W/err")"
 check "encode --input /dev/zero: refused at the 64 MiB line cap, naming file and line" \
     eval '[ "$RC" = 1 ] && grep -q "/dev/zero: line 1 is longer than 67108864 bytes" "$W/err"'

@@ -696,7 +696,7 @@ expect_fail "a Latin-1 byte in a --set value is refused with its key" \
 
 # out of memory names the keys that size the block (release build only: ASan needs more address space
 # than the limit that makes the allocation fail)
-if ldd "$SEQTRAIN" 2>/dev/null | grep -q libasan; then
+if asan_build "$SEQTRAIN"; then
     ok "out-of-memory message (skipped: ASan build)"
 else
     run bash -c 'ulimit -v 4000000 && exec "$@"' _ "$SEQTRAIN" --config "$C/good.json" --set "run.dir=$W/oomruns" \

@@ -96,11 +96,15 @@ rc = subprocess.call(sys.argv[2:], stdout=subprocess.DEVNULL, stderr=open(sys.ar
 open(sys.argv[1], "w").write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024))
 sys.exit(rc)' "$W/rss" "$@"
 }
-rss_of "$EV" --run "$A" --generate --prompt-file "$W/prompts.txt" --max-new 2 --temperature 0; RSS3=$(cat "$W/rss")
-rss_of "$EV" --run "$A" --generate --prompt-file "$W/many.txt" --max-new 2 --temperature 0; RC=$?; RSS=$(cat "$W/rss")
-DETAIL="exit $RC, peak RSS $RSS MB against $RSS3 MB for 3 prompts: $(show "$W/rss.err")"
-check "20,000 prompts run in batches: peak memory within 100 MB of 3 prompts'" \
-    eval '[ "$RC" = 0 ] && [ "$RSS" -le $((RSS3 + 100)) ]'
+if asan_build "$EV"; then
+    ok "20,000 prompts run in batches: peak memory (skipped: ASan build, whose quarantine holds freed batches)"
+else
+    rss_of "$EV" --run "$A" --generate --prompt-file "$W/prompts.txt" --max-new 2 --temperature 0; RSS3=$(cat "$W/rss")
+    rss_of "$EV" --run "$A" --generate --prompt-file "$W/many.txt" --max-new 2 --temperature 0; RC=$?; RSS=$(cat "$W/rss")
+    DETAIL="exit $RC, peak RSS $RSS MB against $RSS3 MB for 3 prompts: $(show "$W/rss.err")"
+    check "20,000 prompts run in batches: peak memory within 100 MB of 3 prompts'" \
+        eval '[ "$RC" = 0 ] && [ "$RSS" -le $((RSS3 + 100)) ]'
+fi
 
 # --- lengths: full caches slide, long prompts are cut, recurrent models never fill up
 run "$EV" --run "$A" --generate --prompt "The game was" --max-new 40 --context 16 --seed 2

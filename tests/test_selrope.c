@@ -217,7 +217,7 @@ static const char *const CASES_[][2] = {
                                                        "\"phi_proj_rank\": 3") "}"},
     {"gla selrope skip_conv rfa", "{\"kind\": \"gla\", \"heads\": 2, \"gate_rank\": 3, \"gate_normalizer\": 2, \"norm_eps\": 0.01, "
                                   "\"expand_k\": 1, " SR_(", \"skip_conv\": true, \"temp_type\": \"rfa\", \"temp_theta\": 0.9, "
-                                                         "\"phi_proj_rank\": 3") "}"},
+                                                         "\"phi_proj_rank\": 2") "}"},
     {"gated_deltanet selrope", "{\"kind\": \"gated_deltanet\", \"heads\": 2, \"norm_eps\": 0.01, "
                                SR_(", \"phi_proj_rank\": 4, \"temp_theta\": 10") "}"},
     {"gated_deltanet selrope skip bias gate full rank",

@@ -406,12 +406,19 @@ check "NaN parameters after an update: exit 1, the tensor named, no checkpoint w
     eval '[ "$RC" = 1 ] && grep -q "step 4: parameter .* holds a non-finite value" "$W/err" &&
           grep -q "no checkpoint written" "$W/err" && [ ! -e "$W/runs/nanu/ckpt-00000004" ] &&
           grep -qx ckpt-00000003 "$W/runs/nanu/latest"'
-# NaN parameters reach the attention kernels (the plain C ones' exp once converted NaN to int, undefined
-# behaviour that aborted the UBSan build): the trainer's clean non-finite-loss stop instead
+# a checkpoint holding NaN weights is refused on resume, naming the file and the tensor, and nothing is trained
 poison "$W/runs/nanw-generic/ckpt-00000003/model.safetensors" blocks.0 nan
-SEQ_KERNELS=generic run "$BIN/seqtrain" --resume "$W/runs/nanw-generic" --quiet
-check "NaN parameters through the generic attention kernels: the trainer's non-finite-loss stop (step 4)" \
-    eval '[ "$RC" = 1 ] && grep -q "step 4: the loss is not finite" "$W/err" && grep -qx ckpt-00000003 "$W/runs/nanw-generic/latest"'
+run "$BIN/seqtrain" --resume "$W/runs/nanw-generic" --quiet
+check "--resume of a checkpoint with NaN weights: refused, naming model.safetensors and the tensor" \
+    eval '[ "$RC" = 1 ] && grep -q "model.safetensors: parameter .blocks\.0\..* holds a non-finite value" "$W/err" &&
+          [ ! -e "$W/runs/nanw-generic/ckpt-00000004" ] && grep -qx ckpt-00000003 "$W/runs/nanw-generic/latest"'
+# non-finite values reach the attention kernels (the plain C ones' exp once converted NaN to int, undefined
+# behaviour that aborted the UBSan build): diverging through the generic kernels ends in the trainer's clean stop
+# shellcheck disable=SC2086
+SEQ_KERNELS=generic run "$BIN/seqtrain" --config "$W/tiny.json" $DIV --set run.name=div-generic --set train.eval_every=0 \
+    --set train.ckpt_every=0
+check "lr 10 through the generic attention kernels: the non-finite stop (exit 1, naming the step)" \
+    eval '[ "$RC" = 1 ] && grep -Eq "step [0-9]+: the (loss|gradient norm) is not finite" "$W/err"'
 # seqeval on NaN weights
 cp -r "$A" "$W/runs/nanw"
 poison "$W/runs/nanw/ckpt-00000024/model.safetensors" blocks.1 nan

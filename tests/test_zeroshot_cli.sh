@@ -73,13 +73,15 @@ check "a FIFO as a set file: refused at once" \
     eval '[ "$RC" = 1 ] && grep -q "piqa.jsonl.zst: is a FIFO (named pipe), not a regular file" "$W/err"'
 rm "$W/hostile/piqa.jsonl.zst"
 yes '{"query": "Q: a?", "choices": ["b", "c"], "gold": 0}' | head -c 300M | zstd -q -1 -o "$W/hostile/piqa.jsonl.zst"
-(ulimit -v 4000000; timeout 60 "$BIN/seqeval" --run "$W/a" --zeroshot piqa --eval-data "$W/hostile" > "$W/out" 2> "$W/err"); RC=$?
+vm_limited "$BIN/seqeval" timeout 60 "$BIN/seqeval" --run "$W/a" --zeroshot piqa --eval-data "$W/hostile" > "$W/out" \
+    2> "$W/err"; RC=$?
 DETAIL="exit $RC, stderr: $(show "$W/err"), $(stat -c %s "$W/hostile/piqa.jsonl.zst") bytes compressed"
 check "a set of $(( $(stat -c %s "$W/hostile/piqa.jsonl.zst") / 1024 )) KB compressed, 300 MB decoded: refused (more than 256 MiB)" \
     eval '[ "$RC" = 1 ] && grep -q "piqa.jsonl.zst: holds more than 256 MiB of text" "$W/err"'
 rm "$W/hostile/piqa.jsonl.zst"
 head -c 2000000 /dev/zero | tr '\0' a | zstd -q -o "$W/hostile/piqa.jsonl.zst"
-(ulimit -v 4000000; timeout 60 "$BIN/seqeval" --run "$W/a" --zeroshot piqa --eval-data "$W/hostile" > "$W/out" 2> "$W/err"); RC=$?
+vm_limited "$BIN/seqeval" timeout 60 "$BIN/seqeval" --run "$W/a" --zeroshot piqa --eval-data "$W/hostile" > "$W/out" \
+    2> "$W/err"; RC=$?
 DETAIL="exit $RC, stderr: $(show "$W/err")"
 check "a set whose line is 2 MB: refused, naming file and line (at most 1 MiB a line)" \
     eval '[ "$RC" = 1 ] && grep -q "piqa.jsonl.zst: line 1 is longer than 1048576 bytes" "$W/err"'
