@@ -43,7 +43,7 @@ Settings (environment):
              JOBS defaults to nproc / 2 (THREADS 2)
       tiny:  pipeline check (CI): d 32, batch 4, 2 steps, 8 train / 8 test examples, sequences of at most
              64 tokens; grid lr {1e-3} x wd {0}; the numbers mean nothing
-  ROWS=id,id,...          only these mixer rows (default all): $(printf '%s ' attn_none attn_rope attn_alibi attn_fox rfa sc_rfa kla kla_p0 kla_plus gla gla_selrope gdn gdn_selrope)
+  ROWS=id,id,...          only these mixer rows (default all): $(printf '%s ' attn_none attn_rope attn_alibi attn_fox rfa sc_rfa kla kla_p0 kla_plus gla gla_selrope gdn gdn_selrope mamba mlstm)
   TASKS=t,t,...           only these task columns (default all six)
   LRS='a b' WDS='a b'     override the scale's lr / wd grid
   SEEDS=N                 seeds 1..N (PROTOCOL=kla, as SEEDS of the other task sweeps; PROTOCOL=mad trains one run
@@ -63,6 +63,9 @@ position's vector."
 # MAD setting (App. G.3: d_state 8, expand 1, so a state of 2 x 128 x 8 = 2048 floats per layer) inside
 # MAD's [mixer, swiglu] x 2 scaffold like every row; kla_p0 is its Table 6 ablation (process noise 0),
 # kla_plus its probabilistic decoding KLA+ (App. G.2: 10 Monte Carlo samples; 10x the compute of kla).
+# The mamba and mlstm rows are Fig. 5a's other two baselines at App. G.3's Table 11 (d_model 128: Mamba d_state 16,
+# expand 1, a state of 128 x 16 = 2048; mLSTM 16 heads, proj_factor 2, whose matrix memory is 16 x 16 x 16 = 4096
+# floats here, not the table's 2048: H and proj_factor as given do not give the table's count).
 # The rfa rows take the RFA configs' optimizer group of the SDE parameters (configs/rfa/m1_rfa.json).
 MAD_RFA_GROUPS='optim.groups=[{"match": "blocks.*.mixer.sde_*", "lr": 5e-4, "beta1": 0.0, "eps": 1e-7, "clip": 1e-4}]'
 # The gla and gdn rows are the Selective RoPE paper's MAD setting (docs/mixers.md, Selective RoPE: 8 heads,
@@ -84,6 +87,8 @@ MAD_MIXERS=(
     "gla_selrope|GLA + Selective RoPE|$MAD_GLA, $MAD_SELROPE}|"
     'gdn|Gated DeltaNet|{"kind": "gated_deltanet", "heads": 8}|'
     "gdn_selrope|Gated DeltaNet + Selective RoPE|{\"kind\": \"gated_deltanet\", \"heads\": 8, $MAD_SELROPE}|"
+    'mamba|Mamba|{"kind": "mamba", "d_state": 16, "expand": 1}|'
+    'mlstm|mLSTM|{"kind": "mlstm", "heads": 16, "proj_factor": 2}|'
 )
 # --- the columns: task | label
 MAD_TASKS=(

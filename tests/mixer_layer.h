@@ -126,6 +126,12 @@ static inline int param_index_(const Layer *L, const char *suffix) {
     return param_find(&L->pt, name);
 }
 
+// the layer's tensor mixer.<suffix> in its parameter buffer, NULL when it has none
+static inline const float *layer_tensor(const Layer *L, const char *suffix) {
+    int k = param_index_(L, suffix);
+    return k >= 0 ? L->params + L->pt.t[k].offset : NULL;
+}
+
 // move every parameter off its init by N(0, std^2), so every path carries gradient
 static inline void layer_perturb(Layer *L, GcRng *r, float std) {
     for (size_t i = 0; i < L->pt.numel; i++) L->params[i] += std * gc_normal(r);
@@ -269,6 +275,31 @@ static inline void layer_check_error(const char *json, int C, const char *want) 
     CHECK(rc != 0, "refused: %s", json);
     CHECK_CONTAINS(e.msg, want, "the error for %s contains \"%s\"", json, want);
     if (rc == 0) mixer_spec_free(&s);
+}
+
+// the gradient check of the layer of json at width 16 and (B,T) = (2,23), built from seed 77 and moved by perturb
+// on GcRng {404}: layer_gradcheck_carried with step h, every tensor carrying gradient above 1e-2
+static inline void layer_gradcheck_perturbed(const char *what, const char *json, LayerPerturbFn perturb, double h) {
+    Layer L;
+    if (layer_build_(&L, json, 16, 77)) return;
+    layer_shape_(&L, 2, 23);
+    GcRng r = {404};
+    perturb(&L, &r);
+    layer_gradcheck_carried(&L, what, &r, h, 1e-2);
+    layer_free_(&L);
+}
+
+// chunk 1, 3 and 64 give the same outputs and gradients at width 16 and (B,T) = (2,50) (layer_chunk_diff), each
+// to 1e-5 of its scale
+static inline void layer_chunk_check(const char *what, const char *json, LayerPerturbFn perturb) {
+    const int chunks[3] = {1, 3, 64};
+    ChunkDiff d;
+    int rc = layer_chunk_diff(&d, json, chunks, 3, 16, 2, 50, perturb);
+    CHECK(rc == 0 && d.y <= 1e-5 * d.y_scale && d.y_scale > 1e-2,
+          "%s: chunk 1, 3, 64 give the same outputs (max|d| %.2g, max|y| %.2g)", what, d.y, d.y_scale);
+    CHECK(rc == 0 && d.g <= 1e-5 * d.g_scale && d.g_scale > 1e-2,
+          "%s: chunk 1, 3, 64 give the same dx and parameter gradients (max|d| %.2g, max|g| %.2g)", what, d.g,
+          d.g_scale);
 }
 
 // the two checks every chunked mixer's test runs over its table of cases {what, json}: chunk 1, 3 and 64 give

@@ -46,15 +46,10 @@ static const NaiveOpts NAIVE_[N_CASES_] = {
     {1, 1, 0, 0, 8, 12, 2.0},
 };
 
-static const float *tensor_(const Layer *L, const char *name) {
-    int k = param_index_(L, name);
-    return k >= 0 ? L->params + L->pt.t[k].offset : NULL;
-}
-
 // the q, k, v rows (T, W) of batch row b in double: projection [conv + silu]
 static void naive_qkv_(const Layer *L, const NaiveOpts *no, const float *x, int b, int T, double *qkv) {
     int C = L->C, W = no->H * (2 * no->Dk + no->Dv);
-    const float *w = tensor_(L, "wqkv"), *cw = tensor_(L, "conv1d");
+    const float *w = layer_tensor(L, "wqkv"), *cw = layer_tensor(L, "conv1d");
     double *pre = malloc((size_t)T * W * sizeof(double));
     for (int t = 0; t < T; t++)
         for (int i = 0; i < W; i++) {
@@ -171,7 +166,7 @@ static void naive_alg2_(const NaiveOpts *no, int T, const double *q, const doubl
 // the layer in double: y (B,T,C) by Algorithm 1 (alg 1) or 2 (alg 2) per head
 static void naive_(const Layer *L, const NaiveOpts *no, const float *x, int B, int T, int alg, double *y) {
     int C = L->C, H = no->H, Dk = no->Dk, Dv = no->Dv, W = H * (2 * Dk + Dv);
-    const float *wo = tensor_(L, "wo");
+    const float *wo = layer_tensor(L, "wo");
     double *qkv = malloc((size_t)T * W * sizeof(double)), *o = malloc((size_t)T * H * Dv * sizeof(double));
     double *oh = malloc((size_t)T * Dv * sizeof(double));
     for (int b = 0; b < B; b++) {

@@ -6,7 +6,7 @@
  *   - a seed reproduces a sequence of draws; bad options are refused;
  *   - generate(), greedy, on a batch of prompts of different lengths, with and without the attention caches
  *     filling up (re-encoding the last context/2 tokens), on a hybrid model and on every mixer that decodes
- *     (attention, kla, linear_attn, retnet, gla, mamba2, mlstm, deltanet, gated_deltanet, gsa, bla): every
+ *     (attention, kla, linear_attn, retnet, gla, mamba, mamba2, mlstm, deltanet, gated_deltanet, gsa, bla): every
  *     generated token is the argmax of model_forward over the tokens the decoder holds at that step.
  */
 #include <math.h>
@@ -162,6 +162,7 @@ static void test_generate_greedy(void) {
         {"linear_attn", "{\"kind\": \"linear_attn\", \"heads\": 2, \"feature_map\": \"elu\"}"},
         {"retnet", "{\"kind\": \"retnet\", \"heads\": 2}"},
         {"gla with selective_rope", "{\"kind\": \"gla\", \"heads\": 2, \"selective_rope\": {\"enabled\": true}}"},
+        {"mamba", "{\"kind\": \"mamba\", \"d_state\": 4}"},
         {"mamba2", "{\"kind\": \"mamba2\", \"head_dim\": 8, \"d_state\": 4}"},
         {"mlstm", "{\"kind\": \"mlstm\", \"heads\": 2, \"round_to\": 1}"},
         {"deltanet", "{\"kind\": \"deltanet\", \"heads\": 2}"},

@@ -54,11 +54,6 @@ static const NaiveOpts NAIVE_[N_CASES_] = {
 static double phi_(int fmap, double x) { return fmap == 0 ? x / (1.0 + exp(-x)) : fmap == 1 ? fmax(x, 0.0) : x; }
 static double silu_(double x) { return x / (1.0 + exp(-x)); }
 
-static const float *tensor_(const Layer *L, const char *name) {
-    int k = param_index_(L, name);
-    return k >= 0 ? L->params + L->pt.t[k].offset : NULL;
-}
-
 // row (OC,) = W (OC,IC) x (IC,) in double
 static void proj_(double *row, const float *W, const float *x, int OC, int IC) {
     for (int i = 0; i < OC; i++) {
@@ -93,9 +88,9 @@ static void stream_(double *row, const float *W, const float *wc, int K, const f
 // in double
 static void naive_(const Layer *L, const NaiveOpts *no, const float *x, double *y) {
     int B = L->B, T = L->T, C = L->C, H = no->H, D = no->D, M = no->M, HD = H * D, HM = H * M;
-    const float *Wq = tensor_(L, "q_proj"), *Wk = tensor_(L, "k_proj"), *Wv = tensor_(L, "v_proj");
-    const float *Wf = tensor_(L, "f_proj"), *Wo = tensor_(L, "o_proj"), *gw = tensor_(L, "g_norm");
-    const float *cq = tensor_(L, "q_conv1d"), *ck = tensor_(L, "k_conv1d"), *cv = tensor_(L, "v_conv1d");
+    const float *Wq = layer_tensor(L, "q_proj"), *Wk = layer_tensor(L, "k_proj"), *Wv = layer_tensor(L, "v_proj");
+    const float *Wf = layer_tensor(L, "f_proj"), *Wo = layer_tensor(L, "o_proj"), *gw = layer_tensor(L, "g_norm");
+    const float *cq = layer_tensor(L, "q_conv1d"), *ck = layer_tensor(L, "k_conv1d"), *cv = layer_tensor(L, "v_conv1d");
     double *Hk = malloc((size_t)H * D * M * sizeof(double)), *Hv = malloc((size_t)H * M * D * sizeof(double));
     double *q = malloc((size_t)(4 * HD + 3 * HM) * sizeof(double));
     double *k = q + HD, *v = k + HD, *o = v + HD, *f = o + HD, *s = f + HM, *p = s + HM;

@@ -42,11 +42,6 @@ static void perturb_(Layer *L, GcRng *r) {
     }
 }
 
-static const float *tensor_(const Layer *L, const char *suffix) {
-    int k = param_index_(L, suffix);
-    return k < 0 ? NULL : L->params + L->pt.t[k].offset;
-}
-
 // ----------------------------------------------------------------------------
 // the forward against the sequential recurrence, in double
 
@@ -56,9 +51,9 @@ static double softplus_(double v) { return v > 30 ? v : log1p(exp(v)); }
 static void naive_forward_(const Layer *L, const float *x, double *out, int B, int T, int P, int N, int G, int K,
                            int has_bias) {
     int C = L->C, Di = 2 * C, H = Di / P, CD = Di + 2 * G * N, NP = Di + CD + H;
-    const float *win = tensor_(L, "in_proj"), *cw = tensor_(L, "conv_w"), *cb = has_bias ? tensor_(L, "conv_b") : NULL;
-    const float *dtb = tensor_(L, "dt_bias"), *alog = tensor_(L, "A_log"), *Dp = tensor_(L, "D");
-    const float *nw = tensor_(L, "norm_w"), *wout = tensor_(L, "out_proj");
+    const float *win = layer_tensor(L, "in_proj"), *cw = layer_tensor(L, "conv_w"), *cb = has_bias ? layer_tensor(L, "conv_b") : NULL;
+    const float *dtb = layer_tensor(L, "dt_bias"), *alog = layer_tensor(L, "A_log"), *Dp = layer_tensor(L, "D");
+    const float *nw = layer_tensor(L, "norm_w"), *wout = layer_tensor(L, "out_proj");
     double *proj = calloc((size_t)T * NP, sizeof(double)), *u = calloc((size_t)T * CD, sizeof(double));
     double *S = calloc((size_t)H * N * P, sizeof(double)), *y = calloc(Di, sizeof(double));
     for (int b = 0; b < B; b++) {
@@ -150,35 +145,18 @@ static void test_naive(void) {
 // ----------------------------------------------------------------------------
 // gradient checks
 
-static void check_grad_(const char *what, const char *json) {
-    int C = 16, B = 2, T = 23;
-    Layer L;
-    if (layer_build_(&L, json, C, 77)) return;
-    layer_shape_(&L, B, T);
-    GcRng r = {404};
-    perturb_(&L, &r);
-    layer_gradcheck_carried(&L, what, &r, M2_GC_H, 1e-2);
-    layer_free_(&L);
-}
-
 static void test_gradients(void) {
-    check_grad_("mamba2 n_groups 1, chunk 5", "{" M2_BASE ", \"chunk\": 5}");
-    check_grad_("mamba2 n_groups 2, chunk 64", "{" M2_BASE ", \"n_groups\": 2}");
-    check_grad_("mamba2 n_groups 2, conv 3 without bias, chunk 4",
-                "{" M2_BASE ", \"n_groups\": 2, \"conv\": 3, \"conv_bias\": false, \"chunk\": 4}");
+    layer_gradcheck_perturbed("mamba2 n_groups 1, chunk 5", "{" M2_BASE ", \"chunk\": 5}", perturb_, M2_GC_H);
+    layer_gradcheck_perturbed("mamba2 n_groups 2, chunk 64", "{" M2_BASE ", \"n_groups\": 2}", perturb_, M2_GC_H);
+    layer_gradcheck_perturbed("mamba2 n_groups 2, conv 3 without bias, chunk 4",
+                              "{" M2_BASE ", \"n_groups\": 2, \"conv\": 3, \"conv_bias\": false, \"chunk\": 4}", perturb_, M2_GC_H);
 }
 
 // ----------------------------------------------------------------------------
 // the chunk size: memory and speed, not results
 
 static void test_chunk_invariance(void) {
-    const int chunks[3] = {1, 3, 64};
-    ChunkDiff d;
-    int rc = layer_chunk_diff(&d, "{" M2_BASE ", \"n_groups\": 2}", chunks, 3, 16, 2, 50, perturb_);
-    CHECK(rc == 0 && d.y <= 1e-5 * d.y_scale && d.y_scale > 1e-2,
-          "mamba2: chunk 1, 3, 64 give the same outputs (max|d| %.2g, max|y| %.2g)", d.y, d.y_scale);
-    CHECK(rc == 0 && d.g <= 1e-5 * d.g_scale && d.g_scale > 1e-2,
-          "mamba2: chunk 1, 3, 64 give the same dx and parameter gradients (max|d| %.2g, max|g| %.2g)", d.g, d.g_scale);
+    layer_chunk_check("mamba2", "{" M2_BASE ", \"n_groups\": 2}", perturb_);
 }
 
 // ----------------------------------------------------------------------------
@@ -203,7 +181,7 @@ static void test_init(void) {
     if (layer_build_(&L, "{" M2_BASE ", \"n_groups\": 2}", 16, 3)) return;
     const ParamTensor *t;
     int H = 4, Di = 32, CD = Di + 2 * 2 * 4, K = 4;
-    const float *alog = tensor_(&L, "A_log"), *dtb = tensor_(&L, "dt_bias"), *Dp = tensor_(&L, "D");
+    const float *alog = layer_tensor(&L, "A_log"), *dtb = layer_tensor(&L, "dt_bias"), *Dp = layer_tensor(&L, "D");
     int ok_a = 1, ok_dt = 1, ok_d = 1;
     for (int h = 0; h < H; h++) {
         double A = exp(alog[h]), dt = softplus_(dtb[h]);

@@ -239,6 +239,9 @@ static void test_decode(void) {
     check_decode_("mamba2 (fused) + gla", "{\"vocab_size\": 0, \"d_model\": 16, \"n_layers\": 2, \"mixer\": {\"kind\": "
                   "\"mamba2\", \"head_dim\": 8, \"d_state\": 4, \"n_groups\": 2, \"chunk\": 4}, \"layers\": [{\"at\": \"1\", "
                   "\"mixer\": {\"kind\": \"gla\", \"heads\": 2}}]}");
+    check_decode_("mamba (fused) + attention", "{\"vocab_size\": 0, \"d_model\": 16, \"n_layers\": 2, \"mixer\": "
+                  "{\"kind\": \"mamba\", \"d_state\": 4, \"chunk\": 3}, \"layers\": [{\"at\": \"1\", \"mixer\": "
+                  "{\"kind\": \"attention\", \"heads\": 2}}]}");
     check_decode_("attention none", ATT_(", \"pos\": \"none\""));
     check_decode_("attention rope half", ATT_(", \"pos\": \"rope\", \"rope_base\": 50"));
     check_decode_("attention rope interleaved + bias", ATT_(", \"pos\": \"rope\", \"rope_layout\": \"interleaved\", "
@@ -612,6 +615,12 @@ int main(void) {
          "\"A_init_lo\": 0.5, \"A_init_hi\": 3}", 1, 0},
         {"gpt + mamba2 last layer", "\"mixer\": {\"kind\": \"attention\", \"heads\": 2}, \"layers\": [{\"at\": \"-1\", "
          "\"mixer\": {\"kind\": \"mamba2\", \"head_dim\": 8, \"d_state\": 4, \"conv_bias\": false, \"init_std\": 0.3, "
+         "\"dt_min\": 0.1, \"dt_max\": 0.6}}]", 0, 0},
+        // mamba (mixers/mamba.c): fused under block auto; and one mamba layer after attention
+        {"mamba (auto: fused)", "\"norm\": \"rmsnorm\", \"mixer\": {\"kind\": \"mamba\", \"d_state\": 4, "
+         "\"chunk\": 5, \"init_std\": 0.3, \"dt_min\": 0.1, \"dt_max\": 0.6}", 1, 0},
+        {"gpt + mamba last layer", "\"mixer\": {\"kind\": \"attention\", \"heads\": 2}, \"layers\": [{\"at\": \"-1\", "
+         "\"mixer\": {\"kind\": \"mamba\", \"d_state\": 3, \"dt_rank\": 2, \"conv_bias\": false, \"init_std\": 0.3, "
          "\"dt_min\": 0.1, \"dt_max\": 0.6}}]", 0, 0},
         // mlstm (mixers/mlstm.c): fused under block auto; and one mlstm layer without conv after attention
         {"mlstm (auto: fused)", "\"mixer\": {\"kind\": \"mlstm\", \"round_to\": 1, \"chunk\": 5}", 1, 0},

@@ -48,6 +48,10 @@ static const Case CASES_[] = {
     {"kla conv 1", "{\"kind\": \"kla\", \"d_state\": 4, \"conv\": 1}", 128, 0, 128, 0},
     // mamba2: H N P = 4·4·8 + (d_inner + 2 G N)(k - 1) = (32 + 8)·3
     {"mamba2", "{\"kind\": \"mamba2\", \"d_state\": 4, \"head_dim\": 8, \"conv\": 4}", 248, 248, 248, 248},
+    // mamba: d_inner N + d_inner (k - 1) = 32·4 + 32·3; conv 1: the SSM state alone
+    {"mamba", "{\"kind\": \"mamba\", \"d_state\": 4, \"conv\": 4}", 224, 224, 224, 224},
+    {"mamba expand 1 conv 1", "{\"kind\": \"mamba\", \"d_state\": 8, \"expand\": 1, \"conv\": 1}", 128, 128, 128,
+     128},
     // mlstm: I = 32, H 2, D 16: H D D + (H D + H, not in Table 1) + I (k - 1)
     {"mlstm", "{\"kind\": \"mlstm\", \"heads\": 2, \"round_to\": 1}", 642, 608, 642, 608},
     {"mlstm conv 0", "{\"kind\": \"mlstm\", \"heads\": 2, \"round_to\": 1, \"conv\": 0}", 546, 512, 546, 512},

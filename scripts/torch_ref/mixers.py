@@ -22,7 +22,7 @@ docs/reference_check.md, "Adding a mixer's reference"):
   CASES                       optional: {case name: the `model` section of a tiny run} for the committed
                               cases under tests/data/torch_ref/ (cases.py gathers them)
 """
-from . import attention, bla, gsa, kla, mamba2, mlstm, rfa
+from . import attention, bla, gsa, kla, mamba, mamba2, mlstm, rfa
 from .linear import GLA, LINEAR_ATTN, RETNET
 from .delta import DELTANET, GATED_DELTANET
 from .common import layer_block_option, layer_mixer_options
@@ -35,6 +35,7 @@ MIXERS = {
     "linear_attn": LINEAR_ATTN,
     "retnet": RETNET,
     "gla": GLA,
+    "mamba": mamba,
     "mamba2": mamba2,
     "mlstm": mlstm,
     "deltanet": DELTANET,

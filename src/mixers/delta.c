@@ -121,11 +121,9 @@ static void delta_init_(const Mixer *m) {
     const DeltaOpts *o = m->spec->opts;
     if (!o->gated) return;
     float *alog = mixer_param(m, o->k_A), *dt = mixer_param(m, o->k_dt);
-    for (int h = 0; h < o->H; h++) {
+    for (int h = 0; h < o->H; h++)
         alog[h] = (float)log(fmax((double)alog[h], (double)FLT_MIN));  // A = 0 exactly (probability ~0) stays finite
-        double d = dt[h] > o->dt_floor ? dt[h] : o->dt_floor;
-        dt[h] = (float)mixer_inv_softplus(d);
-    }
+    mixer_dt_bias_init(dt, (size_t)o->H, o->dt_floor);
 }
 
 // ----------------------------------------------------------------------------

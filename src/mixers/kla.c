@@ -138,10 +138,7 @@ static int kla_params_(const MixerSpec *s, ParamTable *pt, const char *prefix, i
 static void kla_init_(const Mixer *m) {
     const KlaOpts *o = m->spec->opts;
     float *dt = mixer_param(m, o->k_dt);
-    for (size_t i = 0; i < (size_t)o->M * o->S; i++) {
-        double d = dt[i] > o->dt_floor ? dt[i] : o->dt_floor;
-        dt[i] = (float)mixer_inv_softplus(d);
-    }
+    mixer_dt_bias_init(dt, (size_t)o->M * o->S, o->dt_floor);
 }
 
 // the discrete dynamics abar, pbar (M,S) from lambda_log, delta, process_noise

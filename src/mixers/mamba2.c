@@ -119,11 +119,8 @@ static int mamba2_params_(const MixerSpec *s, ParamTable *pt, const char *prefix
 static void mamba2_init_(const Mixer *m) {
     const Mamba2Opts *o = m->spec->opts;
     float *dt = mixer_param(m, o->k_dt), *alog = mixer_param(m, o->k_A);
-    for (int h = 0; h < o->H; h++) {
-        double d = dt[h] > o->dt_floor ? dt[h] : o->dt_floor;
-        dt[h] = (float)mixer_inv_softplus(d);  // = dt + log(-expm1(-dt)), FLA's inverse softplus
-        alog[h] = (float)log(alog[h]);
-    }
+    mixer_dt_bias_init(dt, (size_t)o->H, o->dt_floor);  // softplus^-1 = dt + log(-expm1(-dt)), FLA's
+    for (int h = 0; h < o->H; h++) alog[h] = (float)log(alog[h]);
 }
 
 // ----------------------------------------------------------------------------

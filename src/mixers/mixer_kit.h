@@ -82,6 +82,12 @@ static inline double mixer_softplus(double x) { return x > 30.0 ? x : log1p(exp(
 // softplus^{-1}(y) = log(e^y - 1), y > 0: the raw value that a softplus-parameterised quantity starts from
 static inline double mixer_inv_softplus(double y) { return y > 30.0 ? y : log(expm1(y)); }
 
+// Mamba's step-size init in place: n values drawn log-uniform as the step dt itself (INIT_LOGUNIFORM in
+// [dt_min, dt_max]) become the raw bias softplus^{-1}(max(dt, floor)), so softplus(bias) starts at dt
+static inline void mixer_dt_bias_init(float *dt, size_t n, double floor) {
+    for (size_t i = 0; i < n; i++) dt[i] = (float)mixer_inv_softplus(dt[i] > floor ? dt[i] : floor);
+}
+
 // 1 / (1 + e^-x) for x >= 0, e^x / (1 + e^x) below
 static inline double mixer_sigmoid(double x) {
     double z = exp(-fabs(x));

@@ -13,6 +13,7 @@ extern const MixerOps MIXER_KLA;
 extern const MixerOps MIXER_LINEAR_ATTN;
 extern const MixerOps MIXER_RETNET;
 extern const MixerOps MIXER_GLA;
+extern const MixerOps MIXER_MAMBA;
 extern const MixerOps MIXER_MAMBA2;
 extern const MixerOps MIXER_MLSTM;
 extern const MixerOps MIXER_DELTANET, MIXER_GATED_DELTANET;
@@ -26,6 +27,7 @@ static const MixerOps *const MIXERS_[] = {
     &MIXER_LINEAR_ATTN,
     &MIXER_RETNET,
     &MIXER_GLA,
+    &MIXER_MAMBA,
     &MIXER_MAMBA2,
     &MIXER_MLSTM,
     &MIXER_DELTANET, &MIXER_GATED_DELTANET,

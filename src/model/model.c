@@ -48,7 +48,7 @@ static const CfgKey MODEL_KEYS_[] = {
     MKEY_(ModelSection, "block", CFG_ENUM, block, "\"auto\"", 0, 0, "auto|prenorm|fused",
           "Block kind: prenorm = x += mixer(norm(x)); x += mlp(norm(x)). fused = x += mixer(norm(x)), no MLP "
           "(Mamba/KLA style: the mixer's gate is the MLP). auto = fused for a layer whose mixer carries its own "
-          "MLP (owns_mlp in docs/mixers.md: kla, mamba2, mlstm), prenorm for every other layer."),
+          "MLP (owns_mlp in docs/mixers.md: kla, mamba, mamba2, mlstm), prenorm for every other layer."),
     MKEY_(ModelSection, "norm", CFG_ENUM, norm, "\"layernorm\"", 0, 0, "layernorm|rmsnorm",
           "Norm used before the mixer, before the MLP and before the head."),
     MKEY_(ModelSection, "norm_bias", CFG_BOOL, norm_bias, "true", 0, 0, NULL, "LayerNorm has a bias (ignored for rmsnorm)."),

@@ -526,6 +526,8 @@ static void refusals_(void) {
          "attention qk_norm_eps 1e-05 has no GPU kernels yet"},
         {"{\"d_model\": 32, \"n_layers\": 2, \"layers\": [{\"at\": \"1\", \"mixer\": {\"kind\": \"kla\"}}]}",
          "layer 1: mixer \"kla\" has no GPU kernels yet"},
+        {"{\"d_model\": 32, \"n_layers\": 2, \"layers\": [{\"at\": \"0\", \"mixer\": {\"kind\": \"mamba\"}}]}",
+         "layer 0: mixer \"mamba\" has no GPU kernels yet (model.mixer.kind or model.layers"},
         {"{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {\"kind\": \"mamba2\", \"head_dim\": 16, \"chunk\": 128}}",
          "layer 0: mamba2 chunk 128"},
         {"{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {\"kind\": \"mlstm\", \"chunk\": 100}}",
