@@ -15,7 +15,6 @@
 #define LR_TILE CK_TILE
 #define LR_LD CK_LD
 #define LR_MAX_L GPU_LINREC_MAX_L
-#define LR_NR_LL (LR_MAX_L * LR_MAX_L / LR_THREADS)  // a thread's elements of an L x L result
 #define LR_NR_LT (LR_MAX_L * LR_TILE / LR_THREADS)   // ... of an L x 32 result
 #define LR_NR_TT (LR_TILE * LR_TILE / LR_THREADS)    // ... of a 32 x 32 state tile
 // The chunk products' precision: the 3xTF32 split (about fp32's rounding) under every run.precision. Plain TF32
@@ -157,7 +156,6 @@ static __device__ void scale_keys_(float *x, const float *gt, const ChunkScal_ *
 // where reference m's rows start: in the tilde stack (rows 0 .. 16m-1) and the hat stack (rows 16m .. LR_MAX_L-1)
 static __device__ __forceinline__ int tilde_off_(int m) { return LR_SB * (m - 1) * m / 2; }
 static __device__ __forceinline__ int hat_off_(int m) { return LR_SB * ((m - 1) * LR_NB - (m - 1) * m / 2); }
-static __device__ __forceinline__ int blk_(int i) { return i / LR_SB; }
 
 // every thread: xh (LR_STACK rows of LR_LD) and yt (the same) WRITTEN from the staged x, y (LC rows) and the
 // cumulative log-decays Gd (LC rows of doubles) of one 32-channel tile; either may be NULL. The hat stack's rows from
