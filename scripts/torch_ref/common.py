@@ -243,3 +243,24 @@ def gradcheck_layer(forward, spec, P, x, names=None):
     def fn(x, *vals):
         return forward(x, {**P, **dict(zip(names, vals))}, "", spec)
     return gradcheck_ok(fn, (x, *[P[n] for n in names]))
+
+
+def check_layer_variants(report, forward, tiny_spec, random_params, variants, alt, tags):
+    """The layer checks of a mixer with two forms of its recurrence, per variant (name -> tiny_spec options) at
+    C 8: tags[0] forward(..., **alt) equals the default form (1e-12), tags[1] causality, tags[2] gradcheck in
+    float64 w.r.t. the input and every parameter"""
+    C = 8
+    x_all = torch.randn(2, 10, C, dtype=DTYPE)
+    for name, opts in variants.items():
+        spec = tiny_spec(C, **opts)
+        P = random_params(spec, C, 1)
+        with torch.no_grad():
+            d = float((forward(x_all, P, "", spec) - forward(x_all, P, "", spec, **alt)).abs().max())
+        report(d < 1e-12, f"({tags[0]}) layer, {name}: sequential == (T, T) form, max|dy| {d:.1e}")
+        worst, moved = causal_shift(lambda x: forward(x, P, "", spec), x_all, (0, 4, 9))
+        report(worst == 0.0 and moved, f"({tags[1]}) causal: {name}: max|dy| before t = {worst:.1e}, outputs at t move")
+    for name, opts in variants.items():
+        spec = tiny_spec(C, **opts)
+        P = random_params(spec, C, 5)
+        ok = gradcheck_layer(forward, spec, P, torch.randn(1, 6, C, dtype=DTYPE, requires_grad=True))
+        report(ok, f"({tags[2]}) gradcheck: {name} (x, {', '.join(P)})")

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .common import DTYPE, SelfChecks, causal_shift, gradcheck_layer, softplus, t64
+from .common import DTYPE, SelfChecks, check_layer_variants, softplus, t64
 
 KIND = "mamba"
 OWNS_MLP = True     # FLA's MambaBlock has no MLP: model.block "auto" makes its layers fused (MixerOps.owns_mlp)
@@ -171,24 +171,8 @@ def self_test(whole):
         "dt_rank 3, conv 2 without bias": {"dt_rank": 3, "conv": 2, "conv_bias": False},
         "expand 1.5, d_state 2, conv 1": {"expand": 1.5, "d_state": 2, "conv": 1},
     }
-    C = 8
-    x_all = torch.randn(2, 10, C, dtype=DTYPE)
-    # (b) the whole layer with either form of the scan; (c) causality
-    for name, opts in variants.items():
-        spec = tiny_spec(C, **opts)
-        P = random_params(spec, C, 1)
-        with torch.no_grad():
-            d = float((forward(x_all, P, "", spec) - forward(x_all, P, "", spec, scan=scan_quadratic)).abs().max())
-        report(d < 1e-12, f"(b) layer, {name}: sequential == (T, T) form, max|dy| {d:.1e}")
-        worst, moved = causal_shift(lambda x: forward(x, P, "", spec), x_all, (0, 4, 9))
-        report(worst == 0.0 and moved, f"(c) causal: {name}: max|dy| before t = {worst:.1e}, outputs at t move")
-
-    # (d) gradcheck in float64 w.r.t. the input and every parameter of the layer
-    for name, opts in variants.items():
-        spec = tiny_spec(C, **opts)
-        P = random_params(spec, C, 5)
-        ok = gradcheck_layer(forward, spec, P, torch.randn(1, 6, C, dtype=DTYPE, requires_grad=True))
-        report(ok, f"(d) gradcheck: {name} (x, {', '.join(P)})")
+    # (b) the whole layer with either form, (c) causality, (d) gradcheck in float64
+    check_layer_variants(report, forward, tiny_spec, random_params, variants, {"scan": scan_quadratic}, "bcd")
 
     # (e) every mamba CASE: parameter names/shapes (no ln2/MLP: fused blocks), the full model forward and
     # backward on random weights, every SSM parameter with a nonzero gradient

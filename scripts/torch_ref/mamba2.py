@@ -29,7 +29,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .common import DTYPE, SelfChecks, causal_shift, gradcheck_layer, softplus, t64
+from .common import DTYPE, SelfChecks, check_layer_variants, softplus, t64
 
 KIND = "mamba2"
 OWNS_MLP = True     # FLA's Mamba2 block has no MLP: model.block "auto" makes its layers fused (MixerOps.owns_mlp)
@@ -201,24 +201,8 @@ def self_test(whole):
         "2 groups, conv 2 without bias": {"n_groups": 2, "conv": 2, "conv_bias": False},
         "2 groups, expand 1.5, head_dim 3, conv 1": {"n_groups": 2, "expand": 1.5, "head_dim": 3, "conv": 1},
     }
-    C = 8
-    x_all = torch.randn(2, 10, C, dtype=DTYPE)
-    # (c) the whole layer with either form of the recurrence; (d) causality
-    for name, opts in variants.items():
-        spec = tiny_spec(C, **opts)
-        P = random_params(spec, C, 1)
-        with torch.no_grad():
-            d = float((forward(x_all, P, "", spec) - forward(x_all, P, "", spec, ssd=ssd_quadratic)).abs().max())
-        report(d < 1e-12, f"(c) layer, {name}: sequential == (T, T) form, max|dy| {d:.1e}")
-        worst, moved = causal_shift(lambda x: forward(x, P, "", spec), x_all, (0, 4, 9))
-        report(worst == 0.0 and moved, f"(d) causal: {name}: max|dy| before t = {worst:.1e}, outputs at t move")
-
-    # (e) gradcheck in float64 w.r.t. the input and every parameter of the layer
-    for name, opts in variants.items():
-        spec = tiny_spec(C, **opts)
-        P = random_params(spec, C, 5)
-        ok = gradcheck_layer(forward, spec, P, torch.randn(1, 6, C, dtype=DTYPE, requires_grad=True))
-        report(ok, f"(e) gradcheck: {name} (x, {', '.join(P)})")
+    # (c) the whole layer with either form, (d) causality, (e) gradcheck in float64
+    check_layer_variants(report, forward, tiny_spec, random_params, variants, {"ssd": ssd_quadratic}, "cde")
 
     # (f) every mamba2 CASE: parameter names/shapes (no ln2/MLP: fused blocks), the full model forward and
     # backward on random weights, every SSM parameter with a nonzero gradient
