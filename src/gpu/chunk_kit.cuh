@@ -13,6 +13,11 @@
 #define CK_THREADS 256  // a block's threads (8 warps)
 #define CK_TILE 32      // channels of a staged tile (key or value side), and a state tile's side
 #define CK_LD 33        // floats (doubles) a staged row: 32 + 1, so a column's elements fall in distinct banks
+// The chunk products' precision: the 3xTF32 split (about fp32's rounding) under every run.precision. Plain TF32
+// operands under tf32 and bf16 are faster, but the decay parameters' gradients, sums over every token of
+// q' (.) dq' - k (.) dk whose terms cancel, then lose digits to the operands' rounding, past the parity test's
+// tolerance on an H100 (docs/gpu.md has the measurements).
+#define CK_SPLIT true
 
 // ----------------------------------------------------------------------------
 // shapes

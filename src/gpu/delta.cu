@@ -22,8 +22,10 @@
 // same order (R before the solve, the solve itself rather than the explicit inverse of the WY form), so U stays
 // bounded as on the CPU however close beta gets to 2.
 //
-// The intra-chunk products are plain fp32 on the CUDA cores: a thread per output element sums over a 32-channel
-// tile staged in shared memory (rows of 33 floats: a column's 32 elements in 32 banks).
+// Every product (the chunk's L x L matrices, K S, the state step, the outputs, and the backward's) is a warp product on
+// the tensor cores (gpu/chunk_kit.cuh's warp_mma_, CK_SPLIT's precision: the 3xTF32 split, about fp32's rounding)
+// over fp32 tiles staged in shared memory; the triangular solves stay on the CUDA cores, one substitution step a
+// token with the 32 columns' rows spread over the block.
 #include "gpu/delta_kit.cuh"
 
 // ----------------------------------------------------------------------------
@@ -31,47 +33,42 @@
 
 // kk, p (B,H,chunks, LC,LC) WRITTEN for chunk blockIdx.x of (b,h) = blockIdx.y: KK_ij = (k_i . k_j) Gam_ij for j < i,
 // P_ij = (q'_i . k_j) Gam_ij for j <= i (q' = scale q), zero elsewhere. q, k (B,T,H,Dk); beta, g (B,T,H) (g NULL: no
-// decay). Thread e's elements: e, e + 256, ... of the row-major (LC, LC) matrices; sums over the key channels in order.
+// decay). Warp products: warp w = 2 mt + nh the rows 16 mt .., columns 32 nh .. of both (64, 64) results (a block
+// wholly above the diagonal skips its products), summed over the key channels in tiles of 32, in order.
 __global__ void __launch_bounds__(CK_THREADS)
     delta_chunk_kernel(float *kk, float *p, const float *q, const float *k, const float *beta, const float *g,
                        DeltaDims d) {
     GPU_DYNAMIC_SMEM(unsigned char, smem);
     ChunkSmem_ s;
     Carve_ cv = {(uintptr_t)smem, 0};
-    int LC = lc_(d), nch = nchunks_(d);
+    int LC = lc_(d), LCQ = lcq_(LC), nch = nchunks_(d);
     ChunkSmem_::carve(cv, LC, &s);
     int ci = blockIdx.x, bh = blockIdx.y, b = bh / d.H, h = bh % d.H, t0 = ci * d.chunk, L = chunk_len_(d, ci);
-    int tid = threadIdx.x;
+    int w = threadIdx.x >> 5, mt = w >> 1, nh = w & 1, active = 16 * mt < L && 32 * nh <= 16 * mt + 15;
     delta_scalars_(s.cs, d, beta, g, b, h, t0, L);
-    float akk[DL_NR_LL], ap[DL_NR_LL];
-    #pragma unroll
-    for (int r = 0; r < DL_NR_LL; r++) akk[r] = ap[r] = 0.0f;
+    float akk[4][4] = {}, ap[4][4] = {};
     for (int c0 = 0; c0 < d.Dk; c0 += CK_TILE) {
-        load_tile_(s.qs, q, d, d.Dk, b, h, t0, L, LC, c0, d.scale);
-        load_tile_(s.ks, k, d, d.Dk, b, h, t0, L, LC, c0, 1.0f);
+        load_tile_(s.qs, q, d, d.Dk, b, h, t0, L, LCQ, c0, d.scale);
+        load_tile_(s.ks, k, d, d.Dk, b, h, t0, L, LCQ, c0, 1.0f);
         __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < DL_NR_LL; r++) {
-            int e = tid + r * CK_THREADS, i = e / LC, j = e % LC;
-            if (e >= LC * LC || i >= L || j > i) continue;
-            const float *qi = s.qs + i * CK_LD, *ki = s.ks + i * CK_LD, *kj = s.ks + j * CK_LD;
-            float a = ap[r], x = akk[r];
-            for (int c = 0; c < CK_TILE; c++) a += qi[c] * kj[c];
-            if (j < i)
-                for (int c = 0; c < CK_TILE; c++) x += ki[c] * kj[c];
-            ap[r] = a, akk[r] = x;
+        if (active) {
+            const float *kj = s.ks + 32 * nh * CK_LD;
+            warp_mma_<CK_SPLIT, 4, false, true>(ap, s.qs + 16 * mt * CK_LD, CK_LD, kj, CK_LD, CK_TILE);
+            warp_mma_<CK_SPLIT, 4, false, true>(akk, s.ks + 16 * mt * CK_LD, CK_LD, kj, CK_LD, CK_TILE);
         }
         __syncthreads();
     }
     size_t base = ((size_t)bh * nch + ci) * LC * LC;
     #pragma unroll
-    for (int r = 0; r < DL_NR_LL; r++) {
-        int e = tid + r * CK_THREADS, i = e / LC, j = e % LC;
-        if (e >= LC * LC) continue;
-        float gm = i < L && j <= i ? gam_(s.cs, i, j) : 0.0f;
-        kk[base + e] = j < i ? akk[r] * gm : 0.0f;
-        p[base + e] = ap[r] * gm;
-    }
+    for (int n = 0; n < 4; n++)
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            int i = 16 * mt + frag_row_(r), j = 32 * nh + frag_col_(n, r);
+            if (i >= LC || j >= LC) continue;
+            float gm = i < L && j <= i ? gam_(s.cs, i, j) : 0.0f;
+            kk[base + i * LC + j] = j < i ? akk[n][r] * gm : 0.0f;
+            p[base + i * LC + j] = ap[n][r] * gm;
+        }
 }
 
 // ----------------------------------------------------------------------------
@@ -87,8 +84,8 @@ __global__ void __launch_bounds__(CK_THREADS)
     GPU_DYNAMIC_SMEM(unsigned char, smem);
     NewvalsSmem_ s;
     Carve_ cv = {(uintptr_t)smem, 0};
-    int LC = lc_(d), nch = nchunks_(d), rows = ntiles_(d.Dk) * CK_TILE;
-    NewvalsSmem_::carve(cv, LC, d.Dk, &s);
+    int LC = lc_(d), LCP = lcp_(d), nch = nchunks_(d), rows = ntiles_(d.Dk) * CK_TILE;
+    NewvalsSmem_::carve(cv, LC, LCP, d.Dk, &s);
     int v0 = blockIdx.x * CK_TILE, bh = blockIdx.y, b = bh / d.H, h = bh % d.H, tid = threadIdx.x;
     size_t KV = (size_t)d.Dk * d.Dv;
     float *ub = u + (size_t)bh * d.T * d.Dv;
@@ -104,19 +101,19 @@ __global__ void __launch_bounds__(CK_THREADS)
         delta_scalars_(s.cs, d, beta, g, b, h, t0, L);
         load_ll_(s.kk, kk + ((size_t)bh * nch + ci) * LC * LC, LC);
         __syncthreads();
-        chunk_u_(s.U, ub, NULL, s.kt, s.S, s.kk, s.cs, k, v, d, b, h, t0, L, LC, v0);
+        chunk_u_(s.U, ub, NULL, s.kt, s.S, s.kk, s.cs, k, v, d, b, h, t0, L, LC, LCP, v0);
         if (ci == nch - 1) break;  // the state after the last chunk is not wanted (no state output in training)
         for (int c0 = 0; c0 < d.Dk; c0 += CK_TILE) {
-            load_tile_(s.kt, k, d, d.Dk, b, h, t0, L, LC, c0, 1.0f);
+            load_tile_(s.kt, k, d, d.Dk, b, h, t0, L, LCP, c0, 1.0f);
             __syncthreads();
+            scale_rows_(s.kt, s.cs->f, L);
+            __syncthreads();
+            float a[1][4];
             #pragma unroll
-            for (int r = 0; r < DL_NR_TT; r++) {
-                int e = tid + r * CK_THREADS, x = e / CK_TILE, c = e % CK_TILE;
-                float *sx = s.S + (c0 + x) * CK_LD + c;
-                float acc = s.cs->eL * *sx;
-                for (int i = 0; i < L; i++) acc += (s.cs->f[i] * s.kt[i * CK_LD + x]) * s.U[i * CK_LD + c];
-                *sx = acc;
-            }
+            for (int r = 0; r < 4; r++) a[0][r] = s.cs->eL * s.S[(c0 + st_row_(r)) * CK_LD + st_col_(r)];
+            state_mma_(a, s.kt, s.U, LCP);
+            #pragma unroll
+            for (int r = 0; r < 4; r++) s.S[(c0 + st_row_(r)) * CK_LD + st_col_(r)] = a[0][r];
             __syncthreads();
         }
     }
@@ -128,10 +125,10 @@ __global__ void __launch_bounds__(CK_THREADS)
 struct OutSmem_ {
     float *P, *U, *qt, *St;
     DeltaScal_ *cs;
-    static __host__ __device__ size_t carve(Carve_ &cv, int LC, OutSmem_ *s) {
-        s->P = cv.take<float>((size_t)LC * LC);
-        s->U = cv.rows(LC);
-        s->qt = cv.rows(LC);
+    static __host__ __device__ size_t carve(Carve_ &cv, int LCP, OutSmem_ *s) {
+        s->P = cv.take<float>((size_t)LCP * (LCP + 1));
+        s->U = cv.rows(LCP);
+        s->qt = cv.rows(LCP);
         s->St = cv.rows(CK_TILE);
         s->cs = cv.take<DeltaScal_>(1);
         return cv.off;
@@ -140,46 +137,38 @@ struct OutSmem_ {
 
 // o (B,T,H,Dv) WRITTEN: value tile blockIdx.y of chunk blockIdx.x of (b,h) = blockIdx.z: o = (e (.) Q') S + P U, the
 // state's part first as in nn/delta.c. P from the chunk kernel, U from the states kernel, S the chunk's state
-// (states); q (B,T,H,Dk). Thread e: rows e / 32, + 8, ..., column e % 32.
+// (states); q (B,T,H,Dk). Warp products, frag_for_'s layout.
 __global__ void __launch_bounds__(CK_THREADS)
     delta_output_kernel(float *o, const float *p, const float *u, const float *q, const float *beta, const float *g,
                         const float *states, DeltaDims d) {
     GPU_DYNAMIC_SMEM(unsigned char, smem);
     OutSmem_ s;
     Carve_ cv = {(uintptr_t)smem, 0};
-    int LC = lc_(d), nch = nchunks_(d);
-    OutSmem_::carve(cv, LC, &s);
+    int LC = lc_(d), LCP = lcp_(d), ALD = LCP + 1, nch = nchunks_(d);
+    OutSmem_::carve(cv, LCP, &s);
     int ci = blockIdx.x, v0 = blockIdx.y * CK_TILE, bh = blockIdx.z, b = bh / d.H, h = bh % d.H;
-    int t0 = ci * d.chunk, L = chunk_len_(d, ci), tid = threadIdx.x;
+    int t0 = ci * d.chunk, L = chunk_len_(d, ci);
+    int w = threadIdx.x >> 5, mt = w >> 1, nh = w & 1, active = 16 * mt < L;
     const float *st = states + ((size_t)bh * nch + ci) * d.Dk * d.Dv;
     delta_scalars_(s.cs, d, beta, g, b, h, t0, L);
-    load_ll_(s.P, p + ((size_t)bh * nch + ci) * LC * LC, LC);
-    load_rows_(s.U, u + (size_t)bh * d.T * d.Dv, d.Dv, t0, L, LC, v0);
-    float acc[DL_NR_LT];
-    #pragma unroll
-    for (int r = 0; r < DL_NR_LT; r++) acc[r] = 0.0f;
+    load_ll_pad_(s.P, p + ((size_t)bh * nch + ci) * LC * LC, LC, LCP, ALD);
+    load_rows_(s.U, u + (size_t)bh * d.T * d.Dv, d.Dv, t0, L, LCP, v0);
+    float c[2][4] = {};
     for (int c0 = 0; c0 < d.Dk; c0 += CK_TILE) {
-        load_tile_(s.qt, q, d, d.Dk, b, h, t0, L, LC, c0, d.scale);
+        load_tile_(s.qt, q, d, d.Dk, b, h, t0, L, LCP, c0, d.scale);
         load_state_(s.St, st, d, c0, v0);
         __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < DL_NR_LT; r++) {
-            int e = tid + r * CK_THREADS, i = e / CK_TILE, c = e % CK_TILE;
-            if (i >= L) continue;
-            float a = acc[r], ei = s.cs->e[i];
-            for (int x = 0; x < CK_TILE; x++) a += (ei * s.qt[i * CK_LD + x]) * s.St[x * CK_LD + c];
-            acc[r] = a;
-        }
+        scale_rows_(s.qt, s.cs->e, L);
+        __syncthreads();
+        if (active)
+            warp_mma_<CK_SPLIT, 2, false, false>(c, s.qt + 16 * mt * CK_LD, CK_LD, s.St + 16 * nh, CK_LD, CK_TILE);
         __syncthreads();
     }
-    #pragma unroll
-    for (int r = 0; r < DL_NR_LT; r++) {
-        int e = tid + r * CK_THREADS, i = e / CK_TILE, c = e % CK_TILE;
-        if (i >= L || v0 + c >= d.Dv) continue;
-        float a = acc[r];
-        for (int j = 0; j <= i; j++) a += s.P[i * LC + j] * s.U[j * CK_LD + c];
-        o[row_(d, b, t0 + i, h) * d.Dv + v0 + c] = a;
-    }
+    if (!active) return;
+    warp_mma_<CK_SPLIT, 2, false, false>(c, s.P + 16 * mt * ALD, ALD, s.U + 16 * nh, CK_LD, 16 * (mt + 1));
+    frag_for_(mt, nh, [&](int n, int r, int i, int col) {
+        if (i < L && v0 + col < d.Dv) o[row_(d, b, t0 + i, h) * d.Dv + v0 + col] = c[n][r];
+    });
 }
 
 // ----------------------------------------------------------------------------
@@ -211,7 +200,9 @@ void gpu_delta_forward(float *o, float *ckpt, const float *q, const float *k, co
     delta_scratch_layout_(d, scratch, &s);
     float *st = ckpt ? ckpt : s.st;
     int LC = lc_(dd), nch = nchunks_(dd), NV = ntiles_(d->Dv), BH = d->B * d->H;
-    size_t b_ch = smem_of_<ChunkSmem_>(LC), b_st = smem_of_<NewvalsSmem_>(LC, d->Dk), b_out = smem_of_<OutSmem_>(LC);
+    int LCP = lcp_(dd);
+    size_t b_ch = smem_of_<ChunkSmem_>(LC), b_st = smem_of_<NewvalsSmem_>(LC, LCP, d->Dk);
+    size_t b_out = smem_of_<OutSmem_>(LCP);
     smem_limit_(delta_chunk_kernel, b_ch);
     smem_limit_(delta_states_kernel, b_st);
     smem_limit_(delta_output_kernel, b_out);

@@ -21,8 +21,8 @@
  * (tiles of 32 channels); chunk lengths min(chunk, T) up to GPU_DELTA_MAX_L. Refused (gpu_delta_refusal says why;
  * forward and backward stop through gpu_fail_): a longer chunk, a wider key side.
  *
- * Precision: fp32 on the CUDA cores (shared-memory tiles, one thread per output element), whatever run.precision
- * says; the products are small dense matmuls that can move to gpu/mma.cuh's warp products later.
+ * Precision: the products are warp products on the tensor cores with the 3xTF32 split (gpu/chunk_kit.cuh's
+ * CK_SPLIT: about fp32's rounding) whatever run.precision says; the solves are fp32 on the CUDA cores.
  *
  * Callable from C (the parity test, tests/gpu/test_gpu_delta.c, with gpu/devbuf.h's device buffers).
  */

@@ -28,15 +28,15 @@ __global__ void __launch_bounds__(CK_THREADS)
     GPU_DYNAMIC_SMEM(unsigned char, smem);
     NewvalsSmem_ s;
     Carve_ cv = {(uintptr_t)smem, 0};
-    int LC = lc_(d), nch = nchunks_(d);
-    NewvalsSmem_::carve(cv, LC, d.Dk, &s);
+    int LC = lc_(d), LCP = lcp_(d), nch = nchunks_(d);
+    NewvalsSmem_::carve(cv, LC, LCP, d.Dk, &s);
     int ci = blockIdx.x, v0 = blockIdx.y * CK_TILE, bh = blockIdx.z, b = bh / d.H, h = bh % d.H;
     int t0 = ci * d.chunk, L = chunk_len_(d, ci);
     size_t tv = (size_t)bh * d.T * d.Dv;
     load_cols_(s.S, ckpt + ((size_t)bh * nch + ci) * d.Dk * d.Dv, d, v0);
     load_ll_(s.kk, kk + ((size_t)bh * nch + ci) * LC * LC, LC);
     delta_scalars_(s.cs, d, beta, g, b, h, t0, L);
-    chunk_u_(s.U, u + tv, ks + tv, s.kt, s.S, s.kk, s.cs, k, v, d, b, h, t0, L, LC, v0);
+    chunk_u_(s.U, u + tv, ks + tv, s.kt, s.S, s.kk, s.cs, k, v, d, b, h, t0, L, LC, LCP, v0);
 }
 
 // ----------------------------------------------------------------------------
@@ -45,14 +45,14 @@ __global__ void __launch_bounds__(CK_THREADS)
 struct DstatesSmem_ {
     float *dS, *kk, *P, *dO, *X, *qt, *kt;
     DeltaScal_ *cs;
-    static __host__ __device__ size_t carve(Carve_ &cv, int LC, int Dk, DstatesSmem_ *s) {
+    static __host__ __device__ size_t carve(Carve_ &cv, int LC, int LCP, int Dk, DstatesSmem_ *s) {
         s->dS = cv.rows((size_t)ntiles_(Dk) * CK_TILE);
         s->kk = cv.take<float>((size_t)LC * LC);
-        s->P = cv.take<float>((size_t)LC * LC);
-        s->dO = cv.rows(LC);
-        s->X = cv.rows(LC);
-        s->qt = cv.rows(LC);
-        s->kt = cv.rows(LC);
+        s->P = cv.take<float>((size_t)LCP * (LCP + 1));
+        s->dO = cv.rows(LCP);
+        s->X = cv.rows(LCP);
+        s->qt = cv.rows(LCP);
+        s->kt = cv.rows(LCP);
         s->cs = cv.take<DeltaScal_>(1);
         return cv.off;
     }
@@ -60,22 +60,23 @@ struct DstatesSmem_ {
 
 // dstates (B,H,chunks, Dk·Dv) WRITTEN: columns v0 = 32 blockIdx.x .. of dS', the gradient of the state each chunk of
 // (b,h) = blockIdx.y hands on (zero for the last); dr (B,H,T,Dv) WRITTEN with dR; dv (B,T,H,Dv) ACCUMULATED with b
-// (.) dR. kk, p from the chunk kernel; q, k (B,T,H,Dk), dout (B,T,H,Dv), beta, g (B,T,H). Thread e: rows e / 32,
-// + 8, ..., column e % 32 of an (L, 32) result; elements e, e + 256, ... of each (32, 32) tile of the state's rows.
+// (.) dR. kk, p from the chunk kernel; q, k (B,T,H,Dk), dout (B,T,H,Dv), beta, g (B,T,H). The (L, 32) products in
+// frag_for_'s layout, the state tiles' in state_mma_'s.
 __global__ void __launch_bounds__(CK_THREADS)
     delta_dstates_kernel(float *dstates, float *dr, float *dv, const float *kk, const float *p, const float *q,
                          const float *k, const float *dout, const float *beta, const float *g, DeltaDims d) {
     GPU_DYNAMIC_SMEM(unsigned char, smem);
     DstatesSmem_ s;
     Carve_ cv = {(uintptr_t)smem, 0};
-    int LC = lc_(d), nch = nchunks_(d), rows = ntiles_(d.Dk) * CK_TILE;
-    DstatesSmem_::carve(cv, LC, d.Dk, &s);
+    int LC = lc_(d), LCP = lcp_(d), ALD = LCP + 1, nch = nchunks_(d), rows = ntiles_(d.Dk) * CK_TILE;
+    DstatesSmem_::carve(cv, LC, LCP, d.Dk, &s);
     int v0 = blockIdx.x * CK_TILE, bh = blockIdx.y, b = bh / d.H, h = bh % d.H, tid = threadIdx.x;
+    int w = tid >> 5, mt = w >> 1, nh = w & 1;
     size_t KV = (size_t)d.Dk * d.Dv;
     float *drb = dr + (size_t)bh * d.T * d.Dv;
     for (int e = tid; e < rows * CK_LD; e += CK_THREADS) s.dS[e] = 0.0f;
     for (int ci = nch - 1; ci >= 0; ci--) {
-        int t0 = ci * d.chunk, L = chunk_len_(d, ci);
+        int t0 = ci * d.chunk, L = chunk_len_(d, ci), active = 16 * mt < L;
         float *dst = dstates + ((size_t)bh * nch + ci) * KV;
         size_t base = ((size_t)bh * nch + ci) * LC * LC;
         __syncthreads();
@@ -85,38 +86,27 @@ __global__ void __launch_bounds__(CK_THREADS)
         }
         delta_scalars_(s.cs, d, beta, g, b, h, t0, L);
         load_ll_(s.kk, kk + base, LC);
-        load_ll_(s.P, p + base, LC);
-        load_tile_(s.dO, dout, d, d.Dv, b, h, t0, L, LC, v0, 1.0f);
+        load_ll_pad_(s.P, p + base, LC, LCP, ALD);
+        load_tile_(s.dO, dout, d, d.Dv, b, h, t0, L, LCP, v0, 1.0f);
         __syncthreads();
-        // dU = P^T dO, then + (f (.) K) dS'
-        float du[DL_NR_LT];
-        #pragma unroll
-        for (int r = 0; r < DL_NR_LT; r++) {
-            int e = tid + r * CK_THREADS, j = e / CK_TILE, c = e % CK_TILE;
-            float a = 0.0f;
-            if (j < L)
-                for (int i = j; i < L; i++) a += s.P[i * LC + j] * s.dO[i * CK_LD + c];
-            du[r] = a;
-        }
+        // dU = P^T dO (rows j: tokens i >= j), then + (f (.) K) dS'
+        float du[2][4] = {};
+        if (active)
+            warp_mma_<CK_SPLIT, 2, true, false>(du, s.P + 16 * mt * ALD + 16 * mt, ALD, s.dO + 16 * mt * CK_LD + 16 * nh,
+                                                CK_LD, LCP - 16 * mt);
         for (int c0 = 0; c0 < d.Dk; c0 += CK_TILE) {
-            load_tile_(s.kt, k, d, d.Dk, b, h, t0, L, LC, c0, 1.0f);
+            load_tile_(s.kt, k, d, d.Dk, b, h, t0, L, LCP, c0, 1.0f);
             __syncthreads();
-            const float *dSc = s.dS + c0 * CK_LD;
-            #pragma unroll
-            for (int r = 0; r < DL_NR_LT; r++) {
-                int e = tid + r * CK_THREADS, j = e / CK_TILE, c = e % CK_TILE;
-                if (j >= L) continue;
-                float a = du[r], fj = s.cs->f[j];
-                for (int x = 0; x < CK_TILE; x++) a += (fj * s.kt[j * CK_LD + x]) * dSc[x * CK_LD + c];
-                du[r] = a;
-            }
+            scale_rows_(s.kt, s.cs->f, L);
+            __syncthreads();
+            if (active)
+                warp_mma_<CK_SPLIT, 2, false, false>(du, s.kt + 16 * mt * CK_LD, CK_LD, s.dS + c0 * CK_LD + 16 * nh,
+                                                     CK_LD, CK_TILE);
             __syncthreads();
         }
-        #pragma unroll
-        for (int r = 0; r < DL_NR_LT; r++) {
-            int e = tid + r * CK_THREADS, j = e / CK_TILE, c = e % CK_TILE;
-            if (j < LC) s.X[j * CK_LD + c] = j < L ? du[r] : 0.0f;
-        }
+        frag_for_(mt, nh, [&](int n, int r, int j, int c) {
+            if (j < LCP) s.X[j * CK_LD + c] = j < L ? du[n][r] : 0.0f;
+        });
         // dR = (I + A)^{-T} dU; dv += b (.) dR
         solve_lower_t_(s.X, s.kk, s.cs, L, LC);
         for (int e = tid; e < L * CK_TILE; e += CK_THREADS) {
@@ -127,23 +117,25 @@ __global__ void __launch_bounds__(CK_THREADS)
             dv[row_(d, b, t0 + i, h) * d.Dv + v0 + c] += s.cs->b[i] * x;
         }
         if (ci == 0) break;  // no gradient flows to an initial state
-        // dS = eL dS' + (e (.) Q')^T dO + K^T dKS, dKS_i = -b_i e_i dR_i
+        // dS = eL dS' + (e (.) Q')^T dO + K^T dKS, dKS_i = -b_i e_i dR_i (X becomes dKS)
+        __syncthreads();
+        for (int e = tid; e < L * CK_TILE; e += CK_THREADS) {
+            int i = e / CK_TILE;
+            s.X[i * CK_LD + e % CK_TILE] *= -s.cs->b[i] * s.cs->e[i];
+        }
         for (int c0 = 0; c0 < d.Dk; c0 += CK_TILE) {
-            load_tile_(s.qt, q, d, d.Dk, b, h, t0, L, LC, c0, d.scale);
-            load_tile_(s.kt, k, d, d.Dk, b, h, t0, L, LC, c0, 1.0f);
+            load_tile_(s.qt, q, d, d.Dk, b, h, t0, L, LCP, c0, d.scale);
+            load_tile_(s.kt, k, d, d.Dk, b, h, t0, L, LCP, c0, 1.0f);
             __syncthreads();
+            scale_rows_(s.qt, s.cs->e, L);
+            __syncthreads();
+            float a[1][4];
             #pragma unroll
-            for (int r = 0; r < DL_NR_TT; r++) {
-                int e = tid + r * CK_THREADS, x = e / CK_TILE, c = e % CK_TILE;
-                float *sx = s.dS + (c0 + x) * CK_LD + c;
-                float acc = s.cs->eL * *sx;
-                for (int i = 0; i < L; i++) acc += (s.cs->e[i] * s.qt[i * CK_LD + x]) * s.dO[i * CK_LD + c];
-                for (int i = 0; i < L; i++) {
-                    float nbe = -s.cs->b[i] * s.cs->e[i];
-                    acc += s.kt[i * CK_LD + x] * (nbe * s.X[i * CK_LD + c]);
-                }
-                *sx = acc;
-            }
+            for (int r = 0; r < 4; r++) a[0][r] = s.cs->eL * s.dS[(c0 + st_row_(r)) * CK_LD + st_col_(r)];
+            state_mma_(a, s.qt, s.dO, LCP);
+            state_mma_(a, s.kt, s.X, LCP);
+            #pragma unroll
+            for (int r = 0; r < 4; r++) s.dS[(c0 + st_row_(r)) * CK_LD + st_col_(r)] = a[0][r];
             __syncthreads();
         }
     }
@@ -156,9 +148,9 @@ struct DscoresSmem_ {
     float *dO, *U, *dR, *dP, *dA;
     DeltaScal_ *cs;
     static __host__ __device__ size_t carve(Carve_ &cv, int LC, DscoresSmem_ *s) {
-        s->dO = cv.rows(LC);
-        s->U = cv.rows(LC);
-        s->dR = cv.rows(LC);
+        s->dO = cv.rows(lcq_(LC));
+        s->U = cv.rows(lcq_(LC));
+        s->dR = cv.rows(lcq_(LC));
         s->dP = cv.take<float>((size_t)LC * LC);
         s->dA = cv.take<float>((size_t)LC * LC);
         s->cs = cv.take<DeltaScal_>(1);
@@ -171,8 +163,8 @@ struct DscoresSmem_ {
 // (B,T,H) ACCUMULATED (when not NULL) with sum_j dA_ij KK_ij + dR_i . (v_i - e_i ks_i); gs (B,H,T) WRITTEN (when not
 // NULL) with token i's part of the log-decays' gradient from P, A and R: sum_j c_ij - sum_j c_ji over c = dP (.) P +
 // dA (.) A, and -b_i e_i dR_i . ks_i (double, as nn/delta.c's dG). kk, p from the chunk kernel; u, ks, dr (B,H,T,Dv)
-// from the newvals and dstates kernels; dout, v (B,T,H,Dv). Thread e's elements: e, e + 256, ... of the (LC, LC)
-// matrices; thread i < L sums token i's row and column.
+// from the newvals and dstates kernels; dout, v (B,T,H,Dv). dP and dA are warp products in the chunk kernel's layout;
+// thread i < L sums token i's row and column.
 __global__ void __launch_bounds__(CK_THREADS)
     delta_dscores_kernel(float *dp, float *m, float *dbeta, double *gs, const float *kk, const float *p,
                          const float *u, const float *ks, const float *dr, const float *dout, const float *v,
@@ -180,30 +172,22 @@ __global__ void __launch_bounds__(CK_THREADS)
     GPU_DYNAMIC_SMEM(unsigned char, smem);
     DscoresSmem_ s;
     Carve_ cv = {(uintptr_t)smem, 0};
-    int LC = lc_(d), nch = nchunks_(d);
+    int LC = lc_(d), LCQ = lcq_(LC), nch = nchunks_(d);
     DscoresSmem_::carve(cv, LC, &s);
     int ci = blockIdx.x, bh = blockIdx.y, b = bh / d.H, h = bh % d.H, t0 = ci * d.chunk, L = chunk_len_(d, ci);
-    int tid = threadIdx.x;
+    int tid = threadIdx.x, w = tid >> 5, mt = w >> 1, nh = w & 1, active = 16 * mt < L && 32 * nh <= 16 * mt + 15;
     size_t tv = (size_t)bh * d.T * d.Dv, base = ((size_t)bh * nch + ci) * LC * LC;
     delta_scalars_(s.cs, d, beta, g, b, h, t0, L);
-    float ap[DL_NR_LL], aa[DL_NR_LL], rv = 0.0f, rk = 0.0f;
-    #pragma unroll
-    for (int r = 0; r < DL_NR_LL; r++) ap[r] = aa[r] = 0.0f;
+    float ap[4][4] = {}, aa[4][4] = {}, rv = 0.0f, rk = 0.0f;
     for (int v0 = 0; v0 < d.Dv; v0 += CK_TILE) {
-        load_tile_(s.dO, dout, d, d.Dv, b, h, t0, L, LC, v0, 1.0f);
-        load_rows_(s.U, u + tv, d.Dv, t0, L, LC, v0);
-        load_rows_(s.dR, dr + tv, d.Dv, t0, L, LC, v0);
+        load_tile_(s.dO, dout, d, d.Dv, b, h, t0, L, LCQ, v0, 1.0f);
+        load_rows_(s.U, u + tv, d.Dv, t0, L, LCQ, v0);
+        load_rows_(s.dR, dr + tv, d.Dv, t0, L, LCQ, v0);
         __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < DL_NR_LL; r++) {
-            int e = tid + r * CK_THREADS, i = e / LC, j = e % LC;
-            if (e >= LC * LC || i >= L || j > i) continue;
-            const float *oi = s.dO + i * CK_LD, *ri = s.dR + i * CK_LD, *uj = s.U + j * CK_LD;
-            float a = ap[r], x = aa[r];
-            for (int c = 0; c < CK_TILE; c++) a += oi[c] * uj[c];
-            if (j < i)
-                for (int c = 0; c < CK_TILE; c++) x += ri[c] * uj[c];
-            ap[r] = a, aa[r] = x;
+        if (active) {
+            const float *uj = s.U + 32 * nh * CK_LD;
+            warp_mma_<CK_SPLIT, 4, false, true>(ap, s.dO + 16 * mt * CK_LD, CK_LD, uj, CK_LD, CK_TILE);
+            warp_mma_<CK_SPLIT, 4, false, true>(aa, s.dR + 16 * mt * CK_LD, CK_LD, uj, CK_LD, CK_TILE);
         }
         if (tid < L) {  // dR_i . v_i and dR_i . ks_i for token i
             const float *ri = s.dR + tid * CK_LD, *vi = v + row_(d, b, t0 + tid, h) * d.Dv + v0;
@@ -213,16 +197,18 @@ __global__ void __launch_bounds__(CK_THREADS)
         __syncthreads();
     }
     #pragma unroll
-    for (int r = 0; r < DL_NR_LL; r++) {
-        int e = tid + r * CK_THREADS, i = e / LC, j = e % LC;
-        if (e >= LC * LC) continue;
-        int on = i < L && j <= i;
-        float gm = on ? gam_(s.cs, i, j) : 0.0f, dpv = on ? ap[r] : 0.0f, dav = on && j < i ? -aa[r] : 0.0f;
-        s.dP[e] = dpv;
-        s.dA[e] = dav;
-        dp[base + e] = dpv * gm;
-        m[base + e] = on ? dav * s.cs->b[i] * gm : 0.0f;
-    }
+    for (int n = 0; n < 4; n++)
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            int i = 16 * mt + frag_row_(r), j = 32 * nh + frag_col_(n, r), e = i * LC + j;
+            if (i >= LC || j >= LC) continue;
+            int on = i < L && j <= i;
+            float gm = on ? gam_(s.cs, i, j) : 0.0f, dpv = on ? ap[n][r] : 0.0f, dav = on && j < i ? -aa[n][r] : 0.0f;
+            s.dP[e] = dpv;
+            s.dA[e] = dav;
+            dp[base + e] = dpv * gm;
+            m[base + e] = on ? dav * s.cs->b[i] * gm : 0.0f;
+        }
     __syncthreads();
     if (tid >= L) return;
     int t = tid;
@@ -250,16 +236,16 @@ struct DqkSmem_ {
     float *qs, *ks, *dP, *M, *St, *dSt, *dO, *U, *dR, *red;
     double *cj;
     DeltaScal_ *cs;
-    static __host__ __device__ size_t carve(Carve_ &cv, int LC, DqkSmem_ *s) {
-        s->qs = cv.rows(LC);
-        s->ks = cv.rows(LC);
-        s->dP = cv.take<float>((size_t)LC * LC);
-        s->M = cv.take<float>((size_t)LC * LC);
+    static __host__ __device__ size_t carve(Carve_ &cv, int LCP, DqkSmem_ *s) {
+        s->qs = cv.rows(LCP);
+        s->ks = cv.rows(LCP);
+        s->dP = cv.take<float>((size_t)LCP * (LCP + 1));
+        s->M = cv.take<float>((size_t)LCP * (LCP + 1));
         s->St = cv.rows(CK_TILE);
         s->dSt = cv.rows(CK_TILE);
-        s->dO = cv.rows(LC);
-        s->U = cv.rows(LC);
-        s->dR = cv.rows(LC);
+        s->dO = cv.rows(LCP);
+        s->U = cv.rows(LCP);
+        s->dR = cv.rows(LCP);
         s->red = cv.take<float>(CK_TILE);
         s->cj = cv.take<double>(DL_MAX_L);
         s->cs = cv.take<DeltaScal_>(1);
@@ -274,8 +260,8 @@ struct DqkSmem_ {
 // with dPg = dP (.) Gam and M from the dscores kernel, S the chunk's checkpoint (ckpt), dS' its state gradient
 // (dstates), U and dR (B,H,T,Dv). pg (B,H,T, key tiles) WRITTEN (when not NULL) with token i's part of the log-decays'
 // gradient over the tile's channels: e_i q'_i . (S dO_i) - c_i, c_i = f_i k_i . (dS' u_i), and at the chunk's last
-// token also eL <S, dS'> + sum_j c_j (double). Thread e: rows e / 32, + 8, ..., channel e % 32. At most 128
-// registers a thread, so that two blocks share an SM: the chunks' blocks are many, and latency hides behind them.
+// token also eL <S, dS'> + sum_j c_j (double). Every product a warp product in frag_for_'s layout, so a lane holds
+// the same (token, channel) of each and combines them in registers.
 __global__ void __launch_bounds__(CK_THREADS, 2)
     delta_dqk_kernel(float *dq, float *dk, double *pg, const float *dp, const float *m, const float *q,
                      const float *k, const float *u, const float *dr, const float *dout, const float *beta,
@@ -283,76 +269,67 @@ __global__ void __launch_bounds__(CK_THREADS, 2)
     GPU_DYNAMIC_SMEM(unsigned char, smem);
     DqkSmem_ s;
     Carve_ cv = {(uintptr_t)smem, 0};
-    int LC = lc_(d), nch = nchunks_(d);
-    DqkSmem_::carve(cv, LC, &s);
+    int LC = lc_(d), LCP = lcp_(d), ALD = LCP + 1, nch = nchunks_(d);
+    DqkSmem_::carve(cv, LCP, &s);
     int ci = blockIdx.x, c0 = blockIdx.y * CK_TILE, bh = blockIdx.z, b = bh / d.H, h = bh % d.H;
     int t0 = ci * d.chunk, L = chunk_len_(d, ci), NK = ntiles_(d.Dk), tid = threadIdx.x;
+    int w = tid >> 5, mt = w >> 1, nh = w & 1, active = 16 * mt < L;
     size_t KV = (size_t)d.Dk * d.Dv, tv = (size_t)bh * d.T * d.Dv, base = ((size_t)bh * nch + ci) * LC * LC;
     const float *st = ckpt + ((size_t)bh * nch + ci) * KV, *dst = dstates + ((size_t)bh * nch + ci) * KV;
     delta_scalars_(s.cs, d, beta, g, b, h, t0, L);
-    load_tile_(s.qs, q, d, d.Dk, b, h, t0, L, LC, c0, d.scale);
-    load_tile_(s.ks, k, d, d.Dk, b, h, t0, L, LC, c0, 1.0f);
-    load_ll_(s.dP, dp + base, LC);
-    load_ll_(s.M, m + base, LC);
+    load_tile_(s.qs, q, d, d.Dk, b, h, t0, L, LCP, c0, d.scale);
+    load_tile_(s.ks, k, d, d.Dk, b, h, t0, L, LCP, c0, 1.0f);
+    load_ll_pad_(s.dP, dp + base, LC, LCP, ALD);
+    load_ll_pad_(s.M, m + base, LC, LCP, ALD);
     // the state parts over the value tiles: sd = dO S^T, tk = U dS'^T, y = dR S^T; rowacc: row tid of S (.) dS'
-    float sd[DL_NR_LT], tk[DL_NR_LT], y[DL_NR_LT], rowacc = 0.0f;
-    #pragma unroll
-    for (int r = 0; r < DL_NR_LT; r++) sd[r] = tk[r] = y[r] = 0.0f;
+    float sd[2][4] = {}, tk[2][4] = {}, y[2][4] = {}, rowacc = 0.0f;
     for (int v0 = 0; v0 < d.Dv; v0 += CK_TILE) {
         load_state_(s.St, st, d, c0, v0);
         load_state_(s.dSt, dst, d, c0, v0);
-        load_tile_(s.dO, dout, d, d.Dv, b, h, t0, L, LC, v0, 1.0f);
-        load_rows_(s.U, u + tv, d.Dv, t0, L, LC, v0);
-        load_rows_(s.dR, dr + tv, d.Dv, t0, L, LC, v0);
+        load_tile_(s.dO, dout, d, d.Dv, b, h, t0, L, LCP, v0, 1.0f);
+        load_rows_(s.U, u + tv, d.Dv, t0, L, LCP, v0);
+        load_rows_(s.dR, dr + tv, d.Dv, t0, L, LCP, v0);
         __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < DL_NR_LT; r++) {
-            int e = tid + r * CK_THREADS, i = e / CK_TILE, c = e % CK_TILE;
-            if (i >= L) continue;
-            const float *oi = s.dO + i * CK_LD, *ui = s.U + i * CK_LD, *ri = s.dR + i * CK_LD;
-            const float *sc = s.St + c * CK_LD, *dsc = s.dSt + c * CK_LD;
-            float a = sd[r], bt = tk[r], ct = y[r];
-            for (int x = 0; x < CK_TILE; x++) {
-                a += oi[x] * sc[x];
-                bt += ui[x] * dsc[x];
-                ct += ri[x] * sc[x];
-            }
-            sd[r] = a, tk[r] = bt, y[r] = ct;
+        if (active) {
+            const float *sc = s.St + 16 * nh * CK_LD, *dsc = s.dSt + 16 * nh * CK_LD;
+            int xo = 16 * mt * CK_LD;
+            warp_mma_<CK_SPLIT, 2, false, true>(sd, s.dO + xo, CK_LD, sc, CK_LD, CK_TILE);
+            warp_mma_<CK_SPLIT, 2, false, true>(tk, s.U + xo, CK_LD, dsc, CK_LD, CK_TILE);
+            warp_mma_<CK_SPLIT, 2, false, true>(y, s.dR + xo, CK_LD, sc, CK_LD, CK_TILE);
         }
         if (tid < CK_TILE)
             for (int x = 0; x < CK_TILE; x++) rowacc += s.St[tid * CK_LD + x] * s.dSt[tid * CK_LD + x];
         __syncthreads();
     }
-    // the chunk's L x L parts, then dq', dk in nn/delta.c's order of terms
-    float qd[DL_NR_LT], kd[DL_NR_LT];
-    #pragma unroll
-    for (int r = 0; r < DL_NR_LT; r++) {
-        int e = tid + r * CK_THREADS, i = e / CK_TILE, c = e % CK_TILE;
-        qd[r] = kd[r] = 0.0f;
-        if (i >= L) continue;
-        float dqa = 0.0f, dka = 0.0f, mk = 0.0f, mtk = 0.0f;
-        for (int j = 0; j <= i; j++) dqa += s.dP[i * LC + j] * s.ks[j * CK_LD + c];
-        for (int l = i; l < L; l++) dka += s.dP[l * LC + i] * s.qs[l * CK_LD + c];
-        for (int j = 0; j < i; j++) mk += s.M[i * LC + j] * s.ks[j * CK_LD + c];
-        for (int l = i + 1; l < L; l++) mtk += s.M[l * LC + i] * s.ks[l * CK_LD + c];
+    // the chunk's L x L parts: dPg K (j <= i), dPg^T Q' (l >= i), M K (j < i) + M^T K (l > i)
+    float dqa[2][4] = {}, dka[2][4] = {}, mk[2][4] = {};
+    if (active) {
+        int r0 = 16 * mt, kn = 16 * nh;
+        warp_mma_<CK_SPLIT, 2, false, false>(dqa, s.dP + r0 * ALD, ALD, s.ks + kn, CK_LD, r0 + 16);
+        warp_mma_<CK_SPLIT, 2, true, false>(dka, s.dP + r0 * ALD + r0, ALD, s.qs + r0 * CK_LD + kn, CK_LD, LCP - r0);
+        warp_mma_<CK_SPLIT, 2, false, false>(mk, s.M + r0 * ALD, ALD, s.ks + kn, CK_LD, r0 + 16);
+        warp_mma_<CK_SPLIT, 2, true, false>(mk, s.M + r0 * ALD + r0, ALD, s.ks + r0 * CK_LD + kn, CK_LD, LCP - r0);
+    }
+    // dq', dk in nn/delta.c's order of terms; qd, kd: q' (.) sd and k (.) tk for the log-decays' partials
+    float qd[2][4] = {}, kd[2][4] = {};
+    frag_for_(mt, nh, [&](int n, int r, int i, int c) {
+        if (i >= L) return;
         float ei = s.cs->e[i], fi = s.cs->f[i], nbe = -s.cs->b[i] * ei;
-        float dqp = sd[r] * ei + dqa;
-        float dkp = dka + fi * tk[r] + mk + mtk + nbe * y[r];
-        qd[r] = s.qs[i * CK_LD + c] * sd[r];
-        kd[r] = s.ks[i * CK_LD + c] * tk[r];
+        float dqp = sd[n][r] * ei + dqa[n][r];
+        float dkp = dka[n][r] + fi * tk[n][r] + mk[n][r] + nbe * y[n][r];
+        qd[n][r] = s.qs[i * CK_LD + c] * sd[n][r];
+        kd[n][r] = s.ks[i * CK_LD + c] * tk[n][r];
         if (c0 + c < d.Dk) {
             size_t o = row_(d, b, t0 + i, h) * d.Dk + c0 + c;
             dq[o] += d.scale * dqp;
             dk[o] += dkp;
         }
-    }
+    });
     if (!pg) return;
     __syncthreads();  // every read of qs, ks done: they take q' (.) sd and k (.) tk, each thread its own elements
-    #pragma unroll
-    for (int r = 0; r < DL_NR_LT; r++) {
-        int e = tid + r * CK_THREADS, i = e / CK_TILE, c = e % CK_TILE;
-        if (i < L) s.qs[i * CK_LD + c] = qd[r], s.ks[i * CK_LD + c] = kd[r];
-    }
+    frag_for_(mt, nh, [&](int n, int r, int i, int c) {
+        if (i < L) s.qs[i * CK_LD + c] = qd[n][r], s.ks[i * CK_LD + c] = kd[n][r];
+    });
     if (tid < CK_TILE) s.red[tid] = rowacc;
     __syncthreads();
     float qsum = 0.0f;
@@ -408,8 +385,10 @@ void gpu_delta_backward(float *dq, float *dk, float *dv, float *dbeta, float *dg
     if (!g) dg = NULL;
     int LC = lc_(dd), nch = nchunks_(dd), NK = ntiles_(d->Dk), NV = ntiles_(d->Dv), BH = d->B * d->H;
     double *gs = dg ? s.gs : NULL, *pg = dg ? s.pg : NULL;
-    size_t b_ch = smem_of_<ChunkSmem_>(LC), b_nv = smem_of_<NewvalsSmem_>(LC, d->Dk);
-    size_t b_ds = smem_of_<DstatesSmem_>(LC, d->Dk), b_sc = smem_of_<DscoresSmem_>(LC), b_qk = smem_of_<DqkSmem_>(LC);
+    int LCP = lcp_(dd);
+    size_t b_ch = smem_of_<ChunkSmem_>(LC), b_nv = smem_of_<NewvalsSmem_>(LC, LCP, d->Dk);
+    size_t b_ds = smem_of_<DstatesSmem_>(LC, LCP, d->Dk), b_sc = smem_of_<DscoresSmem_>(LC);
+    size_t b_qk = smem_of_<DqkSmem_>(LCP);
     smem_limit_(delta_chunk_kernel, b_ch);
     smem_limit_(delta_newvals_kernel, b_nv);
     smem_limit_(delta_dstates_kernel, b_ds);

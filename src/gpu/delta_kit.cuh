@@ -12,9 +12,6 @@
 #include "gpu/delta.cuh"
 
 #define DL_MAX_L GPU_DELTA_MAX_L
-#define DL_NR_LL (DL_MAX_L * DL_MAX_L / CK_THREADS)  // a thread's elements of an L x L result
-#define DL_NR_LT (DL_MAX_L * CK_TILE / CK_THREADS)   // ... of an L x 32 result
-#define DL_NR_TT (CK_TILE * CK_TILE / CK_THREADS)    // ... of a 32 x 32 state tile
 
 // ----------------------------------------------------------------------------
 // one chunk's decay factors and writing strengths
@@ -58,6 +55,36 @@ static __device__ void delta_scalars_(DeltaScal_ *cs, const DeltaDims &d, const 
 static __device__ __forceinline__ float gam_(const DeltaScal_ *cs, int i, int j) {
     return expf((float)(cs->G[i] - cs->G[j]));
 }
+
+// ----------------------------------------------------------------------------
+// the warp products' layout
+
+// f(n, r, i, c) for each element of the calling warp's (16, 16) block of an (LCP, 32) warp product: warp w = 2 mt +
+// nh owns rows 16 mt .., columns 16 nh .., its accumulator c[n][r] (n < 2, r < 4) is element (i, c); 8 warps cover
+// 64 rows (LCP <= 64), and a warp with 16 mt >= L has zeros to hand on
+template <typename F>
+static __device__ __forceinline__ void frag_for_(int mt, int nh, F f) {
+    #pragma unroll
+    for (int n = 0; n < 2; n++)
+        #pragma unroll
+        for (int r = 0; r < 4; r++) f(n, r, 16 * mt + frag_row_(r), 16 * nh + frag_col_(n, r));
+}
+
+// s (rows of CK_LD): row i < L times f[i]; every thread, synchronised before and after by the caller
+static __device__ void scale_rows_(float *s, const float *f, int L) {
+    for (int e = threadIdx.x; e < L * CK_TILE; e += CK_THREADS) s[(e / CK_TILE) * CK_LD + e % CK_TILE] *= f[e / CK_TILE];
+}
+
+// a (32, 32) state tile's update on the tensor cores: acc (16 x 8, warp w's rows 16 (w / 4) .., columns 8 (w % 4)
+// ..) += X^T Y over the LCP tokens, X (LCP rows of CK_LD, the tile's 32 channels), Y (LCP rows of CK_LD, 32 value
+// columns); every lane of every warp
+static __device__ __forceinline__ void state_mma_(float (*acc)[4], const float *x, const float *y, int LCP) {
+    int w = threadIdx.x >> 5;
+    warp_mma_<CK_SPLIT, 1, true, false>(acc, x + 16 * (w >> 2), CK_LD, y + 8 * (w & 3), CK_LD, LCP);
+}
+// the (row, column) in a (32, 32) state tile of element r of state_mma_'s accumulator
+static __device__ __forceinline__ int st_row_(int r) { return 16 * ((threadIdx.x >> 5) >> 2) + frag_row_(r); }
+static __device__ __forceinline__ int st_col_(int r) { return 8 * ((threadIdx.x >> 5) & 3) + frag_col_(0, r); }
 
 // ----------------------------------------------------------------------------
 // the unit lower-triangular solves with I + A, A_ij = b_i KK_ij (strictly lower), on a staged (L, 32) tile of
@@ -118,44 +145,35 @@ static __device__ void load_cols_(float *s, const float *st, const DeltaDims &d,
 // a chunk's new values (the forward's state scan, and the backward again from the checkpoints: the same code, so
 // the same bits)
 
-// U (LC rows of CK_LD) WRITTEN: value columns v0 .. v0+31 of the new values of chunk (t0, L) of (b,h), from the
+// U (LCP rows of CK_LD) WRITTEN: value columns v0 .. v0+31 of the new values of chunk (t0, L) of (b,h), from the
 // state's (Dk, 32) column tile S before it (ntiles(Dk)·32 rows of CK_LD, zero past Dk): KS = K S, R = b (.) (V - e
-// (.) KS), U = (I + A)^{-1} R (nn/delta.c's order); zero past L and Dv. kt (LC rows of CK_LD) is staging; kk (LC, LC)
-// the chunk's K K^T (.) Gam. u and ks (T, Dv), one (b,h)'s rows, WRITTEN with U and, when not NULL, KS. Every thread.
+// (.) KS), U = (I + A)^{-1} R (nn/delta.c's order); zero past L and Dv. kt (LCP rows of CK_LD) is staging; kk (LC, LC)
+// the chunk's K K^T (.) Gam. u and ks (T, Dv), one (b,h)'s rows, WRITTEN with U and, when not NULL, KS. K S is a warp
+// product (frag_for_'s layout); every thread.
 static __device__ void chunk_u_(float *U, float *u, float *ks, float *kt, const float *S, const float *kk,
                                 const DeltaScal_ *cs, const float *k, const float *v, const DeltaDims &d, int b, int h,
-                                int t0, int L, int LC, int v0) {
-    int tid = threadIdx.x;
-    float acc[DL_NR_LT];
-    #pragma unroll
-    for (int r = 0; r < DL_NR_LT; r++) acc[r] = 0.0f;
+                                int t0, int L, int LC, int LCP, int v0) {
+    int w = threadIdx.x >> 5, mt = w >> 1, nh = w & 1, active = 16 * mt < L;
+    float c[2][4] = {};
     for (int c0 = 0; c0 < d.Dk; c0 += CK_TILE) {
-        load_tile_(kt, k, d, d.Dk, b, h, t0, L, LC, c0, 1.0f);
+        load_tile_(kt, k, d, d.Dk, b, h, t0, L, LCP, c0, 1.0f);
         __syncthreads();
-        const float *Sc = S + c0 * CK_LD;
-        #pragma unroll
-        for (int r = 0; r < DL_NR_LT; r++) {
-            int e = tid + r * CK_THREADS, i = e / CK_TILE, c = e % CK_TILE;
-            if (i >= L) continue;
-            float a = acc[r];
-            for (int x = 0; x < CK_TILE; x++) a += kt[i * CK_LD + x] * Sc[x * CK_LD + c];
-            acc[r] = a;
-        }
+        if (active)
+            warp_mma_<CK_SPLIT, 2, false, false>(c, kt + 16 * mt * CK_LD, CK_LD, S + c0 * CK_LD + 16 * nh, CK_LD,
+                                                 CK_TILE);
         __syncthreads();
     }
-    #pragma unroll
-    for (int r = 0; r < DL_NR_LT; r++) {
-        int e = tid + r * CK_THREADS, i = e / CK_TILE, c = e % CK_TILE;
-        if (i >= LC) continue;
-        int on = i < L && v0 + c < d.Dv;
-        float vi = on ? v[row_(d, b, t0 + i, h) * d.Dv + v0 + c] : 0.0f;
-        U[i * CK_LD + c] = on ? cs->b[i] * (vi - cs->e[i] * acc[r]) : 0.0f;
-        if (ks && on) ks[(size_t)(t0 + i) * d.Dv + v0 + c] = acc[r];
-    }
+    frag_for_(mt, nh, [&](int n, int r, int i, int col) {
+        if (i >= LCP) return;
+        int on = i < L && v0 + col < d.Dv;
+        float vi = on ? v[row_(d, b, t0 + i, h) * d.Dv + v0 + col] : 0.0f;
+        U[i * CK_LD + col] = on ? cs->b[i] * (vi - cs->e[i] * c[n][r]) : 0.0f;
+        if (ks && on) ks[(size_t)(t0 + i) * d.Dv + v0 + col] = c[n][r];
+    });
     solve_lower_(U, kk, cs, L, LC);
-    for (int e = tid; e < L * CK_TILE; e += CK_THREADS) {
-        int i = e / CK_TILE, c = e % CK_TILE;
-        if (v0 + c < d.Dv) u[(size_t)(t0 + i) * d.Dv + v0 + c] = U[i * CK_LD + c];
+    for (int e = threadIdx.x; e < L * CK_TILE; e += CK_THREADS) {
+        int i = e / CK_TILE, col = e % CK_TILE;
+        if (v0 + col < d.Dv) u[(size_t)(t0 + i) * d.Dv + v0 + col] = U[i * CK_LD + col];
     }
 }
 
@@ -164,11 +182,11 @@ static __device__ void chunk_u_(float *U, float *u, float *ks, float *kt, const 
 struct NewvalsSmem_ {
     float *S, *kk, *kt, *U;
     DeltaScal_ *cs;
-    static __host__ __device__ size_t carve(Carve_ &cv, int LC, int Dk, NewvalsSmem_ *s) {
+    static __host__ __device__ size_t carve(Carve_ &cv, int LC, int LCP, int Dk, NewvalsSmem_ *s) {
         s->S = cv.rows((size_t)ntiles_(Dk) * CK_TILE);
         s->kk = cv.take<float>((size_t)LC * LC);
-        s->kt = cv.rows(LC);
-        s->U = cv.rows(LC);
+        s->kt = cv.rows(LCP);
+        s->U = cv.rows(LCP);
         s->cs = cv.take<DeltaScal_>(1);
         return cv.off;
     }
@@ -177,12 +195,15 @@ struct NewvalsSmem_ {
 // ----------------------------------------------------------------------------
 // the kernel both directions launch (gpu/delta.cu)
 
+// LC rounded up to 32: the chunk kernel's warps read 32 rows of keys a column block
+static __host__ __device__ __forceinline__ int lcq_(int LC) { return (LC + 31) & ~31; }
+
 struct ChunkSmem_ {
     float *qs, *ks;
     DeltaScal_ *cs;
     static __host__ __device__ size_t carve(Carve_ &cv, int LC, ChunkSmem_ *s) {
-        s->qs = cv.rows(LC);
-        s->ks = cv.rows(LC);
+        s->qs = cv.rows(lcq_(LC));
+        s->ks = cv.rows(lcq_(LC));
         s->cs = cv.take<DeltaScal_>(1);
         return cv.off;
     }

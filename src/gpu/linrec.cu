@@ -196,10 +196,10 @@ static __device__ void chunk_scores_(float *out, const float *x, const float *y,
             int J = 2 * nh + p;
             if (!active || J > mt) continue;
             if (!chan)
-                warp_mma_<LR_SPLIT, 2, false, true>(acc[p], s.xs + 16 * mt * LR_LD, LR_LD, s.ys + 16 * J * LR_LD, LR_LD,
+                warp_mma_<CK_SPLIT, 2, false, true>(acc[p], s.xs + 16 * mt * LR_LD, LR_LD, s.ys + 16 * J * LR_LD, LR_LD,
                                                  LR_TILE);
             else if (J < mt)
-                warp_mma_<LR_SPLIT, 2, false, true>(acc[p], s.xh + hat_off_(mt) * LR_LD, LR_LD,
+                warp_mma_<CK_SPLIT, 2, false, true>(acc[p], s.xh + hat_off_(mt) * LR_LD, LR_LD,
                                                  s.yt + (tilde_off_(mt) + 16 * J) * LR_LD, LR_LD, LR_TILE);
             else
                 #pragma unroll
@@ -287,7 +287,7 @@ struct OutSmem_ {
 // o (B,T,H,Dv) WRITTEN: value tile blockIdx.y of chunk blockIdx.x of (b,h) = blockIdx.z: o = A v + qt S (key-side
 // decays, qt = fq (.) q'), or o_ic = fq_ic (q' S)_c + sum_j A_ij v_jc exp(G_ic - G_jc) (LINREC_VCHANNEL), nn/linrec.c's
 // order of the sums. A from the scores kernel, S the chunk's state (states). Key-side decays: warp products (warp
-// w: rows 16 (w / 2) .., columns 16 (w % 2) .. of the (LCP, 32) tile; LR_SPLIT's precision). The value-side
+// w: rows 16 (w / 2) .., columns 16 (w % 2) .. of the (LCP, 32) tile; CK_SPLIT's precision). The value-side
 // decay's exponent sits inside the product: thread e's elements rows e / 32, + 8, ..., column e % 32.
 __global__ void __launch_bounds__(LR_THREADS, 2)
     linrec_output_kernel(float *o, const float *A, const float *q, const float *v, const float *g, const float *li,
@@ -309,7 +309,7 @@ __global__ void __launch_bounds__(LR_THREADS, 2)
     load_tile_(s.vs, v, d, d.Dv, b, h, t0, L, LCP, v0, 1.0f);
     __syncthreads();
     float c[2][4] = {};  // the warp's (16, 16) block: A v, then + qt S
-    if (active) warp_mma_<LR_SPLIT, 2, false, false>(c, s.As + 16 * mt * ALD, ALD, s.vs + 16 * nh, LR_LD, 16 * (mt + 1));
+    if (active) warp_mma_<CK_SPLIT, 2, false, false>(c, s.As + 16 * mt * ALD, ALD, s.vs + 16 * nh, LR_LD, 16 * (mt + 1));
     float acc[LR_NR_LT];  // the value-side decay: q' S
     #pragma unroll
     for (int r = 0; r < LR_NR_LT; r++) acc[r] = 0.0f;
@@ -320,7 +320,7 @@ __global__ void __launch_bounds__(LR_THREADS, 2)
         __syncthreads();
         if (!vside) scale_keys_(s.xs, s.gt, s.cs, scal, L, 0);
         __syncthreads();
-        if (active) warp_mma_<LR_SPLIT, 2, false, false>(c, s.xs + 16 * mt * LR_LD, LR_LD, s.Ss + 16 * nh, LR_LD, LR_TILE);
+        if (active) warp_mma_<CK_SPLIT, 2, false, false>(c, s.xs + 16 * mt * LR_LD, LR_LD, s.Ss + 16 * nh, LR_LD, LR_TILE);
         if (vside) {
             #pragma unroll
             for (int r = 0; r < LR_NR_LT; r++) {

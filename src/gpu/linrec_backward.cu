@@ -33,7 +33,7 @@ struct DvSmem_ {
 
 // dv (B,T,H,Dv) ACCUMULATED, key-side decays: value tile blockIdx.y of chunk blockIdx.x of (b,h) = blockIdx.z, dv_j =
 // sum_{i>=j} A_ij dO_i + kt_j^T dS' (kt = fk (.) k). A from the scores kernel, dS' from the backward scan. Warp
-// products: warp w the rows 16 (w / 2) .., columns 16 (w % 2) .. of the (LCP, 32) tile; LR_SPLIT's precision.
+// products: warp w the rows 16 (w / 2) .., columns 16 (w % 2) .. of the (LCP, 32) tile; CK_SPLIT's precision.
 __global__ void __launch_bounds__(LR_THREADS, 2)
     linrec_dv_kernel(float *dv, const float *A, const float *k, const float *dout, const float *g, const float *li,
                      const float *states, const float *dstates, LinrecDims d) {
@@ -55,7 +55,7 @@ __global__ void __launch_bounds__(LR_THREADS, 2)
     // A^T dO: rows j of A^T are A's columns, so only i >= 16 mt contribute
     float c[2][4] = {};
     if (active)
-        warp_mma_<LR_SPLIT, 2, true, false>(c, s.As + 16 * mt * ALD + 16 * mt, ALD, s.ys + 16 * mt * LR_LD + 16 * nh,
+        warp_mma_<CK_SPLIT, 2, true, false>(c, s.As + 16 * mt * ALD + 16 * mt, ALD, s.ys + 16 * mt * LR_LD + 16 * nh,
                                          LR_LD, LCP - 16 * mt);
     for (int c0 = 0; c0 < d.Dk; c0 += LR_TILE) {
         load_tile_(s.ks, k, d, d.Dk, b, h, t0, L, LCP, c0, 1.0f);
@@ -64,7 +64,7 @@ __global__ void __launch_bounds__(LR_THREADS, 2)
         __syncthreads();
         scale_keys_(s.ks, s.gt, s.cs, scal, L, 1);
         __syncthreads();
-        if (active) warp_mma_<LR_SPLIT, 2, false, false>(c, s.ks + 16 * mt * LR_LD, LR_LD, s.dSs + 16 * nh, LR_LD, LR_TILE);
+        if (active) warp_mma_<CK_SPLIT, 2, false, false>(c, s.ks + 16 * mt * LR_LD, LR_LD, s.dSs + 16 * nh, LR_LD, LR_TILE);
         __syncthreads();
     }
     if (!active) return;
@@ -201,7 +201,7 @@ struct DqkSmem_ {
 // LINREC_CHANNEL: dg (B,T,H,Dk) ACCUMULATED with its reverse cumulative sum over the chunk. Scalar decays: pg
 // (B,H,T, key tiles) WRITTEN with each token's sum of dG over the tile's channels (double), pq and pk (B,H,T, key
 // tiles) with q' . dq' and k . dk over them (the stabiliser's and dli's terms); each NULL when not wanted.
-// The products are warp products (warp w: rows 16 (w / 2) .., channels 16 (w % 2) .. of the (LCP, 32) tile; LR_SPLIT's
+// The products are warp products (warp w: rows 16 (w / 2) .., channels 16 (w % 2) .. of the (LCP, 32) tile; CK_SPLIT's
 // precision); per key channel, pairs across sub-blocks go through a reference (gpu/linrec_kit.cuh) and pairs
 // within one keep the exponential, summed by the lane that owns the element.
 __global__ void __launch_bounds__(LR_THREADS, 2)
@@ -234,14 +234,14 @@ __global__ void __launch_bounds__(LR_THREADS, 2)
     float cq[2][4] = {}, ck[2][4] = {}, sq[2][4] = {}, sk[2][4] = {};
     const float *dAr = s.dAs + 16 * mt * ALD;  // the warp's rows of dA
     if (active && !chan) {
-        warp_mma_<LR_SPLIT, 2, false, false>(cq, dAr, ALD, s.ks + 16 * nh, LR_LD, 16 * (mt + 1));
-        warp_mma_<LR_SPLIT, 2, true, false>(ck, dAr + 16 * mt, ALD, s.qs + 16 * mt * LR_LD + 16 * nh, LR_LD,
+        warp_mma_<CK_SPLIT, 2, false, false>(cq, dAr, ALD, s.ks + 16 * nh, LR_LD, 16 * (mt + 1));
+        warp_mma_<CK_SPLIT, 2, true, false>(ck, dAr + 16 * mt, ALD, s.qs + 16 * mt * LR_LD + 16 * nh, LR_LD,
                                          LCP - 16 * mt);
     } else if (active) {
         int lo = 16 * mt, hi = min(lo + 16, L);
-        if (mt > 0) warp_mma_<LR_SPLIT, 2, false, false>(cq, dAr, ALD, s.yt + tilde_off_(mt) * LR_LD + 16 * nh, LR_LD, lo);
+        if (mt > 0) warp_mma_<CK_SPLIT, 2, false, false>(cq, dAr, ALD, s.yt + tilde_off_(mt) * LR_LD + 16 * nh, LR_LD, lo);
         if (hi < L)
-            warp_mma_<LR_SPLIT, 2, true, false>(ck, s.dAs + (lo + 16) * ALD + lo, ALD,
+            warp_mma_<CK_SPLIT, 2, true, false>(ck, s.dAs + (lo + 16) * ALD + lo, ALD,
                                              s.xh + hat_off_(mt + 1) * LR_LD + 16 * nh, LR_LD, LCP - lo - 16);
         #pragma unroll
         for (int n = 0; n < 2; n++)
@@ -274,9 +274,9 @@ __global__ void __launch_bounds__(LR_THREADS, 2)
             __syncthreads();
         }
         if (active) {
-            warp_mma_<LR_SPLIT, 2, false, true>(vside ? cq : sq, s.ys + 16 * mt * LR_LD, LR_LD, s.Ss + 16 * nh * LR_LD,
+            warp_mma_<CK_SPLIT, 2, false, true>(vside ? cq : sq, s.ys + 16 * mt * LR_LD, LR_LD, s.Ss + 16 * nh * LR_LD,
                                              LR_LD, LR_TILE);
-            warp_mma_<LR_SPLIT, 2, false, true>(vside ? ck : sk, s.vs + 16 * mt * LR_LD, LR_LD, s.dSs + 16 * nh * LR_LD,
+            warp_mma_<CK_SPLIT, 2, false, true>(vside ? ck : sk, s.vs + 16 * mt * LR_LD, LR_LD, s.dSs + 16 * nh * LR_LD,
                                              LR_LD, LR_TILE);
         }
         if (!vside && tid < LR_TILE)

@@ -17,11 +17,6 @@
 #define LR_MAX_L GPU_LINREC_MAX_L
 #define LR_NR_LT (LR_MAX_L * LR_TILE / LR_THREADS)   // ... of an L x 32 result
 #define LR_NR_TT (LR_TILE * LR_TILE / LR_THREADS)    // ... of a 32 x 32 state tile
-// The chunk products' precision: the 3xTF32 split (about fp32's rounding) under every run.precision. Plain TF32
-// operands under tf32 and bf16 are faster, but the decay parameters' gradients, sums over every token of
-// q' (.) dq' - k (.) dk whose terms cancel, then lose digits to the operands' rounding, past the parity test's
-// tolerance on an H100 (docs/gpu.md has the measurements).
-#define LR_SPLIT true
 
 // ----------------------------------------------------------------------------
 // shapes

@@ -36,7 +36,7 @@
 #include "nn/linrec.h"
 
 // every precision: the engine's products keep fp32's accuracy under tf32 and bf16 too (gpu/linrec_kit.cuh's
-// LR_SPLIT), so each case runs in fp32 and tf32 against the same bounds
+// CK_SPLIT), so each case runs in fp32 and tf32 against the same bounds
 #define TOL_FWD 2e-5
 #define TOL_GRAD 5e-5
 
