@@ -378,8 +378,9 @@ static void attention_gpu_forward_(Mixer *m, float *y, GpuAct x, int B, int T) {
     GpuAttnOpts ko = kernel_opts_(o, a.fg_cum);
     // the output straight into the output projection's input rows; bf16 there and fp32 in oh
     GpuHeads out = out_heads_(&a, T, H, D), rows = gpu_heads_rows(a.o_lin, 1, T, HD, 0, D);
-    GPU_TIMED("attn.kernel.forward", gpu_attention_forward(&out, bf ? &rows : NULL, a.lse, kernel_in_(&a, 0),
-                                                           kernel_in_(&a, 1), kernel_in_(&a, 2), &ko, B, H, T, D));
+    GPU_TIMED_FLOPS("attn.kernel.forward", gpu_attention_flops(&ko, B, H, T, D, 2),
+                    gpu_attention_forward(&out, bf ? &rows : NULL, a.lse, kernel_in_(&a, 0), kernel_in_(&a, 1),
+                                          kernel_in_(&a, 2), &ko, B, H, T, D));
     GPU_TIMED("attn.out.forward", gpu_matmul_forward(gpu_f32(y), gpu_act(a.o_lin, bf), mixer_param(m, o->k_wo),
                                                      o->bias ? mixer_param(m, o->k_bo) : NULL, BT, HD, C));
 }

@@ -1,7 +1,7 @@
 // What the chunked recurrence engines' kernels share (gpu/linrec*.cu, gpu/delta*.cu): the tile geometry, the
 // carving of a kernel's dynamic shared memory and its limit, the token rows of a chunk and the staged loads of
 // (B,T,H,W) rows, of a state's tiles and of a chunk's L x L matrix. D is an engine's dims struct (LinrecDims,
-// DeltaDims): the fields T, H, Dk, Dv and chunk are all these read. Internal to those files.
+// DeltaDims): the fields B, T, H, Dk, Dv and chunk are all these read. Internal to those files.
 #ifndef SEQ_GPU_CHUNK_KIT_CUH
 #define SEQ_GPU_CHUNK_KIT_CUH
 
@@ -42,6 +42,15 @@ static __host__ __device__ __forceinline__ int chunk_len_(const D &d, int ci) {
     return d.T - t0 < d.chunk ? d.T - t0 : d.chunk;
 }
 static __host__ __device__ __forceinline__ int ntiles_(int n) { return (n + CK_TILE - 1) / CK_TILE; }
+
+// the floating-point operations of a kernel over all of d (SEQ_PROFILE's rates, GPU_TIMED_FLOPS): per token of
+// every (b,h), a * Dk Dv + l * L Dk + v * L Dv with L the chunk (an L x L product over W channels is a triangle:
+// L^2 W a chunk, 2 L^2 W / 2)
+template <typename D>
+static inline double chunk_flops_(const D &d, double a, double l, double v) {
+    double L = lc_(d), Dk = d.Dk, Dv = d.Dv;
+    return (double)d.B * d.H * d.T * (a * Dk * Dv + l * L * Dk + v * L * Dv);
+}
 
 // a kernel's dynamic shared memory handed out in order, 16-byte aligned; the host runs the same carving from 0 to
 // size the launch

@@ -50,17 +50,19 @@ GpuMath gpu_math(void);
 // SEQ_PROFILE=1 (gpu/profile.cu): GPU time per op name, from CUDA events around each GPU_TIMED call. Time only
 // leaf calls (a call inside another timed one would be counted twice). gpu_prof_flush reads the intervals
 // recorded so far (it waits for them: call it where the host waits for the GPU anyway); gpu_prof_print prints
-// the table to stderr (gpu_close does)
-int gpu_prof_begin(const char *name);  // -1 when not profiling
+// the table to stderr (gpu_close does). GPU_TIMED_FLOPS also counts the call's floating-point operations (its
+// matrix products' 2 m n k, triangles halved; 0 = not counted), and the table gains their rate.
+int gpu_prof_begin(const char *name, double flops);  // -1 when not profiling
 void gpu_prof_end(int slot);
 void gpu_prof_flush(void);
 void gpu_prof_print(void);
-#define GPU_TIMED(name, ...)  /* the call: variadic, for a launch's <<<grid, block>>> commas */ \
-    do {                                       \
-        int prof_slot_ = gpu_prof_begin(name); \
-        __VA_ARGS__;                           \
-        gpu_prof_end(prof_slot_);              \
+#define GPU_TIMED_FLOPS(name, flops, ...)  /* the call: variadic, for a launch's <<<grid, block>>> commas */ \
+    do {                                                                                                  \
+        int prof_slot_ = gpu_prof_begin(name, flops);                                                     \
+        __VA_ARGS__;                                                                                      \
+        gpu_prof_end(prof_slot_);                                                                         \
     } while (0)
+#define GPU_TIMED(name, ...) GPU_TIMED_FLOPS(name, 0.0, __VA_ARGS__)
 
 // a float as a tensor element (float or bf16, rounded to nearest), and back
 template <typename E>

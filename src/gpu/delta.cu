@@ -206,13 +206,14 @@ void gpu_delta_forward(float *o, float *ckpt, const float *q, const float *k, co
     smem_limit_(delta_chunk_kernel, b_ch);
     smem_limit_(delta_states_kernel, b_st);
     smem_limit_(delta_output_kernel, b_out);
-    GPU_TIMED("delta.fwd.chunk",
-              delta_chunk_kernel<<<dim3(nch, BH), CK_THREADS, b_ch>>>(s.kk, s.p, q, k, beta, g, dd));
+    GPU_TIMED_FLOPS("delta.fwd.chunk", chunk_flops_(*d, 0, 2, 0),
+                    delta_chunk_kernel<<<dim3(nch, BH), CK_THREADS, b_ch>>>(s.kk, s.p, q, k, beta, g, dd));
     KERNEL_CHECK();
-    GPU_TIMED("delta.fwd.states",
-              delta_states_kernel<<<dim3(NV, BH), CK_THREADS, b_st>>>(st, s.u, s.kk, k, v, beta, g, dd));
+    GPU_TIMED_FLOPS("delta.fwd.states", chunk_flops_(*d, 4, 0, 1),
+                    delta_states_kernel<<<dim3(NV, BH), CK_THREADS, b_st>>>(st, s.u, s.kk, k, v, beta, g, dd));
     KERNEL_CHECK();
-    GPU_TIMED("delta.fwd.output",
-              delta_output_kernel<<<dim3(nch, NV, BH), CK_THREADS, b_out>>>(o, s.p, s.u, q, beta, g, st, dd));
+    GPU_TIMED_FLOPS("delta.fwd.output", chunk_flops_(*d, 2, 0, 1),
+                    delta_output_kernel<<<dim3(nch, NV, BH), CK_THREADS, b_out>>>(o, s.p, s.u, q, beta, g, st,
+                                                                                 dd));
     KERNEL_CHECK();
 }

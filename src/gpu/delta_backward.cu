@@ -394,20 +394,24 @@ void gpu_delta_backward(float *dq, float *dk, float *dv, float *dbeta, float *dg
     smem_limit_(delta_dstates_kernel, b_ds);
     smem_limit_(delta_dscores_kernel, b_sc);
     smem_limit_(delta_dqk_kernel, b_qk);
-    GPU_TIMED("delta.bwd.chunk",
-              delta_chunk_kernel<<<dim3(nch, BH), CK_THREADS, b_ch>>>(s.kk, s.p, q, k, beta, g, dd));
+    GPU_TIMED_FLOPS("delta.bwd.chunk", chunk_flops_(*d, 0, 2, 0),
+                    delta_chunk_kernel<<<dim3(nch, BH), CK_THREADS, b_ch>>>(s.kk, s.p, q, k, beta, g, dd));
     KERNEL_CHECK();
-    GPU_TIMED("delta.bwd.newvals", delta_newvals_kernel<<<dim3(nch, NV, BH), CK_THREADS, b_nv>>>(
-                                       s.u, s.ks, s.kk, k, v, beta, g, ckpt, dd));
+    GPU_TIMED_FLOPS("delta.bwd.newvals", chunk_flops_(*d, 2, 0, 1),
+                    delta_newvals_kernel<<<dim3(nch, NV, BH), CK_THREADS, b_nv>>>(s.u, s.ks, s.kk, k, v, beta, g,
+                                                                                 ckpt, dd));
     KERNEL_CHECK();
-    GPU_TIMED("delta.bwd.dstates", delta_dstates_kernel<<<dim3(NV, BH), CK_THREADS, b_ds>>>(
-                                       s.st, s.dr, dv, s.kk, s.p, q, k, dout, beta, g, dd));
+    GPU_TIMED_FLOPS("delta.bwd.dstates", chunk_flops_(*d, 6, 0, 2),
+                    delta_dstates_kernel<<<dim3(NV, BH), CK_THREADS, b_ds>>>(s.st, s.dr, dv, s.kk, s.p, q, k, dout,
+                                                                            beta, g, dd));
     KERNEL_CHECK();
-    GPU_TIMED("delta.bwd.dscores", delta_dscores_kernel<<<dim3(nch, BH), CK_THREADS, b_sc>>>(
-                                       s.dp, s.m, dbeta, gs, s.kk, s.p, s.u, s.ks, s.dr, dout, v, beta, g, dd));
+    GPU_TIMED_FLOPS("delta.bwd.dscores", chunk_flops_(*d, 0, 0, 2),
+                    delta_dscores_kernel<<<dim3(nch, BH), CK_THREADS, b_sc>>>(s.dp, s.m, dbeta, gs, s.kk, s.p, s.u,
+                                                                             s.ks, s.dr, dout, v, beta, g, dd));
     KERNEL_CHECK();
-    GPU_TIMED("delta.bwd.dqk", delta_dqk_kernel<<<dim3(nch, NK, BH), CK_THREADS, b_qk>>>(
-                                   dq, dk, pg, s.dp, s.m, q, k, s.u, s.dr, dout, beta, g, ckpt, s.st, dd));
+    GPU_TIMED_FLOPS("delta.bwd.dqk", chunk_flops_(*d, 6, 4, 0),
+                    delta_dqk_kernel<<<dim3(nch, NK, BH), CK_THREADS, b_qk>>>(dq, dk, pg, s.dp, s.m, q, k, s.u, s.dr,
+                                                                             dout, beta, g, ckpt, s.st, dd));
     KERNEL_CHECK();
     if (!dg) return;
     GPU_TIMED("delta.bwd.dg_sums",

@@ -693,6 +693,12 @@ void gpu_heads_rotate(GpuHeads *h, const float *cos_, const float *sin_, int per
     h->cos_ = cos_, h->sin_ = sin_, h->per_head = per_head, h->half_layout = half_layout, h->sign = sign;
 }
 
+double gpu_attention_flops(const GpuAttnOpts *o, int B, int NH, int T, int D, int products) {
+    double W = o->window > 0 && o->window < T ? o->window : T;
+    double pairs = W * (W + 1) / 2 + ((double)T - W) * W;  // query i sees min(i + 1, W) keys
+    return 2.0 * products * D * pairs * B * NH;
+}
+
 void gpu_attention_forward(const GpuHeads *out, const GpuHeads *out2, float *lse, const void *q, const void *k,
                            const void *v, const GpuAttnOpts *o, int B, int NH, int T, int D) {
     GpuHeads none = {};
@@ -719,8 +725,10 @@ void gpu_attention_backward(const GpuHeads *dq, const GpuHeads *dk, const GpuHea
     else GPU_TIMED("attn.kernel.delta", delta_<float>(delta, dout, out, NH, T, D, rows));
     KERNEL_CHECK();
     // dq first: it writes dfgate's row sums, which dk/dv's pass then takes its column sums from
-    GPU_TIMED("attn.kernel.dq", dispatch_<DqLaunch>(D, dq, dfgate, dout, lse, delta, q, k, v, *o, B, NH, T, D));
+    GPU_TIMED_FLOPS("attn.kernel.dq", gpu_attention_flops(o, B, NH, T, D, 3),
+                    dispatch_<DqLaunch>(D, dq, dfgate, dout, lse, delta, q, k, v, *o, B, NH, T, D));
     KERNEL_CHECK();
-    GPU_TIMED("attn.kernel.dkdv", dispatch_<DkdvLaunch>(D, dk, dv, dfgate, dout, lse, delta, q, k, v, *o, B, NH, T, D));
+    GPU_TIMED_FLOPS("attn.kernel.dkdv", gpu_attention_flops(o, B, NH, T, D, 4),
+                    dispatch_<DkdvLaunch>(D, dk, dv, dfgate, dout, lse, delta, q, k, v, *o, B, NH, T, D));
     KERNEL_CHECK();
 }

@@ -56,6 +56,10 @@ void gpu_heads_rotate(GpuHeads *h, const float *cos_, const float *sin_, int per
 // 1 when the kernels take head_dim D
 int gpu_attn_supports(int D);
 
+// the floating-point operations of `products` (T, T)-by-D matrix products over the query-key pairs o's mask keeps
+// (causal, within the window), for SEQ_PROFILE's rates: the forward has 2 (q k^T and p v), dq 3, dk/dv 4
+double gpu_attention_flops(const GpuAttnOpts *o, int B, int NH, int T, int D, int products);
+
 // out (B,NH,T,D) WRITTEN, and a second copy into out2 unless NULL (bf16: the fp32 output the backward takes and
 // the bf16 rows of the output projection); lse (B,NH,T) the rows' log-sum-exp in base 2 (log2 sum_j
 // 2^(s_ij log2 e): the kernels' exponentials are 2^x); q, k, v (B,NH,T,D) packed: fp32, or bf16

@@ -161,8 +161,9 @@ void linrec_states_(float *st, float *carries, const float *x, const float *y, f
     smem_limit_(linrec_outer_kernel, b_st);
     dim3 grid(nch - 1, ntiles_(d->Dk) * ntiles_(d->Dv), BH);
     if (nch > 1) {
-        GPU_TIMED(outer_name, linrec_outer_kernel<<<grid, LR_THREADS, b_st>>>(st, carries, x, y, xscale, dir, g, li,
-                                                                               mstates, dd));
+        GPU_TIMED_FLOPS(outer_name, chunk_flops_(dd, 2, 0, 0),
+                        linrec_outer_kernel<<<grid, LR_THREADS, b_st>>>(st, carries, x, y, xscale, dir, g, li, mstates,
+                                                                        dd));
         KERNEL_CHECK();
     }
     GPU_TIMED(scan_name, linrec_scan_kernel<<<dim3(gpu_blocks(KV, 256), BH), 256>>>(st, carries, dir, dd));
@@ -260,7 +261,8 @@ void linrec_scores_(float *A, float *dA, const float *q, const float *k, const f
     size_t bytes = smem_of_<ScoresSmem_>(lcp_(dd), d->decay);
     dim3 grid(nchunks_(dd), d->B * d->H);
     smem_limit_(linrec_scores_kernel, bytes);
-    GPU_TIMED(name, linrec_scores_kernel<<<grid, LR_THREADS, bytes>>>(A, dA, q, k, v, dout, g, li, states, dd));
+    GPU_TIMED_FLOPS(name, chunk_flops_(dd, 0, 1, dA ? 1 : 0),
+                    linrec_scores_kernel<<<grid, LR_THREADS, bytes>>>(A, dA, q, k, v, dout, g, li, states, dd));
     KERNEL_CHECK();
 }
 
@@ -395,7 +397,8 @@ void gpu_linrec_forward(float *o, float *m, float *ckpt, const float *q, const f
     linrec_states_(st, s.cr, k, v, 1.0f, 0, g, li, st, d, "linrec.fwd.outer", "linrec.fwd.scan");
     linrec_scores_(s.A, nil, q, k, nil, nil, g, li, st, d, "linrec.fwd.scores");
     dim3 g_out(nch, NV, BH);
-    GPU_TIMED("linrec.fwd.output", linrec_output_kernel<<<g_out, LR_THREADS, b_out>>>(o, s.A, q, v, g, li, st, dd));
+    GPU_TIMED_FLOPS("linrec.fwd.output", chunk_flops_(dd, 2, 0, 1),
+                    linrec_output_kernel<<<g_out, LR_THREADS, b_out>>>(o, s.A, q, v, g, li, st, dd));
     KERNEL_CHECK();
 }
 

@@ -470,17 +470,18 @@ void gpu_linrec_backward(float *dq, float *dk, float *dv, float *dg, float *dli,
     linrec_states_(s.st, s.cr, q, dout, d->scale, 1, g, li, ckpt, d, "linrec.bwd.outer", "linrec.bwd.dscan");
     linrec_scores_(s.A, s.dA, q, k, v, dout, g, li, ckpt, d, "linrec.bwd.scores");
     dim3 g_dv(nch, NV, BH);
+    double f_dv = chunk_flops_(dd, 2, 0, 1), f_dqk = chunk_flops_(dd, 4, 2, 0);
     if (vside)
-        GPU_TIMED("linrec.bwd.dv", linrec_dv_vside_kernel<<<g_dv, LR_THREADS, b_dv>>>(dv, dg, s.A, q, k, v, dout, g, ckpt, s.st, dd));
+        GPU_TIMED_FLOPS("linrec.bwd.dv", f_dv, linrec_dv_vside_kernel<<<g_dv, LR_THREADS, b_dv>>>(dv, dg, s.A, q, k, v, dout, g, ckpt, s.st, dd));
     else
-        GPU_TIMED("linrec.bwd.dv", linrec_dv_kernel<<<g_dv, LR_THREADS, b_dv>>>(dv, s.A, k, dout, g, li, ckpt, s.st, dd));
+        GPU_TIMED_FLOPS("linrec.bwd.dv", f_dv, linrec_dv_kernel<<<g_dv, LR_THREADS, b_dv>>>(dv, s.A, k, dout, g, li, ckpt, s.st, dd));
     KERNEL_CHECK();
     // the scalar decays' partials: dG's sums where a dg is wanted, q' . dq' and k . dk where input gates are
     double *pg = scal && dg ? s.pg : nild;
     float *pq = scal && d->gated_in ? s.pq : nil, *pk = scal && d->gated_in ? s.pk : nil;
     dim3 g_qk(nch, NK, BH);
     float *dgk = vside ? nil : dg;
-    GPU_TIMED("linrec.bwd.dqk", linrec_dqk_kernel<<<g_qk, LR_THREADS, b_dqk>>>(dq, dk, dgk, pg, pq, pk, s.dA, q, k, v, dout, g, li, ckpt, s.st, dd));
+    GPU_TIMED_FLOPS("linrec.bwd.dqk", f_dqk, linrec_dqk_kernel<<<g_qk, LR_THREADS, b_dqk>>>(dq, dk, dgk, pg, pq, pk, s.dA, q, k, v, dout, g, li, ckpt, s.st, dd));
     KERNEL_CHECK();
     if (!scal || !(pg || pk)) return;
     double *hc = head && pg ? s.hc : nild, *hs = head && dg && d->gated_in ? s.hs : nild;

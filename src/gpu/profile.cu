@@ -3,7 +3,9 @@
 // (gpu_prof_flush) and summed per op name. Printed to stderr when the backend closes, like nn/dispatch.c's
 // SEQ_PROFILE table for the CPU's ops. The first flush's intervals (the run's first forward and backward) are
 // left out of the table: they carry one-time costs (CUDA loads each kernel at its first launch, cuBLAS sets up
-// its workspace and picks algorithms), which would dominate the first ops of a short profile.
+// its workspace and picks algorithms), which would dominate the first ops of a short profile. Ops timed with a
+// FLOP count (GPU_TIMED_FLOPS) show their rate in TFLOP/s: the products' useful operations over the op's time,
+// the figure to hold against the GPU's peak (docs/gpu.md).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +18,7 @@
 typedef struct {
     const char *name;
     unsigned long long calls;
-    double ms;
+    double ms, flops;
 } ProfOp_;
 
 static int on_ = -1;  // -1 until SEQ_PROFILE is read
@@ -24,6 +26,7 @@ static ProfOp_ ops_[PROF_OPS_];
 static int n_ops_ = 0;
 static cudaEvent_t ev_[PROF_PENDING_][2];
 static int op_of_[PROF_PENDING_];
+static double flops_of_[PROF_PENDING_];
 static int n_pending_ = 0, n_events_ = 0;
 static int warm_ = 0;       // 1 after the first flush
 static double warmup_ms_;   // the first flush's intervals, summed
@@ -36,7 +39,7 @@ static int op_id_(const char *name) {
     return n_ops_++;
 }
 
-int gpu_prof_begin(const char *name) {
+int gpu_prof_begin(const char *name, double flops) {
     if (on_ < 0) {
         const char *env = getenv("SEQ_PROFILE");
         on_ = env && env[0] && strcmp(env, "0") != 0;
@@ -52,6 +55,7 @@ int gpu_prof_begin(const char *name) {
         n_events_++;
     }
     op_of_[s] = id;
+    flops_of_[s] = flops;
     CUDA_CHECK(cudaEventRecord(ev_[s][0], 0));
     return s;
 }
@@ -72,6 +76,7 @@ void gpu_prof_flush(void) {
         }
         ops_[op_of_[s]].calls++;
         ops_[op_of_[s]].ms += ms;
+        ops_[op_of_[s]].flops += flops_of_[s];
     }
     warm_ = 1;
     n_pending_ = 0;
@@ -90,9 +95,12 @@ void gpu_prof_print(void) {
     qsort(ops_, (size_t)n_ops_, sizeof ops_[0], by_time_);
     fprintf(stderr, "\nSEQ_PROFILE: GPU ops (CUDA events), %.3f s of GPU time in timed ops (the first forward and "
             "backward, %.3f s with one-time setup, not counted)\n", total * 1e-3, warmup_ms_ * 1e-3);
-    fprintf(stderr, "%-28s %10s %11s %7s\n", "op", "calls", "seconds", "% ops");
-    for (int i = 0; i < n_ops_; i++)
-        fprintf(stderr, "%-28s %10llu %11.4f %6.1f%%\n", ops_[i].name, ops_[i].calls, ops_[i].ms * 1e-3,
-                total > 0 ? 100.0 * ops_[i].ms / total : 0.0);
+    fprintf(stderr, "%-28s %10s %11s %7s %9s\n", "op", "calls", "seconds", "% ops", "TFLOP/s");
+    for (int i = 0; i < n_ops_; i++) {
+        char rate[32] = "";
+        if (ops_[i].flops > 0 && ops_[i].ms > 0) snprintf(rate, sizeof rate, "%9.1f", ops_[i].flops / (ops_[i].ms * 1e9));
+        fprintf(stderr, "%-28s %10llu %11.4f %6.1f%% %s\n", ops_[i].name, ops_[i].calls, ops_[i].ms * 1e-3,
+                total > 0 ? 100.0 * ops_[i].ms / total : 0.0, rate);
+    }
     n_ops_ = 0;
 }
