@@ -284,17 +284,22 @@ linear_runs() {
     local L=$1 B=$2 R="$W/runs-$1" E="$W/eval-$1" k r d
     for k in "${!LINEAR[@]}"; do
         r="$R/lin-$k"
+        # one device's runs beside the other's (the emulated GPU keeps one core busy, the CPU's run the other);
+        # nothing else runs in the background here, so `wait` waits for these
         # shellcheck disable=SC2086  # the mixer's --set arguments, split on purpose
         {
-            train --config "$W/tiny.json" --set run.name="lin-$k-cpu" ${LINEAR[$k]}
-            train --config "$W/tiny.json" --set run.name="lin-$k" --set run.device=cuda ${LINEAR[$k]}
-            train --config "$W/tiny.json" --set run.name="lin-$k-2" --set run.device=cuda --stop-after 6 ${LINEAR[$k]}
-            train --config "$W/tiny.json" --set run.name="lin-$k-c2g" --stop-after 6 ${LINEAR[$k]}
+            train --config "$W/tiny.json" --set run.name="lin-$k-cpu" ${LINEAR[$k]} &
+            train --config "$W/tiny.json" --set run.name="lin-$k" --set run.device=cuda ${LINEAR[$k]} &
+            wait
+            train --config "$W/tiny.json" --set run.name="lin-$k-2" --set run.device=cuda --stop-after 6 ${LINEAR[$k]} &
+            train --config "$W/tiny.json" --set run.name="lin-$k-c2g" --stop-after 6 ${LINEAR[$k]} &
+            wait
         }
         cp -r "$r-2" "$r-g2c"
-        train --resume "$r-2"
-        train --resume "$r-g2c" --set run.device=cpu
-        train --resume "$r-c2g" --set run.device=cuda
+        train --resume "$r-2" &
+        train --resume "$r-g2c" --set run.device=cpu &
+        train --resume "$r-c2g" --set run.device=cuda &
+        wait
         check_measured "$L: $k: a 12-step GPU run (fp32) is on the CPU run's curve (rel 1e-3)" \
             cmp_losses "$r/log.jsonl" "$r-cpu/log.jsonl" 1e-3
         check_measured "$L: $k: stopped at 6 and resumed, the curve is bit-identical" \
@@ -305,14 +310,16 @@ linear_runs() {
             cmp_losses "$r-c2g/log.jsonl" "$r-cpu/log.jsonl" 1e-3
         for d in cpu cuda; do
             OMP_NUM_THREADS=2 "$B/seqeval" --run "$r" --device "$d" --data "$E/tokens.u16" --format raw_u16 \
-                --vocab 128 --context 16,40 --max-windows 40 --out "$E/lin-$k-$d" >"$E/lin-$k-$d.out" 2>&1
+                --vocab 128 --context 16,40 --max-windows 40 --out "$E/lin-$k-$d" >"$E/lin-$k-$d.out" 2>&1 &
         done
+        wait
         check_measured "$L: $k: seqeval --device cuda: perplexity and per-position curves at contexts 16, 40 are the CPU's" \
             cmp_ppl "$E/lin-$k-cuda" "$E/lin-$k-cpu"
         # the task's loss on the mixer's logits (12 steps predict no value yet: the argmax is checked on attention's)
         for d in cpu cuda; do
-            OMP_NUM_THREADS=2 "$B/seqeval" --run "$r" --device "$d" --task >"$E/lin-$k-task-$d.out" 2>&1
+            OMP_NUM_THREADS=2 "$B/seqeval" --run "$r" --device "$d" --task >"$E/lin-$k-task-$d.out" 2>&1 &
         done
+        wait
         check_measured "$L: $k: seqeval --device cuda --task: the CPU's loss and accuracy" \
             cmp_task "$E/lin-$k-task-cuda.out" "$E/lin-$k-task-cpu.out" any
         probe_runs "$L" "$B" "$r" "lin-$k"
@@ -331,8 +338,13 @@ if [ -n "${SEQ_GPU_ONLY:-}" ]; then
 elif make -j"$JOBS" "$EMU/test_gpu_emulated" "$EMU/test_gpu_linrec" "$EMU/test_gpu_delta" "$EMU/test_gpu_ops" "$EMU/seqtrain" "$EMU/seqeval" \
         >"$W/make.log" 2>&1; then
     ok "the emulated GPU backend builds"
-    for t in test_gpu_emulated test_gpu_linrec test_gpu_delta test_gpu_ops; do OMP_NUM_THREADS=1 "$EMU/$t" || FAIL=$((FAIL + 1)); done
+    # the parity test (single-threaded, the longest) beside the kernels' tests and the training runs
+    OMP_NUM_THREADS=1 "$EMU/test_gpu_emulated" >"$W/emulated.out" 2>&1 &
+    emu_pid=$!
+    for t in test_gpu_linrec test_gpu_delta test_gpu_ops; do OMP_NUM_THREADS=1 "$EMU/$t" || FAIL=$((FAIL + 1)); done
     training_runs emulated "$EMU"
+    wait "$emu_pid" || FAIL=$((FAIL + 1))
+    cat "$W/emulated.out"
     linear_runs emulated "$EMU"
 else
     not_ok "the emulated GPU backend builds" "$(tail -5 "$W/make.log" | tr '\n' ' ')"
