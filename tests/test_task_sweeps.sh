@@ -48,6 +48,24 @@ cmd=$(grep "run.name=kla_long_T2048_kla_d256_lr1e-3_s1 " "$W/dry_kl"); eval "$cm
 check "kla_long paper: patience 70 epochs on the test loss, an evaluation every epoch (12,800 / 16 = 800 steps), no Zoology stop" \
     python3 -c 'import json, sys; t = json.load(open(sys.argv[1]))["train"]
 assert (t["patience"], t["patience_metric"], t["eval_every"], t["stop_at_acc"], t["epochs"]) == (70, "loss", 800, 0, 750), t' "$W/cfg_kl"
+# --- kla_long's default rows: Table 12's state-matched models, each (row, d)'s state per layer printed before
+# the runs and equal to Table 12's State Size column (GDN the next-largest feasible)
+SETTING=kla_long SCALE=paper MIXERS= SEQ_OUT=$W/kl12 "$MQ" --dry-run > "$W/dry_kl12" 2> "$W/dry_kl12.err"
+check "kla_long paper --dry-run: 60 runs (kla, mamba_t12, gdn_t12, gla_t12 x 3 widths x 5 seeds)" \
+    eval '[ "$(grep -c "^$BIN/seqtrain --config configs/tasks/mqar/kla_long.json " "$W/dry_kl12")" = 60 ] &&
+          for m in kla mamba_t12 gdn_t12 gla_t12; do [ "$(grep -c "_${m}_d" "$W/dry_kl12")" = 15 ] || exit 1; done'
+check "kla_long: the state per layer of every (row, d) is Table 12's (2,048 / 4,096 / 8,192; GDN 2,304 / 4,608 / 9,216)" \
+    python3 -c '
+import re, sys
+got = {(m, int(d)): int(n) for m, d, n in re.findall(r"state per layer, (\w+) at d (\d+): .* = (\d+)$", open(sys.argv[1]).read(), re.M)}
+want = {}
+for d, s, g in ((64, 2048, 2304), (128, 4096, 4608), (256, 8192, 9216)):
+    want.update({("kla", d): s, ("mamba_t12", d): s, ("gla_t12", d): s, ("gdn_t12", d): g})
+assert got == want, got' "$W/dry_kl12.err"
+SETTING=kla_long MIXERS= SEQ_OUT=$W/kl12t JOBS=2 "$MQ" > /dev/null 2>&1; rc=$?
+check "kla_long SCALE=tiny: the table has the 4 rows and their state per layer (d 16, 32)" \
+    eval '[ "$rc" = 0 ] && grep -A 7 "^State per layer" "$W/kl12t/mqar_kla_long_T16.md" | grep -q "^| KLA | 512 | 1024 |\$" &&
+          [ "$(grep -A 7 "^State per layer" "$W/kl12t/mqar_kla_long_T16.md" | grep -cE "^\| (KLA|Mamba|Gated|GLA)[^|]*\| [0-9]+ \| [0-9]+ \|\$")" = 4 ]'
 check "a5.json: G.5's d_model 1024 and up to 500 epochs with patience 50, evaluated once an epoch" \
     python3 -c 'import json, subprocess, sys
 c = json.loads(subprocess.check_output([sys.argv[1] + "/seqtrain", "--config", "configs/tasks/state/a5.json", "--print-config"]))

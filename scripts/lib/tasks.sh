@@ -34,6 +34,17 @@ job_state() {
     printf '%s\n' "$JOB_STATE"
 }
 
+# job_layer_state ID: the main state term of job ID's first layer as `seqtrain --info` writes it, e.g.
+# "GDN state: H·dk·dv = 2·24·48 = 2304" (for kla its λ, η: the count of the KLA paper's Table 12; the conv
+# caches and the other layers left out): the per-layer state that state-matched rows compare; empty if --info
+# fails
+job_layer_state() {
+    local i=${JOB_INDEX_[$1]:-}
+    [ -n "$i" ] || return 0
+    job_args "$i"
+    "$SEQTRAIN" "${JOB_ARGV[@]}" --info 2>/dev/null | awk -F'|' '$2 ~ /^ *0 *$/ && NF >= 7 {
+        s = $7; sub(/;.*/, "", s); sub(/^ +/, "", s); sub(/ +$/, "", s); print s; exit }'
+}
 # ----------------------------------------------------------------------------
 # the mixer rows of the task sweeps
 
@@ -44,8 +55,9 @@ job_state() {
 # linear family keeps its reference defaults (heads 4/8, FLA's gates and norms); mamba2 and mlstm are fused
 # blocks too, mamba2 with 16-channel heads so that the sweeps' small widths hold whole heads. gla_rope is GLA
 # with RoPE on q, k (the Selective RoPE paper's "RoPE" variant), gated_deltanet_neg the negative-eigenvalue
-# GDN (Grazzi et al.: solves parity; a positive control there). A mixer added later is a line here. mixer_rows
-# also sets MIXERS (default: every row) and refuses an unknown id.
+# GDN (Grazzi et al.: solves parity; a positive control there). A mixer added later is a line here; rows that
+# only one script runs are its own, passed as mixer_rows HEADS ROW... . mixer_rows also sets MIXERS (default:
+# every row) and refuses an unknown id.
 mixer_rows() {
     MIXER=(
         'attn_rope|Attention (RoPE)|{"kind":"attention","pos":"rope"}|'
@@ -71,6 +83,7 @@ mixer_rows() {
         'gated_deltanet_selrope|Gated DeltaNet + Selective RoPE|{"kind":"gated_deltanet","selective_rope":{"enabled":true}}|'
         'attn_fox|Attention (FoX)|{"kind":"attention","pos":"fox"}|'
         'attn_fox_selrope|Attention (FoX) + Selective RoPE|{"kind":"attention","pos":"fox","selective_rope":{"enabled":true}}|'
+        "${@:2}"
     )
     local m all=""
     for m in "${MIXER[@]}"; do all+="${m%%|*} "; done
