@@ -98,12 +98,8 @@ t12_sets() {
         gla_t12) echo "model.mixer.expand_k=$(awk -v d="$2" 'BEGIN { print 128 / d }')" ;;
     esac
 }
-if [ "$SETTING" = kla_long ]; then
-    MIXERS=${MIXERS:-kla mamba_t12 gdn_t12 gla_t12}
-    mixer_rows 1 "${T12_ROWS[@]}"
-else
-    mixer_rows 1  # the zoology config's attention has 1 head
-fi
+[ "$SETTING" = kla_long ] && MIXERS=${MIXERS:-kla mamba_t12 gdn_t12 gla_t12}
+mixer_rows 1 "${T12_ROWS[@]}"  # the zoology config's attention has 1 head
 
 # the --set values of the scale for sequence length T and width d
 scale_sets() {

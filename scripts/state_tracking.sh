@@ -26,8 +26,13 @@
 #       small and tiny keep a5.json's optimizer and shrink the model (d 64, d 32) and the budget above
 #   L_MAX=N SEEDS=N A5_LEN=N TRAIN_LEN=N TEST_LENS="128 512"   override the scale's values (TRAIN_LEN: parity's
 #                training length)
+#   PARITY_SEEDS="555 666"  parity: one run per run.seed value, each cell the mean over them (default: one run
+#                    with the config's seed; the Selective RoPE paper's App. B.2.2 uses 555 666 777 888 999)
 #   PARTS="a5 parity"   only these of the two tables (default both)
-#   MIXERS="attn_rope rfa"    only these rows (ids of mixer_rows in scripts/lib/tasks.sh)
+#   MIXERS="attn_rope rfa"    only these rows (ids of mixer_rows in scripts/lib/tasks.sh, and this script's
+#                    parity-only rows attn_rope_1l, attn_selrope_1l: one softmax attention layer with RoPE, or
+#                    with Selective RoPE instead (pos none), the Selective RoPE paper's 1-layer Transformer of
+#                    Fig. 8; A5 skips them, its depth is the sweep's)
 #   SEQ_OUT=DIR      output folder (default runs/tasks/state/$SCALE); runs in SEQ_OUT/runs, logs in SEQ_OUT/logs
 #   JOBS, THREADS, BIN, PROGRESS_EVERY   as scripts/mqar_sweep.sh
 # Resumable: finished runs and per-length evaluations are reused. Tables to stdout and SEQ_OUT/a5.md|csv,
@@ -57,7 +62,17 @@ for v in L_MAX SEEDS A5_LEN TRAIN_LEN; do
 done
 for p in $PARTS; do case "$p" in a5|parity) ;; *) DIE_RC=2 die "PARTS names a5 and parity only (got '$p')" ;; esac; done
 has_part() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
-mixer_rows 2  # the state configs' attention has 2 heads
+# parity-only rows of a fixed depth (MIXERS must name them)
+FIXED_DEPTH_ROWS=(
+    'attn_rope_1l|Attention (RoPE), 1 layer|{"kind":"attention","pos":"rope"}|model.n_layers=1'
+    'attn_selrope_1l|Attention + Selective RoPE, 1 layer|{"kind":"attention","pos":"none","selective_rope":{"enabled":true}}|model.n_layers=1'
+)
+mixer_rows 2 "${FIXED_DEPTH_ROWS[@]}"  # the state configs' attention has 2 heads
+# whether row $1 sets its own depth (A5 sweeps the depth, so it leaves such rows out)
+fixed_depth() { case "$(mixer_field "$1" 4)" in *model.n_layers=*) return 0 ;; esac; return 1; }
+for s in ${PARITY_SEEDS:-}; do case "$s" in *[!0-9]*) DIE_RC=2 die "PARITY_SEEDS must be integers (got '$PARITY_SEEDS')" ;; esac; done
+# the parity run ids of row $1: one per PARITY_SEEDS value, or one
+parity_ids() { local s; if [ -z "${PARITY_SEEDS:-}" ]; then echo "parity_$1"; else for s in $PARITY_SEEDS; do echo "parity_$1_s$s"; done; fi; }
 
 scale_sets() {  # scale_sets a5|parity
     case "$SCALE" in
@@ -77,6 +92,7 @@ add_sets() { local s; while IFS= read -r s; do [ -n "$s" ] && args+=(--set "$s")
 
 # queued longest first (A5 at the most layers, then fewer, then parity), so the job slots stay full to the end
 if has_part a5; then for ((L = L_MAX; L >= 1; L--)); do for m in $MIXERS; do for ((s = 1; s <= SEEDS; s++)); do
+    fixed_depth "$m" && continue
     args=(--config configs/tasks/state/a5.json)
     add_sets < <(mixer_sets "$m"); add_sets < <(scale_sets a5)
     args+=(--set "model.n_layers=$L" --set "run.seed=$s" --set "train.seq_len=$A5_LEN")
@@ -84,17 +100,18 @@ if has_part a5; then for ((L = L_MAX; L >= 1; L--)); do for m in $MIXERS; do for
     for x in "${EXTRA_SETS[@]+"${EXTRA_SETS[@]}"}"; do args+=(--set "$x"); done
     job "a5_${m}_L${L}_s${s}" "${args[@]}"
 done; done; done; fi
-if has_part parity; then for m in $MIXERS; do
+if has_part parity; then for m in $MIXERS; do for id in $(parity_ids "$m"); do
     args=(--config configs/tasks/state/parity.json)
     add_sets < <(mixer_sets "$m"); add_sets < <(scale_sets parity)
     args+=(--set "train.seq_len=$TRAIN_LEN")
     for k in train_len_min train_len_max test_len_min test_len_max; do args+=(--set "data.task.$k=$TRAIN_LEN"); done
+    [ "$id" = "parity_$m" ] || args+=(--set "run.seed=${id##*_s}")
     for x in "${EXTRA_SETS[@]+"${EXTRA_SETS[@]}"}"; do args+=(--set "$x"); done
-    job "parity_${m}" "${args[@]}"
-done; fi
+    job "$id" "${args[@]}"
+done; done; fi
 what=""
 has_part a5 && what="A5 at length $A5_LEN, layers 1-$L_MAX, $SEEDS seeds"
-has_part parity && what+="${what:+; }parity train $TRAIN_LEN, test ${TEST_LENS// /,}"
+has_part parity && what+="${what:+; }parity train $TRAIN_LEN, test ${TEST_LENS// /,}${PARITY_SEEDS:+, seeds ${PARITY_SEEDS// /,}}"
 say "SCALE=$SCALE: ${#JOB_IDS[@]} runs ($what), $NJOBS at a time, $THREADS threads each; output in $OUTD"
 run_jobs; rc=$?
 exit_if_interrupted
@@ -121,7 +138,7 @@ PY
 }
 
 commit=$(commit_of)
-CMDLINE=$(cmdline MIXERS PARTS L_MAX SEEDS A5_LEN TRAIN_LEN TEST_LENS)
+CMDLINE=$(cmdline MIXERS PARTS L_MAX SEEDS A5_LEN TRAIN_LEN TEST_LENS PARITY_SEEDS)
 # (a) A5
 if has_part a5; then
 md="$OUTD/a5.md"; csv="$OUTD/a5.csv"
@@ -133,6 +150,7 @@ md="$OUTD/a5.md"; csv="$OUTD/a5.csv"
 } > "$md"
 { printf 'mixer,label,fewest_layers'; for ((L = 1; L <= L_MAX; L++)); do printf ',best_acc_L%d' "$L"; done; echo; } > "$csv"
 for m in $MIXERS; do
+    fixed_depth "$m" && continue
     label=$(mixer_field "$m" 2); fewest=""; cells=""; ccells=""
     for ((L = 1; L <= L_MAX; L++)); do
         best=""
@@ -153,7 +171,7 @@ fi
 has_part parity || exit "$rc"
 md="$OUTD/parity.md"; csv="$OUTD/parity.csv"
 {
-    echo "**Parity length generalisation (trained at length $TRAIN_LEN, SCALE=$SCALE).** Test accuracy at each test length."
+    echo "**Parity length generalisation (trained at length $TRAIN_LEN, SCALE=$SCALE).** Test accuracy at each test length${PARITY_SEEDS:+, the mean over seeds {${PARITY_SEEDS// /, }\}}."
     echo
     printf '| Mixer |'; for L in $TEST_LENS; do printf ' L=%s |' "$L"; done; echo
     printf '|---|'; for L in $TEST_LENS; do printf -- '---|'; done; echo
@@ -162,7 +180,12 @@ md="$OUTD/parity.md"; csv="$OUTD/parity.csv"
 for m in $MIXERS; do
     label=$(mixer_field "$m" 2); line="| $label |"; cline="$m,\"$label\""
     for L in $TEST_LENS; do
-        a=$(len_acc "parity_${m}" "$L") || { a=""; rc=1; say "parity_${m}: evaluation at length $L failed"; }
+        sum=0; n=0; a=""
+        for id in $(parity_ids "$m"); do
+            x=$(len_acc "$id" "$L") || { rc=1; say "$id: evaluation at length $L failed"; continue; }
+            sum=$(awk -v s="$sum" -v x="$x" 'BEGIN { printf "%.8f", s + x }'); n=$((n + 1))
+        done
+        [ "$n" -gt 0 ] && a=$(awk -v s="$sum" -v n="$n" 'BEGIN { printf "%.4f", s / n }')
         line+=" ${a:-—} |"; cline+=",$a"
     done
     echo "$line" >> "$md"; echo "$cline" >> "$csv"

@@ -57,7 +57,7 @@ job_layer_state() {
 # with RoPE on q, k (the Selective RoPE paper's "RoPE" variant), gated_deltanet_neg the negative-eigenvalue
 # GDN (Grazzi et al.: solves parity; a positive control there). A mixer added later is a line here; rows that
 # only one script runs are its own, passed as mixer_rows HEADS ROW... . mixer_rows also sets MIXERS (default:
-# every row) and refuses an unknown id.
+# every shared row; a script's own rows run when MIXERS names them) and refuses an unknown id.
 mixer_rows() {
     MIXER=(
         'attn_rope|Attention (RoPE)|{"kind":"attention","pos":"rope"}|'
@@ -83,11 +83,12 @@ mixer_rows() {
         'gated_deltanet_selrope|Gated DeltaNet + Selective RoPE|{"kind":"gated_deltanet","selective_rope":{"enabled":true}}|'
         'attn_fox|Attention (FoX)|{"kind":"attention","pos":"fox"}|'
         'attn_fox_selrope|Attention (FoX) + Selective RoPE|{"kind":"attention","pos":"fox","selective_rope":{"enabled":true}}|'
-        "${@:2}"
     )
     local m all=""
     for m in "${MIXER[@]}"; do all+="${m%%|*} "; done
     MIXERS=${MIXERS:-$all}
+    MIXER+=("${@:2}")
+    for m in "${@:2}"; do all+="${m%%|*} "; done
     for m in $MIXERS; do mixer_field "$m" 1 >/dev/null || DIE_RC=2 die "unknown mixer '$m' (known: $all)"; done
 }
 # field N (1 id, 2 label, 3 mixer JSON, 4 --set values) of the row with id $1
