@@ -171,6 +171,8 @@ mean_acc() {
     [ "$n" -gt 0 ] && awk -v s="$sum" -v n="$n" 'BEGIN { printf "%.4f\n", s / n }'
 }
 commit=$(commit_of)
+# the number of the state per layer of (mixer $1, width $2) at the current T
+layer_state_cell() { local x=${LAYER_STATE[$T,$1,$2]:-}; printf '%s' "${x##*= }"; }
 CMDLINE="SETTING=$SETTING $(cmdline MIXERS DIMS LRS TS SEEDS)"
 for T in $TS; do
     md="$OUTD/mqar_${SETTING}_T${T}.md"; csv="$OUTD/mqar_${SETTING}_T${T}.csv"
@@ -197,19 +199,15 @@ for T in $TS; do
         done
         echo "$line" >> "$md"; echo "$cline" >> "$csv"
     done
-    # accuracy vs state size (BLA Fig. 3a / KLA Fig. 6a): the decoding state of every (mixer, d), in floats
-    # over all layers at this T, from seqtrain --info (a KV cache grows with T; a recurrent state does not)
+    # kla_long: the state per layer of every (mixer, d), Table 12's matching
     [ "$SETTING" = kla_long ] && {
         echo
         echo "State per layer (\`seqtrain --info\`: the recurrent state of one layer, kla's λ and η as KLA Table 12 counts them; conv caches left out):"
         echo
-        printf '| Mixer |'; for d in $DIMS; do printf ' d=%s |' "$d"; done; echo
-        printf '|---|'; for d in $DIMS; do printf -- '---:|'; done; echo
-        for m in $MIXERS; do
-            printf '| %s |' "$(mixer_field "$m" 2)"
-            for d in $DIMS; do x=${LAYER_STATE[$T,$m,$d]:-}; printf ' %s |' "${x##*= }"; done; echo
-        done
+        mixer_grid_md "$DIMS" d= layer_state_cell $MIXERS
     } >> "$md"
+    # accuracy vs state size (BLA Fig. 3a / KLA Fig. 6a): the decoding state of every (mixer, d), in floats
+    # over all layers at this T, from seqtrain --info (a KV cache grows with T; a recurrent state does not)
     {
         echo
         echo "Accuracy vs decoding state size (floats per sequence, all layers, at T = $T; \`seqtrain --info\`), sorted by state:"

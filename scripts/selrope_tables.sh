@@ -85,11 +85,11 @@ case "$SCALE" in
     small) mq_m="attn_rope gla gla_selrope"; mq_lr="1e-3"; mq_d=64
            mad_rows=gla,gla_selrope; mad_tasks=icr,selective_copy; mad_lrs="1e-3"; mad_var=base; par_seeds=""
            st_m="gla gla_selrope gated_deltanet gated_deltanet_selrope gated_deltanet_neg attn_fox attn_fox_selrope"
-           st_parts="parity"; st=(TRAIN_LEN=32 "TEST_LENS=32 64 128" A5_LEN=16 L_MAX=2 SEEDS=1) ;;
+           st_parts="parity"; st=(TRAIN_LEN=32 "TEST_LENS=32 64 128" A5_LENS=16 L_MAX=2 SEEDS=1) ;;
     paper) mq_m="attn_rope gla gla_rope gla_selrope"; mq_lr=$PAPER_LRS; mq_d=""
            mad_rows=attn_none,attn_rope,gla,gla_rope,gla_selrope,gdn,gdn_selrope; mad_tasks=""; mad_lrs=""; mad_var=all
            st_m="gla gla_rope gla_selrope gated_deltanet gated_deltanet_selrope gated_deltanet_neg attn_fox attn_fox_selrope"
-           st_m+=" attn_rope_1l attn_selrope_1l"; st_parts="parity a5"; st=(); par_seeds="555 666 777 888 999" ;;
+           st_m+=" attn_rope_1l attn_selrope_1l"; st_parts="parity a5"; st=(A5_LENS=128); par_seeds="555 666 777 888 999" ;;
 esac
 
 # the state-tracking runs take the paper's optimiser (App. B.2.2: lr 1e-3, wd 1e-6, cosine; the configs' own

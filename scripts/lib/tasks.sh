@@ -91,6 +91,16 @@ mixer_rows() {
     for m in "${@:2}"; do all+="${m%%|*} "; done
     for m in $MIXERS; do mixer_field "$m" 1 >/dev/null || DIE_RC=2 die "unknown mixer '$m' (known: $all)"; done
 }
+# mixer_grid_md "COL ..." PREFIX CELL_FN MIXER...: a Markdown table with a row per MIXER (its label) and a
+# column PREFIX<COL> per COL, each cell printed by `CELL_FN MIXER COL`
+mixer_grid_md() {
+    local cols=$1 pre=$2 fn=$3 m c; shift 3
+    printf '| Mixer |'; for c in $cols; do printf ' %s%s |' "$pre" "$c"; done; echo
+    printf '|---|'; for c in $cols; do printf -- '---:|'; done; echo
+    for m in "$@"; do
+        printf '| %s |' "$(mixer_field "$m" 2)"; for c in $cols; do printf ' %s |' "$("$fn" "$m" "$c")"; done; echo
+    done
+}
 # field N (1 id, 2 label, 3 mixer JSON, 4 --set values) of the row with id $1
 mixer_field() { local m; for m in "${MIXER[@]}"; do [ "${m%%|*}" = "$1" ] && { cut -d'|' -f"$2" <<< "$m"; return 0; }; done; return 1; }
 
