@@ -6,6 +6,8 @@
 #              sum_s q^2 / lambda, per channel and averaged), with the tokens to copy marked
 #   Figs. 11-13 (App. E.5) Kalman attention maps of four channels on Selective Copy, In-Context Recall and
 #              Memorization: each channel's matrix P with y_mean = P v (seqeval --attention-map on a kla layer)
+# (Fig. 1a, the fewest layers that solve A5 by sequence length, is a table of scripts/state_tracking.sh: its
+# A5_LENS sweep; Fig. 5a and Fig. 6a are scripts/mad_table.sh and SETTING=kla_long scripts/mqar_sweep.sh.)
 #
 #   scripts/kla_figures.sh [--set KEY=VALUE ...] [--dry-run]
 #

@@ -43,8 +43,17 @@ Settings (environment):
              JOBS defaults to nproc / 2 (THREADS 2)
       tiny:  pipeline check (CI): d 32, batch 4, 2 steps, 8 train / 8 test examples, sequences of at most
              64 tokens; grid lr {1e-3} x wd {0}; the numbers mean nothing
-  ROWS=id,id,...          only these mixer rows (default all): $(printf '%s ' attn_none attn_rope attn_alibi attn_fox rfa sc_rfa kla kla_p0 kla_plus gla gla_selrope gdn gdn_selrope mamba mlstm)
+  ROWS=id,id,...          only these mixer rows (default all): $(printf '%s ' attn_none attn_rope attn_alibi attn_fox rfa sc_rfa kla kla_p0 kla_plus gla gla_rope gla_selrope gdn gdn_selrope mamba mlstm)
   TASKS=t,t,...           only these task columns (default all six)
+  VARIANTS=base|all       (PROTOCOL=mad; default base) base: each task at its baseline setting (the configs);
+                          all: MAD's benchmark, each task also at its difficulty variants, one change at a
+                          time (MAD-Lab's configs/tasks/*.yml, as the Selective RoPE paper's App. B.2.1 runs it:
+                          66 task settings): vocabulary (ICR, fuzzy ICR, selective copy, compression 32, 64, 128;
+                          noisy ICR 48, 80, 144; memorization 512 to 8192), sequence length (ICR, noisy and fuzzy
+                          ICR 256, 512, 1024; selective copy 512, 1024; compression 64, 128, 256), training
+                          examples (6400, 3200, 1600, 800; not memorization), noise fraction (noisy ICR 0.4, 0.6,
+                          0.8), tokens to copy (selective copy 32, 64, 96). A cell is then the mean over the task's
+                          settings of the best over the grid, as MAD scores a task
   LRS='a b' WDS='a b'     override the scale's lr / wd grid
   SEEDS=N                 seeds 1..N (PROTOCOL=kla, as SEEDS of the other task sweeps; PROTOCOL=mad trains one run
                           per grid point with the config's seed)
@@ -84,6 +93,7 @@ MAD_MIXERS=(
     'kla_p0|KLA (p = 0)|{"kind": "kla", "d_state": 8, "process_noise": false}|'
     'kla_plus|KLA+|{"kind": "kla", "d_state": 8}|model.mc_samples=10'
     "gla|GLA|$MAD_GLA}|"
+    "gla_rope|GLA + RoPE|$MAD_GLA, \"rotate\": true}|"
     "gla_selrope|GLA + Selective RoPE|$MAD_GLA, $MAD_SELROPE}|"
     'gdn|Gated DeltaNet|{"kind": "gated_deltanet", "heads": 8}|'
     "gdn_selrope|Gated DeltaNet + Selective RoPE|{\"kind\": \"gated_deltanet\", \"heads\": 8, $MAD_SELROPE}|"
@@ -127,6 +137,35 @@ else
     MAD_SEEDS=""
 fi
 
+VARIANTS=${VARIANTS:-base}
+case "$VARIANTS" in base) ;; all) [ "$PROTOCOL" = mad ] || DIE_RC=2 die "VARIANTS=all is PROTOCOL=mad's (MAD's benchmark)" ;;
+    *) DIE_RC=2 die "VARIANTS must be base or all (got '$VARIANTS')" ;; esac
+# the settings of a task, one a line: "base", then with VARIANTS=all its difficulty variants as NAME=KEY=VALUE
+# (MAD-Lab's configs/tasks/<task>.yml: the baseline with one change at a time)
+mad_variants_() {
+    local k v n
+    echo base
+    [ "$VARIANTS" = all ] || return 0
+    case "$1" in
+        noisy_icr) v="48 80 144" ;; memorization) v="512 1024 2048 4096 8192" ;; *) v="32 64 128" ;;
+    esac
+    for k in $v; do echo "v$k=data.task.vocab=$k"; done
+    case "$1" in
+        icr|noisy_icr|fuzzy_icr) v="256 512 1024" ;; selective_copy) v="512 1024" ;; compression) v="64 128 256" ;; *) v="" ;;
+    esac
+    for k in $v; do echo "T$k=train.seq_len=$k"; done
+    [ "$1" = memorization ] || for n in 6400 3200 1600 800; do echo "n$n=data.task.train_examples=$n"; done
+    [ "$1" = noisy_icr ] && for k in 0.4 0.6 0.8; do echo "noise$k=data.task.frac_noise=$k"; done
+    [ "$1" = selective_copy ] && for k in 32 64 96; do echo "copy$k=data.task.n_copy=$k"; done
+    return 0
+}
+# the run id of (row, task, variant, lr, wd[, seed]): the baseline keeps the plain task name
+mad_id_() {
+    local id="$1__$2"
+    [ "$3" = base ] || id+="-$3"
+    id+="__lr$4_wd$5"; [ -z "${6:-}" ] || id+="_s$6"
+    echo "$id"
+}
 # the config of a task
 mad_config_() {
     if [ "$PROTOCOL" = kla ]; then printf 'configs/tasks/mad/kla_protocol/%s.json\n' "$1"
@@ -153,7 +192,9 @@ mad_scale_sets_() {
             [ "$PROTOCOL" = kla ] && printf '%s\n' train.patience=0 train.eval_every=0
             # the KLA compression decoder's [240, 120] is for d 128; tiny keeps MAD's (d_model, d_model)
             [ "$PROTOCOL" = kla ] && [ "$1" = compression ] && printf '%s\n' model.ae_width1=0 model.ae_width2=0
-            case "$1" in memorization|compression) ;; *) echo train.seq_len=64 ;; esac ;;
+            # VARIANTS=all copies up to 96 tokens: selective copy keeps its 256 there
+            case "$1" in memorization|compression) ;; selective_copy) [ "$VARIANTS" = all ] || echo train.seq_len=64 ;;
+                *) echo train.seq_len=64 ;; esac ;;
     esac
 }
 # --- the runs
@@ -186,24 +227,25 @@ for m in "${MAD_MIXERS[@]}"; do
     mad_in_list_ "$mid" "${ROWS:-}" || continue
     extra=()
     while IFS= read -r x; do [ -n "$x" ] && extra+=("$x"); done < <(tr ';' '\n' <<< "$mextra")
-    for tid in "${MAD_COL_IDS[@]}"; do
+    for tid in "${MAD_COL_IDS[@]}"; do while IFS= read -r var; do
+        vset=(); [ "$var" = base ] || vset=("${var#*=}")
         for lr in $MAD_LRS; do
             minfrac=$(awk -v l="$lr" 'BEGIN { f = 1e-6 / l; if (f > 1) f = 1; printf "%.6g", f }')
             for wd in $MAD_WDS; do
                 if [ "$PROTOCOL" = kla ]; then  # constant lr: no min_lr_frac; one run per seed
                     for seed in $MAD_SEEDS; do
-                        mad_job "${mid}__${tid}__lr${lr}_wd${wd}_s${seed}" "$tid" \
+                        mad_job "$(mad_id_ "$mid" "$tid" "${var%%=*}" "$lr" "$wd" "$seed")" "$tid" \
                             "model.mixer=$mjson" "optim.lr=$lr" "optim.weight_decay=$wd" "run.seed=$seed" \
                             "${extra[@]+"${extra[@]}"}"
                     done
                 else
-                    mad_job "${mid}__${tid}__lr${lr}_wd${wd}" "$tid" \
+                    mad_job "$(mad_id_ "$mid" "$tid" "${var%%=*}" "$lr" "$wd")" "$tid" \
                         "model.mixer=$mjson" "optim.lr=$lr" "optim.weight_decay=$wd" "schedule.min_lr_frac=$minfrac" \
-                        "${extra[@]+"${extra[@]}"}"
+                        "${vset[@]+"${vset[@]}"}" "${extra[@]+"${extra[@]}"}"
                 fi
             done
         done
-    done
+    done < <(mad_variants_ "$tid"); done
 done
 
 # start the long runs first: selective copy, then the recall tasks (compression and memorization are short)
@@ -228,25 +270,33 @@ mad_render() {
         cells=""; sum=0; cnt=0
         local csvline="${MAD_ROW_IDS[$r]},\"${MAD_ROW_LABELS[$r]}\""
         for c in "${MAD_COL_IDS[@]}"; do
-            best=""; n=0
-            for lr in $MAD_LRS; do for wd in $MAD_WDS; do
-                ssum=0; sn=0
-                for seed in ${MAD_SEEDS:-none}; do
-                    id="${MAD_ROW_IDS[$r]}__${c}__lr${lr}_wd${wd}"; [ "$seed" = none ] || id+="_s$seed"
-                    [ "$(job_rc "$id")" = 0 ] || continue
-                    a=$(json_acc "$RUNS/$id/eval/acc.json" %.6f); [ -n "$a" ] || continue
-                    n=$((n + 1)); sn=$((sn + 1)); ssum=$(awk -v s="$ssum" -v a="$a" 'BEGIN { printf "%.8f", s + a }')
-                done
-                [ "$sn" -gt 0 ] || continue
-                acc=$(awk -v s="$ssum" -v n="$sn" 'BEGIN { printf "%.8f", s / n }')
-                if [ -z "$best" ] || awk -v a="$acc" -v b="$best" 'BEGIN { exit !(a > b) }'; then best=$acc; fi
-            done; done
+            # per setting of the task the best over the grid; the cell their mean (with VARIANTS=base one setting)
+            n=0; local vsum=0 vn=0 nv=0 var
+            while IFS= read -r var; do
+                nv=$((nv + 1)); best=""
+                for lr in $MAD_LRS; do for wd in $MAD_WDS; do
+                    ssum=0; sn=0
+                    for seed in ${MAD_SEEDS:-none}; do
+                        [ "$seed" = none ] && seed=""
+                        id=$(mad_id_ "${MAD_ROW_IDS[$r]}" "$c" "${var%%=*}" "$lr" "$wd" "$seed")
+                        [ "$(job_rc "$id")" = 0 ] || continue
+                        a=$(json_acc "$RUNS/$id/eval/acc.json" %.6f); [ -n "$a" ] || continue
+                        n=$((n + 1)); sn=$((sn + 1)); ssum=$(awk -v s="$ssum" -v a="$a" 'BEGIN { printf "%.8f", s + a }')
+                    done
+                    [ "$sn" -gt 0 ] || continue
+                    acc=$(awk -v s="$ssum" -v n="$sn" 'BEGIN { printf "%.8f", s / n }')
+                    if [ -z "$best" ] || awk -v a="$acc" -v b="$best" 'BEGIN { exit !(a > b) }'; then best=$acc; fi
+                done; done
+                [ -n "$best" ] || continue
+                vsum=$(awk -v s="$vsum" -v a="$best" 'BEGIN { printf "%.8f", s + a }'); vn=$((vn + 1))
+            done < <(mad_variants_ "$c")
+            best=""; [ "$vn" -gt 0 ] && best=$(awk -v s="$vsum" -v n="$vn" 'BEGIN { printf "%.8f", s / n }')
             if [ -z "$best" ]; then
                 cells+=" — |"; csvline+=","
             else
                 k=$(printf '%.4f' "$best")
                 sum=$(awk -v s="$sum" -v a="$best" 'BEGIN { printf "%.8f", s + a }'); cnt=$((cnt + 1))
-                if [ "$n" -lt "$ngrid" ]; then cells+=" $k ($n/$ngrid) |"; else cells+=" $k |"; fi
+                if [ "$n" -lt $((ngrid * nv)) ]; then cells+=" $k ($n/$((ngrid * nv))) |"; else cells+=" $k |"; fi
                 csvline+=",$k"
             fi
         done
@@ -278,8 +328,12 @@ mad_render() {
             tiny)  echo "Scale \`tiny\`: a pipeline check (d 32, 2 steps of batch 4, 8 test examples, sequences ≤ 64); the numbers mean nothing." ;;
         esac
         fi
-        echo "Grid: lr ∈ {${MAD_LRS// /, }} × wd ∈ {${MAD_WDS// /, }}${MAD_SEEDS:+ × seeds {${MAD_SEEDS// /, }\}} ($ngrid runs per cell; a cell with fewer finished runs shows (k/$ngrid)). Average over the tasks of the row."
-        generated_by "src configs scripts" PROTOCOL ROWS TASKS WDS LRS SEEDS
+        if [ "$VARIANTS" = all ]; then
+            echo "Every task at its baseline and its MAD difficulty variants (66 settings over the six tasks): a cell is the mean over the task's settings of the best over the grid (lr ∈ {${MAD_LRS// /, }} × wd ∈ {${MAD_WDS// /, }}); a cell with fewer finished runs than settings × grid shows (k/n). Average over the tasks of the row."
+        else
+            echo "Grid: lr ∈ {${MAD_LRS// /, }} × wd ∈ {${MAD_WDS// /, }}${MAD_SEEDS:+ × seeds {${MAD_SEEDS// /, }\}} ($ngrid runs per cell; a cell with fewer finished runs shows (k/$ngrid)). Average over the tasks of the row."
+        fi
+        generated_by "src configs scripts" PROTOCOL ROWS TASKS WDS LRS SEEDS VARIANTS
         echo
         printf '| Mixer |'; for c in "${MAD_COL_LABELS[@]}"; do printf ' %s |' "$c"; done; echo ' Avg |'
         printf '|---|'; for c in "${MAD_COL_LABELS[@]}"; do printf -- '---:|'; done; printf -- '---:|\n'

@@ -30,6 +30,13 @@
 #       paper: d 64,128,256,512; lr logspace(-4,-2,4); the config's examples and epochs; Zoology's batch
 #              size by T (512 for T <= 128, 256, 128, 64 for T = 256, 512, 1024; 32 for T = 2048).
 #              kla_long: the KLA paper's Table 12: d 64,128,256 with batch 64,32,16; lr 1e-3; 5 seeds
+#       kla_long's rows (every scale, unless MIXERS says otherwise): Table 12's state-matched models, 2
+#              blocks each: kla (d_state 16, expand 1: 2·d·16 floats a layer), mamba_t12 (Mamba-1, d_state 16,
+#              expand 2: 2d·16), gdn_t12 (Gated DeltaNet, expand_k 0.75, expand_v 1.5, d/32 heads: 2,304,
+#              4,608, 9,216 at d 64, 128, 256, "the next-largest feasible"), gla_t12 (GLA, 4 heads, expand_v
+#              1, expand_k 128/d: 2·d·16 floats; Table 12 prints expand_k 64/d, whose state is half its own
+#              State Size column). Each (row, d)'s state per layer (seqtrain --info) is printed before the
+#              runs and in the tables. Widths outside Table 12 (tiny, DIMS) follow the same formulas
 #       kla_long at small and tiny: lr 1e-3 and one seed (small: d 64,128 with batch 64,32 as at paper, the
 #              config's 12,800 training examples, 1,000 test examples, 4 epochs; tiny as above)
 #   DIMS="64 128" LRS="1e-3 3e-3" TS="64 128"   override the scale's widths / lr grid / zoology lengths
@@ -77,7 +84,22 @@ run_id() { local id="${SETTING}_T$1_$2_d$3_lr$4"; [ "$SEEDS" -gt 1 ] && id+="_s$
 if [ "$SETTING" = zoology ]; then TS=${TS:-$ts}
 else TS=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["train"]["seq_len"])' "$CFG"); fi
 [ "$SCALE" = tiny ] && TS=16
-mixer_rows 1  # the zoology config's attention has 1 head
+# the KLA paper's Table 12 baselines (kla_long), state-matched to kla (2·d·16 floats a layer) at every width
+# d by t12_sets; kla itself is the shared row (d_state 16, expand 1)
+T12_ROWS=(
+    'mamba_t12|Mamba (Table 12: d_state 16, expand 2)|{"kind":"mamba","d_state":16,"expand":2}|model.block=fused'
+    'gdn_t12|Gated DeltaNet (Table 12: expand_k 0.75, expand_v 1.5, d/32 heads)|{"kind":"gated_deltanet","expand_k":0.75,"expand_v":1.5}|'
+    'gla_t12|GLA (Table 12 state: 4 heads, expand_k 128/d, expand_v 1)|{"kind":"gla","heads":4,"expand_v":1}|'
+)
+# t12_sets ID d: the width-dependent --set values of a Table 12 row (nothing for the other rows)
+t12_sets() {
+    case "$1" in
+        gdn_t12) echo "model.mixer.heads=$(($2 >= 64 ? $2 / 32 : 1))" ;;
+        gla_t12) echo "model.mixer.expand_k=$(awk -v d="$2" 'BEGIN { print 128 / d }')" ;;
+    esac
+}
+[ "$SETTING" = kla_long ] && MIXERS=${MIXERS:-kla mamba_t12 gdn_t12 gla_t12}
+mixer_rows 1 "${T12_ROWS[@]}"  # the zoology config's attention has 1 head
 
 # the --set values of the scale for sequence length T and width d
 scale_sets() {
@@ -116,13 +138,20 @@ scale_sets() {
 for T in $TS; do for d in $(printf '%s\n' $DIMS | sort -rn); do for m in $MIXERS; do for lr in $LRS; do for ((sd = 1; sd <= SEEDS; sd++)); do
     args=(--config "$CFG" --set "model.mixer=$(mixer_field "$m" 3)")
     while IFS= read -r s; do [ -n "$s" ] && args+=(--set "$s"); done < <(mixer_field "$m" 4 | tr ';' '\n')
-    while IFS= read -r s; do [ -n "$s" ] && args+=(--set "$s"); done < <(scale_sets "$T" "$d")
+    while IFS= read -r s; do [ -n "$s" ] && args+=(--set "$s"); done < <(scale_sets "$T" "$d"; t12_sets "$m" "$d")
     args+=(--set "model.d_model=$d" --set "optim.lr=$lr")
     [ "$SEEDS" -gt 1 ] && args+=(--set "run.seed=$sd")
     for s in "${EXTRA_SETS[@]+"${EXTRA_SETS[@]}"}"; do args+=(--set "$s"); done
     job "$(run_id "$T" "$m" "$d" "$lr" "$sd")" "${args[@]}"
 done; done; done; done; done
 say "$SETTING, SCALE=$SCALE: ${#JOB_IDS[@]} runs (T: $TS; mixers: $MIXERS; d: $DIMS; lr: $LRS; seeds: $SEEDS), $NJOBS at a time, $THREADS threads each; output in $OUTD"
+# kla_long: the state per layer of every (mixer, d) (the state-matched comparison of KLA's Table 12), before
+# any training
+declare -A LAYER_STATE=()
+[ "$SETTING" = kla_long ] && for T in $TS; do for d in $DIMS; do for m in $MIXERS; do
+    LAYER_STATE[$T,$m,$d]=$(job_layer_state "$(run_id "$T" "$m" "$d" "${LRS%% *}" 1)")
+    say "state per layer, $m at d $d: ${LAYER_STATE[$T,$m,$d]:-(seqtrain --info failed)}"
+done; done; done
 run_jobs; rc=$?
 exit_if_interrupted
 
@@ -142,6 +171,8 @@ mean_acc() {
     [ "$n" -gt 0 ] && awk -v s="$sum" -v n="$n" 'BEGIN { printf "%.4f\n", s / n }'
 }
 commit=$(commit_of)
+# the number of the state per layer of (mixer $1, width $2) at the current T
+layer_state_cell() { local x=${LAYER_STATE[$T,$1,$2]:-}; printf '%s' "${x##*= }"; }
 CMDLINE="SETTING=$SETTING $(cmdline MIXERS DIMS LRS TS SEEDS)"
 for T in $TS; do
     md="$OUTD/mqar_${SETTING}_T${T}.md"; csv="$OUTD/mqar_${SETTING}_T${T}.csv"
@@ -168,6 +199,13 @@ for T in $TS; do
         done
         echo "$line" >> "$md"; echo "$cline" >> "$csv"
     done
+    # kla_long: the state per layer of every (mixer, d), Table 12's matching
+    [ "$SETTING" = kla_long ] && {
+        echo
+        echo "State per layer (\`seqtrain --info\`: the recurrent state of one layer, kla's λ and η as KLA Table 12 counts them; conv caches left out):"
+        echo
+        mixer_grid_md "$DIMS" d= layer_state_cell $MIXERS
+    } >> "$md"
     # accuracy vs state size (BLA Fig. 3a / KLA Fig. 6a): the decoding state of every (mixer, d), in floats
     # over all layers at this T, from seqtrain --info (a KV cache grows with T; a recurrent state does not)
     {

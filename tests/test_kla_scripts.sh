@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # scripts/kla_figures.sh and scripts/kla_lm.sh at SCALE=tiny (seconds): the figures are PNGs drawn from the
 # data files the script writes (Fig. 3b's accuracy by depth and test-loss curves, Fig. 5b's variance table, the
-# attention maps' matrices), a second call reuses every run, the usage errors; kla_lm.sh's table has its four
-# rows, and at the other scales every row scores the whole test split (eval.max_windows 0).
+# attention maps' matrices), a second call reuses every run, the usage errors; kla_lm.sh's table has its 14
+# rows (Table 4 and Fig. 1b at 45M and 180M), and at the other scales every row scores the whole test split
+# (eval.max_windows 0) with its own config.
 #   BIN=bin bash tests/test_kla_scripts.sh     (run from the repository root)
 set -u
 BIN=${BIN:-bin}
@@ -76,15 +77,25 @@ check "kla_lm.sh --help exits 0" eval '"$L" --help | grep -q "whole test split"'
 check "an unknown row exits 2" eval 'ROWS=nope SEQ_OUT=$W/lm "$L" --dry-run 2>/dev/null; [ $? = 2 ]'
 for sc in small paper; do
     SCALE=$sc SEQ_OUT=$W/lm_$sc "$L" --dry-run > "$W/dry_$sc" 2>/dev/null
-    check "kla_lm.sh SCALE=$sc --dry-run: 4 rows, each with eval.max_windows=0" \
-        eval '[ "$(grep -c "^$BIN/seqtrain --config " "$W/dry_$sc")" = 4 ] && [ "$(grep -c -- "--set eval.max_windows=0 " "$W/dry_$sc")" = 4 ]'
+    check "kla_lm.sh SCALE=$sc --dry-run: 14 rows, each with eval.max_windows=0" \
+        eval '[ "$(grep -c "^$BIN/seqtrain --config " "$W/dry_$sc")" = 14 ] && [ "$(grep -c -- "--set eval.max_windows=0 " "$W/dry_$sc")" = 14 ]'
 done
-check "kla_lm.sh SCALE=paper uses Table 13's configs" \
-    eval 'grep -q "configs/kla_45m.json" "$W/dry_paper" && grep -q "configs/gpt_kla_45m.json" "$W/dry_paper" && grep -q "configs/kla_180m.json" "$W/dry_paper"'
+rows="gpt mamba gdn kla gpt_kla gpt_mamba gpt_gdn"
+check "kla_lm.sh SCALE=paper: each row id X trains configs/X_45m.json, X_180m configs/X_180m.json" \
+    eval 'for r in $rows; do grep -q -- "--config configs/${r}_45m.json .*run.name=$r " "$W/dry_paper" &&
+                            grep -q -- "--config configs/${r}_180m.json .*run.name=${r}_180m " "$W/dry_paper" || exit 1; done'
+check "kla_lm.sh SCALE=small: each row id X trains configs/lm/cpu/X.json" \
+    eval 'for r in $rows; do for x in $r ${r}_180m; do
+              grep -q -- "--config configs/lm/cpu/$x.json .*run.name=$x " "$W/dry_small" || exit 1; done; done'
 SEQ_OUT=$W/lm "$L" > "$W/lm.md" 2> "$W/lm.err"; rc=$?
-check "kla_lm.sh SCALE=tiny finishes (exit 0) with the four rows at L = 32 .. 256" \
+check "kla_lm.sh SCALE=tiny finishes (exit 0) with the 14 rows' perplexities at L = 32 .. 256" \
     eval '[ "$rc" = 0 ] && grep -q "^| Model | L=32 | L=64 | L=128 | L=256 |" "$W/lm.md" &&
-          [ "$(grep -c "^| \(GPT\|KLA\)" "$W/lm.md")" = 4 ]'
+          [ "$(grep -cE "^\| (GPT|Mamba|GDN|KLA)[^|]* \|( [0-9.]+ \|){4}\$" "$W/lm.md")" = 14 ]'
+check "kla_lm.sh SCALE=tiny: the hybrids' last layer is the named mixer, the others attention" python3 -c '
+import json, sys
+for r, kind in (("gpt_kla", "kla"), ("gpt_mamba", "mamba"), ("gpt_gdn", "gated_deltanet"), ("gpt_gdn_180m", "gated_deltanet")):
+    m = json.load(open(sys.argv[1] + "/" + r + "/config.json"))["model"]
+    assert m["mixer"]["kind"] == "attention" and [l["mixer"]["kind"] for l in m["layers"]] == [kind], (r, m)' "$W/lm/runs"
 
 # --- seqeval's views on those runs: the refusals
 R="$O/runs/icr_ou_L1"

@@ -13,8 +13,8 @@ ROOT=$(pwd)
 export BIN=$(cd "$BIN" && pwd)
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export SCALE=tiny JOBS=2 THREADS=1 PROGRESS_EVERY=0
-unset SEQ_OUT MQAR_MIXERS MQAR_LRS MQAR_DIMS MAD_ROWS MAD_TASKS MAD_LRS STATE_MIXERS STATE_PARTS LM_ROWS ROWS TASKS \
-    MIXERS LRS DIMS TS SEEDS L_MAX A5_LEN TRAIN_LEN TEST_LENS PARTS PROTOCOL SETTING
+unset SEQ_OUT MQAR_MIXERS MQAR_LRS MQAR_DIMS MAD_ROWS MAD_TASKS MAD_LRS MAD_VARIANTS STATE_MIXERS STATE_PARTS LM_ROWS ROWS \
+    TASKS MIXERS LRS DIMS TS SEEDS L_MAX A5_LEN TRAIN_LEN TEST_LENS PARTS PROTOCOL SETTING VARIANTS PARITY_SEEDS
 source tests/lib.sh || exit 2
 test_scratch selrope-tables
 S="$ROOT/scripts/selrope_tables.sh"
@@ -42,11 +42,22 @@ check "... and none of them trained anything" test ! -e "$O/mqar/runs/zoology_T1
 
 # --- what the scales run
 SEQ_OUT=$O "$S" --dry-run > "$W/dry" 2> "$W/dry.err"
-# MQAR 4 rows x 2 lr; MAD 5 rows x 6 tasks; state 4 rows x (A5 1 layer + parity); LM 6 rows
-check "tiny --dry-run lists 52 runs (MQAR 8, MAD 30, state 8, LM 6) and trains nothing" \
-    eval '[ "$(grep -c "^$BIN/seqtrain --config " "$W/dry")" = 52 ] && [ ! -d "$O/mqar/runs/zoology_T16_gla_d16_lr1e-3" ] && [ ! -d "$O/lm/runs" ]'
+# MQAR 4 rows x 2 lr; MAD 5 rows x 6 tasks; state 4 rows x (A5 1 layer + parity) + the 1-layer row's parity; LM 6 rows
+check "tiny --dry-run lists 53 runs (MQAR 8, MAD 30, state 9, LM 6) and trains nothing" \
+    eval '[ "$(grep -c "^$BIN/seqtrain --config " "$W/dry")" = 53 ] && [ ! -d "$O/mqar/runs/zoology_T16_gla_d16_lr1e-3" ] && [ ! -d "$O/lm/runs" ]'
 check "the state-tracking runs take the paper's lr 1e-3 and wd 1e-6" \
-    eval '[ "$(grep "configs/tasks/state/" "$W/dry" | grep -c -- "--set optim.lr=1e-3 --set optim.weight_decay=1e-6")" = 8 ]'
+    eval '[ "$(grep "configs/tasks/state/" "$W/dry" | grep -c -- "--set optim.lr=1e-3 --set optim.weight_decay=1e-6")" = 9 ]'
+# the paper's state tracking (App. B.2.2) for a row of free depth and the 1-layer one: parity x seeds 555-999
+# with its budget; A5 x 1-4 layers x 5 seeds of the first only (the paper scale's default has 10 rows)
+SCALE=paper STATE_MIXERS="gla attn_selrope_1l" SEQ_OUT=$W/paper "$S" state --dry-run > "$W/drys" 2> /dev/null
+check "paper state --dry-run: parity 10 runs (2 rows x 5 seeds) with App. B.2.2's budget, A5 20, no 1-layer A5 row" \
+    eval '[ "$(grep -c "configs/tasks/state/parity.json " "$W/drys")" = 10 ] && [ "$(grep -c "configs/tasks/state/a5.json " "$W/drys")" = 20 ] &&
+          [ "$(grep "configs/tasks/state/parity.json " "$W/drys" | grep -c -- "--set run.seed=[5-9][5-9][5-9] .*--set data.task.train_examples=2000000 --set data.task.test_examples=500000 --set train.batch_size=4096 --set train.epochs=100 ")" = 10 ] &&
+          grep -q "run.name=parity_attn_selrope_1l_s999 " "$W/drys" && ! grep -q "run.name=a5_attn_.*_1l_" "$W/drys"'
+SCALE=paper MAD_TASKS=memorization MAD_LRS=1e-3 SEQ_OUT=$W/paper "$S" mad --dry-run > "$W/drym" 2> /dev/null
+check "paper MAD --dry-run: 7 rows (GLA NoPE, RoPE, Selective RoPE among them) x memorization's 6 settings x 2 wd" \
+    eval '[ "$(grep -c "^$BIN/seqtrain --config configs/tasks/mad/memorization.json " "$W/drym")" = 84 ] &&
+          grep -q "run.name=gla_rope__memorization-v8192__lr1e-3_wd0.1 " "$W/drym" && grep -q "run.name=attn_none__memorization__lr1e-3_wd0 " "$W/drym"'
 SCALE=paper SEQ_OUT=$W/paper "$S" mqar lm --dry-run > "$W/dryp" 2> "$W/dryp.err"
 check "paper --dry-run: MQAR 4 rows x d 64-512 x T 64-512 x the 8-value lr grid (512 runs), LM the three 370M configs" \
     eval '[ "$(grep -c "^$BIN/seqtrain --config configs/tasks/mqar/zoology.json " "$W/dryp")" = 512 ] &&
@@ -88,12 +99,13 @@ import csv, sys
 r = list(csv.reader(open(sys.argv[1])))
 assert [x[0] for x in r[1:]] == ["attn_rope", "gla", "gla_selrope", "gdn", "gdn_selrope"] and all(len(x) == 9 for x in r), r' "$O/mad/mad_table.csv"
 STATE_ROWS=("GLA" "GLA + Selective RoPE" "Gated DeltaNet (β ∈ (0, 2))" "Attention (FoX) + Selective RoPE")
-check "parity: the 4 rows, accuracies at 3 test lengths" table_ok "$O/state/parity.md" 1 3 "$ACC" "${STATE_ROWS[@]}"
+check "parity: the 5 rows, accuracies at 3 test lengths" table_ok "$O/state/parity.md" 1 3 "$ACC" "${STATE_ROWS[@]}" \
+    "Attention + Selective RoPE, 1 layer"
 check "A5: the 4 rows, fewest layers and the accuracy at 1 layer" table_ok "$O/state/a5.md" 2 1 "$ACC" "${STATE_ROWS[@]}"
-check "state CSVs: parity 4 x 3 accuracies, A5 4 rows" python3 -c '
+check "state CSVs: parity 5 x 3 accuracies, A5 4 rows" python3 -c '
 import csv, sys
 p = list(csv.reader(open(sys.argv[1]))); a = list(csv.reader(open(sys.argv[2])))
-assert p[0] == ["mixer", "label", "acc_L8", "acc_L16", "acc_L32"] and len(p) == 5 and all(0 <= float(v) <= 1 for x in p[1:] for v in x[2:]), p
+assert p[0] == ["mixer", "label", "acc_L8", "acc_L16", "acc_L32"] and len(p) == 6 and all(0 <= float(v) <= 1 for x in p[1:] for v in x[2:]), p
 assert [x[0] for x in a[1:]] == ["gla", "gla_selrope", "gated_deltanet_neg", "attn_fox_selrope"], a' "$O/state/parity.csv" "$O/state/a5.csv"
 check "LM: the 6 rows, finite perplexities at L = 32-256" table_ok "$O/lm/selrope_lm.md" 1 4 "$PPL" \
     "GLA (NoPE)" "GLA + Selective RoPE" "Gated DeltaNet (NoPE)" "Gated DeltaNet + Selective RoPE" "FoX (NoPE)" "FoX + Selective RoPE"
@@ -108,11 +120,16 @@ check "Selective RoPE is on in the selrope rows and off in the others" \
           on "$O/state/runs/parity_attn_fox_selrope/config.json" && ! on "$O/state/runs/parity_gla/config.json" &&
           on "$O/lm/runs/fox_selrope/config.json" && ! on "$O/lm/runs/fox/config.json" && grep -q "\"pos\":.\"fox\"" "$O/lm/runs/fox_selrope/config.json"'
 check "the GLA + RoPE row rotates (the complex forget gate)" grep -q '"rotate":.true' "$O/mqar/runs/zoology_T16_gla_rope_d16_lr1e-3/config.json"
+check "the 1-layer row: one attention layer, no fixed position scheme, Selective RoPE on" python3 -c '
+import json, sys
+m = json.load(open(sys.argv[1]))["model"]
+assert m["n_layers"] == 1 and m["mixer"]["kind"] == "attention" and m["mixer"]["pos"] == "none", m
+assert m["mixer"]["selective_rope"]["enabled"] is True, m' "$O/state/runs/parity_attn_selrope_1l/config.json"
 
 # --- a second call reuses every run
 SEQ_OUT=$O "$S" > "$W/t2.md" 2> "$W/t2.err"; rc=$?
-check "a second call reuses all 52 runs and trains none" \
-    eval '[ "$rc" = 0 ] && [ "$(grep -c "finished earlier, reused" "$W/t2.err")" = 52 ] && ! grep -q ": training" "$W/t2.err"'
+check "a second call reuses all 53 runs and trains none" \
+    eval '[ "$rc" = 0 ] && [ "$(grep -c "finished earlier, reused" "$W/t2.err")" = 53 ] && ! grep -q ": training" "$W/t2.err"'
 check "... and prints the same tables" eval 'diff <(grep "^|" "$W/t.md") <(grep "^|" "$W/t2.md")'
 # one part alone, with its own row override
 MQAR_MIXERS="gla_selrope" SEQ_OUT=$O "$S" mqar > "$W/t3.md" 2> "$W/t3.err"; rc=$?

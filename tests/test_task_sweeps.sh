@@ -13,7 +13,7 @@ done
 export BIN=$(cd "$BIN" && pwd)
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export SCALE=tiny JOBS=2 THREADS=1
-unset SEQ_OUT SETTING DIMS LRS TS L_MAX SEEDS A5_LEN TEST_LENS
+unset SEQ_OUT SETTING DIMS LRS TS L_MAX SEEDS A5_LEN A5_LENS TEST_LENS PARITY_SEEDS
 # the first five rows and one of the linear family (every row would cost CI time without testing the scripts more)
 export MIXERS="attn_rope attn_nope attn_alibi rfa kla gla"
 source tests/lib.sh || exit 2
@@ -48,6 +48,24 @@ cmd=$(grep "run.name=kla_long_T2048_kla_d256_lr1e-3_s1 " "$W/dry_kl"); eval "$cm
 check "kla_long paper: patience 70 epochs on the test loss, an evaluation every epoch (12,800 / 16 = 800 steps), no Zoology stop" \
     python3 -c 'import json, sys; t = json.load(open(sys.argv[1]))["train"]
 assert (t["patience"], t["patience_metric"], t["eval_every"], t["stop_at_acc"], t["epochs"]) == (70, "loss", 800, 0, 750), t' "$W/cfg_kl"
+# --- kla_long's default rows: Table 12's state-matched models, each (row, d)'s state per layer printed before
+# the runs and equal to Table 12's State Size column (GDN the next-largest feasible)
+SETTING=kla_long SCALE=paper MIXERS= SEQ_OUT=$W/kl12 "$MQ" --dry-run > "$W/dry_kl12" 2> "$W/dry_kl12.err"
+check "kla_long paper --dry-run: 60 runs (kla, mamba_t12, gdn_t12, gla_t12 x 3 widths x 5 seeds)" \
+    eval '[ "$(grep -c "^$BIN/seqtrain --config configs/tasks/mqar/kla_long.json " "$W/dry_kl12")" = 60 ] &&
+          for m in kla mamba_t12 gdn_t12 gla_t12; do [ "$(grep -c "_${m}_d" "$W/dry_kl12")" = 15 ] || exit 1; done'
+check "kla_long: the state per layer of every (row, d) is Table 12's (2,048 / 4,096 / 8,192; GDN 2,304 / 4,608 / 9,216)" \
+    python3 -c '
+import re, sys
+got = {(m, int(d)): int(n) for m, d, n in re.findall(r"state per layer, (\w+) at d (\d+): .* = (\d+)$", open(sys.argv[1]).read(), re.M)}
+want = {}
+for d, s, g in ((64, 2048, 2304), (128, 4096, 4608), (256, 8192, 9216)):
+    want.update({("kla", d): s, ("mamba_t12", d): s, ("gla_t12", d): s, ("gdn_t12", d): g})
+assert got == want, got' "$W/dry_kl12.err"
+SETTING=kla_long MIXERS= DIMS=32 SEQ_OUT=$W/kl12t JOBS=2 "$MQ" > /dev/null 2>&1; rc=$?
+check "kla_long SCALE=tiny: the table has the 4 rows and their state per layer (d 32)" \
+    eval '[ "$rc" = 0 ] && grep -A 7 "^State per layer" "$W/kl12t/mqar_kla_long_T16.md" | grep -q "^| KLA | 1024 |\$" &&
+          [ "$(grep -A 7 "^State per layer" "$W/kl12t/mqar_kla_long_T16.md" | grep -cE "^\| (KLA|Mamba|Gated|GLA)[^|]*\| [0-9]+ \|\$")" = 4 ]'
 check "a5.json: G.5's d_model 1024 and up to 500 epochs with patience 50, evaluated once an epoch" \
     python3 -c 'import json, subprocess, sys
 c = json.loads(subprocess.check_output([sys.argv[1] + "/seqtrain", "--config", "configs/tasks/state/a5.json", "--print-config"]))
@@ -164,13 +182,31 @@ check "A5 rows: the 6 mixers, accuracies in [0,1] per depth" acc_rows "$O/a5.md"
 check "A5 fewest layers: 1, 2 or >2, consistent with the 0.9 threshold" python3 -c '
 import csv, sys
 r = list(csv.reader(open(sys.argv[1])))
-assert r[0] == ["mixer", "label", "fewest_layers", "best_acc_L1", "best_acc_L2"], r[0]
+assert r[0] == ["mixer", "label", "length", "fewest_layers", "best_acc_L1", "best_acc_L2"], r[0]
 assert len(r) == 7
 for x in r[1:]:
-    acc = [float(v) for v in x[3:]]
+    acc = [float(v) for v in x[4:]]
     want = next((str(i + 1) for i, a in enumerate(acc) if a >= 0.9), ">2")
-    assert x[2] == want, x' "$O/a5.csv"
+    assert x[2] == "8" and x[3] == want, x' "$O/a5.csv"
 check "A5 trained 6 mixers x 2 depths x 2 seeds" eval '[ "$(ls -d "$O"/runs/a5_*/eval | wc -l)" = 24 ] && grep -q "\"n_layers\":.2," "$O/runs/a5_rfa_L2_s2/config.json"'
+# Fig. 1a: A5 over several sequence lengths, each its own runs (named by length) and table, and the summary
+SEQ_OUT=$W/fig1a A5_LENS="4 8" PARTS=a5 MIXERS="kla gla" L_MAX=1 SEEDS=1 "$ST" > "$W/f1.md" 2> "$W/f1.err"; rc=$?
+check "A5_LENS=\"4 8\": 2 lengths x 2 mixers, runs at their length, Fig. 1a's table of the fewest layers" python3 -c '
+import csv, json, sys
+d = sys.argv[1]
+for m in ("kla", "gla"):
+    for L in (1,):
+        for T in (4, 8):
+            c = json.load(open("%s/runs/a5_%s_L%d_s1_T%d/config.json" % (d, m, L, T)))
+            assert c["train"]["seq_len"] == T and c["data"]["task"]["test_len_max"] == T and c["model"]["n_layers"] == L, (m, L, T)
+r = list(csv.reader(open(d + "/a5.csv")))
+assert [(x[0], x[2]) for x in r[1:]] == [("kla", "4"), ("gla", "4"), ("kla", "8"), ("gla", "8")], r
+md = open(d + "/a5.md").read().split("**Fig. 1a")[1]
+rows = [l.split("|")[1:-1] for l in md.splitlines() if l.startswith("| ") and "Mixer" not in l]
+fewest = {(x[0], x[2]): x[3] for x in r[1:]}
+assert [[c.strip() for c in x] for x in rows] == [["KLA", fewest["kla", "4"], fewest["kla", "8"]], ["GLA", fewest["gla", "4"], fewest["gla", "8"]]], rows' "$W/fig1a"
+check "A5_LEN (the single-length name) is refused, naming A5_LENS" \
+    eval 'A5_LEN=16 SEQ_OUT=$W/x "$ST" --dry-run 2> "$W/a5len.err"; [ $? = 2 ] && grep -q A5_LENS "$W/a5len.err"'
 check "parity columns: Mixer, L=8, L=16, L=32" grep -qx '| Mixer | L=8 | L=16 | L=32 |' "$O/parity.md"
 check "parity rows: the 6 mixers, 3 accuracies in [0,1]" acc_rows "$O/parity.md" 2 3 "${LABELS[@]}"
 check "parity at the training length equals the trainer's own test accuracy" python3 -c '

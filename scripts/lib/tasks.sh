@@ -34,6 +34,17 @@ job_state() {
     printf '%s\n' "$JOB_STATE"
 }
 
+# job_layer_state ID: the main state term of job ID's first layer as `seqtrain --info` writes it, e.g.
+# "GDN state: H·dk·dv = 2·24·48 = 2304" (for kla its λ, η: the count of the KLA paper's Table 12; the conv
+# caches and the other layers left out): the per-layer state that state-matched rows compare; empty if --info
+# fails
+job_layer_state() {
+    local i=${JOB_INDEX_[$1]:-}
+    [ -n "$i" ] || return 0
+    job_args "$i"
+    "$SEQTRAIN" "${JOB_ARGV[@]}" --info 2>/dev/null | awk -F'|' '$2 ~ /^ *0 *$/ && NF >= 7 {
+        s = $7; sub(/;.*/, "", s); sub(/^ +/, "", s); sub(/ +$/, "", s); print s; exit }'
+}
 # ----------------------------------------------------------------------------
 # the mixer rows of the task sweeps
 
@@ -44,8 +55,9 @@ job_state() {
 # linear family keeps its reference defaults (heads 4/8, FLA's gates and norms); mamba2 and mlstm are fused
 # blocks too, mamba2 with 16-channel heads so that the sweeps' small widths hold whole heads. gla_rope is GLA
 # with RoPE on q, k (the Selective RoPE paper's "RoPE" variant), gated_deltanet_neg the negative-eigenvalue
-# GDN (Grazzi et al.: solves parity; a positive control there). A mixer added later is a line here. mixer_rows
-# also sets MIXERS (default: every row) and refuses an unknown id.
+# GDN (Grazzi et al.: solves parity; a positive control there). A mixer added later is a line here; rows that
+# only one script runs are its own, passed as mixer_rows HEADS ROW... . mixer_rows also sets MIXERS (default:
+# every shared row; a script's own rows run when MIXERS names them) and refuses an unknown id.
 mixer_rows() {
     MIXER=(
         'attn_rope|Attention (RoPE)|{"kind":"attention","pos":"rope"}|'
@@ -75,7 +87,19 @@ mixer_rows() {
     local m all=""
     for m in "${MIXER[@]}"; do all+="${m%%|*} "; done
     MIXERS=${MIXERS:-$all}
+    MIXER+=("${@:2}")
+    for m in "${@:2}"; do all+="${m%%|*} "; done
     for m in $MIXERS; do mixer_field "$m" 1 >/dev/null || DIE_RC=2 die "unknown mixer '$m' (known: $all)"; done
+}
+# mixer_grid_md "COL ..." PREFIX CELL_FN MIXER...: a Markdown table with a row per MIXER (its label) and a
+# column PREFIX<COL> per COL, each cell printed by `CELL_FN MIXER COL`
+mixer_grid_md() {
+    local cols=$1 pre=$2 fn=$3 m c; shift 3
+    printf '| Mixer |'; for c in $cols; do printf ' %s%s |' "$pre" "$c"; done; echo
+    printf '|---|'; for c in $cols; do printf -- '---:|'; done; echo
+    for m in "$@"; do
+        printf '| %s |' "$(mixer_field "$m" 2)"; for c in $cols; do printf ' %s |' "$("$fn" "$m" "$c")"; done; echo
+    done
 }
 # field N (1 id, 2 label, 3 mixer JSON, 4 --set values) of the row with id $1
 mixer_field() { local m; for m in "${MIXER[@]}"; do [ "${m%%|*}" = "$1" ] && { cut -d'|' -f"$2" <<< "$m"; return 0; }; done; return 1; }
