@@ -315,8 +315,8 @@ def model_check(cfg, sub):
               ("model.mixer.selective_rope.enabled", mix.get("selective_rope", {}).get("enabled"),
                not mix.get("selective_rope", {}).get("enabled"), "false"),
               ("model.mixer.rotate", mix.get("rotate"), not mix.get("rotate"), "false"),
-              ("model.mixer.chunk", mix.get("chunk"), int(mix.get("chunk", 0)) % sub == 0,
-               f"a multiple of --sub-chunk {sub}")]
+              ("model.mixer.chunk", mix.get("chunk"), mix["kind"] != "gla" or int(mix.get("chunk", 0)) % sub == 0,
+               f"a multiple of --sub-chunk {sub} for gla")]
     for key, val, good, allowed in refuse:
         if not good:
             sys.exit(f"torch_linear_train: {key} = {json.dumps(val)} has no reference here (allowed: {allowed}); "
