@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GPU training-speed benchmark (not a test): seqtrain's CUDA backend against PyTorch 2.x (attention) and
-# flash-linear-attention (the linear family) on the same GPU, the same models and batches, in one invocation.
+# flash-linear-attention and a chunked PyTorch model (the linear family) on the same GPU, the same models and
+# batches, in one invocation.
 #
 #   bash bench/gpu_speed.sh                                  # every row below, STEPS=20
 #   ROWS="bench8 gpt2" PRECISIONS="tf32 bf16" TORCH="eager" bash bench/gpu_speed.sh
@@ -25,7 +26,12 @@
 # 64 keys and 128 values, short convs of 4, the output gate, chunk 64; FLA's GatedDeltaNetForCausalLM). FLA
 # refuses that model's backward on Hopper with Triton < 3.7.1 (its gated chunk_bwd_dqkwg is miscompiled there, FLA
 # #640): the gdn rows then also time FLA with that check overridden (bench/fla_train.py --bypass-hopper-guard),
-# a speed reference whose gradients may be wrong.
+# a speed reference whose gradients may be wrong. With TORCH containing compile (eager), the gla and gdn rows also
+# time seqtrain's own model in plain PyTorch, "PyTorch chunked (torch.compile)" ("... (eager)"):
+# bench/torch_linear_train.py, seqtrain's parameter names, shapes and count, the recurrences in chunked form as
+# src/nn/linrec.c and src/nn/delta.c run them (chunk 64: GLA's per-channel decays in sub-chunks of 16 with every
+# exponent <= 0, Gated DeltaNet's WY/UT triangular solve, a state carried from chunk to chunk), checked on the CPU
+# against scripts/torch_ref's float64 layers and model (tests/test_torch_linear_train.sh).
 #
 # tokens/s: the median over the timed steps (seqtrain: log.jsonl's steps after the first 3; PyTorch: after 3
 # warmup steps, which also compile). Memory: seqtrain's gpu_mem_mib (device memory in use beyond its context)
@@ -91,7 +97,12 @@ torch_run() {
         --steps $((STEPS - 3)) $([ "$mode" = compile ] && echo --compile) 2>"$RUN_DIR/torch.err" \
         | grep '^torch_train: .*tokens_per_s=' || true)
     if [ -z "$line" ]; then echo "gpu_speed: torch $mode $p: $(tail -1 "$RUN_DIR/torch.err")" >&2; echo "failed"; return; fi
-    echo "$(echo "$line" | sed -n 's/.*tokens_per_s=\([0-9.]*\).*/\1/p') $(echo "$line" | sed -n 's/.*peak_mem_mib=\([0-9]*\).*/\1/p')"
+    rate_mem "$line"
+}
+
+# rate_mem RESULT_LINE -> "tokens/s mem_mib": the tokens_per_s= and peak_mem_mib= fields of a reference's result line
+rate_mem() {
+    echo "$(echo "$1" | sed -n 's/.*tokens_per_s=\([0-9.]*\).*/\1/p') $(echo "$1" | sed -n 's/.*peak_mem_mib=\([0-9]*\).*/\1/p')"
 }
 
 # fla_run CONFIG B T PRECISION [FLAGS] -> "tokens/s mem_mib" or "failed": FLA's model of CONFIG (bench/fla_train.py)
@@ -102,7 +113,30 @@ fla_run() {
             --steps $((STEPS - 3)) $flags 2>"$RUN_DIR/fla.err" | grep '^fla_train: .*tokens_per_s=' || true)
     if [ -z "$line" ]; then echo "gpu_speed: FLA $p: $(grep -v '^ *$' "$RUN_DIR/fla.err" | tail -1)" >&2; echo "failed"; return; fi
     echo "gpu_speed: $line" >&2
-    echo "$(echo "$line" | sed -n 's/.*tokens_per_s=\([0-9.]*\).*/\1/p') $(echo "$line" | sed -n 's/.*peak_mem_mib=\([0-9]*\).*/\1/p')"
+    rate_mem "$line"
+}
+
+# torch_linear_run CONFIG B T PRECISION MODE(eager|compile) -> "tokens/s mem_mib" or "failed": the PyTorch chunked
+# model of CONFIG (bench/torch_linear_train.py)
+torch_linear_run() {
+    local cfg=$1 B=$2 T=$3 p=$4 mode=$5 line
+    line=$("$SEQ" --config "$cfg" --set train.batch_size="$B" --set train.seq_len="$T" --print-config \
+        | "$PY" bench/torch_linear_train.py --device cuda --precision "$p" --batch-size "$B" --seq-len "$T" --warmup 3 \
+            --steps $((STEPS - 3)) $([ "$mode" = compile ] && echo --compile) 2>"$RUN_DIR/torch_linear.err" \
+        | grep '^torch_linear_train: .*tokens_per_s=' || true)
+    if [ -z "$line" ]; then
+        echo "gpu_speed: PyTorch chunked $mode $p: $(grep -v '^ *$' "$RUN_DIR/torch_linear.err" | tail -1)" >&2
+        echo "failed"; return
+    fi
+    echo "gpu_speed: $line" >&2
+    rate_mem "$line"
+}
+
+# linear_refs: the PyTorch chunked references of the linear rows, one for each mode in TORCH (compile first)
+linear_refs() {
+    [[ " $TORCH " == *" compile "* ]] && echo -n "linear-compile "
+    [[ " $TORCH " == *" eager "* ]] && echo -n "linear-eager"
+    echo
 }
 
 ratio() { "$PY" -c "import sys; a, b = sys.argv[1], sys.argv[2]; print(f'{float(a) / float(b):.2f}x' if a.replace('.', '').isdigit() and b.replace('.', '').isdigit() else '-')" "$1" "$2"; }
@@ -119,7 +153,7 @@ for row in $ROWS; do
         read -r s_tps s_mem < <(seqtrain_run "$row" "$cfg" "$B" "$T" "$p"; echo)
         "$SEQ" --config "$cfg" --info 2>/dev/null | grep -m1 -i 'parameters' | sed "s/^/gpu_speed: seqtrain $row: /" >&2 || true
         refs=$TORCH
-        case $row in gla*) refs=fla;; gdn*) refs="fla fla-unguarded";; esac
+        case $row in gla*) refs="fla $(linear_refs)";; gdn*) refs="fla fla-unguarded $(linear_refs)";; esac
         for ref in $refs; do
             case $ref in
                 fla) read -r r_tps r_mem < <(fla_run "$cfg" "$B" "$T" "$p"; echo); name="FLA";;
@@ -127,6 +161,10 @@ for row in $ROWS; do
                     name="FLA, Hopper guard bypassed (speed only)";;
                 eager) read -r r_tps r_mem < <(torch_run "$cfg" "$B" "$T" "$p" eager; echo); name="PyTorch eager";;
                 compile) read -r r_tps r_mem < <(torch_run "$cfg" "$B" "$T" "$p" compile; echo); name="torch.compile";;
+                linear-eager) read -r r_tps r_mem < <(torch_linear_run "$cfg" "$B" "$T" "$p" eager; echo)
+                    name="PyTorch chunked (eager)";;
+                linear-compile) read -r r_tps r_mem < <(torch_linear_run "$cfg" "$B" "$T" "$p" compile; echo)
+                    name="PyTorch chunked (torch.compile)";;
             esac
             line="| $row | $B x $T | $p | ${s_tps:--} | ${s_mem:--} | $name | ${r_tps:--} | ${r_mem:--} | $(ratio "${s_tps:--}" "${r_tps:--}") |"
             echo "gpu_speed: $line"

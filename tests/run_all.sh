@@ -93,9 +93,10 @@ run_variant() {  # run_variant NAME MAKE-ARGS...
 # Shell tests the ASan pass leaves to the release pass: they test the table and sweep scripts (scripts/), whose
 # runs go through the same seqtrain/seqeval paths as test_train, test_cli and the C unit tests, which ASan does
 # run, so under ASan they would add minutes of CI's time for no path of their own (test_kernel_sets: 36 short
-# trainings whose per-set kernels the C unit tests already run under ASan)
+# trainings whose per-set kernels the C unit tests already run under ASan; test_torch_linear_train: a PyTorch
+# script, for which seqtrain only prints configs and parameter counts)
 ASAN_SKIP="test_task_sweeps test_selrope_tables test_mad_table test_bla_scripts test_rfa_tables test_kla_scripts
-           test_plot_rfa test_plot_rfa_run test_bench_speed test_kernel_sets"
+           test_plot_rfa test_plot_rfa_run test_bench_speed test_kernel_sets test_torch_linear_train"
 ASAN_SKIP=$(echo $ASAN_SKIP)
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
