@@ -108,12 +108,7 @@ __global__ void __launch_bounds__(CK_THREADS)
             __syncthreads();
             scale_rows_(s.kt, s.cs->f, L);
             __syncthreads();
-            float a[1][4];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) a[0][r] = s.cs->eL * s.S[(c0 + st_row_(r)) * CK_LD + st_col_(r)];
-            state_mma_(a, s.kt, s.U, LCP);
-            #pragma unroll
-            for (int r = 0; r < 4; r++) s.S[(c0 + st_row_(r)) * CK_LD + st_col_(r)] = a[0][r];
+            state_update_(s.S, c0, s.cs->eL, s.kt, s.U, NULL, NULL, LCP);
             __syncthreads();
         }
     }

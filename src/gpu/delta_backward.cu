@@ -129,13 +129,7 @@ __global__ void __launch_bounds__(CK_THREADS)
             __syncthreads();
             scale_rows_(s.qt, s.cs->e, L);
             __syncthreads();
-            float a[1][4];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) a[0][r] = s.cs->eL * s.dS[(c0 + st_row_(r)) * CK_LD + st_col_(r)];
-            state_mma_(a, s.qt, s.dO, LCP);
-            state_mma_(a, s.kt, s.X, LCP);
-            #pragma unroll
-            for (int r = 0; r < 4; r++) s.dS[(c0 + st_row_(r)) * CK_LD + st_col_(r)] = a[0][r];
+            state_update_(s.dS, c0, s.cs->eL, s.qt, s.dO, s.kt, s.X, LCP);
             __syncthreads();
         }
     }

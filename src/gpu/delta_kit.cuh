@@ -86,6 +86,19 @@ static __device__ __forceinline__ void state_mma_(float (*acc)[4], const float *
 static __device__ __forceinline__ int st_row_(int r) { return 16 * ((threadIdx.x >> 5) >> 2) + frag_row_(r); }
 static __device__ __forceinline__ int st_col_(int r) { return 8 * ((threadIdx.x >> 5) & 3) + frag_col_(0, r); }
 
+// rows c0 .. c0 + 31 of a (Dk, 32) state column tile S (rows of CK_LD) <- eL S + X1^T Y1 (+ X2^T Y2 with x2), each
+// X (LCP rows of CK_LD: the tile's 32 channels), Y (LCP rows of CK_LD: the 32 value columns); every thread
+static __device__ void state_update_(float *S, int c0, float eL, const float *x1, const float *y1, const float *x2,
+                                     const float *y2, int LCP) {
+    float a[1][4];
+    #pragma unroll
+    for (int r = 0; r < 4; r++) a[0][r] = eL * S[(c0 + st_row_(r)) * CK_LD + st_col_(r)];
+    state_mma_(a, x1, y1, LCP);
+    if (x2) state_mma_(a, x2, y2, LCP);
+    #pragma unroll
+    for (int r = 0; r < 4; r++) S[(c0 + st_row_(r)) * CK_LD + st_col_(r)] = a[0][r];
+}
+
 // ----------------------------------------------------------------------------
 // the unit lower-triangular solves with I + A, A_ij = b_i KK_ij (strictly lower), on a staged (L, 32) tile of
 // value columns: the columns are independent, so one block solves its 32 while the rows go one after another. Every
