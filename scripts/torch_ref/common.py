@@ -245,22 +245,26 @@ def gradcheck_layer(forward, spec, P, x, names=None):
     return gradcheck_ok(fn, (x, *[P[n] for n in names]))
 
 
-def check_layer_variants(report, forward, tiny_spec, random_params, variants, alt, tags):
-    """The layer checks of a mixer with two forms of its recurrence, per variant (name -> tiny_spec options) at
-    C 8: tags[0] forward(..., **alt) equals the default form (1e-12), tags[1] causality, tags[2] gradcheck in
-    float64 w.r.t. the input and every parameter"""
-    C = 8
+def check_layer_variants(report, forward, tiny_spec, random_params, variants, alt, tags, C=8, grad_T=6,
+                         relative=False, what="sequential == (T, T) form"):
+    """The layer checks of a mixer, per variant (name -> tiny_spec options) at width C: tags[0] forward(..., **alt)
+    equals the default form to 1e-12 (max|dy|, or max|dy|/max|y| with relative; skipped when alt is None, a mixer
+    with one form), tags[1] causality, tags[2] gradcheck in float64 w.r.t. the input and every parameter (T grad_T)"""
     x_all = torch.randn(2, 10, C, dtype=DTYPE)
     for name, opts in variants.items():
         spec = tiny_spec(C, **opts)
         P = random_params(spec, C, 1)
-        with torch.no_grad():
-            d = float((forward(x_all, P, "", spec) - forward(x_all, P, "", spec, **alt)).abs().max())
-        report(d < 1e-12, f"({tags[0]}) layer, {name}: sequential == (T, T) form, max|dy| {d:.1e}")
+        if alt is not None:
+            with torch.no_grad():
+                y = forward(x_all, P, "", spec)
+                d = float((y - forward(x_all, P, "", spec, **alt)).abs().max())
+                if relative:
+                    d /= float(y.abs().max())
+            report(d < 1e-12, f"({tags[0]}) layer, {name}: {what}, max|dy|{'/max|y|' if relative else ''} {d:.1e}")
         worst, moved = causal_shift(lambda x: forward(x, P, "", spec), x_all, (0, 4, 9))
         report(worst == 0.0 and moved, f"({tags[1]}) causal: {name}: max|dy| before t = {worst:.1e}, outputs at t move")
     for name, opts in variants.items():
         spec = tiny_spec(C, **opts)
         P = random_params(spec, C, 5)
-        ok = gradcheck_layer(forward, spec, P, torch.randn(1, 6, C, dtype=DTYPE, requires_grad=True))
+        ok = gradcheck_layer(forward, spec, P, torch.randn(1, grad_T, C, dtype=DTYPE, requires_grad=True))
         report(ok, f"({tags[2]}) gradcheck: {name} (x, {', '.join(P)})")

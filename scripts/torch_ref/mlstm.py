@@ -30,7 +30,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .common import DTYPE, SelfChecks, causal_shift, gradcheck_layer, t64
+from .common import DTYPE, SelfChecks, check_layer_variants, t64
 
 KIND = "mlstm"
 OWNS_MLP = True     # xLSTM's mLSTM block has no MLP: model.block "auto" makes its layers fused (MixerOps.owns_mlp)
@@ -211,25 +211,9 @@ def self_test(whole):
         "2 heads, conv 2, blocks of 8": {"heads": 2, "conv": 2, "qkv_blocksize": 8},
         "no conv, proj_factor 1.5 rounded to 8": {"conv": 0, "proj_factor": 1.5, "round_to": 8, "heads": 2},
     }
-    C = 8
-    x_all = torch.randn(2, 10, C, dtype=DTYPE)
-    # (b) the whole layer with either form of the cell; (c) causality
-    for name, opts in variants.items():
-        spec = tiny_spec(C, **opts)
-        P = random_params(spec, C, 1)
-        with torch.no_grad():
-            y = forward(x_all, P, "", spec)
-            d = float((y - forward(x_all, P, "", spec, cell=recurrent_stabilized)).abs().max() / y.abs().max())
-        report(d < 1e-12, f"(b) layer, {name}: parallel == recurrent cell, max|dy|/max|y| {d:.1e}")
-        worst, moved = causal_shift(lambda x: forward(x, P, "", spec), x_all, (0, 4, 9))
-        report(worst == 0.0 and moved, f"(c) causal: {name}: max|dy| before t = {worst:.1e}, outputs at t move")
-
-    # (d) gradcheck in float64 w.r.t. the input and every parameter of the layer
-    for name, opts in variants.items():
-        spec = tiny_spec(C, **opts)
-        P = random_params(spec, C, 5)
-        ok = gradcheck_layer(forward, spec, P, torch.randn(1, 6, C, dtype=DTYPE, requires_grad=True))
-        report(ok, f"(d) gradcheck: {name} (x, {', '.join(P)})")
+    # (b) the whole layer with either form of the cell; (c) causality; (d) gradcheck in float64
+    check_layer_variants(report, forward, tiny_spec, random_params, variants, {"cell": recurrent_stabilized}, "bcd",
+                         relative=True, what="parallel == recurrent cell")
 
     # (e) every mlstm CASE: parameter names/shapes (no ln2/MLP: fused blocks), the full model forward and
     # backward on random weights, every gate parameter with a nonzero gradient (in at least one element)
