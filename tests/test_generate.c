@@ -112,7 +112,7 @@ static void check_greedy_(const char *what, const char *json, int context) {
     int out[32];
     GenerateStats st;
     Err e = {{0}};
-    int rc = generate(&m, prompts, lens, 2, &o, NULL, NULL, out, &st, &e);
+    int rc = generate(&m, NULL, prompts, lens, 2, &o, NULL, NULL, out, &st, &e);
     CHECK(rc == 0 && st.new_tokens == 2 * max_new, "%s: generate runs (%.200s)", what, e.msg);
     if (rc) { model_free(&m); return; }
     // replay the decoder's window: it holds hist[w0 .. t]; when full it restarts from the last limit/2 tokens
@@ -184,14 +184,14 @@ static void test_generate_greedy(void) {
     GenerateOpts o = {{0, 0, 1}, 4, 8, 1};
     GenerateStats st;
     Err e = {{0}};
-    CHECK(generate(&m, pp, &zero, 1, &o, NULL, NULL, NULL, &st, &e) != 0 && strstr(e.msg, "empty"),
+    CHECK(generate(&m, NULL, pp, &zero, 1, &o, NULL, NULL, NULL, &st, &e) != 0 && strstr(e.msg, "empty"),
           "an empty prompt is refused (%.200s)", e.msg);
     o.sample.top_p = 0;
-    CHECK(generate(&m, pp, &len1, 1, &o, NULL, NULL, NULL, &st, &e) != 0 && strstr(e.msg, "--top-p"),
+    CHECK(generate(&m, NULL, pp, &len1, 1, &o, NULL, NULL, NULL, &st, &e) != 0 && strstr(e.msg, "--top-p"),
           "a bad sampling option is refused (%.200s)", e.msg);
     p[0] = 99;
     o.sample.top_p = 1;
-    CHECK(generate(&m, pp, &len1, 1, &o, NULL, NULL, NULL, &st, &e) != 0 && strstr(e.msg, "vocabulary"),
+    CHECK(generate(&m, NULL, pp, &len1, 1, &o, NULL, NULL, NULL, &st, &e) != 0 && strstr(e.msg, "vocabulary"),
           "a prompt id outside the vocabulary is refused (%.200s)", e.msg);
     model_free(&m);
 }

@@ -124,6 +124,13 @@ refuses "top-p 0 is refused" "outside (0, 1]" "$EV" --run "$A" --generate --prom
 refuses "top-p 1.5 is refused" "outside (0, 1]" "$EV" --run "$A" --generate --prompt "a" --top-p 1.5
 refuses "a negative temperature is refused" "temperature: -1" "$EV" --run "$A" --generate --prompt "a" --temperature -1
 refuses "a negative top-k is refused" "top-k: -1 is out of range" "$EV" --run "$A" --generate --prompt "a" --top-k -1
+refuses "--device other than cpu or cuda is refused" '--device: "gpu" is not cpu or cuda' "$EV" --run "$A" --generate \
+    --prompt "a" --device gpu
+# the plain build has no GPU backend: --device cuda says so (a CUDA=1 build decodes there: tests/gpu/test_gpu_decode.c)
+if ! grep -q cudaMalloc "$BIN/seqeval"; then
+    refuses "--device cuda without a CUDA build is refused" "device cuda" "$EV" --run "$A" --generate --prompt "a" \
+        --device cuda
+fi
 refuses "no prompt is refused" "needs --prompt TEXT or --prompt-file" "$EV" --run "$A" --generate
 refuses "both --prompt and --prompt-file are refused" "one of them" "$EV" --run "$A" --generate --prompt a \
     --prompt-file "$W/prompts.txt"

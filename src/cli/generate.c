@@ -1,11 +1,12 @@
 /*
  * seqeval --run RUN_DIR --generate --prompt TEXT | --prompt-file FILE [--batch N --max-new N --temperature T
- *     --top-k K --top-p P --seed S --context L]
+ *     --top-k K --top-p P --seed S --context L --device cpu|cuda]
  *
  * One prompt streams its continuation to stdout as it is drawn; a prompt file (one prompt per line) is
  * generated in batches of --batch prompts (memory stays that of one batch, however long the file), each
  * prompt's text printed when its batch is done; batch k samples from seed + k. EOS prints as a newline
- * (as seqtok decode writes it). Speed goes to stderr. The generation itself is eval/generate.h.
+ * (as seqtok decode writes it). Speed goes to stderr. The generation itself is eval/generate.h; --device cuda
+ * keeps every layer's decoding state on the GPU (gpu/gpu.h's decoder) in the run's run.precision.
  */
 #include "cli/generate.h"
 
@@ -128,7 +129,7 @@ static int read_prompts_(const char *path, char ***out, int *n, Err *e) {
 
 // prompts texts (n,), numbered from first + 1: encoded, generated as one batch, printed (one prompt streams
 // its text as it comes, live; a batch prints each prompt's block when it is done). 0, or -1 with e set
-static int generate_batch_(Model *m, const Tokenizer *tok, char **texts, int first, int n, int live,
+static int generate_batch_(Model *m, Gpu *gpu, const Tokenizer *tok, char **texts, int first, int n, int live,
                            const GenerateOpts *go, GenerateStats *st, Err *e) {
     int **ids = xcalloc((size_t)n, sizeof(int *)), *lens = xmalloc((size_t)n * sizeof(int));
     StreamCtx sc = {tok, tokenizer_eos_id(tok), xcalloc((size_t)n, sizeof(Stream)), live ? stdout : NULL, {{0}}, 0};
@@ -169,7 +170,7 @@ static int generate_batch_(Model *m, const Tokenizer *tok, char **texts, int fir
         fputs(texts[0], stdout);
         fflush(stdout);
     }
-    if (rc == 0) rc = generate(m, (const int *const *)ids, lens, n, go, stream_token_, &sc, NULL, st, e);
+    if (rc == 0) rc = generate(m, gpu, (const int *const *)ids, lens, n, go, stream_token_, &sc, NULL, st, e);
     if (rc == 0 && sc.failed) {
         *e = sc.err;
         rc = -1;
@@ -194,7 +195,7 @@ static int generate_batch_(Model *m, const Tokenizer *tok, char **texts, int fir
 }
 
 int generate_main(const char *prog, int argc, char **argv) {
-    const char *run = NULL, *ckpt = NULL, *prompt = NULL, *prompt_file = NULL, *tok_path = NULL;
+    const char *run = NULL, *ckpt = NULL, *prompt = NULL, *prompt_file = NULL, *tok_path = NULL, *device = "cpu";
     long max_new = 200, top_k = 50, seed = 1, context = 0, threads = 0, batch = GENERATE_BATCH_DEFAULT;
     double temperature = 0.8, top_p = 0.95;
     int gen = 0, help = 0;
@@ -211,6 +212,7 @@ int generate_main(const char *prog, int argc, char **argv) {
         {"--top-p", ARG_DOUBLE, &top_p, "P", "then among the fewest whose probability reaches P, in (0, 1] (default 0.95)", 0, 0},
         {"--seed", ARG_INT, &seed, "S", "sampling seed: the same seed gives the same text (default 1)", 0, 9e18},
         {"--context", ARG_INT, &context, "L", "positions attention caches hold and the longest prompt kept (default: the run's train.seq_len); full caches slide to the last L/2 tokens", 2, 1 << 24},
+        {"--device", ARG_STR, &device, "cpu|cuda", "where the model decodes (default cpu); cuda keeps every layer's state on the GPU in the run's run.precision (the linear family and state-space mixers; attention layers decode on the CPU only) and needs a `make CUDA=1` build", 0, 0},
         {"--tokenizer", ARG_STR, &tok_path, "MODEL", "SentencePiece model (default: the run's data.tokenizer)", 0, 0},
         ARGS_THREADS_SPEC(&threads),
         {"--help", ARG_FLAG, &help, NULL, "show this help", 0, 0},
@@ -241,6 +243,10 @@ int generate_main(const char *prog, int argc, char **argv) {
         texts = xmalloc(sizeof(char *));
         texts[n++] = xstrdup(prompt);
     }
+    if (strcmp(device, "cpu") && strcmp(device, "cuda")) {
+        err_set(&e, "--device: \"%s\" is not cpu or cuda", device);
+        err_die(prog, &e);
+    }
     if (kernel_set_init(&e) != 0) err_die(prog, &e);
     RunConfig c;
     Model m;
@@ -260,6 +266,11 @@ int generate_main(const char *prog, int argc, char **argv) {
         err_die(prog, &e);
     }
     go.context = context ? (int)context : c.train.seq_len;
+    Gpu *gpu = NULL;
+    if (!strcmp(device, "cuda") && gpu_open(&gpu, &m, NULL, c.run.precision, &e) != 0) {
+        err_prefix(&e, "--device cuda: ");
+        err_die(prog, &e);
+    }
     int nthreads = 1;
 #ifdef _OPENMP
     nthreads = omp_get_max_threads();
@@ -267,8 +278,10 @@ int generate_main(const char *prog, int argc, char **argv) {
     int n_batches = (int)((n + batch - 1) / batch);
     fprintf(stderr, "%s: %s, %d prompt%s", prog, run, n, n == 1 ? "" : "s");
     if (n_batches > 1) fprintf(stderr, " in %d batches of at most %ld", n_batches, batch);
-    fprintf(stderr, ", context %d, %d thread%s, %s kernels\n", go.context, nthreads, nthreads == 1 ? "" : "s",
-            kernel_set_name(kernel_set()));
+    if (gpu) fprintf(stderr, ", context %d, device %s, %s\n", go.context, gpu_device_name(gpu), c.run.precision);
+    else
+        fprintf(stderr, ", context %d, %d thread%s, %s kernels\n", go.context, nthreads, nthreads == 1 ? "" : "s",
+                kernel_set_name(kernel_set()));
     GenerateStats st = {0};
     int rc = 0;
     for (int b0 = 0; b0 < n && rc == 0; b0 += (int)batch) {
@@ -276,7 +289,7 @@ int generate_main(const char *prog, int argc, char **argv) {
         GenerateOpts gk = go;
         gk.seed = go.seed + (uint64_t)(b0 / batch);
         GenerateStats sk = {0};
-        rc = generate_batch_(&m, tok, texts + b0, b0, n - b0 < batch ? n - b0 : (int)batch, n == 1, &gk, &sk, &e);
+        rc = generate_batch_(&m, gpu, tok, texts + b0, b0, n - b0 < batch ? n - b0 : (int)batch, n == 1, &gk, &sk, &e);
         st.prompt_tokens += sk.prompt_tokens;
         st.new_tokens += sk.new_tokens;
         st.slides += sk.slides;
@@ -297,6 +310,7 @@ int generate_main(const char *prog, int argc, char **argv) {
     for (int b = 0; b < n; b++) free(texts[b]);
     free(texts);
     tokenizer_free(tok);
+    if (gpu) gpu_close(gpu);
     model_free(&m);
     run_config_free(&c);
     if (rc != 0) err_die(prog, &e);

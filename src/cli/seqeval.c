@@ -23,7 +23,8 @@
  *       zero-shot multiple-choice accuracy on data/eval (the KLA paper's Table 4; cli/zeroshot_cmd.c)
  *
  * Perplexity, --task, --probe and --zeroshot run their forward passes on the run's run.device (the GPU backend
- * for cuda, eval/forward.h) unless --device says otherwise; --attention-map and --generate run on the CPU.
+ * for cuda, eval/forward.h) unless --device says otherwise; --attention-map runs on the CPU, and --generate on the
+ * CPU unless it is given --device cuda (cli/generate.c).
  */
 #include <errno.h>
 #include <math.h>
@@ -174,7 +175,7 @@ int main(int argc, char **argv) {
         {"--limit", ARG_INT, &zs.limit, "N", "--zeroshot: score the first N items of each task (default 0 = all)", 0, 1e12},
         {"--eval-data", ARG_STR, &zs.eval_dir, "DIR", "--zeroshot: folder of the evaluation sets (default data/eval)", 0, 0},
         {"--tokenizer", ARG_STR, &zs.tokenizer, "FILE", "--zeroshot: the run's SentencePiece .model (default: its data.tokenizer)", 0, 0},
-        {"--device", ARG_STR, &device, "cpu|cuda", "where perplexity, --task, --probe and --zeroshot run their forward passes (default: the run's run.device; cuda needs a `make CUDA=1` build and a GPU; --attention-map and --generate run on the CPU)", 0, 0},
+        {"--device", ARG_STR, &device, "cpu|cuda", "where perplexity, --task, --probe and --zeroshot run their forward passes (default: the run's run.device; cuda needs a `make CUDA=1` build and a GPU; --attention-map runs on the CPU; --generate decodes on the CPU unless given --device cuda itself)", 0, 0},
         {"--precision", ARG_STR, &precision, "fp32|tf32|bf16", "the GPU's matmul precision (default: the run's run.precision)", 0, 0},
         ARGS_THREADS_SPEC(&threads),
         {"--plan", ARG_FLAG, &plan, NULL, "print only the windows and tokens each length would score (no model)", 0, 0},
@@ -378,7 +379,10 @@ int main(int argc, char **argv) {
                         r[i].loss);
                 dist_die(PROG, &e);
             }
-            if (dist_main())
+            if (dist_main() && fw.gpu)  // the activations of this context's batch are still held: its footprint
+                fprintf(stderr, "  context %ld: %llu tokens, ppl %.2f, GPU memory %.1f MiB\n", ctx[i],
+                        (unsigned long long)r[i].tokens, r[i].ppl, gpu_mem_used(fw.gpu) / 1048576.0);
+            else if (dist_main())
                 fprintf(stderr, "  context %ld: %llu tokens, ppl %.2f\n", ctx[i], (unsigned long long)r[i].tokens,
                         r[i].ppl);
         }

@@ -5,8 +5,47 @@
 
 #include "core/timer.h"
 
-int generate(Model *m, const int *const *prompts, const int *lens, int n, const GenerateOpts *o, GenerateTokenFn fn,
-             void *ctx, int *out, GenerateStats *st, Err *e) {
+// the decoder on either device: the host's ModelDecoder, or the backend's (its states on the GPU)
+typedef struct Decoder {
+    Model *m;
+    Gpu *gpu;
+    ModelDecoder host;
+    int t, limit;  // the next position, and how many positions fit before a reset
+} Decoder;
+
+static int dec_init_(Decoder *d, Model *m, Gpu *gpu, int B, int cap, Err *e) {
+    memset(d, 0, sizeof *d);
+    d->m = m, d->gpu = gpu;
+    if (!gpu) {
+        if (model_decoder_init(&d->host, m, B, cap, e) != 0) return -1;
+        d->limit = d->host.limit;
+        return 0;
+    }
+    if (m->ae)
+        return err_set(e, "model.head autoencoder decodes every position from the whole sequence; it cannot decode "
+                       "token by token");
+    return gpu_decoder_open(gpu, B, cap, &d->limit, e);
+}
+
+static void dec_reset_(Decoder *d) {
+    if (d->gpu) gpu_decoder_reset(d->gpu);
+    else model_decoder_reset(&d->host, d->m);
+    d->t = 0;
+}
+
+static int dec_step_(Decoder *d, const int *tokens, float *logits, Err *e) {
+    int rc = d->gpu ? gpu_decoder_step(d->gpu, tokens, logits, e) : model_decoder_step(d->m, &d->host, tokens, logits, e);
+    d->t += rc == 0;
+    return rc;
+}
+
+static void dec_free_(Decoder *d) {
+    if (d->gpu) gpu_decoder_close(d->gpu);
+    else model_decoder_free(&d->host);
+}
+
+int generate(Model *m, Gpu *gpu, const int *const *prompts, const int *lens, int n, const GenerateOpts *o,
+             GenerateTokenFn fn, void *ctx, int *out, GenerateStats *st, Err *e) {
     memset(st, 0, sizeof *st);
     if (sample_check(&o->sample, e) != 0) return -1;
     if (n < 1) return err_set(e, "no prompt to continue");
@@ -18,8 +57,8 @@ int generate(Model *m, const int *const *prompts, const int *lens, int n, const 
         int len = lens[b] < o->context ? lens[b] : o->context;
         if (len > longest) longest = len;
     }
-    ModelDecoder d;
-    if (model_decoder_init(&d, m, n, o->context, e) != 0) return -1;
+    Decoder d;
+    if (dec_init_(&d, m, gpu, n, o->context, e) != 0) return -1;
     double t0 = time_now_s();
     // hist (n, H): the tokens fed to each sequence, position by position, then those it generated
     int H = longest + o->max_new, V = m->V, rc = 0;
@@ -39,16 +78,16 @@ int generate(Model *m, const int *const *prompts, const int *lens, int n, const 
         if (d.t == d.limit) {
             // full: start again from the last half of the context, re-encoding it
             int keep = d.limit / 2;
-            model_decoder_reset(&d, m);
+            dec_reset_(&d);
             for (int s = t - keep; rc == 0 && s < t; s++) {
                 for (int b = 0; b < n; b++) tok[b] = hist[(size_t)b * H + s];
-                rc = model_decoder_step(m, &d, tok, logits, e);
+                rc = dec_step_(&d, tok, logits, e);
             }
             st->slides++;
             st->refed_tokens += (long)keep * n;
         }
         for (int b = 0; b < n; b++) tok[b] = hist[(size_t)b * H + t];
-        if (rc == 0) rc = model_decoder_step(m, &d, tok, logits, e);
+        if (rc == 0) rc = dec_step_(&d, tok, logits, e);
         for (int b = 0; b < n && rc == 0; b++) {
             if (t + 1 < plen[b] || made[b] == o->max_new) {
                 // still reading its prompt, or finished: it keeps being fed (its last token) with the batch
@@ -66,6 +105,6 @@ int generate(Model *m, const int *const *prompts, const int *lens, int n, const 
     }
     st->seconds = time_now_s() - t0;
     free(hist); free(plen); free(made); free(tok); free(logits);
-    model_decoder_free(&d);
+    dec_free_(&d);
     return rc;
 }

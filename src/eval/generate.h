@@ -15,6 +15,7 @@
 #define SEQ_GENERATE_H
 
 #include <stdint.h>
+#include "gpu/gpu.h"
 #include "model/model.h"
 #include "model/sample.h"
 
@@ -38,8 +39,10 @@ typedef struct GenerateStats {
 typedef void (*GenerateTokenFn)(void *ctx, int b, int token);
 
 // prompts[b] (lens[b] >= 1 ids each), b < n; out (n, max_new) the generated ids (may be NULL); fn may be NULL.
-// -1 with e set for bad options, an empty prompt, a bad id or a model that cannot decode.
-int generate(Model *m, const int *const *prompts, const int *lens, int n, const GenerateOpts *o, GenerateTokenFn fn,
-             void *ctx, int *out, GenerateStats *st, Err *e);
+// gpu NULL: decodes on the host model; else on that backend holding m's parameters (gpu/gpu.h's decoder: the
+// states on the device, the logits back for sampling here, so the same seed draws the same way on both).
+// -1 with e set for bad options, an empty prompt, a bad id or a model that cannot decode (on that device).
+int generate(Model *m, Gpu *gpu, const int *const *prompts, const int *lens, int n, const GenerateOpts *o,
+             GenerateTokenFn fn, void *ctx, int *out, GenerateStats *st, Err *e);
 
 #endif

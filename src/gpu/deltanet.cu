@@ -19,6 +19,7 @@
 #include "gpu/mixer_gpu.cuh"
 #include "gpu/mixer_out.cuh"
 #include "gpu/shortconv.cuh"
+#include "gpu/step.cuh"
 
 extern "C" {
 #include "mixers/delta.h"
@@ -129,18 +130,23 @@ __global__ void delta_decay_backward_kernel(float *dgg, float *da, const float *
 // ----------------------------------------------------------------------------
 // forward, backward
 
-static void delta_forward_(Mixer *m, float *y, GpuAct x, int B, int T) {
+// the forward over B,T; with a state, one token of decoding (T 1): sequence b's state at state + b * n,
+// mixers/delta.c's layout [the engine's (H, Dk*Dv) | the conv caches of q, k, v]
+static void delta_run_(Mixer *m, float *y, GpuAct x, int B, int T, float *state, size_t n) {
     const DeltaOpts *o = (const DeltaOpts *)m->spec->opts;
     int C = m->spec->C, BT = B * T, H = o->H;
-    size_t nH = (size_t)BT * H;
+    size_t nH = (size_t)BT * H, K1 = o->K ? (size_t)o->K - 1 : 0;
     GpuDeltaActs a;
     delta_layout_(o, B, T, m->acts, &a);
     GpuDeltaScratch sc;
     delta_scratch_layout_(o, B, T, m->scratch, &sc);
+    float *cs = state ? state + (size_t)H * o->Dk * o->Dv : NULL;
     GPU_TIMED("deltanet.qkv.forward", {
-        gpu_shortconv_forward(m, o->k_q, o->k_cq, o->K, 1, a.q, a.cq, a.xq, x, B, T, o->HK);
-        gpu_shortconv_forward(m, o->k_k, o->k_ck, o->K, 1, a.k, a.ck, a.xk, x, B, T, o->HK);
-        gpu_shortconv_forward(m, o->k_v, o->k_cv, o->K, 1, a.v, a.cv, a.xv, x, B, T, o->HV);
+        gpu_shortconv_forward(m, o->k_q, o->k_cq, o->K, 1, a.q, a.cq, a.xq, x, B, T, o->HK, cs, n);
+        gpu_shortconv_forward(m, o->k_k, o->k_ck, o->K, 1, a.k, a.ck, a.xk, x, B, T, o->HK,
+                              cs ? cs + (size_t)o->HK * K1 : NULL, n);
+        gpu_shortconv_forward(m, o->k_v, o->k_cv, o->K, 1, a.v, a.cv, a.xv, x, B, T, o->HV,
+                              cs ? cs + (size_t)2 * o->HK * K1 : NULL, n);
     });
     GPU_TIMED("deltanet.l2norm", {  // in place: q, k (BT*H rows of Dk)
         gpu_l2norm_forward(a.q, a.nq, a.q, BT * H, o->Dk, DELTA_L2_EPS, L2NORM_ADD);
@@ -156,9 +162,17 @@ static void delta_forward_(Mixer *m, float *y, GpuAct x, int B, int T) {
             GPU_LAUNCH(delta_decay_kernel, nH, a.g, a.apre, mixer_param(m, o->k_A), mixer_param(m, o->k_dt), nH, H);
         });
     DeltaDims d = delta_mixer_dims(o, B, T);
-    gpu_delta_forward(a.o, a.ckpt, a.q, a.k, a.v, a.beta, a.g, sc.engine, &d);  // timed per kernel inside
+    if (state) GPU_TIMED("deltanet.step", gpu_delta_step(a.o, state, n, a.q, a.k, a.v, a.beta, a.g, &d));
+    else gpu_delta_forward(a.o, a.ckpt, a.q, a.k, a.v, a.beta, a.g, sc.engine, &d);  // timed per kernel inside
     GPU_TIMED("deltanet.out.forward", gpu_mixer_out_forward(m, o->k_g, o->k_norm, o->k_o, y, a.yn, a.rstd, a.z, a.o,
                                                             x, BT, H, o->Dv, (float)o->norm_eps));
+}
+
+static void delta_forward_(Mixer *m, float *y, GpuAct x, int B, int T) { delta_run_(m, y, x, B, T, NULL, 0); }
+
+static void delta_step_(Mixer *m, float *state, float *y, GpuAct x, int B, int t, int cap) {
+    (void)t;
+    delta_run_(m, y, x, B, 1, state, m->spec->ops->state_size(m->spec, cap));
 }
 
 static void delta_backward_(Mixer *m, float *dx, const float *dy, GpuAct x, int B, int T) {
@@ -217,6 +231,6 @@ static void delta_backward_(Mixer *m, float *dx, const float *dy, GpuAct x, int 
 
 #define DELTA_GPU_OPS_(ident, nm) \
     const GpuMixerOps ident = {nm, delta_check_, delta_act_size_, delta_scratch_size_, delta_forward_, \
-                               delta_backward_}
+                               delta_backward_, delta_step_}
 DELTA_GPU_OPS_(GPU_MIXER_DELTANET, "deltanet");
 DELTA_GPU_OPS_(GPU_MIXER_GATED_DELTANET, "gated_deltanet");

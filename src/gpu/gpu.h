@@ -74,6 +74,17 @@ int gpu_forward(Gpu *g, const int *inputs, const int *targets, int B, int T, flo
 int gpu_forward_eval(Gpu *g, const int *inputs, const int *targets, int B, int T, float *losses, int *argmax,
                      double *loss, int *n_sup, Err *e);
 
+// Recurrent decoding on the GPU, model_decoder_* (model/model.h) with every layer's state on the device in the
+// host decoder's layout and each mixer's step there (eval/generate.h drives either). One decoder per backend.
+// open: B sequences, attention caches of cap positions; *limit as ModelDecoder.limit (INT_MAX: never full). -1 with
+// e set when a layer's mixer has no GPU step (naming the layer) or the memory runs out. The states start empty.
+int gpu_decoder_open(Gpu *g, int B, int cap, int *limit, Err *e);
+// every state back to the empty prefix (the host mixers' state_init, uploaded); the next token is position 0
+void gpu_decoder_reset(Gpu *g);
+// tokens (B,) of the next position: logits (B,V) WRITTEN to host memory. -1 with e set for a bad id or a full decoder
+int gpu_decoder_step(Gpu *g, const int *tokens, float *logits, Err *e);
+void gpu_decoder_close(Gpu *g);  // frees the states (gpu_close does it too)
+
 // optim_clip_grads on the device's gradients (o's norms and scales, the same order and rule); returns the
 // global norm before clipping (non-finite: gradients untouched)
 double gpu_clip_grads(Gpu *g, Optim *o);

@@ -14,6 +14,7 @@
 #include "gpu/linrec.cuh"
 #include "gpu/matmul.cuh"
 #include "gpu/mixer_gpu.cuh"
+#include "gpu/step.cuh"
 #include "gpu/shortconv.cuh"
 
 extern "C" {
@@ -144,18 +145,24 @@ static void gsa_fmap_(const GsaOpts *o, float *out, const float *in, size_t n) {
     else if (o->fmap == GSA_FMAP_RELU) gpu_relu_forward(out, in, n);
 }
 
-static void gsa_forward_(Mixer *m, float *y, GpuAct x, int B, int T) {
+// the forward over B,T; with a state, one token of decoding (T 1): sequence b's state at state + b * n,
+// mixers/gsa.c's layout [pass 1's (H, D*M) | pass 2's (H, M*D) | the conv caches of q, k, v]
+static void gsa_run_(Mixer *m, float *y, GpuAct x, int B, int T, float *state, size_t n) {
     const GsaOpts *o = (const GsaOpts *)m->spec->opts;
     int C = m->spec->C, BT = B * T;
     size_t nD = (size_t)BT * o->HD, nM = (size_t)BT * o->HM, R = (size_t)BT * o->H;
+    size_t half = (size_t)o->H * o->M * o->D, K1 = o->K ? (size_t)o->K - 1 : 0;
     GpuGsaActs a;
     gsa_layout_(o, B, T, m->acts, &a);
     GpuGsaScratch s;
     scratch_layout_(o, B, T, m->scratch, &s);
+    float *cs = state ? state + 2 * half : NULL;
     GPU_TIMED("gsa.qkv.forward", {
-        gpu_shortconv_forward(m, o->k_q, o->k_cq, o->K, 0, a.qpre, a.cq, a.pq, x, B, T, o->HD);
-        gpu_shortconv_forward(m, o->k_k, o->k_ck, o->K, 0, a.kpre, a.ck, a.pk, x, B, T, o->HD);
-        gpu_shortconv_forward(m, o->k_v, o->k_cv, o->K, 0, a.vpre, a.cv, a.pv, x, B, T, o->HD);
+        gpu_shortconv_forward(m, o->k_q, o->k_cq, o->K, 0, a.qpre, a.cq, a.pq, x, B, T, o->HD, cs, n);
+        gpu_shortconv_forward(m, o->k_k, o->k_ck, o->K, 0, a.kpre, a.ck, a.pk, x, B, T, o->HD,
+                              cs ? cs + (size_t)o->HD * K1 : NULL, n);
+        gpu_shortconv_forward(m, o->k_v, o->k_cv, o->K, 0, a.vpre, a.cv, a.pv, x, B, T, o->HD,
+                              cs ? cs + (size_t)2 * o->HD * K1 : NULL, n);
         gsa_fmap_(o, a.q, a.qpre, nD);
         gsa_fmap_(o, a.k, a.kpre, nD);
         gpu_silu_forward(a.v, a.vpre, nD);
@@ -165,17 +172,26 @@ static void gsa_forward_(Mixer *m, float *y, GpuAct x, int B, int T) {
         GPU_LAUNCH(gsa_gates_kernel, nM, a.f, a.s, a.fpre, nM, 1.0 / o->gate_logit_normalizer);
     });
     LinrecDims d1 = gsa_dims(o, 1, B, T), d2 = gsa_dims(o, 2, B, T);
-    gpu_linrec_forward(s.ok, NULL, a.ckpt1, a.q, a.k, a.s, a.f, NULL, s.engine, &d1);  // timed per kernel inside
+    if (state) GPU_TIMED("gsa.step", gpu_linrec_step(s.ok, NULL, state, n, a.q, a.k, a.s, a.f, NULL, &d1));
+    else gpu_linrec_forward(s.ok, NULL, a.ckpt1, a.q, a.k, a.s, a.f, NULL, s.engine, &d1);  // timed per kernel inside
     GPU_TIMED("gsa.softmax", {
         GPU_LAUNCH(gsa_softmax_kernel, R, a.p, s.ok, R, o->M);
     });
-    gpu_linrec_forward(a.o, NULL, a.ckpt2, a.p, a.s, a.v, a.f, NULL, s.engine, &d2);
+    if (state) GPU_TIMED("gsa.step", gpu_linrec_step(a.o, NULL, state + half, n, a.p, a.s, a.v, a.f, NULL, &d2));
+    else gpu_linrec_forward(a.o, NULL, a.ckpt2, a.p, a.s, a.v, a.f, NULL, s.engine, &d2);
     GPU_TIMED("gsa.out.forward", {
         gpu_silu_forward(a.so, a.o, nD);
         GroupNormOpts gn = gsa_norm_opts_(o);
         if (o->norm) gpu_groupnorm_forward(a.yn, NULL, a.rstd, a.so, NULL, mixer_param(m, o->k_norm), BT, 1, o->HD, &gn);
         gpu_matmul_forward(gpu_f32(y), gpu_f32(o->norm ? a.yn : a.so), mixer_param(m, o->k_o), NULL, BT, o->HD, C);
     });
+}
+
+static void gsa_forward_(Mixer *m, float *y, GpuAct x, int B, int T) { gsa_run_(m, y, x, B, T, NULL, 0); }
+
+static void gsa_step_(Mixer *m, float *state, float *y, GpuAct x, int B, int t, int cap) {
+    (void)t;
+    gsa_run_(m, y, x, B, 1, state, m->spec->ops->state_size(m->spec, cap));
 }
 
 static void gsa_backward_(Mixer *m, float *dx, const float *dy, GpuAct x, int B, int T) {
@@ -242,4 +258,5 @@ static void gsa_backward_(Mixer *m, float *dx, const float *dy, GpuAct x, int B,
     });
 }
 
-const GpuMixerOps GPU_MIXER_GSA = {"gsa", gsa_check_, gsa_act_size_, gsa_scratch_size_, gsa_forward_, gsa_backward_};
+const GpuMixerOps GPU_MIXER_GSA = {"gsa", gsa_check_, gsa_act_size_, gsa_scratch_size_, gsa_forward_, gsa_backward_,
+                                   gsa_step_};

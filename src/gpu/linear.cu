@@ -18,6 +18,7 @@
 #include "gpu/mixer_out.cuh"
 #include "gpu/rotary.cuh"
 #include "gpu/shortconv.cuh"
+#include "gpu/step.cuh"
 
 extern "C" {
 #include "mixers/linear.h"
@@ -207,7 +208,9 @@ static void lin_fmap_backward_(Mixer *m, int which, float *dx, const float *dout
 // ----------------------------------------------------------------------------
 // forward, backward
 
-static void linear_forward_(Mixer *m, float *y, GpuAct x, int B, int T) {
+// the forward over B,T; with a state, one token of decoding (T 1) at position t: sequence b's state at state + b * n,
+// mixers/linear.c's layout [the recurrence's (H, Dk*Dva) | rotate: the position | the conv caches of q, k, v]
+static void linear_run_(Mixer *m, float *y, GpuAct x, int B, int T, float *state, size_t n, int t) {
     const LinOpts *o = (const LinOpts *)m->spec->opts;
     int C = m->spec->C, BT = B * T;
     size_t rows = (size_t)BT * o->H;
@@ -215,19 +218,25 @@ static void linear_forward_(Mixer *m, float *y, GpuAct x, int B, int T) {
     lin_layout_(o, B, T, m->acts, &a);
     GpuLinScratch sc;
     scratch_layout_(o, B, T, m->scratch, &sc);
+    LinrecDims d = lin_dims(o, B, T);
+    size_t es = (size_t)o->H * linrec_state_size(&d), K1 = o->K ? (size_t)o->K - 1 : 0;
+    float *cs = state ? state + es + (o->rotate != 0) : NULL;
     GPU_TIMED("lin.qkv.forward", {
-        gpu_shortconv_forward(m, o->k_q, o->k_cq, o->K, 0, a.xq, a.cq, a.pq, x, B, T, o->HK);
-        gpu_shortconv_forward(m, o->k_k, o->k_ck, o->K, 0, a.xk, a.ck, a.pk, x, B, T, o->HK);
-        gpu_shortconv_forward(m, o->k_v, o->k_cv, o->K, 0, a.xv, a.cv, a.pv, x, B, T, o->HV);
+        gpu_shortconv_forward(m, o->k_q, o->k_cq, o->K, 0, a.xq, a.cq, a.pq, x, B, T, o->HK, cs, n);
+        gpu_shortconv_forward(m, o->k_k, o->k_ck, o->K, 0, a.xk, a.ck, a.pk, x, B, T, o->HK,
+                              cs ? cs + (size_t)o->HK * K1 : NULL, n);
+        gpu_shortconv_forward(m, o->k_v, o->k_cv, o->K, 0, a.xv, a.cv, a.pv, x, B, T, o->HV,
+                              cs ? cs + (size_t)2 * o->HK * K1 : NULL, n);
     });
     int fm = o->fmap != FMAP_IDENTITY;
     if (fm) GPU_TIMED("lin.fmap", { lin_fmap_(m, 0, a.q, a.fa, a.xq, BT); lin_fmap_(m, 1, a.k, a.fb, a.xk, BT); });
     if (o->rotate) {  // after the feature map, in place when there is one
         RotaryCfg rc = lin_rope_(o);
         GPU_TIMED("lin.rope", {
-            gpu_rotary_forward(a.q, fm ? a.q : a.xq, &rc, 0, B, T, o->H, o->Dk);
-            gpu_rotary_forward(a.k, fm ? a.k : a.xk, &rc, 0, B, T, o->H, o->Dk);
+            gpu_rotary_forward(a.q, fm ? a.q : a.xq, &rc, state ? t : 0, B, T, o->H, o->Dk);
+            gpu_rotary_forward(a.k, fm ? a.k : a.xk, &rc, state ? t : 0, B, T, o->H, o->Dk);
         });
+        if (state) gpu_state_count(state + es, n, B);  // the host's step keeps the next token's position there
     }
     const float *g = NULL;
     if (o->variant == LIN_RETNET) {
@@ -244,11 +253,17 @@ static void linear_forward_(Mixer *m, float *y, GpuAct x, int B, int T) {
         g = a.g;
     }
     if (o->normalize) gpu_linrec_ones_append(a.v, a.xv, rows, o->Dv);
-    LinrecDims d = lin_dims(o, B, T);
-    gpu_linrec_forward(a.o, NULL, a.ckpt, a.q, a.k, a.v, g, NULL, sc.engine, &d);  // timed per kernel inside
+    if (state) GPU_TIMED("lin.step", gpu_linrec_step(a.o, NULL, state, n, a.q, a.k, a.v, g, NULL, &d));
+    else gpu_linrec_forward(a.o, NULL, a.ckpt, a.q, a.k, a.v, g, NULL, sc.engine, &d);  // timed per kernel inside
     if (o->normalize) GPU_LAUNCH(lin_normalize_kernel, rows * o->Dv, a.on, a.o, rows, o->Dv);
     GPU_TIMED("lin.out.forward", gpu_mixer_out_forward(m, o->k_g, o->k_norm, o->k_o, y, a.yn, a.rstd, a.z, a.on, x, BT,
                                                        o->H, o->Dv, (float)o->norm_eps));
+}
+
+static void linear_forward_(Mixer *m, float *y, GpuAct x, int B, int T) { linear_run_(m, y, x, B, T, NULL, 0, 0); }
+
+static void linear_step_(Mixer *m, float *state, float *y, GpuAct x, int B, int t, int cap) {
+    linear_run_(m, y, x, B, 1, state, m->spec->ops->state_size(m->spec, cap), t);
 }
 
 static void linear_backward_(Mixer *m, float *dx, const float *dy, GpuAct x, int B, int T) {
@@ -329,7 +344,7 @@ static void linear_backward_(Mixer *m, float *dx, const float *dy, GpuAct x, int
 
 #define LIN_GPU_OPS_(ident, nm) \
     const GpuMixerOps ident = {nm, linear_check_, linear_act_size_, linear_scratch_size_, linear_forward_, \
-                               linear_backward_}
+                               linear_backward_, linear_step_}
 LIN_GPU_OPS_(GPU_MIXER_LINEAR_ATTN, "linear_attn");
 LIN_GPU_OPS_(GPU_MIXER_RETNET, "retnet");
 LIN_GPU_OPS_(GPU_MIXER_GLA, "gla");

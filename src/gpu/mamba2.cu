@@ -19,6 +19,7 @@
 #include "gpu/linrec.cuh"
 #include "gpu/matmul.cuh"
 #include "gpu/mixer_gpu.cuh"
+#include "gpu/step.cuh"
 
 extern "C" {
 #include "mixers/mamba2.h"
@@ -181,7 +182,9 @@ static void m2_front_(const Mixer *m, const Mamba2Acts *a, const GpuMamba2Scratc
     GPU_LAUNCH(m2_qkv_kernel, BT * ((size_t)o->H * o->N + o->Di), w->q, w->k, w->v, w->u, w->dt, BT, md);
 }
 
-static void mamba2_forward_(Mixer *m, float *out, GpuAct x, int B, int T) {
+// the forward over B,T; with a state, one token of decoding (T 1): sequence b's state at state + b * n,
+// mixers/mamba2.c's layout [the engine's (H, N*P) | the conv's cache (CD, K-1)]
+static void mamba2_run_(Mixer *m, float *out, GpuAct x, int B, int T, float *state, size_t n) {
     const Mamba2Opts *o = (const Mamba2Opts *)m->spec->opts;
     int C = m->spec->C, Di = o->Di, CD = o->CD, H = o->H, BT = B * T;
     Mamba2Acts a;
@@ -194,11 +197,16 @@ static void mamba2_forward_(Mixer *m, float *out, GpuAct x, int B, int T) {
         gpu_matmul_forward(gpu_f32(a.xbc), x, win + (size_t)Di * C, NULL, BT, C, CD);
         gpu_matmul_forward(gpu_f32(a.dtr), x, win + (size_t)(Di + CD) * C, NULL, BT, C, H);
     });
-    GPU_TIMED("mamba2.conv", gpu_conv1d_causal_forward(a.xc, a.xbc, mixer_param(m, o->k_cw),
-                                                       o->conv_bias ? mixer_param(m, o->k_cb) : NULL, B, T, CD, o->K));
-    GPU_TIMED("mamba2.front", m2_front_(m, &a, &w, B, T));
     LinrecDims d = mamba2_dims(o, B, T);
-    gpu_linrec_forward(a.y, NULL, a.ckpt, w.q, w.k, w.v, w.g, NULL, w.engine, &d);  // timed per kernel inside
+    const float *cb = o->conv_bias ? mixer_param(m, o->k_cb) : NULL;
+    if (state)
+        GPU_TIMED("mamba2.conv", gpu_conv1d_causal_step(a.xc, state + (size_t)H * linrec_state_size(&d), n, a.xbc,
+                                                        mixer_param(m, o->k_cw), cb, B, CD, o->K));
+    else
+        GPU_TIMED("mamba2.conv", gpu_conv1d_causal_forward(a.xc, a.xbc, mixer_param(m, o->k_cw), cb, B, T, CD, o->K));
+    GPU_TIMED("mamba2.front", m2_front_(m, &a, &w, B, T));
+    if (state) GPU_TIMED("mamba2.step", gpu_linrec_step(a.y, NULL, state, n, w.q, w.k, w.v, w.g, NULL, &d));
+    else gpu_linrec_forward(a.y, NULL, a.ckpt, w.q, w.k, w.v, w.g, NULL, w.engine, &d);  // timed per kernel inside
     GPU_TIMED("mamba2.skip", GPU_LAUNCH(m2_skip_kernel, (size_t)BT * Di, a.y, mixer_param(m, o->k_D), w.u, (size_t)BT,
                                         m2_dims_(o)));
     GroupNormOpts gn = mamba2_norm_opts(o);
@@ -206,6 +214,13 @@ static void mamba2_forward_(Mixer *m, float *out, GpuAct x, int B, int T) {
                                                    Di / o->G, &gn));
     GPU_TIMED("mamba2.out.forward",
               gpu_matmul_forward(gpu_f32(out), gpu_f32(a.yn), mixer_param(m, o->k_out), NULL, BT, Di, C));
+}
+
+static void mamba2_forward_(Mixer *m, float *out, GpuAct x, int B, int T) { mamba2_run_(m, out, x, B, T, NULL, 0); }
+
+static void mamba2_step_(Mixer *m, float *state, float *out, GpuAct x, int B, int t, int cap) {
+    (void)t;
+    mamba2_run_(m, out, x, B, 1, state, m->spec->ops->state_size(m->spec, cap));
 }
 
 static void mamba2_backward_(Mixer *m, float *dx, const float *dy, GpuAct x, int B, int T) {
@@ -271,4 +286,4 @@ static void mamba2_backward_(Mixer *m, float *dx, const float *dy, GpuAct x, int
 }
 
 const GpuMixerOps GPU_MIXER_MAMBA2 = {"mamba2", mamba2_check_, mamba2_act_size_, mamba2_scratch_size_,
-                                      mamba2_forward_, mamba2_backward_};
+                                      mamba2_forward_, mamba2_backward_, mamba2_step_};

@@ -32,6 +32,10 @@ typedef struct GpuMixerOps {
     size_t (*scratch_size)(const MixerSpec *s, int B, int T);  // device floats of temporaries
     void (*forward)(Mixer *m, float *y, GpuAct x, int B, int T);                     // y, x (B,T,C)
     void (*backward)(Mixer *m, float *dx, const float *dy, GpuAct x, int B, int T);  // dx += ...
+    // optional (NULL: no GPU decoding): one token of recurrent decoding, MixerOps.step's contract on the device. state
+    // (B, MixerOps.state_size(s, cap)) in the host's layout (the host's state_init fills it), the token at position t
+    // (the same for the B sequences); y (B,C) WRITTEN, x (B,C). m->acts and m->scratch are sized for (B, 1).
+    void (*step)(Mixer *m, float *state, float *y, GpuAct x, int B, int t, int cap);
 } GpuMixerOps;
 
 extern const GpuMixerOps GPU_MIXER_ATTENTION;

@@ -23,6 +23,7 @@
 #include "gpu/linrec.cuh"
 #include "gpu/matmul.cuh"
 #include "gpu/mixer_gpu.cuh"
+#include "gpu/step.cuh"
 
 extern "C" {
 #include "mixers/mlstm.h"
@@ -254,7 +255,9 @@ static void ml_gate_rows_(const Mixer *m, const GpuMlstmScratch *w, const float 
     GPU_LAUNCH(ml_cat_kernel, (size_t)BT * W, w->cat, q, k, va, (size_t)BT, md);
 }
 
-static void mlstm_forward_(Mixer *m, float *y, GpuAct x, int B, int T) {
+// the forward over B,T; with a state, one token of decoding (T 1): sequence b's state at state + b * n,
+// mixers/mlstm.c's layout [the recurrence's (H, D(D+1) + 1) | the conv's cache (I, K-1)]
+static void mlstm_run_(Mixer *m, float *y, GpuAct x, int B, int T, float *state, size_t n) {
     const MlstmOpts *o = (const MlstmOpts *)m->spec->opts;
     int C = m->spec->C, I = o->I, H = o->H, BT = B * T;
     size_t nI = (size_t)BT * I, nH = (size_t)BT * H, W = gate_width_(o);
@@ -268,9 +271,15 @@ static void mlstm_forward_(Mixer *m, float *y, GpuAct x, int B, int T) {
         gpu_matmul_forward(gpu_f32(a.xm), x, wup, NULL, BT, C, I);
         gpu_matmul_forward(gpu_f32(a.z), x, wup + (size_t)I * C, NULL, BT, C, I);
     });
+    LinrecDims d = mlstm_dims(o, B, T);
     if (o->K)
         GPU_TIMED("mlstm.conv", {
-            gpu_conv1d_causal_forward(a.xcp, a.xm, mixer_param(m, o->k_cw), mixer_param(m, o->k_cb), B, T, I, o->K);
+            if (state)
+                gpu_conv1d_causal_step(a.xcp, state + (size_t)H * linrec_state_size(&d), n, a.xm,
+                                       mixer_param(m, o->k_cw), mixer_param(m, o->k_cb), B, I, o->K);
+            else
+                gpu_conv1d_causal_forward(a.xcp, a.xm, mixer_param(m, o->k_cw), mixer_param(m, o->k_cb), B, T, I,
+                                          o->K);
             gpu_silu_forward(a.xc, a.xcp, nI);
         });
     // q, k = blockdiag(xc), v = blockdiag(xm) with its ones
@@ -286,8 +295,8 @@ static void mlstm_forward_(Mixer *m, float *y, GpuAct x, int B, int T) {
         gpu_matmul_forward(gpu_f32(w.pre2), gpu_f32(w.cat), w.w2, w.w2 + 2 * (size_t)H * W, BT, (int)W, 2 * H);
         GPU_LAUNCH(ml_gate_split_kernel, nH, a.ipre, a.fpre, a.lf, w.pre2, nH, H);
     });
-    LinrecDims d = mlstm_dims(o, B, T);
-    gpu_linrec_forward(a.o, a.mm, a.ckpt, a.q, a.k, a.v, a.lf, a.ipre, w.engine, &d);  // timed per kernel inside
+    if (state) GPU_TIMED("mlstm.step", gpu_linrec_step(a.o, a.mm, state, n, a.q, a.k, a.v, a.lf, a.ipre, &d));
+    else gpu_linrec_forward(a.o, a.mm, a.ckpt, a.q, a.k, a.v, a.lf, a.ipre, w.engine, &d);  // timed per kernel inside
     GPU_TIMED("mlstm.normalise", GPU_LAUNCH(ml_normalise_kernel, nI, a.h, a.o, a.mm, nI, md));
     // hs = outnorm(h) + skip (.) xc, y = (hs (.) silu(z)) W_down^T
     GroupNormOpts gn = mlstm_norm_opts(o);
@@ -299,6 +308,13 @@ static void mlstm_forward_(Mixer *m, float *y, GpuAct x, int B, int T) {
     });
     GPU_TIMED("mlstm.down.forward",
               gpu_matmul_forward(gpu_f32(y), gpu_f32(w.t1), mixer_param(m, o->k_down), NULL, BT, I, C));
+}
+
+static void mlstm_forward_(Mixer *m, float *y, GpuAct x, int B, int T) { mlstm_run_(m, y, x, B, T, NULL, 0); }
+
+static void mlstm_step_(Mixer *m, float *state, float *y, GpuAct x, int B, int t, int cap) {
+    (void)t;
+    mlstm_run_(m, y, x, B, 1, state, m->spec->ops->state_size(m->spec, cap));
 }
 
 static void mlstm_backward_(Mixer *m, float *dx, const float *dy, GpuAct x, int B, int T) {
@@ -384,4 +400,4 @@ static void mlstm_backward_(Mixer *m, float *dx, const float *dy, GpuAct x, int 
 }
 
 const GpuMixerOps GPU_MIXER_MLSTM = {"mlstm", mlstm_check_, mlstm_act_size_, mlstm_scratch_size_, mlstm_forward_,
-                                     mlstm_backward_};
+                                     mlstm_backward_, mlstm_step_};

@@ -1,6 +1,7 @@
 // The model's training step on the GPU (gpu/gpu.h): model/model.c's forward and backward for the parts the
 // backend has kernels for, over device buffers of the host model's layout, and the optimizer's elementwise
 // halves. Reads the host Model for everything that describes the network; never writes it.
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,6 +60,10 @@ struct Gpu {
     double *chunk_sumsq;
     float *coef;  // (pt->n, OPTIM_COEF)
     size_t mem_base;  // the device's used bytes before the backend allocated anything (its context included)
+    // recurrent decoding (gpu_decoder_*): dec_B sequences' states, layer l's (dec_B, state_size(cap)) at dec_off[l]
+    float *dec_state;
+    size_t *dec_off;
+    int dec_B, dec_cap, dec_t, dec_limit;
 };
 
 // ----------------------------------------------------------------------------
@@ -275,6 +280,7 @@ void gpu_close(Gpu *g) {
                     g->chunk_sumsq, g->coef};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) CUDA_CHECK(cudaFree(bufs[i]));
+    gpu_decoder_close(g);
     free(g->mix);
     free(g->mops);
     free(g->la);
@@ -382,7 +388,11 @@ static GpuAct forward_(Gpu *g, int B, int T, int has_targets, int n_norm, int gr
         const LayerParams *lp = &m->lp[l];
         float *next = l + 1 < m->L ? g->la[l + 1].res : g->res_out;
         norm_fwd_(g, a->ln1, a->ln1_mean, a->ln1_rstd, a->res, lp->ln1_w, lp->ln1_b, BT);
-        g->mops[l]->forward(&g->mix[l], g->mix_out, mm_(a->ln1), B, T);
+        if (g->dec_state)  // decoding: T 1, each layer's step on its state
+            g->mops[l]->step(&g->mix[l], g->dec_state + g->dec_off[l], g->mix_out, mm_(a->ln1), B, g->dec_t,
+                             g->dec_cap);
+        else
+            g->mops[l]->forward(&g->mix[l], g->mix_out, mm_(a->ln1), B, T);
         if (!lp->has_mlp) {  // a fused block (x += mixer(norm(x))), or model.mlp.kind none
             GPU_TIMED("residual", gpu_residual(next, a->res, g->mix_out, NULL, (size_t)BT * C, C));
             continue;
@@ -512,4 +522,70 @@ int gpu_forward_eval(Gpu *g, const int *inputs, const int *targets, int B, int T
     if (loss) *loss = mean;
     if (n_sup) *n_sup = sup;
     return 0;
+}
+
+// ----------------------------------------------------------------------------
+// recurrent decoding: model_decoder_step's network with each mixer's step on the device
+
+int gpu_decoder_open(Gpu *g, int B, int cap, int *limit, Err *e) {
+    const Model *m = g->m;
+    gpu_decoder_close(g);
+    if (B < 1 || cap < 1) return err_set(e, "a decoder needs at least one sequence and one position (B %d, cap %d)", B, cap);
+    for (int l = 0; l < m->L; l++)
+        if (!m->mspec[l].ops->step || !g->mops[l]->step)
+            return err_set(e, "layer %d (%s) has no GPU decoding yet; decode with --device cpu", l,
+                           m->mspec[l].ops->name);
+    size_t *off = (size_t *)xmalloc(((size_t)m->L + 1) * sizeof(size_t));
+    int lim = INT_MAX;
+    off[0] = 0;
+    for (int l = 0; l < m->L; l++) {  // model_decoder_init's layout and limit
+        const MixerSpec *s = &m->mspec[l];
+        size_t n = s->ops->state_size(s, cap);
+        if (s->ops->state_size(s, cap + 1) > n) lim = cap;
+        off[l + 1] = off[l] + (size_t)B * n;
+    }
+    char what[160];
+    snprintf(what, sizeof what, "the decoding states of %d sequences", B);
+    if (dev_alloc_(&g->dec_state, off[m->L] * sizeof(float), what, e) != 0) {
+        free(off);
+        return -1;
+    }
+    g->dec_off = off;
+    g->dec_B = B, g->dec_cap = cap, g->dec_limit = lim;
+    *limit = lim;
+    gpu_decoder_reset(g);
+    return 0;
+}
+
+void gpu_decoder_reset(Gpu *g) {
+    const Model *m = g->m;
+    float *h = (float *)xmalloc(g->dec_off[m->L] * sizeof(float));
+    for (int l = 0; l < m->L; l++) m->mspec[l].ops->state_init(&m->mix[l], h + g->dec_off[l], g->dec_B, g->dec_cap);
+    CUDA_CHECK(cudaMemcpy(g->dec_state, h, g->dec_off[m->L] * sizeof(float), cudaMemcpyHostToDevice));
+    free(h);
+    g->dec_t = 0;
+}
+
+int gpu_decoder_step(Gpu *g, const int *tokens, float *logits, Err *e) {
+    int B = g->dec_B, sup;
+    if (g->dec_t >= g->dec_limit)
+        return err_set(e, "the decoder is full: its attention caches hold %d positions (reset it and feed the last "
+                       "tokens again to go on)", g->dec_cap);
+    float *state = g->dec_state;
+    g->dec_state = NULL;  // the upload may re-size the activations: not a decoding pass
+    int rc = batch_upload_(g, tokens, NULL, B, 1, &sup, e);
+    g->dec_state = state;
+    if (rc != 0) return -1;
+    forward_(g, B, 1, 0, 0, 0);
+    CUDA_CHECK(cudaMemcpy(logits, g->logits, (size_t)B * g->m->V * sizeof(float), cudaMemcpyDeviceToHost));
+    g->dec_t++;
+    return 0;
+}
+
+void gpu_decoder_close(Gpu *g) {
+    if (g->dec_state) CUDA_CHECK(cudaFree(g->dec_state));
+    free(g->dec_off);
+    g->dec_state = NULL;
+    g->dec_off = NULL;
+    g->dec_B = g->dec_cap = g->dec_t = g->dec_limit = 0;
 }

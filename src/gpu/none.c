@@ -55,5 +55,17 @@ int gpu_forward_eval(Gpu *g, const int *inputs, const int *targets, int B, int T
     unreachable_("gpu_forward_eval");
     return err_set(e, "%s", NO_CUDA_);
 }
+int gpu_decoder_open(Gpu *g, int B, int cap, int *limit, Err *e) {
+    (void)g, (void)B, (void)cap, (void)limit, (void)e;
+    unreachable_("gpu_decoder_open");
+    return -1;
+}
+void gpu_decoder_reset(Gpu *g) { (void)g; unreachable_("gpu_decoder_reset"); }
+int gpu_decoder_step(Gpu *g, const int *tokens, float *logits, Err *e) {
+    (void)g, (void)tokens, (void)logits, (void)e;
+    unreachable_("gpu_decoder_step");
+    return -1;
+}
+void gpu_decoder_close(Gpu *g) { (void)g; unreachable_("gpu_decoder_close"); }
 double gpu_clip_grads(Gpu *g, Optim *o) { (void)g, (void)o; unreachable_("gpu_clip_grads"); return 0; }
 void gpu_optim_step(Gpu *g, Optim *o, float lr, float beta1) { (void)g, (void)o, (void)lr, (void)beta1; unreachable_("gpu_optim_step"); }

@@ -3,9 +3,10 @@
 #include "gpu/conv.cuh"
 #include "gpu/matmul.cuh"
 #include "gpu/shortconv.cuh"
+#include "gpu/step.cuh"
 
 void gpu_shortconv_forward(const Mixer *m, int kp, int kc, int K, int silu0, float *s, float *c, float *p, GpuAct x,
-                           int B, int T, int W) {
+                           int B, int T, int W, float *cache, size_t stride) {
     int BT = B * T, C = m->spec->C;
     if (kc < 0 && !silu0) {
         gpu_matmul_forward(gpu_f32(s), x, mixer_param(m, kp), NULL, BT, C, W);
@@ -13,7 +14,8 @@ void gpu_shortconv_forward(const Mixer *m, int kp, int kc, int K, int silu0, flo
     }
     if (kc >= 0) {
         gpu_matmul_forward(gpu_f32(p), x, mixer_param(m, kp), NULL, BT, C, W);
-        gpu_conv1d_causal_forward(c, p, mixer_param(m, kc), NULL, B, T, W, K);
+        if (cache) gpu_conv1d_causal_step(c, cache, stride, p, mixer_param(m, kc), NULL, B, W, K);
+        else gpu_conv1d_causal_forward(c, p, mixer_param(m, kc), NULL, B, T, W, K);
     } else {
         gpu_matmul_forward(gpu_f32(c), x, mixer_param(m, kp), NULL, BT, C, W);
     }

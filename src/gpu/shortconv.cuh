@@ -16,8 +16,10 @@ extern "C" {
 
 // one stream over B,T: s (BT,W) = silu(c); c (BT,W) = conv_K(p); p (BT,W) = x W^T; x (BT,C) (see
 // mixers/shortconv.h for kc < 0 and silu0). Unused buffers may be NULL; s may alias neither c nor p.
+// cache NULL: the training forward (zero padding before each sequence); else one token of decoding (T 1): the conv
+// reads and slides sequence b's cache of this stream (W,K-1) at cache + b * stride (shortconv_step's layout)
 void gpu_shortconv_forward(const Mixer *m, int kp, int kc, int K, int silu0, float *s, float *c, float *p, GpuAct x,
-                           int B, int T, int W);
+                           int B, int T, int W, float *cache, size_t stride);
 // its backward: dx (BT,C) and the stream's tensors' gradients accumulate (+=) from ds (BT,W); c, p as the forward
 // kept them; dc, dp (BT,W) scratch
 void gpu_shortconv_backward(Mixer *m, int kp, int kc, int K, int silu0, float *dx, float *dc, float *dp,

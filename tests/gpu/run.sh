@@ -4,7 +4,8 @@
 #      (tests/gpu/test_gpu_parity.c: logits, loss, every gradient, 6 AdamW steps, bit-identical repeats; fp32 and bf16),
 #      the linear-recurrence engine against nn/linrec.c (tests/gpu/test_gpu_linrec.c), the delta-rule engine against
 #      nn/delta.c (tests/gpu/test_gpu_delta.c) and the linear family's ops
-#      against their nn/ twins (tests/gpu/test_gpu_ops.c), then training runs through
+#      against their nn/ twins (tests/gpu/test_gpu_ops.c), recurrent decoding on the GPU against the host's decoder
+#      (tests/gpu/test_gpu_decode.c: every mixer with a GPU step, greedy generation), then training runs through
 #      seqtrain (below);
 #   2. where nvcc exists: the CUDA build (make CUDA=1), the parity test on the GPU (fp32, tf32 and bf16) and the
 #      kernels' tests (linear recurrence, delta rule, ops); without a GPU they run only what needs none (the
@@ -335,13 +336,14 @@ finish() { echo "$PASS passed, $FAIL failed (tests/gpu/run.sh)"; [ "$FAIL" = 0 ]
 EMU=build/release/tests-gpuemu
 if [ -n "${SEQ_GPU_ONLY:-}" ]; then
     echo "# SEQ_GPU_ONLY: the emulated part is skipped"
-elif make -j"$JOBS" "$EMU/test_gpu_emulated" "$EMU/test_gpu_linrec" "$EMU/test_gpu_delta" "$EMU/test_gpu_ops" "$EMU/seqtrain" "$EMU/seqeval" \
+elif make -j"$JOBS" "$EMU/test_gpu_emulated" "$EMU/test_gpu_linrec" "$EMU/test_gpu_delta" "$EMU/test_gpu_ops" \
+        "$EMU/test_gpu_decode" "$EMU/seqtrain" "$EMU/seqeval" \
         >"$W/make.log" 2>&1; then
     ok "the emulated GPU backend builds"
     # the parity test (single-threaded, the longest) beside the kernels' tests and the training runs
     OMP_NUM_THREADS=1 "$EMU/test_gpu_emulated" >"$W/emulated.out" 2>&1 &
     emu_pid=$!
-    for t in test_gpu_linrec test_gpu_delta test_gpu_ops; do OMP_NUM_THREADS=1 "$EMU/$t" || FAIL=$((FAIL + 1)); done
+    for t in test_gpu_linrec test_gpu_delta test_gpu_ops test_gpu_decode; do OMP_NUM_THREADS=1 "$EMU/$t" || FAIL=$((FAIL + 1)); done
     training_runs emulated "$EMU"
     wait "$emu_pid" || FAIL=$((FAIL + 1))
     cat "$W/emulated.out"
@@ -355,7 +357,8 @@ if [ ! -x "$NVCC" ]; then
     finish
 fi
 PARITY=build/release/tests-cuda/gpu/test_gpu_parity
-KERNELS="build/release/tests-cuda/gpu/test_gpu_linrec build/release/tests-cuda/gpu/test_gpu_delta build/release/tests-cuda/gpu/test_gpu_ops"
+KERNELS="build/release/tests-cuda/gpu/test_gpu_linrec build/release/tests-cuda/gpu/test_gpu_delta build/release/tests-cuda/gpu/test_gpu_ops
+    build/release/tests-cuda/gpu/test_gpu_decode"
 # shellcheck disable=SC2086  # the kernels' test programs, split on purpose
 if ! make CUDA=1 NVCC="$NVCC" -j"$JOBS" tools "$PARITY" $KERNELS >"$W/make.log" 2>&1; then
     not_ok "make CUDA=1 builds" "$(tail -5 "$W/make.log" | tr '\n' ' ')"
