@@ -1,12 +1,13 @@
 /*
  * seqeval --run RUN_DIR --generate --prompt TEXT | --prompt-file FILE [--batch N --max-new N --temperature T
- *     --top-k K --top-p P --seed S --context L --device cpu|cuda]
+ *     --top-k K --top-p P --seed S --context L --device cpu|cuda --precision P]
  *
  * One prompt streams its continuation to stdout as it is drawn; a prompt file (one prompt per line) is
  * generated in batches of --batch prompts (memory stays that of one batch, however long the file), each
  * prompt's text printed when its batch is done; batch k samples from seed + k. EOS prints as a newline
  * (as seqtok decode writes it). Speed goes to stderr. The generation itself is eval/generate.h; --device cuda
- * keeps every layer's decoding state on the GPU (gpu/gpu.h's decoder) in the run's run.precision.
+ * keeps every layer's decoding state on the GPU (gpu/gpu.h's decoder) in the run's run.precision (--precision for
+ * another).
  */
 #include "cli/generate.h"
 
@@ -195,7 +196,8 @@ static int generate_batch_(Model *m, Gpu *gpu, const Tokenizer *tok, char **text
 }
 
 int generate_main(const char *prog, int argc, char **argv) {
-    const char *run = NULL, *ckpt = NULL, *prompt = NULL, *prompt_file = NULL, *tok_path = NULL, *device = "cpu";
+    const char *run = NULL, *ckpt = NULL, *prompt = NULL, *prompt_file = NULL, *tok_path = NULL, *device = "cpu",
+               *precision = NULL;
     long max_new = 200, top_k = 50, seed = 1, context = 0, threads = 0, batch = GENERATE_BATCH_DEFAULT;
     double temperature = 0.8, top_p = 0.95;
     int gen = 0, help = 0;
@@ -213,6 +215,7 @@ int generate_main(const char *prog, int argc, char **argv) {
         {"--seed", ARG_INT, &seed, "S", "sampling seed: the same seed gives the same text (default 1)", 0, 9e18},
         {"--context", ARG_INT, &context, "L", "positions attention caches hold and the longest prompt kept (default: the run's train.seq_len); full caches slide to the last L/2 tokens", 2, 1 << 24},
         {"--device", ARG_STR, &device, "cpu|cuda", "where the model decodes (default cpu); cuda keeps every layer's state on the GPU in the run's run.precision (the linear family and state-space mixers; attention layers decode on the CPU only) and needs a `make CUDA=1` build", 0, 0},
+        {"--precision", ARG_STR, &precision, "P", "with --device cuda: fp32, tf32 or bf16 (default: the run's run.precision)", 0, 0},
         {"--tokenizer", ARG_STR, &tok_path, "MODEL", "SentencePiece model (default: the run's data.tokenizer)", 0, 0},
         ARGS_THREADS_SPEC(&threads),
         {"--help", ARG_FLAG, &help, NULL, "show this help", 0, 0},
@@ -267,6 +270,7 @@ int generate_main(const char *prog, int argc, char **argv) {
     }
     go.context = context ? (int)context : c.train.seq_len;
     Gpu *gpu = NULL;
+    if (precision) snprintf(c.run.precision, sizeof c.run.precision, "%s", precision);
     if (!strcmp(device, "cuda") && gpu_open(&gpu, &m, NULL, c.run.precision, &e) != 0) {
         err_prefix(&e, "--device cuda: ");
         err_die(prog, &e);
