@@ -214,7 +214,7 @@ int generate_main(const char *prog, int argc, char **argv) {
         {"--top-p", ARG_DOUBLE, &top_p, "P", "then among the fewest whose probability reaches P, in (0, 1] (default 0.95)", 0, 0},
         {"--seed", ARG_INT, &seed, "S", "sampling seed: the same seed gives the same text (default 1)", 0, 9e18},
         {"--context", ARG_INT, &context, "L", "positions attention caches hold and the longest prompt kept (default: the run's train.seq_len); full caches slide to the last L/2 tokens", 2, 1 << 24},
-        {"--device", ARG_STR, &device, "cpu|cuda", "where the model decodes (default cpu); cuda keeps every layer's state on the GPU in the run's run.precision (the linear family and state-space mixers; attention layers decode on the CPU only) and needs a `make CUDA=1` build", 0, 0},
+        {"--device", ARG_STR, &device, "cpu|cuda", "where the model decodes (default cpu); cuda keeps every layer's state and key/value cache on the GPU, in the run's run.precision, and needs a `make CUDA=1` build", 0, 0},
         {"--precision", ARG_STR, &precision, "P", "with --device cuda: fp32, tf32 or bf16 (default: the run's run.precision)", 0, 0},
         {"--tokenizer", ARG_STR, &tok_path, "MODEL", "SentencePiece model (default: the run's data.tokenizer)", 0, 0},
         ARGS_THREADS_SPEC(&threads),

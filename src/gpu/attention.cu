@@ -11,6 +11,7 @@
 #include "gpu/flash_attn.cuh"
 #include "gpu/gates.cuh"
 #include "gpu/mixer_gpu.cuh"
+#include "gpu/rotary.cuh"
 #include "gpu/matmul.cuh"
 #include "gpu/norm.cuh"
 
@@ -131,9 +132,15 @@ static size_t scratch_layout_(const AttentionOpts *o, int B, int T, float *base,
     return gpu_take_slots(slots, sizeof slots / sizeof slots[0], base);
 }
 
+// decoding's buffers in the scratch (attention_gpu_step_): qkv (B,3HD), the output (B,HD), fox's F (B,H), qk_norm's
+// normed q and k (B,HD each) and their 1/rms (B,H)
+static size_t step_scratch_(const AttentionOpts *o, int B) { return 6 * (size_t)B * o->HD + 2 * (size_t)B * o->H; }
+
 static size_t attention_gpu_scratch_size_(const MixerSpec *s, int B, int T) {
     GpuAttScratch sc;
-    return scratch_layout_((const AttentionOpts *)s->opts, B, T, NULL, &sc);
+    size_t n = scratch_layout_((const AttentionOpts *)s->opts, B, T, NULL, &sc);
+    size_t st = T == 1 ? step_scratch_((const AttentionOpts *)s->opts, B) : 0;
+    return n > st ? n : st;
 }
 
 // ----------------------------------------------------------------------------
@@ -333,6 +340,96 @@ static void rope_table_(const GpuAttActs *a, const AttentionOpts *o, int T) {
 }
 
 // ----------------------------------------------------------------------------
+// decoding with a key/value cache: mixers/attention.c's att_step_ and nn/attention_step.c over device buffers.
+// One sequence's state (the host's layout): [F (H doubles as 2H floats, fox) | kc (H,S,D) | vc (H,S,D) | gc (H,S),
+// fox] with position j in slot j % S.
+
+// fox: F (a double per head in the state) += logsigmoid(pre); g (B,H) = F rounded, what the cache keeps
+__global__ void fox_step_kernel(float *g, float *state, size_t stride, const float *pre, int B, int H) {
+    int bh = blockIdx.x * blockDim.x + threadIdx.x;
+    if (bh >= B * H) return;
+    double *F = (double *)(state + (size_t)(bh / H) * stride) + bh % H;  // 8-byte aligned: stride, offsets even
+    double f = *F + gate_logsigmoid_((double)pre[bh]);
+    *F = f;
+    g[bh] = (float)f;
+}
+
+#define ATT_STEP_THREADS 128
+#define ATT_STEP_TILE 256  // keys scored at a time; the softmax is carried from tile to tile (online)
+
+// a block per (b,h): the token's k, v (and F) into slot t % S, then the keys j0..t in tiles: logits (scale q.k, the
+// scheme's slope and fox's F_t - F_j), the running max and sum, and the values' weighted sum with the post-softmax
+// decay (left out of the sum, as the host's); thread i owns output channels i and i + ATT_STEP_THREADS (D <= 256)
+__global__ void attn_step_kernel(float *out, const float *q, const float *k, const float *v, const float *g,
+                                 float *state, size_t stride, size_t fixed, GpuAttnOpts ko, int t, int H, int D,
+                                 int S) {
+    __shared__ float qs[2 * ATT_STEP_THREADS], sc[ATT_STEP_TILE], red[2];
+    int bh = blockIdx.x, b = bh / H, h = bh % H, tid = threadIdx.x, HD = H * D;
+    float *seq = state + b * stride + fixed;
+    float *kc = seq + (size_t)h * S * D, *vc = seq + (size_t)S * HD + (size_t)h * S * D;
+    float *gc = g ? seq + 2 * (size_t)S * HD + (size_t)h * S : NULL;
+    int j0 = t - S + 1;
+    if (ko.window > 0 && t - ko.window + 1 > j0) j0 = t - ko.window + 1;
+    if (j0 < 0) j0 = 0;
+    int slot = t % S;
+    size_t x = (size_t)bh * D;
+    for (int i = tid; i < D; i += blockDim.x) {
+        kc[(size_t)slot * D + i] = k[x + i];
+        vc[(size_t)slot * D + i] = v[x + i];
+        qs[i] = q[x + i];
+    }
+    float Ft = g ? g[bh] : 0.0f;
+    if (gc && tid == 0) gc[slot] = Ft;
+    __syncthreads();
+    float slope = ko.slopes[h], decay = ko.decay[h], m = -INFINITY, l = 0.0f, acc[2] = {0.0f, 0.0f};
+    for (int base = j0; base <= t; base += ATT_STEP_TILE) {
+        int n = min(ATT_STEP_TILE, t + 1 - base);
+        for (int jj = tid; jj < n; jj += blockDim.x) {
+            int j = base + jj;
+            const float *kj = kc + (size_t)(j % S) * D;
+            float d = 0.0f;
+            for (int i = 0; i < D; i++) d += qs[i] * kj[i];
+            float s = ko.scale * d - slope * (float)(t - j);
+            if (gc) s += Ft - gc[j % S];
+            sc[jj] = s;
+        }
+        __syncthreads();
+        if (tid == 0) {
+            float mx = m;
+            for (int jj = 0; jj < n; jj++) mx = fmaxf(mx, sc[jj]);
+            red[0] = mx;
+        }
+        __syncthreads();
+        float mn = red[0], corr = expf(m - mn);  // m = -inf on the first tile: corr 0, nothing to rescale
+        for (int jj = tid; jj < n; jj += blockDim.x) sc[jj] = expf(sc[jj] - mn);
+        __syncthreads();
+        if (tid == 0) {
+            float sum = 0.0f;
+            for (int jj = 0; jj < n; jj++) sum += sc[jj];
+            red[1] = sum;
+        }
+        for (int r = 0; r < 2; r++) {
+            int i = tid + r * blockDim.x;
+            if (i >= D) break;
+            float a = acc[r] * corr;
+            for (int jj = 0; jj < n; jj++) {
+                int j = base + jj;
+                float w = decay > 0.0f ? sc[jj] * expf(-decay * (float)(t - j)) : sc[jj];
+                a += w * vc[(size_t)(j % S) * D + i];
+            }
+            acc[r] = a;
+        }
+        __syncthreads();
+        l = l * corr + red[1];
+        m = mn;
+    }
+    for (int r = 0; r < 2; r++) {
+        int i = tid + r * blockDim.x;
+        if (i < D) out[x + i] = acc[r] / l;
+    }
+}
+
+// ----------------------------------------------------------------------------
 // forward, backward
 
 static void attention_gpu_forward_(Mixer *m, float *y, GpuAct x, int B, int T) {
@@ -383,6 +480,57 @@ static void attention_gpu_forward_(Mixer *m, float *y, GpuAct x, int B, int T) {
                                           kernel_in_(&a, 2), &ko, B, H, T, D));
     GPU_TIMED("attn.out.forward", gpu_matmul_forward(gpu_f32(y), gpu_act(a.o_lin, bf), mixer_param(m, o->k_wo),
                                                      o->bias ? mixer_param(m, o->k_bo) : NULL, BT, HD, C));
+}
+
+// one token at position t for B sequences (mixers/attention.c's att_step_): qkv (one projection with its bias), qk_norm,
+// RoPE at t, fox's F, the cached attention, the output projection
+static void attention_gpu_step_(Mixer *m, float *state, float *y, GpuAct x, int B, int t, int cap) {
+    const AttentionOpts *o = (const AttentionOpts *)m->spec->opts;
+    int C = m->spec->C, H = o->H, D = o->D, HD = o->HD;
+    int S = o->window > 0 && o->window < cap ? o->window : cap;
+    size_t n = m->spec->ops->state_size(m->spec, cap), fixed = o->fgate ? 2 * (size_t)H : 0, bd = (size_t)B * HD;
+    // the scratch (step_scratch_): qkv (B,3HD) | q, k, v (B,H,1,D) | F (B,H) | 1/rms (B,H)
+    float *qkv = m->scratch, *q = qkv + 3 * bd, *k = q + bd, *v = k + bd, *g = v + bd, *rstd = g + (size_t)B * H;
+    GPU_TIMED("attn.qkv.forward", gpu_matmul_forward(gpu_f32(qkv), x, mixer_param(m, o->k_wqkv),
+                                                     o->bias ? mixer_param(m, o->k_bqkv) : NULL, B, C, 3 * HD));
+    float *dst[3] = {q, k, v};
+    for (int part = 0; part < 3; part++)
+        GPU_TIMED("attn.permute", permute_(dst[part], qkv, 3 * HD, part * HD, B, 1, H, D, 0));
+    if (o->qk_norm) {  // into qkv's first two thirds, free now
+        GPU_TIMED("attn.qk_norm", {
+            gpu_norm_forward(gpu_f32(qkv), NULL, rstd, q, mixer_param(m, o->k_qn), NULL, B * H, D, 1);
+            gpu_norm_forward(gpu_f32(qkv + bd), NULL, rstd, k, mixer_param(m, o->k_kn), NULL, B * H, D, 1);
+        });
+        q = qkv, k = qkv + bd;
+    }
+    if (rotates_(o)) {
+        GpuAttActs a;
+        att_layout_(o, B, 1, m->acts, &a);
+        RotaryCfg rc = {o->layout, (float)o->rope_base, NULL};
+        if (per_head_rope_(o)) {  // the host's spectrum on the device
+            CUDA_CHECK(cudaMemcpy(a.freqs, o->freqs, (size_t)H * (D / 2) * sizeof(float), cudaMemcpyHostToDevice));
+            rc.freqs = a.freqs;
+        }
+        GPU_TIMED("attn.rope", {
+            gpu_rotary_forward(q, q, &rc, t, B, 1, H, D);
+            gpu_rotary_forward(k, k, &rc, t, B, 1, H, D);
+        });
+    }
+    if (o->fgate)  // g holds the gate's pre-activations, then F in place
+        GPU_TIMED("attn.fgate", {
+            gpu_matmul_forward(gpu_f32(g), x, mixer_param(m, o->k_fw), mixer_param(m, o->k_fb), B, C, H);
+            fox_step_kernel<<<gpu_blocks((size_t)B * H, 64), 64>>>(g, state, n, g, B, H);
+            KERNEL_CHECK();
+        });
+    float *out = qkv + 2 * bd;  // v's third of qkv: v is packed apart
+    GpuAttnOpts ko = kernel_opts_(o, NULL);
+    GPU_TIMED("attn.step", {
+        attn_step_kernel<<<B * H, ATT_STEP_THREADS>>>(out, q, k, v, o->fgate ? g : NULL, state, n, fixed, ko, t, H, D,
+                                                      S);
+        KERNEL_CHECK();
+    });
+    GPU_TIMED("attn.out.forward", gpu_matmul_forward(gpu_f32(y), gpu_f32(out), mixer_param(m, o->k_wo),
+                                                     o->bias ? mixer_param(m, o->k_bo) : NULL, B, HD, C));
 }
 
 static void attention_gpu_backward_(Mixer *m, float *dx, const float *dy, GpuAct x, int B, int T) {
@@ -453,4 +601,5 @@ const GpuMixerOps GPU_MIXER_ATTENTION = {
     attention_gpu_scratch_size_,
     attention_gpu_forward_,
     attention_gpu_backward_,
+    attention_gpu_step_,
 };
