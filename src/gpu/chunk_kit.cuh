@@ -87,38 +87,68 @@ static void smem_limit_(K kernel, size_t bytes) {
 // ----------------------------------------------------------------------------
 // staged loads (every thread of the block)
 
+// n elements staged: thread e's elements e, e + 256, ... as put(i, get(i)), get returning the (bounds-checked) value.
+// The loads go out CK_BATCH at a time before any store, so a thread waits for one memory latency a batch rather than
+// one an element: a kernel with few blocks (the state walks, one block per SM) is otherwise bound by that latency.
+#define CK_BATCH 8
+template <typename G, typename P>
+static __device__ __forceinline__ void stage_(int n, G get, P put) {
+    for (int e0 = threadIdx.x; e0 < n; e0 += CK_BATCH * CK_THREADS) {
+        float r[CK_BATCH];
+        #pragma unroll
+        for (int u = 0; u < CK_BATCH; u++) {
+            int e = e0 + u * CK_THREADS;
+            r[u] = e < n ? get(e) : 0.0f;
+        }
+        #pragma unroll
+        for (int u = 0; u < CK_BATCH; u++) {
+            int e = e0 + u * CK_THREADS;
+            if (e < n) put(e, r[u]);
+        }
+    }
+}
+
 // s (LC rows of CK_LD) WRITTEN: mul times the (L, 32) tile of x (B,T,H,W) at channel c0 for tokens t0 ..; zeros past
 // L and W, so the products over it need no bounds
 template <typename D>
 static __device__ void load_tile_(float *s, const float *x, const D &d, int W, int b, int h, int t0, int L, int LC,
                                   int c0, float mul) {
-    for (int e = threadIdx.x; e < LC * CK_TILE; e += CK_THREADS) {
-        int i = e / CK_TILE, c = e % CK_TILE;
-        s[i * CK_LD + c] = i < L && c0 + c < W ? mul * x[row_(d, b, t0 + i, h) * W + c0 + c] : 0.0f;
-    }
+    stage_(
+        LC * CK_TILE,
+        [&](int e) {
+            int i = e / CK_TILE, c = e % CK_TILE;
+            return i < L && c0 + c < W ? mul * x[row_(d, b, t0 + i, h) * W + c0 + c] : 0.0f;
+        },
+        [&](int e, float v) { s[(e / CK_TILE) * CK_LD + e % CK_TILE] = v; });
 }
 
 // s (32 rows of CK_LD) WRITTEN: the (32, 32) tile at (c0, v0) of the state st (Dk, Dv), zeros outside
 template <typename D>
 static __device__ void load_state_(float *s, const float *st, const D &d, int c0, int v0) {
-    for (int e = threadIdx.x; e < CK_TILE * CK_TILE; e += CK_THREADS) {
-        int r = e / CK_TILE, x = e % CK_TILE;
-        s[r * CK_LD + x] = c0 + r < d.Dk && v0 + x < d.Dv ? st[(size_t)(c0 + r) * d.Dv + v0 + x] : 0.0f;
-    }
+    stage_(
+        CK_TILE * CK_TILE,
+        [&](int e) {
+            int r = e / CK_TILE, x = e % CK_TILE;
+            return c0 + r < d.Dk && v0 + x < d.Dv ? st[(size_t)(c0 + r) * d.Dv + v0 + x] : 0.0f;
+        },
+        [&](int e, float v) { s[(e / CK_TILE) * CK_LD + e % CK_TILE] = v; });
 }
 
 // s (LC, LC) WRITTEN: one chunk's (LC, LC) matrix of the scratch
 static __device__ void load_ll_(float *s, const float *src, int LC) {
-    for (int e = threadIdx.x; e < LC * LC; e += CK_THREADS) s[e] = src[e];
+    stage_(LC * LC, [&](int e) { return src[e]; }, [&](int e, float v) { s[e] = v; });
 }
 
 // s (LCP rows of ld) WRITTEN: one chunk's (LC, LC) matrix of the scratch, zero-padded to LCP x LCP (the warp
 // products' k runs in steps of 8 and m in 16)
 static __device__ void load_ll_pad_(float *s, const float *src, int LC, int LCP, int ld) {
-    for (int e = threadIdx.x; e < LCP * LCP; e += CK_THREADS) {
-        int i = e / LCP, j = e % LCP;
-        s[i * ld + j] = i < LC && j < LC ? src[i * LC + j] : 0.0f;
-    }
+    stage_(
+        LCP * LCP,
+        [&](int e) {
+            int i = e / LCP, j = e % LCP;
+            return i < LC && j < LC ? src[i * LC + j] : 0.0f;
+        },
+        [&](int e, float v) { s[(e / LCP) * ld + e % LCP] = v; });
 }
 // LC rounded up to the warp products' 16 rows
 template <typename D>

@@ -139,19 +139,24 @@ static __device__ void solve_lower_t_(float *x, const float *kk, const DeltaScal
 // s (LC rows of CK_LD) WRITTEN: the (L, 32) tile at column v0 of rows t0 .. of x (T, W) (one (b,h)'s rows of the
 // scratch), zeros past L and W
 static __device__ void load_rows_(float *s, const float *x, int W, int t0, int L, int LC, int v0) {
-    for (int e = threadIdx.x; e < LC * CK_TILE; e += CK_THREADS) {
-        int i = e / CK_TILE, c = e % CK_TILE;
-        s[i * CK_LD + c] = i < L && v0 + c < W ? x[(size_t)(t0 + i) * W + v0 + c] : 0.0f;
-    }
+    stage_(
+        LC * CK_TILE,
+        [&](int e) {
+            int i = e / CK_TILE, c = e % CK_TILE;
+            return i < L && v0 + c < W ? x[(size_t)(t0 + i) * W + v0 + c] : 0.0f;
+        },
+        [&](int e, float v) { s[(e / CK_TILE) * CK_LD + e % CK_TILE] = v; });
 }
 
 // s (ntiles(Dk)·32 rows of CK_LD) WRITTEN: the (Dk, 32) column tile at v0 of the state st (Dk, Dv), zeros outside
 static __device__ void load_cols_(float *s, const float *st, const DeltaDims &d, int v0) {
-    int rows = ntiles_(d.Dk) * CK_TILE;
-    for (int e = threadIdx.x; e < rows * CK_TILE; e += CK_THREADS) {
-        int r = e / CK_TILE, x = e % CK_TILE;
-        s[r * CK_LD + x] = r < d.Dk && v0 + x < d.Dv ? st[(size_t)r * d.Dv + v0 + x] : 0.0f;
-    }
+    stage_(
+        ntiles_(d.Dk) * CK_TILE * CK_TILE,
+        [&](int e) {
+            int r = e / CK_TILE, x = e % CK_TILE;
+            return r < d.Dk && v0 + x < d.Dv ? st[(size_t)r * d.Dv + v0 + x] : 0.0f;
+        },
+        [&](int e, float v) { s[(e / CK_TILE) * CK_LD + e % CK_TILE] = v; });
 }
 
 // ----------------------------------------------------------------------------
