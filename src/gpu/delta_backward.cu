@@ -109,13 +109,19 @@ __global__ void __launch_bounds__(CK_THREADS)
         });
         // dR = (I + A)^{-T} dU; dv += b (.) dR
         solve_lower_t_(s.X, s.kk, s.cs, L, LC);
-        for (int e = tid; e < L * CK_TILE; e += CK_THREADS) {
-            int i = e / CK_TILE, c = e % CK_TILE;
-            if (v0 + c >= d.Dv) continue;
-            float x = s.X[i * CK_LD + c];
-            drb[(size_t)(t0 + i) * d.Dv + v0 + c] = x;
-            dv[row_(d, b, t0 + i, h) * d.Dv + v0 + c] += s.cs->b[i] * x;
-        }
+        stage_(
+            L * CK_TILE,  // dv's old values read in batches, then each element's dR and dv written
+            [&](int e) {
+                int i = e / CK_TILE, c = e % CK_TILE;
+                return v0 + c < d.Dv ? dv[row_(d, b, t0 + i, h) * d.Dv + v0 + c] : 0.0f;
+            },
+            [&](int e, float old) {
+                int i = e / CK_TILE, c = e % CK_TILE;
+                if (v0 + c >= d.Dv) return;
+                float x = s.X[i * CK_LD + c];
+                drb[(size_t)(t0 + i) * d.Dv + v0 + c] = x;
+                dv[row_(d, b, t0 + i, h) * d.Dv + v0 + c] = old + s.cs->b[i] * x;
+            });
         if (ci == 0) break;  // no gradient flows to an initial state
         // dS = eL dS' + (e (.) Q')^T dO + K^T dKS, dKS_i = -b_i e_i dR_i (X becomes dKS)
         __syncthreads();

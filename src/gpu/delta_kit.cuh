@@ -173,6 +173,7 @@ static __device__ void chunk_u_(float *U, float *u, float *ks, float *kt, const 
                                 int t0, int L, int LC, int LCP, int v0) {
     int w = threadIdx.x >> 5, mt = w >> 1, nh = w & 1, active = 16 * mt < L;
     float c[2][4] = {};
+    load_tile_(U, v, d, d.Dv, b, h, t0, L, LCP, v0, 1.0f);  // V, which R replaces in place below
     for (int c0 = 0; c0 < d.Dk; c0 += CK_TILE) {
         load_tile_(kt, k, d, d.Dk, b, h, t0, L, LCP, c0, 1.0f);
         __syncthreads();
@@ -184,8 +185,7 @@ static __device__ void chunk_u_(float *U, float *u, float *ks, float *kt, const 
     frag_for_(mt, nh, [&](int n, int r, int i, int col) {
         if (i >= LCP) return;
         int on = i < L && v0 + col < d.Dv;
-        float vi = on ? v[row_(d, b, t0 + i, h) * d.Dv + v0 + col] : 0.0f;
-        U[i * CK_LD + col] = on ? cs->b[i] * (vi - cs->e[i] * c[n][r]) : 0.0f;
+        U[i * CK_LD + col] = on ? cs->b[i] * (U[i * CK_LD + col] - cs->e[i] * c[n][r]) : 0.0f;
         if (ks && on) ks[(size_t)(t0 + i) * d.Dv + v0 + col] = c[n][r];
     });
     solve_lower_(U, kk, cs, L, LC);
