@@ -108,6 +108,22 @@ static __device__ __forceinline__ void stage_(int n, G get, P put) {
     }
 }
 
+// x (B,T,H,W) ACCUMULATED: the (L, 32) tile at channel c0 for tokens t0 .. += s (L rows of CK_LD), channels past W
+// left; every thread, x's old values read in batches (stage_)
+template <typename D>
+static __device__ void add_rows_(float *x, const float *s, const D &d, int W, int b, int h, int t0, int L, int c0) {
+    stage_(
+        L * CK_TILE,
+        [&](int e) {
+            int i = e / CK_TILE, c = e % CK_TILE;
+            return c0 + c < W ? x[row_(d, b, t0 + i, h) * W + c0 + c] : 0.0f;
+        },
+        [&](int e, float old) {
+            int i = e / CK_TILE, c = e % CK_TILE;
+            if (c0 + c < W) x[row_(d, b, t0 + i, h) * W + c0 + c] = old + s[i * CK_LD + c];
+        });
+}
+
 // s (LC rows of CK_LD) WRITTEN: mul times the (L, 32) tile of x (B,T,H,W) at channel c0 for tokens t0 ..; zeros past
 // L and W, so the products over it need no bounds
 template <typename D>
@@ -184,6 +200,20 @@ static __device__ __forceinline__ void warp_mma_(float (*acc)[4], const float *x
             M::mma(acc[n], a, b);
         }
     }
+}
+
+// old[n][r] = out[idx(n, r)] for the NS x 4 elements of a warp product's accumulator whose idx(n, r) >= 0 (else 0):
+// the old values of an accumulated result, read before any of them is written, so their latencies overlap (a
+// read after a store to the same array cannot be moved ahead of it)
+template <int NS, typename I>
+static __device__ __forceinline__ void frag_gather_(float (*old)[4], const float *out, I idx) {
+    #pragma unroll
+    for (int n = 0; n < NS; n++)
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            long long o = idx(n, r);
+            old[n][r] = o >= 0 ? out[o] : 0.0f;
+        }
 }
 
 // the (row, column) of element r (0..3) of slice n of a warp product's accumulator, within its (16, 8 NS) block

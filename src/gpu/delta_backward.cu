@@ -311,7 +311,13 @@ __global__ void __launch_bounds__(CK_THREADS, 2)
         warp_mma_<CK_SPLIT, 2, true, false>(mk, s.M + r0 * ALD + r0, ALD, s.ks + r0 * CK_LD + kn, CK_LD, LCP - r0);
     }
     // dq', dk in nn/delta.c's order of terms; qd, kd: q' (.) sd and k (.) tk for the log-decays' partials
-    float qd[2][4] = {}, kd[2][4] = {};
+    auto at = [&](int n, int r) -> long long {
+        int i = 16 * mt + frag_row_(r), c = 16 * nh + frag_col_(n, r);
+        return i < L && c0 + c < d.Dk ? (long long)(row_(d, b, t0 + i, h) * d.Dk + c0 + c) : -1;
+    };
+    float oq[2][4], ok[2][4], qd[2][4] = {}, kd[2][4] = {};  // oq, ok: dq's and dk's old values (accumulated)
+    frag_gather_<2>(oq, dq, at);
+    frag_gather_<2>(ok, dk, at);
     frag_for_(mt, nh, [&](int n, int r, int i, int c) {
         if (i >= L) return;
         float ei = s.cs->e[i], fi = s.cs->f[i], nbe = -s.cs->b[i] * ei;
@@ -321,8 +327,8 @@ __global__ void __launch_bounds__(CK_THREADS, 2)
         kd[n][r] = s.ks[i * CK_LD + c] * tk[n][r];
         if (c0 + c < d.Dk) {
             size_t o = row_(d, b, t0 + i, h) * d.Dk + c0 + c;
-            dq[o] += d.scale * dqp;
-            dk[o] += dkp;
+            dq[o] = oq[n][r] + d.scale * dqp;
+            dk[o] = ok[n][r] + dkp;
         }
     });
     if (!pg) return;

@@ -68,13 +68,17 @@ __global__ void __launch_bounds__(LR_THREADS, 2)
         __syncthreads();
     }
     if (!active) return;
+    auto at = [&](int n, int r) -> long long {
+        int j = 16 * mt + frag_row_(r), col = 16 * nh + frag_col_(n, r);
+        return j < L && v0 + col < d.Dv ? (long long)(row_(d, b, t0 + j, h) * d.Dv + v0 + col) : -1;
+    };
+    float old[2][4];
+    frag_gather_<2>(old, dv, at);
     #pragma unroll
     for (int n = 0; n < 2; n++)
         #pragma unroll
-        for (int r = 0; r < 4; r++) {
-            int j = 16 * mt + frag_row_(r), col = 16 * nh + frag_col_(n, r);
-            if (j < L && v0 + col < d.Dv) dv[row_(d, b, t0 + j, h) * d.Dv + v0 + col] += c[n][r];
-        }
+        for (int r = 0; r < 4; r++)
+            if (at(n, r) >= 0) dv[at(n, r)] = old[n][r] + c[n][r];
 }
 
 // dv (B,T,H,Dv) ACCUMULATED, the value-side decay (LINREC_VCHANNEL): value tile blockIdx.y of chunk blockIdx.x of
@@ -155,14 +159,16 @@ __global__ void __launch_bounds__(LR_THREADS)
         if (v0 + col < d.Dv) dv[row_(d, b, t0 + i, h) * d.Dv + v0 + col] += dvi;
     }
     __syncthreads();
-    if (dg && tid < LR_TILE && v0 + tid < d.Dv) {
+    if (!dg) return;
+    if (tid < LR_TILE) {
         int c = tid;
         float *dG = s.xs;
         dG[(L - 1) * LR_LD + c] += s.colacc[c];
         for (int i = 0; i < L; i++) dG[(L - 1) * LR_LD + c] += s.ks[i * LR_LD + c];
         for (int i = L - 2; i >= 0; i--) dG[i * LR_LD + c] += dG[(i + 1) * LR_LD + c];
-        for (int i = 0; i < L; i++) dg[row_(d, b, t0 + i, h) * d.Dv + v0 + c] += dG[i * LR_LD + c];
     }
+    __syncthreads();
+    add_rows_(dg, s.xs, d, d.Dv, b, h, t0, L, v0);  // dg += dG, every thread
 }
 
 // ----------------------------------------------------------------------------
@@ -286,6 +292,13 @@ __global__ void __launch_bounds__(LR_THREADS, 2)
     // dq', dk complete: write them, and stage for the log-decays' gradients (each lane its own elements, so q' and
     // k are overwritten in place): q' (.) dq' in qs, k (.) dk in ks, dG = their difference in ys, kt (.) sk in vs
     int want_g = dg && d.decay != LINREC_NONE, want_qk = scal && d.gated_in;
+    auto at = [&](int n, int r) -> long long {
+        int i = 16 * mt + frag_row_(r), c = 16 * nh + frag_col_(n, r);
+        return active && i < L && c0 + c < d.Dk ? (long long)(row_(d, b, t0 + i, h) * d.Dk + c0 + c) : -1;
+    };
+    float oq[2][4], ok[2][4];  // dq's and dk's old values (accumulated)
+    frag_gather_<2>(oq, dq, at);
+    frag_gather_<2>(ok, dk, at);
     if (active) {
         #pragma unroll
         for (int n = 0; n < 2; n++)
@@ -312,8 +325,8 @@ __global__ void __launch_bounds__(LR_THREADS, 2)
                 }
                 if (c0 + c < d.Dk) {
                     size_t o = row_(d, b, t0 + i, h) * d.Dk + c0 + c;
-                    dq[o] += d.scale * dqp;
-                    dk[o] += dkp;
+                    dq[o] = oq[n][r] + d.scale * dqp;
+                    dk[o] = ok[n][r] + dkp;
                 }
             }
     }
@@ -328,12 +341,14 @@ __global__ void __launch_bounds__(LR_THREADS, 2)
         float *gl = dGs + (L - 1) * LR_LD + c;
         *gl += carry * rowacc;
         for (int j = 0; j < L; j++) *gl += s.vs[j * LR_LD + c];
-        if (chan && c0 + c < d.Dk) {
+        if (chan)
             for (int i = L - 2; i >= 0; i--) dGs[i * LR_LD + c] += dGs[(i + 1) * LR_LD + c];
-            for (int i = 0; i < L; i++) dg[row_(d, b, t0 + i, h) * d.Dk + c0 + c] += dGs[i * LR_LD + c];
-        }
     }
-    if (chan) return;
+    if (chan) {  // dg += dG, every thread, dg's old values read in batches
+        __syncthreads();
+        if (want_g) add_rows_(dg, dGs, d, d.Dk, b, h, t0, L, c0);
+        return;
+    }
     __syncthreads();
     // scalar decays: per token, the tile's sums over its channels in order (the chunk_sums kernel adds the tiles)
     if (tid < L) {
