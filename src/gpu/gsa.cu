@@ -2,8 +2,8 @@
 // q, k, v streams (gpu/shortconv.cuh), the feature maps, the slots' forget gate f and write weight s = 1 - e^f,
 // pass 1 of the recurrence (keys -> slots, the value-channel decay), the softmax over the M slots, pass 2 (slots ->
 // values, the per-channel decay), silu, the RMSNorm over all H D channels and the output projection. The two passes
-// run on gpu/linrec.cuh's engine; the gates, the softmax and their gradients are this file's kernels (a thread per
-// element or per row of M slots, sums in the host's order), so two runs give the same bits.
+// run on gpu/linrec.cuh's engine, the softmax on gpu/slots.cuh's; the gates and their gradients are this file's
+// kernels (a thread per element, in the host's order), so two runs give the same bits.
 // gsa_check_ refuses chunks longer than the engine stages.
 #include <math.h>
 
@@ -16,6 +16,7 @@
 #include "gpu/mixer_gpu.cuh"
 #include "gpu/step.cuh"
 #include "gpu/shortconv.cuh"
+#include "gpu/slots.cuh"
 
 extern "C" {
 #include "mixers/gsa.h"
@@ -96,33 +97,6 @@ __global__ void gsa_gates_kernel(float *f, float *s, const float *fpre, size_t n
     s[i] = (float)-expm1(fi);
 }
 
-// p (R,M) = softmax over each row of ok (R,M), a thread per row in the host's order (max, then e^(x - max) summed
-// in double, then the products with the float reciprocal)
-__global__ void gsa_softmax_kernel(float *p, const float *ok, size_t R, int M) {
-    size_t r = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (r >= R) return;
-    const float *x = ok + r * M;
-    float *y = p + r * M, mx = x[0];
-    for (int j = 1; j < M; j++) mx = fmaxf(mx, x[j]);
-    double sum = 0.0;
-    for (int j = 0; j < M; j++) {
-        y[j] = expf(x[j] - mx);
-        sum += y[j];
-    }
-    float inv = (float)(1.0 / sum);
-    for (int j = 0; j < M; j++) y[j] *= inv;
-}
-
-// dok (R,M) = p (.) (dp - p . dp) per row, the dot product in double
-__global__ void gsa_softmax_backward_kernel(float *dok, const float *p, const float *dp, size_t R, int M) {
-    size_t r = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (r >= R) return;
-    const float *pr = p + r * M, *dpr = dp + r * M;
-    double dot = 0.0;
-    for (int j = 0; j < M; j++) dot += (double)pr[j] * dpr[j];
-    for (int j = 0; j < M; j++) dok[r * M + j] = (float)(pr[j] * (dpr[j] - dot));
-}
-
 // dpre (n,) = (df + (s - 1) ds) sigmoid(-fpre) / normalizer: s = 1 - e^f passes -e^f ds to f, then the log-sigmoid
 __global__ void gsa_gates_backward_kernel(float *dpre, const float *df, const float *ds, const float *s,
                                           const float *fpre, size_t n, double inv) {
@@ -175,7 +149,7 @@ static void gsa_run_(Mixer *m, float *y, GpuAct x, int B, int T, float *state, s
     if (state) GPU_TIMED("gsa.step", gpu_linrec_step(s.ok, NULL, state, n, a.q, a.k, a.s, a.f, NULL, &d1));
     else gpu_linrec_forward(s.ok, NULL, a.ckpt1, a.q, a.k, a.s, a.f, NULL, s.engine, &d1);  // timed per kernel inside
     GPU_TIMED("gsa.softmax", {
-        GPU_LAUNCH(gsa_softmax_kernel, R, a.p, s.ok, R, o->M);
+        gpu_slot_softmax(a.p, s.ok, R, o->M, 1, 1, 0, 0.0);
     });
     if (state) GPU_TIMED("gsa.step", gpu_linrec_step(a.o, NULL, state + half, n, a.p, a.s, a.v, a.f, NULL, &d2));
     else gpu_linrec_forward(a.o, NULL, a.ckpt2, a.p, a.s, a.v, a.f, NULL, s.engine, &d2);
@@ -225,7 +199,7 @@ static void gsa_backward_(Mixer *m, float *dx, const float *dy, GpuAct x, int B,
     LinrecDims d1 = gsa_dims(o, 1, B, T), d2 = gsa_dims(o, 2, B, T);
     gpu_linrec_backward(s.dp, s.ds, s.dv, s.df, NULL, s.dO, NULL, a.ckpt2, a.p, a.s, a.v, a.f, NULL, s.engine, &d2);
     GPU_TIMED("gsa.softmax", {
-        GPU_LAUNCH(gsa_softmax_backward_kernel, R, s.dok, a.p, s.dp, R, o->M);
+        gpu_slot_softmax_backward(s.dok, a.p, s.dp, R, o->M);
     });
     // pass 1: ok = Hk^T q with Hk fed by k, s and decayed (on the slot side) by f
     CUDA_CHECK(cudaMemset(s.dq, 0, nD * sizeof(float)));

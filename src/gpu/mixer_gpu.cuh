@@ -44,6 +44,7 @@ extern const GpuMixerOps GPU_MIXER_GSA;
 extern const GpuMixerOps GPU_MIXER_DELTANET, GPU_MIXER_GATED_DELTANET;    // gpu/deltanet.cu
 extern const GpuMixerOps GPU_MIXER_MAMBA2;  // gpu/mamba2.cu
 extern const GpuMixerOps GPU_MIXER_MLSTM;   // gpu/mlstm.cu
+extern const GpuMixerOps GPU_MIXER_BLA;     // gpu/bla.cu
 
 // the chunked mixers' common refusals for layer l's mixer name: selective_rope on (no GPU kernels yet), a chunk
 // above the max_chunk tokens that the GPU's engine (its name in the message) stages. -1 with e set, else 0.

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mixers/bla.h"
 #include "mixers/mixer.h"
 #include "mixers/mixer_kit.h"
 #include "mixers/shortconv.h"
@@ -26,16 +27,6 @@
 #include "nn/bla.h"
 #include "nn/conv.h"
 #include "nn/matmul.h"
-
-typedef struct BlaOpts {
-    // from the config
-    int heads, modes, decay, conv, chunk;
-    double period, resolution, expand_k, expand_v, init_std;
-    // derived by check
-    int H, S, Dk, Dv, HK, HV, W, K;  // W = 2 HK + HV, the fused projection's width; K conv taps (0 = none)
-    double P;                        // the period in tokens
-    int k_w, k_conv, k_o;
-} BlaOpts;
 
 #define KEY_(...) MIXER_KEY(BlaOpts, __VA_ARGS__)
 static const CfgKey BLA_KEYS_[] = {
@@ -105,11 +96,6 @@ static int bla_params_(const MixerSpec *s, ParamTable *pt, const char *prefix, i
     return 0;
 }
 
-static BlaDims bla_dims_(const BlaOpts *o, int B, int T) {
-    BlaDims d = {B, T, o->H, o->Dk, o->Dv, o->modes, o->P, o->decay, o->chunk, (float)(1.0 / sqrt((double)o->Dk))};
-    return d;
-}
-
 // ----------------------------------------------------------------------------
 // saved activations
 
@@ -126,7 +112,7 @@ static size_t bla_layout_(const MixerSpec *s, int B, int T, float *base, BlaActs
     size_t BT = (size_t)B * T, n = 0;
     BlaActs t;
     if (!a) a = &t;
-    BlaDims d = bla_dims_(o, B, T);
+    BlaDims d = bla_dims(o, B, T);
     a->xp = mixer_take(base, &n, BT * o->W, o->K > 0);
     a->cp = mixer_take(base, &n, BT * o->W, o->K > 0);
     a->q = mixer_take(base, &n, BT * o->HK, 1);
@@ -143,7 +129,7 @@ static size_t bla_act_size_(const MixerSpec *s, int B, int T) { return bla_layou
 // forward: the projection (W); backward: do (HV), dq, dk, dv = dqkv (W), the conv's dc (W); then the op's work
 static size_t bla_scratch_size_(const MixerSpec *s, int B, int T) {
     const BlaOpts *o = s->opts;
-    BlaDims d = bla_dims_(o, B, T);
+    BlaDims d = bla_dims(o, B, T);
     return (size_t)B * T * (o->HV + 3 * (size_t)o->W) + bla_work_size(&d, 1);
 }
 
@@ -189,7 +175,7 @@ static void bla_forward_(Mixer *m, float *y, const float *x, int B, int T) {
         matmul_forward(qkv, x, mixer_param(m, o->k_w), NULL, BT, C, o->W);
     }
     bla_split_(o, a.q, a.k, a.v, qkv, (size_t)BT);
-    BlaDims d = bla_dims_(o, B, T);
+    BlaDims d = bla_dims(o, B, T);
     bla_forward(a.o, a.p, a.ckpt, a.q, a.k, a.v, work, &d);
     matmul_forward(y, a.o, mixer_param(m, o->k_o), NULL, BT, o->HV, C);
 }
@@ -205,7 +191,7 @@ static void bla_backward_(Mixer *m, float *dx, const float *dy, const float *x, 
     memset(dO, 0, nV * sizeof(float));
     matmul_backward(dO, mixer_grad(m, o->k_o), NULL, dy, a.o, mixer_param(m, o->k_o), BT, o->HV, C);
     memset(dq, 0, (2 * nK + nV) * sizeof(float));
-    BlaDims d = bla_dims_(o, B, T);
+    BlaDims d = bla_dims(o, B, T);
     bla_backward(dq, dk, dv, dO, a.p, a.ckpt, a.q, a.k, a.v, work, &d);
     bla_join_(o, dqkv, dq, dk, dv, (size_t)BT);
     const float *dproj = dqkv;
@@ -224,7 +210,7 @@ static void bla_backward_(Mixer *m, float *dx, const float *dy, const float *x, 
 // depend on the position t, which the decoder passes in
 
 static size_t bla_op_state_(const BlaOpts *o) {
-    BlaDims d = bla_dims_(o, 1, 1);
+    BlaDims d = bla_dims(o, 1, 1);
     return bla_state_size(&d);
 }
 
@@ -259,7 +245,7 @@ static void bla_step_(const Mixer *m, float *state, float *y, const float *x, in
         silu_forward(qkv, qkv, bw);
     }
     bla_split_(o, q, k, v, qkv, (size_t)B);
-    BlaDims d = bla_dims_(o, 1, 1);
+    BlaDims d = bla_dims(o, 1, 1);
     for (int b = 0; b < B; b++)
         bla_step(oo + (size_t)b * o->HV, NULL, state + b * n, q + (size_t)b * o->HK, k + (size_t)b * o->HK,
                  v + (size_t)b * o->HV, t, &d);
@@ -278,7 +264,7 @@ static void bla_attn_map_(const Mixer *m, int b, int h, float *P) {
     int T = m->T, S = o->S;
     BlaActs a;
     bla_layout_(m->spec, m->B, T, m->acts, &a);
-    BlaDims d = bla_dims_(o, m->B, T);
+    BlaDims d = bla_dims(o, m->B, T);
     float *c = xmalloc((2 * (size_t)T * S + T) * sizeof(float)), *g = c + (size_t)T * S, *w = g + (size_t)T * S;
     bla_coeffs(c, g, 0, T, &d);
     for (size_t i = 0; i < (size_t)T * T; i++) P[i] = (size_t)(i % T) > i / T ? NAN : 0.0f;

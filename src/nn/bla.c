@@ -3,7 +3,6 @@
 #include <math.h>
 #include <string.h>
 
-#include "nn/linrec.h"
 
 #define BLA_LOG_FLOOR_ 1e-13  // 1 - c below this is taken as this: log(0) would poison the engine's sums, and
                               // a smaller floor makes products of decays subnormal (slow) floats
@@ -46,16 +45,8 @@ size_t bla_work_size(const BlaDims *d, int backward) {
     return 2 * (size_t)d->T * S + 2 * n + (backward ? 3 * n : 0);
 }
 
-static LinrecDims pass_dims_(const BlaDims *d, int pass, int B, int T) {
-    int S = bla_slots(d), dec = d->decay;
-    LinrecDims l = {B, T, d->H, pass == 1 ? d->Dk : S, pass == 1 ? S : d->Dv,
-                    pass == 1 ? (dec ? LINREC_VCHANNEL : LINREC_NONE) : (dec ? LINREC_CHANNEL : LINREC_NONE), 0,
-                    d->chunk, pass == 1 ? d->scale : 1.0f};
-    return l;
-}
-
 size_t bla_ckpt_size(const BlaDims *d) {
-    LinrecDims d1 = pass_dims_(d, 1, d->B, d->T), d2 = pass_dims_(d, 2, d->B, d->T);
+    LinrecDims d1 = bla_pass_dims(d, 1, d->B, d->T), d2 = bla_pass_dims(d, 2, d->B, d->T);
     return linrec_ckpt_size(&d1) + linrec_ckpt_size(&d2);
 }
 
@@ -101,7 +92,7 @@ void bla_forward(float *o, float *p, float *ckpt, const float *q, const float *k
     size_t n = rows_(d) * S;
     float *ct = work, *gt = ct + (size_t)d->T * S, *cb = gt + (size_t)d->T * S, *gb = cb + n;
     coeffs_broadcast_(cb, gb, ct, gt, d);
-    LinrecDims d1 = pass_dims_(d, 1, d->B, d->T), d2 = pass_dims_(d, 2, d->B, d->T);
+    LinrecDims d1 = bla_pass_dims(d, 1, d->B, d->T), d2 = bla_pass_dims(d, 2, d->B, d->T);
     float *ck1 = ckpt, *ck2 = ckpt ? ckpt + linrec_ckpt_size(&d1) : NULL;
     const float *g = d->decay ? gb : NULL;
     // pass 1: the scores q . Kt_t[s], Kt fed by k with weights c (the slots are its value side)
@@ -119,7 +110,7 @@ void bla_backward(float *dq, float *dk, float *dv, const float *dout, const floa
     float *ct = work, *gt = ct + (size_t)d->T * S, *cb = gt + (size_t)d->T * S, *gb = cb + n;
     float *dp = gb + n, *dsc = dp + n, *sink = dsc + n;
     coeffs_broadcast_(cb, gb, ct, gt, d);
-    LinrecDims d1 = pass_dims_(d, 1, d->B, d->T), d2 = pass_dims_(d, 2, d->B, d->T);
+    LinrecDims d1 = bla_pass_dims(d, 1, d->B, d->T), d2 = bla_pass_dims(d, 2, d->B, d->T);
     const float *ck1 = ckpt, *ck2 = ckpt + linrec_ckpt_size(&d1), *g = d->decay ? gb : NULL;
     memset(dp, 0, n * sizeof(float));
     memset(sink, 0, n * sizeof(float));
@@ -141,7 +132,7 @@ void bla_step(float *o, float *p, float *state, const float *q, const float *k, 
     int S = bla_slots(d), H = d->H;
     size_t ss = bla_state_size(d), half1 = (size_t)H * d->Dk * S;
     float c[BLA_MAX_HS], g[BLA_MAX_HS], sc[BLA_MAX_HS];  // (H,S) rows
-    LinrecDims d1 = pass_dims_(d, 1, 1, 1), d2 = pass_dims_(d, 2, 1, 1);
+    LinrecDims d1 = bla_pass_dims(d, 1, 1, 1), d2 = bla_pass_dims(d, 2, 1, 1);
     bla_coeffs(c, d->decay ? g : NULL, t, 1, d);  // the same weights for every sequence and head
     for (int h = 1; h < H; h++) {
         memcpy(c + (size_t)h * S, c, S * sizeof(float));

@@ -32,6 +32,8 @@
 #include <math.h>
 #include <stddef.h>
 
+#include "nn/linrec.h"
+
 #define BLA_MAX_HS 4096  // heads x slots of one decoding step (its work rows live on the stack)
 
 typedef struct BlaDims {
@@ -51,6 +53,15 @@ static inline int bla_dilated_time(const BlaDims *d, int s) {
 }
 // c (n,S) the interpolation weights of positions t0 .. t0+n-1; g (n,S) log(max(1 - c, 1e-30)), or NULL
 void bla_coeffs(float *c, float *g, long t0, int n, const BlaDims *d);
+// the recurrence of pass 1 (keys -> slots: q, k, the weights c as values, decays per slot on the value side) or pass 2
+// (slots -> values: p, c as keys, v, decays per key slot) over a (B,T) batch
+static inline LinrecDims bla_pass_dims(const BlaDims *d, int pass, int B, int T) {
+    int S = bla_slots(d), dec = d->decay;
+    LinrecDims l = {B, T, d->H, pass == 1 ? d->Dk : S, pass == 1 ? S : d->Dv,
+                    pass == 1 ? (dec ? LINREC_VCHANNEL : LINREC_NONE) : (dec ? LINREC_CHANNEL : LINREC_NONE), 0,
+                    d->chunk, pass == 1 ? d->scale : 1.0f};
+    return l;
+}
 // floats of the work space bla_forward / bla_backward take
 size_t bla_work_size(const BlaDims *d, int backward);
 // floats of the forward's checkpoints (both passes' chunk states)

@@ -56,6 +56,9 @@ static const Case CASES_[] = {
     {"mlstm, conv 4", ONE_("\"kind\": \"mlstm\", \"heads\": 2, \"round_to\": 16"), 0},
     {"mlstm, no conv, 4 heads", ONE_("\"kind\": \"mlstm\", \"heads\": 4, \"proj_factor\": 1.5, \"round_to\": 1, "
                                      "\"conv\": 0, \"qkv_blocksize\": 8"), 0},
+    {"bla, 4 modes, no decay", ONE_("\"kind\": \"bla\", \"heads\": 2, \"modes\": 4"), 0},
+    {"bla, decay, period 40, conv 4", ONE_("\"kind\": \"bla\", \"heads\": 2, \"modes\": 6, \"period\": 40, "
+                                          "\"decay\": true, \"conv\": 4"), 0},
     // attention's key/value cache: every position scheme the GPU takes, a window shorter than the cache (a ring of
     // slots), qk_norm, biases; 24 positions fill one tile of the step kernel's keys
     {"attention, rope, qkv/out biases", ONE_("\"kind\": \"attention\", \"heads\": 2, \"pos\": \"rope\", \"bias\": true"), 0},

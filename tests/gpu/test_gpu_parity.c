@@ -179,6 +179,18 @@ static const Case CASES_[] = {
      "\"mixer\": {\"kind\": \"mamba2\", \"d_state\": 16, \"head_dim\": 16, \"chunk\": 32}, "
      "\"layers\": [{\"at\": \"1\", \"mixer\": {\"kind\": \"attention\", \"heads\": 2}}]}", 0, 0, 0, 0},
 #undef SSM_
+    // BLA (gpu/bla.cu): the two passes through 2M - 1 slots with the visible-slot softmax between them; with and
+    // without the slots' decay (its log-decays can be positive: 1 - c reaches 1.22), the fused short conv
+#define BLA_(MIXER) "{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {" MIXER "}}"
+    {"bla, 4 modes (7 slots), resolution 2, no decay, chunk 16",
+     BLA_("\"kind\": \"bla\", \"heads\": 2, \"modes\": 4, \"chunk\": 16"), 0, 0, 0, 1},
+    {"bla, decay, period 7 (sliding window), conv 4, expand_v 2, chunk 64",
+     BLA_("\"kind\": \"bla\", \"heads\": 2, \"modes\": 4, \"period\": 7, \"decay\": true, \"conv\": 4, "
+          "\"expand_v\": 2, \"chunk\": 64"), 0, 0, 0, 1},
+    {"bla, decay, 6 modes, period 40 (side lobes: 1 - c above 1), chunk 8",
+     BLA_("\"kind\": \"bla\", \"heads\": 4, \"modes\": 6, \"period\": 40, \"decay\": true, \"chunk\": 8"),
+     0, 0, 0, 1},
+#undef BLA_
 };
 
 
@@ -537,6 +549,7 @@ static void refusals_(void) {
         {"{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {\"kind\": \"linear_attn\", \"chunk\": 128}}",
          "layer 0: linear_attn chunk 128"},
         {"{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {\"kind\": \"gsa\", \"chunk\": 65}}", "layer 0: gsa chunk 65"},
+        {"{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {\"kind\": \"bla\", \"chunk\": 80}}", "layer 0: bla chunk 80"},
         {"{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {\"kind\": \"gated_deltanet\", "
          "\"selective_rope\": {\"enabled\": true}}}",
          "layer 0: gated_deltanet selective_rope has no GPU kernels yet"},
