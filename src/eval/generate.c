@@ -21,9 +21,6 @@ static int dec_init_(Decoder *d, Model *m, Gpu *gpu, int B, int cap, Err *e) {
         d->limit = d->host.limit;
         return 0;
     }
-    if (m->ae)
-        return err_set(e, "model.head autoencoder decodes every position from the whole sequence; it cannot decode "
-                       "token by token");
     return gpu_decoder_open(gpu, B, cap, &d->limit, e);
 }
 

@@ -132,8 +132,8 @@ static size_t scratch_layout_(const AttentionOpts *o, int B, int T, float *base,
     return gpu_take_slots(slots, sizeof slots / sizeof slots[0], base);
 }
 
-// decoding's buffers in the scratch (attention_gpu_step_): qkv (B,3HD), the output (B,HD), fox's F (B,H), qk_norm's
-// normed q and k (B,HD each) and their 1/rms (B,H)
+// decoding's buffers in the scratch (attention_gpu_step_): qkv (B,3HD), then q, k, v (B,HD each), fox's F (B,H) and
+// qk_norm's 1/rms (B,H); the normed q, k and the output reuse qkv's space
 static size_t step_scratch_(const AttentionOpts *o, int B) { return 6 * (size_t)B * o->HD + 2 * (size_t)B * o->H; }
 
 static size_t attention_gpu_scratch_size_(const MixerSpec *s, int B, int T) {

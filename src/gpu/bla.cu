@@ -1,7 +1,7 @@
 // The bla mixer's device side (mixers/bla.c is the host side and the layer, nn/bla.h the op; read them for the
 // equations): the fused qkv projection (with `conv` the depthwise short conv over its whole width, then silu), the
-// split into q, k, v, the write weights c_t[s] and log-decays log(1 - c_t[s]) (the host's table of each position's
-// weights, nn/bla.h's bla_coeffs, copied up and broadcast to every (b,h)), pass 1 of the recurrence (keys -> slots:
+// split into q, k, v, the write weights c_t[s] and log-decays log(1 - c_t[s]) (nn/bla.h's bla_coeffs computed on the
+// device and broadcast to every (b,h)), pass 1 of the recurrence (keys -> slots:
 // the slots are its value side, decaying per slot), the softmax over the slots position t sees (a prefix: the
 // dilated times grow with s), pass 2 (slots -> values, decaying per key slot) and the output projection. Both passes
 // run on gpu/linrec.cuh's engine, the softmax is gpu/slots.cuh's (gsa's, with bla's visible prefix); the split and
@@ -107,18 +107,34 @@ __global__ void bla_broadcast_kernel(float *cb, float *gb, const float *ct, cons
 // ----------------------------------------------------------------------------
 // the pieces forward, backward and step share
 
-// the write weights of positions t0 .. t0 + T - 1 for every (b,h): the host's table (bla_coeffs, double), copied up
-// into ct, gt and broadcast into cb, gb (rows B T H)
-static void bla_weights_(const BlaOpts *o, const BlaDims *d, float *ct, float *gt, float *cb, float *gb, int B, int T,
-                         long t0) {
-    size_t tS = (size_t)T * o->S, rows = (size_t)B * T * o->H;
-    float *h = (float *)xmalloc(2 * tS * sizeof(float));
-    bla_coeffs(h, o->decay ? h + tS : NULL, t0, T, d);
-    CUDA_CHECK(cudaMemcpy(ct, h, tS * sizeof(float), cudaMemcpyHostToDevice));
-    if (o->decay) CUDA_CHECK(cudaMemcpy(gt, h + tS, tS * sizeof(float), cudaMemcpyHostToDevice));
-    free(h);
-    GPU_LAUNCH(bla_broadcast_kernel, rows * o->S, cb, o->decay ? gb : NULL, ct, o->decay ? gt : NULL, rows, T, o->H,
-               o->S);
+// ct, gt (T,S) WRITTEN: nn/bla.c's bla_coeffs on the device, a thread per (t, s) in the same double arithmetic
+// (the phase reduced to [0, 1), the modes' cosines by the Chebyshev recurrence), so the host's table up to the last
+// bit of cos; gt NULL without decay
+__global__ void bla_coeffs_kernel(float *ct, float *gt, long t0, int T, int S, int M, double period) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)T * S) return;
+    long t = t0 + (long)(i / S);
+    int s = (int)(i % S);
+    const double two_pi = 6.283185307179586476925287;
+    double tp = fmod((double)t, period) / period, phi = two_pi * (tp - (double)s / S);
+    double c1 = cos(phi), prev = 1.0, cur = c1, sum = 0.0;
+    for (int m = 1; m < M; m++) {
+        sum += cur;
+        double next = 2.0 * c1 * cur - prev;
+        prev = cur, cur = next;
+    }
+    double w = (1.0 + 2.0 * sum) / S;
+    ct[i] = (float)w;
+    if (gt) gt[i] = (float)log(fmax(1.0 - w, BLA_LOG_FLOOR));
+}
+
+// the write weights of positions t0 .. t0 + T - 1 for every (b,h): the (T,S) tables ct, gt, broadcast into cb, gb
+// (rows B T H); gt, gb unused without decay
+static void bla_weights_(const BlaOpts *o, float *ct, float *gt, float *cb, float *gb, int B, int T, long t0) {
+    size_t rows = (size_t)B * T * o->H;
+    float *g = o->decay ? gt : NULL;
+    GPU_LAUNCH(bla_coeffs_kernel, (size_t)T * o->S, ct, g, t0, T, o->S, o->modes, o->P);
+    GPU_LAUNCH(bla_broadcast_kernel, rows * o->S, cb, o->decay ? gb : NULL, ct, g, rows, T, o->H, o->S);
 }
 
 // the forward over B,T; with a state, one token of decoding (T 1) at position t: sequence b's state at state + b * n,
@@ -144,7 +160,7 @@ static void bla_run_(Mixer *m, float *y, GpuAct x, int B, int T, float *state, s
         }
         GPU_LAUNCH(bla_split_kernel, nW, a.q, a.k, a.v, s.qkv, (size_t)BT, o->HK, o->HV, 0);
     });
-    GPU_TIMED("bla.weights", bla_weights_(o, &d, s.ct, s.gt, s.cb, s.gb, B, T, state ? t : 0));
+    GPU_TIMED("bla.weights", bla_weights_(o, s.ct, s.gt, s.cb, s.gb, B, T, state ? t : 0));
     LinrecDims d1 = bla_pass_dims(&d, 1, B, T), d2 = bla_pass_dims(&d, 2, B, T);
     const float *g = o->decay ? s.gb : NULL;
     // pass 1: the scores q . Kt_t[s]; the softmax over the visible slots; pass 2: o = sum_s p[s] Vt_t[s]
@@ -177,7 +193,7 @@ static void bla_backward_(Mixer *m, float *dx, const float *dy, GpuAct x, int B,
     CUDA_CHECK(cudaMemset(s.dO, 0, nV * sizeof(float)));
     GPU_TIMED("bla.out.backward", gpu_matmul_backward(gpu_f32(s.dO), mixer_grad(m, o->k_o), NULL, gpu_f32(dy),
                                                       gpu_f32(a.o), mixer_param(m, o->k_o), BT, o->HV, C, 0));
-    GPU_TIMED("bla.weights", bla_weights_(o, &d, s.ct, s.gt, s.cb, s.gb, B, T, 0));
+    GPU_TIMED("bla.weights", bla_weights_(o, s.ct, s.gt, s.cb, s.gb, B, T, 0));
     LinrecDims d1 = bla_pass_dims(&d, 1, B, T), d2 = bla_pass_dims(&d, 2, B, T);
     const float *g = o->decay ? s.gb : NULL;
     CUDA_CHECK(cudaMemset(s.dq, 0, 2 * nK * sizeof(float)));  // dq, dk

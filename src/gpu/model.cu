@@ -1,7 +1,6 @@
 // The model's training step on the GPU (gpu/gpu.h): model/model.c's forward and backward for the parts the
 // backend has kernels for, over device buffers of the host model's layout, and the optimizer's elementwise
 // halves. Reads the host Model for everything that describes the network; never writes it.
-#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -530,20 +529,13 @@ int gpu_forward_eval(Gpu *g, const int *inputs, const int *targets, int B, int T
 int gpu_decoder_open(Gpu *g, int B, int cap, int *limit, Err *e) {
     const Model *m = g->m;
     gpu_decoder_close(g);
-    if (B < 1 || cap < 1) return err_set(e, "a decoder needs at least one sequence and one position (B %d, cap %d)", B, cap);
     for (int l = 0; l < m->L; l++)
-        if (!m->mspec[l].ops->step || !g->mops[l]->step)
+        if (!g->mops[l]->step)
             return err_set(e, "layer %d (%s) has no GPU decoding yet; decode with --device cpu", l,
                            m->mspec[l].ops->name);
-    size_t *off = (size_t *)xmalloc(((size_t)m->L + 1) * sizeof(size_t));
-    int lim = INT_MAX;
-    off[0] = 0;
-    for (int l = 0; l < m->L; l++) {  // model_decoder_init's layout and limit
-        const MixerSpec *s = &m->mspec[l];
-        size_t n = s->ops->state_size(s, cap);
-        if (s->ops->state_size(s, cap + 1) > n) lim = cap;
-        off[l + 1] = off[l] + (size_t)B * n;
-    }
+    int lim;
+    size_t *off = model_decoder_layout(m, B, cap, &lim, e);
+    if (!off) return -1;
     char what[160];
     snprintf(what, sizeof what, "the decoding states of %d sequences", B);
     if (dev_alloc_(&g->dec_state, off[m->L] * sizeof(float), what, e) != 0) {
@@ -571,11 +563,7 @@ int gpu_decoder_step(Gpu *g, const int *tokens, float *logits, Err *e) {
     if (g->dec_t >= g->dec_limit)
         return err_set(e, "the decoder is full: its attention caches hold %d positions (reset it and feed the last "
                        "tokens again to go on)", g->dec_cap);
-    float *state = g->dec_state;
-    g->dec_state = NULL;  // the upload may re-size the activations: not a decoding pass
-    int rc = batch_upload_(g, tokens, NULL, B, 1, &sup, e);
-    g->dec_state = state;
-    if (rc != 0) return -1;
+    if (batch_upload_(g, tokens, NULL, B, 1, &sup, e) != 0) return -1;
     forward_(g, B, 1, 0, 0, 0);
     CUDA_CHECK(cudaMemcpy(logits, g->logits, (size_t)B * g->m->V * sizeof(float), cudaMemcpyDeviceToHost));
     g->dec_t++;

@@ -833,25 +833,38 @@ void model_backward(Model *m, int n_norm) {
 // ----------------------------------------------------------------------------
 // decoding, a token at a time
 
-int model_decoder_init(ModelDecoder *d, const Model *m, int B, int cap, Err *e) {
-    memset(d, 0, sizeof *d);
-    if (m->ae)
-        return err_set(e, "model.head autoencoder decodes every position from the whole sequence; it cannot decode "
-                       "token by token");
-    if (B < 1 || cap < 1) return err_set(e, "a decoder needs at least one sequence and one position (B %d, cap %d)", B, cap);
+size_t *model_decoder_layout(const Model *m, int B, int cap, int *limit, Err *e) {
+    if (m->ae) {
+        err_set(e, "model.head autoencoder decodes every position from the whole sequence; it cannot decode token "
+                "by token");
+        return NULL;
+    }
+    if (B < 1 || cap < 1) {
+        err_set(e, "a decoder needs at least one sequence and one position (B %d, cap %d)", B, cap);
+        return NULL;
+    }
     for (int l = 0; l < m->L; l++)
-        if (!m->mspec[l].ops->step)
-            return err_set(e, "layer %d (%s) cannot decode token by token (its mixer has no step)", l,
-                           m->mspec[l].ops->name);
-    d->B = B, d->cap = cap, d->limit = INT_MAX;
-    d->off = xmalloc(((size_t)m->L + 1) * sizeof(size_t));
-    d->off[0] = 0;
+        if (!m->mspec[l].ops->step) {
+            err_set(e, "layer %d (%s) cannot decode token by token (its mixer has no step)", l, m->mspec[l].ops->name);
+            return NULL;
+        }
+    size_t *off = xmalloc(((size_t)m->L + 1) * sizeof(size_t));
+    *limit = INT_MAX;
+    off[0] = 0;
     for (int l = 0; l < m->L; l++) {
         const MixerSpec *s = &m->mspec[l];
         size_t n = s->ops->state_size(s, cap);
-        if (s->ops->state_size(s, cap + 1) > n) d->limit = cap;  // keeps every position: full after cap
-        d->off[l + 1] = d->off[l] + (size_t)B * n;
+        if (s->ops->state_size(s, cap + 1) > n) *limit = cap;  // keeps every position: full after cap
+        off[l + 1] = off[l] + (size_t)B * n;
     }
+    return off;
+}
+
+int model_decoder_init(ModelDecoder *d, const Model *m, int B, int cap, Err *e) {
+    memset(d, 0, sizeof *d);
+    d->off = model_decoder_layout(m, B, cap, &d->limit, e);
+    if (!d->off) return -1;
+    d->B = B, d->cap = cap;
     d->state = xmalloc_for(d->off[m->L] * sizeof(float), "the decoding states of %d sequences at %d positions", B, cap);
     int F = m->mlp_kind == MLP_SWIGLU ? 2 * m->hidden : m->hidden;
     d->work = xmalloc((size_t)B * (3 * (size_t)m->C + F + m->hidden + 2) * sizeof(float));

@@ -182,6 +182,10 @@ typedef struct ModelDecoder {
 // sized for B sequences and cap positions, at the empty prefix (t = 0); -1 with e set for a model that
 // cannot decode token by token (the autoencoder head; a layer whose mixer has no step, e.g. rfa)
 int model_decoder_init(ModelDecoder *d, const Model *m, int B, int cap, Err *e);
+// the states' layout for B sequences and cap positions, on either device: off (L + 1,) (malloc'd) where layer l's
+// (B, state_size(cap)) block starts, off[L] the total, and *limit as ModelDecoder.limit. NULL with e set when the
+// model cannot decode token by token (as model_decoder_init)
+size_t *model_decoder_layout(const Model *m, int B, int cap, int *limit, Err *e);
 // back to the empty prefix (t = 0), the buffers kept
 void model_decoder_reset(ModelDecoder *d, const Model *m);
 // feed one token per sequence, tokens (B,): logits (B,V) of the next token, and t advances. -1 with e set

@@ -4,8 +4,6 @@
 #include <string.h>
 
 
-#define BLA_LOG_FLOOR_ 1e-13  // 1 - c below this is taken as this: log(0) would poison the engine's sums, and
-                              // a smaller floor makes products of decays subnormal (slow) floats
 
 // the number of slots position t sees: the dilated times grow with s, so the visible slots are a prefix
 static int visible_(const BlaDims *d, long t) {
@@ -31,7 +29,7 @@ void bla_coeffs(float *c, float *g, long t0, int n, const BlaDims *d) {
             }
             double w = (1.0 + 2.0 * sum) / S;
             c[(size_t)i * S + s] = (float)w;
-            if (g) g[(size_t)i * S + s] = (float)log(fmax(1.0 - w, BLA_LOG_FLOOR_));
+            if (g) g[(size_t)i * S + s] = (float)log(fmax(1.0 - w, BLA_LOG_FLOOR));
         }
     }
 }

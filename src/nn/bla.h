@@ -34,6 +34,8 @@
 
 #include "nn/linrec.h"
 
+#define BLA_LOG_FLOOR 1e-13  // 1 - c below this is taken as this: log(0) would poison the engine's sums, and a
+                             // smaller floor makes products of decays subnormal (slow) floats
 #define BLA_MAX_HS 4096  // heads x slots of one decoding step (its work rows live on the stack)
 
 typedef struct BlaDims {
