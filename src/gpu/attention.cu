@@ -2,9 +2,9 @@
 // qkv = x wqkv^T + bqkv (one (3HD, C) projection, rows [q | k | v]) -> q, k, v (B,H,T,D) -> qk_norm (per-head
 // RMSNorm of q and k) -> RoPE on q, k (rope, decayed_rope; sc_rope with its per-head spectrum) -> tiled causal
 // attention with the scheme's logit bias, post-softmax decay and window (gpu/flash_attn.cu) -> (B,T,HD) -> the
-// (C, HD) output projection. fox adds F = cumsum_t logsigmoid(x wf^T + bf) per head, and its gradient back.
-// attention_gpu_check_ refuses pos path / path_fox, selective_rope and qk_norm other than the default (shared
-// scales, eps 1e-6).
+// (C, HD) output projection. fox adds F = cumsum_t logsigmoid(x wf^T + bf) per head, and its gradient back;
+// selective_rope (gpu/selrope.cuh) turns the q and k rows of the projection before everything else.
+// attention_gpu_check_ refuses pos path / path_fox and qk_norm other than the default (shared scales, eps 1e-6).
 #include <math.h>
 
 #include "gpu/common.cuh"
@@ -12,6 +12,7 @@
 #include "gpu/gates.cuh"
 #include "gpu/mixer_gpu.cuh"
 #include "gpu/rotary.cuh"
+#include "gpu/selrope.cuh"
 #include "gpu/matmul.cuh"
 #include "gpu/norm.cuh"
 
@@ -28,7 +29,7 @@ static int rotates_(const AttentionOpts *o) {
 static int per_head_rope_(const AttentionOpts *o) { return o->pos_kind == POS_SC_ROPE; }
 // qkv_heads_kernel does the permutations and RoPE in one pass: not with qk_norm (its norm comes between the two),
 // and only for an even D (the kernel works on pairs)
-static int fused_heads_(const AttentionOpts *o) { return !o->qk_norm && o->D % 2 == 0; }
+static int fused_heads_(const AttentionOpts *o) { return !o->qk_norm && !o->sr.enabled && o->D % 2 == 0; }
 
 static int attention_gpu_check_(const MixerSpec *s, int l, Err *e) {
     const AttentionOpts *o = (const AttentionOpts *)s->opts;
@@ -36,9 +37,6 @@ static int attention_gpu_check_(const MixerSpec *s, int l, Err *e) {
         return err_set(e, "layer %d: attention pos \"%s\" (PaTH) has no GPU kernels yet; with run.device cuda, "
                        "model.mixer.pos takes none, rope, alibi, fox, decayed_rope or sc_rope (or train on "
                        "run.device cpu)", l, o->pos);
-    if (o->sr.enabled)
-        return err_set(e, "layer %d: attention selective_rope has no GPU kernels yet; with run.device cuda, "
-                       "model.mixer.selective_rope must be off (or train on run.device cpu)", l);
     // the GPU's qk_norm is the default one: scales shared by the heads, eps 1e-6 (gpu_norm_forward's)
     if (o->qk_norm && o->qn_per_head)
         return err_set(e, "layer %d: attention qk_norm_scales \"per_head\" has no GPU kernels yet; with run.device "
@@ -81,6 +79,7 @@ typedef struct GpuAttActs {
     float *q_rstd, *k_rstd;    // (B,H,T) their norms' 1/rms
     float *fg_pre;             // (B,T,H) fox's forget-gate pre-activations
     float *fg_cum;             // (B,H,T) F = cumsum_t logsigmoid(pre)
+    float *sr;                 // selective_rope's (gpu/selrope.cuh)
 } GpuAttActs;
 
 static size_t att_layout_(const AttentionOpts *o, int B, int T, float *base, GpuAttActs *a) {
@@ -94,7 +93,8 @@ static size_t att_layout_(const AttentionOpts *o, int B, int T, float *base, Gpu
                  {&a->qb, bfh},        {&a->kb, bfh},        {&a->vb, bfh},
                  {&a->lse, heads},     {&a->o_lin, bf ? bfh : big},     {&a->cos_, rope},       {&a->sin_, rope},
                  {&a->freqs, freqs},   {&a->q_lin, qkn * big}, {&a->k_lin, qkn * big}, {&a->q_rstd, qkn * heads},
-                 {&a->k_rstd, qkn * heads}, {&a->fg_pre, fox * heads}, {&a->fg_cum, fox * heads}};
+                 {&a->k_rstd, qkn * heads}, {&a->fg_pre, fox * heads}, {&a->fg_cum, fox * heads},
+                 {&a->sr, gpu_selrope_act_size(&o->sr, B, T)}};
     return gpu_take_slots(slots, sizeof slots / sizeof slots[0], base);
 }
 
@@ -118,9 +118,9 @@ static GpuHeads out_heads_(const GpuAttActs *a, int T, int H, int D) {
 // The scratch. Forward: qkv (BT,3HD) at its start. Backward: dqkv (BT,3HD) (do_lin (BT,HD) shares its space: it
 // is read before dqkv is written); without the fused permutation dq, dk, dv (B,H,T,D) for the merge; doh
 // (B,H,T,D), fp32's dout and the qk_norm backward's input gradient; dob, bf16's dout (bf16); delta (B,H,T); fox's
-// dF (B,H,T) and dpre (B,T,H)
+// dF (B,H,T) and dpre (B,T,H); selective_rope's backward scratch
 typedef struct GpuAttScratch {
-    float *dqkv, *dq, *dk, *dv, *doh, *dob, *delta, *dF, *dpre;
+    float *dqkv, *dq, *dk, *dv, *doh, *dob, *delta, *dF, *dpre, *sr;
 } GpuAttScratch;
 
 static size_t scratch_layout_(const AttentionOpts *o, int B, int T, float *base, GpuAttScratch *s) {
@@ -128,7 +128,8 @@ static size_t scratch_layout_(const AttentionOpts *o, int B, int T, float *base,
     int bf = gpu_math() == GPU_BF16, fused = fused_heads_(o);
     GpuSlot slots[] = {{&s->dqkv, 3 * big},        {&s->dq, fused ? 0 : big},  {&s->dk, fused ? 0 : big},
                      {&s->dv, fused ? 0 : big},  {&s->doh, bf && fused ? 0 : big}, {&s->dob, bf ? (big + 1) / 2 : 0},
-                     {&s->delta, heads},         {&s->dF, fox},              {&s->dpre, fox}};
+                     {&s->delta, heads},         {&s->dF, fox},              {&s->dpre, fox},
+                     {&s->sr, gpu_selrope_scratch_size(&o->sr, B, T)}};
     return gpu_take_slots(slots, sizeof slots / sizeof slots[0], base);
 }
 
@@ -444,6 +445,12 @@ static void attention_gpu_forward_(Mixer *m, float *y, GpuAct x, int B, int T) {
     GPU_TIMED("attn.qkv.forward", gpu_matmul_forward(gpu_act(qkv, bf && fused_heads_(o)), x, mixer_param(m, o->k_wqkv),
                                                      fused_heads_(o) ? NULL : bqkv, BT, C, 3 * HD));
     if (rotates_(o)) GPU_TIMED("attn.rope", rope_table_(&a, o, T));
+    if (o->sr.enabled)  // q and k rows turned in place before the permutation (and before qk_norm, as on the host)
+        GPU_TIMED("attn.selrope", {
+            gpu_selrope_forward(m, &o->sr, a.sr, x, B, T, NULL, 0);
+            gpu_selrope_apply(&o->sr, a.sr, qkv, qkv, 3 * (size_t)HD, B, T);
+            gpu_selrope_apply(&o->sr, a.sr, qkv + HD, qkv + HD, 3 * (size_t)HD, B, T);
+        });
     __nv_bfloat16 *qb = (__nv_bfloat16 *)a.qb, *kb = (__nv_bfloat16 *)a.kb, *vb = (__nv_bfloat16 *)a.vb;
     if (fused_heads_(o)) {  // and RoPE; bf16: straight to the bf16 copies
         if (bf) GPU_TIMED("attn.permute", qkv_heads_(qb, kb, vb, (const __nv_bfloat16 *)qkv, bqkv, &a, o, B, T));
@@ -488,11 +495,22 @@ static void attention_gpu_step_(Mixer *m, float *state, float *y, GpuAct x, int 
     const AttentionOpts *o = (const AttentionOpts *)m->spec->opts;
     int C = m->spec->C, H = o->H, D = o->D, HD = o->HD;
     int S = o->window > 0 && o->window < cap ? o->window : cap;
-    size_t n = m->spec->ops->state_size(m->spec, cap), fixed = o->fgate ? 2 * (size_t)H : 0, bd = (size_t)B * HD;
+    // the state's fixed part: [fox's F (2H) | selective_rope's], then the caches
+    size_t n = m->spec->ops->state_size(m->spec, cap), fsz = o->fgate ? 2 * (size_t)H : 0, bd = (size_t)B * HD;
+    size_t fixed = fsz + selrope_state_size(&o->sr);
     // the scratch (step_scratch_): qkv (B,3HD) | q, k, v (B,H,1,D) | F (B,H) | 1/rms (B,H)
     float *qkv = m->scratch, *q = qkv + 3 * bd, *k = q + bd, *v = k + bd, *g = v + bd, *rstd = g + (size_t)B * H;
     GPU_TIMED("attn.qkv.forward", gpu_matmul_forward(gpu_f32(qkv), x, mixer_param(m, o->k_wqkv),
                                                      o->bias ? mixer_param(m, o->k_bqkv) : NULL, B, C, 3 * HD));
+    if (o->sr.enabled) {
+        GpuAttActs a;
+        att_layout_(o, B, 1, m->acts, &a);
+        GPU_TIMED("attn.selrope", {
+            gpu_selrope_forward(m, &o->sr, a.sr, x, B, 1, state + fsz, n);
+            gpu_selrope_apply(&o->sr, a.sr, qkv, qkv, 3 * (size_t)HD, B, 1);
+            gpu_selrope_apply(&o->sr, a.sr, qkv + HD, qkv + HD, 3 * (size_t)HD, B, 1);
+        });
+    }
     float *dst[3] = {q, k, v};
     for (int part = 0; part < 3; part++)
         GPU_TIMED("attn.permute", permute_(dst[part], qkv, 3 * HD, part * HD, B, 1, H, D, 0));
@@ -589,8 +607,20 @@ static void attention_gpu_backward_(Mixer *m, float *dx, const float *dy, GpuAct
             GPU_TIMED("attn.permute", permute_(src[part], dqkv, 3 * HD, part * HD, B, T, H, D, 1));
         }
     }
+    if (o->sr.enabled)  // dq, dk rows back through the rotation, in place; the rotated rows (what the norm or the kernel
+        // took) merged into doh, free now
+        GPU_TIMED("attn.selrope", {
+            float *dth = gpu_selrope_dtheta(&o->sr, sc.sr, B, T);
+            for (int part = 0; part < 2; part++) {
+                float *rot = o->qk_norm ? (part ? a.k_lin : a.q_lin) : (part ? a.kh : a.qh);
+                permute_(rot, doh, HD, 0, B, T, H, D, 1);
+                gpu_selrope_apply_backward(&o->sr, a.sr, dqkv + part * HD, dth, dqkv + part * HD, 3 * (size_t)HD, doh,
+                                           0, B, T);
+            }
+        });
     GPU_TIMED("attn.qkv.backward", gpu_matmul_backward(gpu_f32(dx), mixer_grad(m, o->k_wqkv), o->bias ? mixer_grad(m, o->k_bqkv) : NULL,
                                                        dqkv_in, x, mixer_param(m, o->k_wqkv), BT, C, 3 * HD, 1));
+    if (o->sr.enabled) GPU_TIMED("attn.selrope", gpu_selrope_backward(m, &o->sr, a.sr, sc.sr, dx, x, B, T));
     if (o->fgate) GPU_TIMED("attn.fgate", fox_backward_(m, dx, sc.dpre, sc.dF, &a, x, B, T));
 }
 

@@ -24,7 +24,7 @@ extern "C" {
 
 static int bla_check_(const MixerSpec *s, int l, Err *e) {
     const BlaOpts *o = (const BlaOpts *)s->opts;
-    return gpu_refuse_chunked("bla", l, 0, o->chunk, GPU_LINREC_MAX_L, "recurrence", e);
+    return gpu_refuse_chunked("bla", l, o->chunk, GPU_LINREC_MAX_L, "recurrence", e);
 }
 
 // ----------------------------------------------------------------------------

@@ -6,8 +6,8 @@
 // its optional swish output gate and the output projection (gpu/mixer_out.cuh). The gates are formed in double and
 // rounded once, as on the host (gpu/gates.cuh); A_log's and dt_bias's gradients are column sums in a fixed order
 // (gpu/colsum.cuh). Every other element is one thread's, no atomics, so two runs give the same bits.
-// delta_check_ refuses gated_deltanet's selective_rope (no GPU kernels yet), chunks longer than the engine stages
-// and key heads wider than its state tiles hold.
+// Selective RoPE (gpu/selrope.cuh) turns q and k after silu, before the L2 norms, as on the host.
+// delta_check_ refuses chunks longer than the engine stages and key heads wider than its state tiles hold.
 #include <math.h>
 
 #include "gpu/colsum.cuh"
@@ -18,6 +18,7 @@
 #include "gpu/matmul.cuh"
 #include "gpu/mixer_gpu.cuh"
 #include "gpu/mixer_out.cuh"
+#include "gpu/selrope.cuh"
 #include "gpu/shortconv.cuh"
 #include "gpu/step.cuh"
 
@@ -28,7 +29,7 @@ extern "C" {
 static int delta_check_(const MixerSpec *s, int l, Err *e) {
     const DeltaOpts *o = (const DeltaOpts *)s->opts;
     const char *name = o->gated ? "gated_deltanet" : "deltanet";
-    if (gpu_refuse_chunked(name, l, o->sr.enabled, o->chunk, GPU_DELTA_MAX_L, "delta rule", e)) return -1;
+    if (gpu_refuse_chunked(name, l, o->chunk, GPU_DELTA_MAX_L, "delta rule", e)) return -1;
     if (o->Dk > GPU_DELTA_MAX_DK)
         return err_set(e, "layer %d: %s key head size %d (expand_k d_model / heads): the GPU's delta rule takes "
                        "up to %d (model.mixer.expand_k, model.mixer.heads)", l, name, o->Dk, GPU_DELTA_MAX_DK);
@@ -50,6 +51,8 @@ typedef struct GpuDeltaActs {
     float *rstd;          // (BT*H)
     float *yn;            // (BT,HV) normed (and gated): o_proj's input
     float *ckpt;          // the engine's chunk states
+    float *rq, *rk;       // (BT,HK) selective_rope: silu(cq), silu(ck) rotated (the L2 norms' inputs)
+    float *sr;            // selective_rope's (gpu/selrope.cuh)
 } GpuDeltaActs;
 
 static size_t delta_layout_(const DeltaOpts *o, int B, int T, float *base, GpuDeltaActs *a) {
@@ -61,7 +64,8 @@ static size_t delta_layout_(const DeltaOpts *o, int B, int T, float *base, GpuDe
                        {&a->v, nV},         {&a->nq, nH},      {&a->nk, nH},        {&a->bpre, nH},
                        {&a->beta, nH},      {&a->apre, gt * nH}, {&a->g, gt * nH},  {&a->o, nV},
                        {&a->z, o->use_gate ? nV : 0}, {&a->rstd, nH}, {&a->yn, nV},
-                       {&a->ckpt, gpu_delta_ckpt_size(&d)}};
+                       {&a->ckpt, gpu_delta_ckpt_size(&d)}, {&a->rq, o->sr.enabled * nK},
+                       {&a->rk, o->sr.enabled * nK}, {&a->sr, gpu_selrope_act_size(&o->sr, B, T)}};
     return gpu_take_slots(slots, sizeof slots / sizeof slots[0], base);
 }
 
@@ -72,9 +76,9 @@ static size_t delta_act_size_(const MixerSpec *s, int B, int T) {
 
 // The scratch: the engine's own (forward and backward), then the backward's: dyn, dz, dO, dv (BT,HV); dq, dk
 // (BT,HK); ds, dc, dp (BT, the wider side); dbeta, dg, da, dgg (BT*H: gated's da and dg g, A_log's and dt_bias's
-// gradients before their column sums)
+// gradients before their column sums); selective_rope's own last
 typedef struct GpuDeltaScratch {
-    float *engine, *dyn, *dz, *dO, *dv, *dq, *dk, *ds, *dc, *dp, *dbeta, *dg, *da, *dgg;
+    float *engine, *dyn, *dz, *dO, *dv, *dq, *dk, *ds, *dc, *dp, *dbeta, *dg, *da, *dgg, *sr;
 } GpuDeltaScratch;
 
 static size_t delta_scratch_layout_(const DeltaOpts *o, int B, int T, float *base, GpuDeltaScratch *s) {
@@ -84,7 +88,8 @@ static size_t delta_scratch_layout_(const DeltaOpts *o, int B, int T, float *bas
     GpuSlot slots[] = {{&s->engine, gpu_delta_scratch_size(&d)},
                        {&s->dyn, nV}, {&s->dz, o->use_gate ? nV : 0}, {&s->dO, nV}, {&s->dv, nV},
                        {&s->dq, nK}, {&s->dk, nK}, {&s->ds, w}, {&s->dc, w}, {&s->dp, o->K > 0 ? w : 0},
-                       {&s->dbeta, nH}, {&s->dg, gt * nH}, {&s->da, gt * nH}, {&s->dgg, gt * nH}};
+                       {&s->dbeta, nH}, {&s->dg, gt * nH}, {&s->da, gt * nH}, {&s->dgg, gt * nH},
+                       {&s->sr, gpu_selrope_scratch_size(&o->sr, B, T)}};
     return gpu_take_slots(slots, sizeof slots / sizeof slots[0], base);
 }
 
@@ -131,7 +136,7 @@ __global__ void delta_decay_backward_kernel(float *dgg, float *da, const float *
 // forward, backward
 
 // the forward over B,T; with a state, one token of decoding (T 1): sequence b's state at state + b * n,
-// mixers/delta.c's layout [the engine's (H, Dk*Dv) | the conv caches of q, k, v]
+// mixers/delta.c's layout [the engine's (H, Dk*Dv) | the conv caches of q, k, v | selective_rope's]
 static void delta_run_(Mixer *m, float *y, GpuAct x, int B, int T, float *state, size_t n) {
     const DeltaOpts *o = (const DeltaOpts *)m->spec->opts;
     int C = m->spec->C, BT = B * T, H = o->H;
@@ -148,9 +153,18 @@ static void delta_run_(Mixer *m, float *y, GpuAct x, int B, int T, float *state,
         gpu_shortconv_forward(m, o->k_v, o->k_cv, o->K, 1, a.v, a.cv, a.xv, x, B, T, o->HV,
                               cs ? cs + (size_t)2 * o->HK * K1 : NULL, n);
     });
-    GPU_TIMED("deltanet.l2norm", {  // in place: q, k (BT*H rows of Dk)
-        gpu_l2norm_forward(a.q, a.nq, a.q, BT * H, o->Dk, DELTA_L2_EPS, L2NORM_ADD);
-        gpu_l2norm_forward(a.k, a.nk, a.k, BT * H, o->Dk, DELTA_L2_EPS, L2NORM_ADD);
+    const float *lq = a.q, *lk = a.k;
+    if (o->sr.enabled) {  // after the convs and silu, before the L2 norms
+        GPU_TIMED("deltanet.selrope", {
+            gpu_selrope_forward(m, &o->sr, a.sr, x, B, T, state ? state + n - selrope_state_size(&o->sr) : NULL, n);
+            gpu_selrope_apply(&o->sr, a.sr, a.rq, a.q, 0, B, T);
+            gpu_selrope_apply(&o->sr, a.sr, a.rk, a.k, 0, B, T);
+        });
+        lq = a.rq, lk = a.rk;
+    }
+    GPU_TIMED("deltanet.l2norm", {  // q, k (BT*H rows of Dk), in place without selective_rope
+        gpu_l2norm_forward(a.q, a.nq, lq, BT * H, o->Dk, DELTA_L2_EPS, L2NORM_ADD);
+        gpu_l2norm_forward(a.k, a.nk, lk, BT * H, o->Dk, DELTA_L2_EPS, L2NORM_ADD);
     });
     GPU_TIMED("deltanet.beta", {
         gpu_matmul_forward(gpu_f32(a.bpre), x, mixer_param(m, o->k_b), NULL, BT, C, H);
@@ -212,19 +226,26 @@ static void delta_backward_(Mixer *m, float *dx, const float *dy, GpuAct x, int 
             gpu_matmul_backward(gpu_f32(dx), mixer_grad(m, o->k_a), NULL, gpu_f32(s.da), x, mixer_param(m, o->k_a),
                                 BT, C, H, 1);
         });
-    // q, k: l2norm, then silu, conv, projection; v: silu, conv, projection
+    // q, k: l2norm [then selective_rope], then silu, conv, projection; v: silu, conv, projection
+    float *dth = o->sr.enabled ? gpu_selrope_dtheta(&o->sr, s.sr, B, T) : NULL;
     GPU_TIMED("deltanet.l2norm", {
         CUDA_CHECK(cudaMemset(s.ds, 0, nK * sizeof(float)));
         gpu_l2norm_backward(s.ds, s.dq, a.q, a.nq, BT * H, o->Dk, DELTA_L2_EPS, L2NORM_ADD);
     });
+    if (dth)
+        GPU_TIMED("deltanet.selrope", gpu_selrope_apply_backward(&o->sr, a.sr, s.ds, dth, s.ds, 0, a.rq, 0, B, T));
     GPU_TIMED("deltanet.qkv.backward",
               gpu_shortconv_backward(m, o->k_q, o->k_cq, o->K, 1, dx, s.dc, s.dp, s.ds, a.cq, a.xq, x, B, T, o->HK));
     GPU_TIMED("deltanet.l2norm", {
         CUDA_CHECK(cudaMemset(s.ds, 0, nK * sizeof(float)));
         gpu_l2norm_backward(s.ds, s.dk, a.k, a.nk, BT * H, o->Dk, DELTA_L2_EPS, L2NORM_ADD);
     });
+    if (dth)
+        GPU_TIMED("deltanet.selrope", gpu_selrope_apply_backward(&o->sr, a.sr, s.ds, dth, s.ds, 0, a.rk, 0, B, T));
+    GPU_TIMED("deltanet.qkv.backward",
+              gpu_shortconv_backward(m, o->k_k, o->k_ck, o->K, 1, dx, s.dc, s.dp, s.ds, a.ck, a.xk, x, B, T, o->HK));
+    if (dth) GPU_TIMED("deltanet.selrope", gpu_selrope_backward(m, &o->sr, a.sr, s.sr, dx, x, B, T));
     GPU_TIMED("deltanet.qkv.backward", {
-        gpu_shortconv_backward(m, o->k_k, o->k_ck, o->K, 1, dx, s.dc, s.dp, s.ds, a.ck, a.xk, x, B, T, o->HK);
         gpu_shortconv_backward(m, o->k_v, o->k_cv, o->K, 1, dx, s.dc, s.dp, s.dv, a.cv, a.xv, x, B, T, o->HV);
     });
 }

@@ -24,7 +24,7 @@ extern "C" {
 
 static int gsa_check_(const MixerSpec *s, int l, Err *e) {
     const GsaOpts *o = (const GsaOpts *)s->opts;
-    return gpu_refuse_chunked("gsa", l, 0, o->chunk, GPU_LINREC_MAX_L, "recurrence", e);
+    return gpu_refuse_chunked("gsa", l, o->chunk, GPU_LINREC_MAX_L, "recurrence", e);
 }
 
 // ----------------------------------------------------------------------------

@@ -6,7 +6,7 @@
 // (gpu/linrec.cuh), the per-head RMSNorm with its swish output gate and the output projection (gpu/mixer_out.cuh).
 // The small elementwise passes between them are this file's kernels: each element is one thread's, no sums
 // across threads, so two runs give the same bits.
-// linear_check_ refuses gla's selective_rope (no GPU kernels yet) and chunks longer than the engine stages.
+// linear_check_ refuses chunks longer than the engine stages.
 #include <math.h>
 
 #include "gpu/activation.cuh"
@@ -17,6 +17,7 @@
 #include "gpu/mixer_gpu.cuh"
 #include "gpu/mixer_out.cuh"
 #include "gpu/rotary.cuh"
+#include "gpu/selrope.cuh"
 #include "gpu/shortconv.cuh"
 #include "gpu/step.cuh"
 
@@ -28,7 +29,7 @@ static const char *const LIN_NAMES_[] = {"linear_attn", "retnet", "gla"};
 
 static int linear_check_(const MixerSpec *s, int l, Err *e) {
     const LinOpts *o = (const LinOpts *)s->opts;
-    return gpu_refuse_chunked(LIN_NAMES_[o->variant], l, o->sr.enabled, o->chunk, GPU_LINREC_MAX_L, "recurrence", e);
+    return gpu_refuse_chunked(LIN_NAMES_[o->variant], l, o->chunk, GPU_LINREC_MAX_L, "recurrence", e);
 }
 
 // ----------------------------------------------------------------------------
@@ -49,12 +50,13 @@ typedef struct GpuLinActs {
     float *rstd;           // (BT*H,)
     float *yn;             // (BT,HV) normed (and gated): o_proj's input
     float *ckpt;           // the recurrence's chunk states
+    float *sr;             // selective_rope's (gpu/selrope.cuh)
 } GpuLinActs;
 
 static size_t lin_layout_(const LinOpts *o, int B, int T, float *base, GpuLinActs *a) {
     size_t BT = (size_t)B * T, nK = BT * o->HK, nV = BT * o->HV, nA = BT * o->H * o->Dva;
     int cv = o->K > 0, had = o->fmap == FMAP_HADAMARD, gla = o->variant == LIN_GLA;
-    int own_qk = o->fmap != FMAP_IDENTITY || o->rotate;
+    int own_qk = o->fmap != FMAP_IDENTITY || o->rotate || o->sr.enabled;
     LinrecDims d = lin_dims(o, B, T);
     GpuSlot slots[] = {{&a->pq, cv * nK},   {&a->pk, cv * nK},         {&a->pv, cv * nV},
                        {&a->cq, cv * nK},   {&a->ck, cv * nK},         {&a->cv, cv * nV},
@@ -64,7 +66,8 @@ static size_t lin_layout_(const LinOpts *o, int B, int T, float *base, GpuLinAct
                        {&a->gr, gla * BT * o->gate_rank}, {&a->gpre, gla * BT * o->GW}, {&a->g, gla * nK},
                        {&a->gh, o->variant == LIN_RETNET ? (size_t)o->H : 0}, {&a->o, nA},
                        {&a->on, o->normalize ? nV : 0}, {&a->z, o->output_gate ? nV : 0}, {&a->rstd, BT * o->H},
-                       {&a->yn, nV},        {&a->ckpt, gpu_linrec_ckpt_size(&d)}};
+                       {&a->yn, nV},        {&a->ckpt, gpu_linrec_ckpt_size(&d)},
+                       {&a->sr, gpu_selrope_act_size(&o->sr, B, T)}};
     size_t n = gpu_take_slots(slots, sizeof slots / sizeof slots[0], base);
     if (!a->q) a->q = a->xq, a->k = a->xk;
     if (!a->v) a->v = a->xv;
@@ -78,9 +81,10 @@ static size_t linear_act_size_(const MixerSpec *s, int B, int T) {
 }
 
 // The scratch: the recurrence's own (forward and backward), then the backward's slabs of B T times the widest row:
-// dyn, dz, don, doa, dq, dk, dv, dxq, dxk, dg, and tmp (two slabs: hadamard's two factors' gradients, gla's dgr)
+// dyn, dz, don, doa, dq, dk, dv, dxq, dxk, dg, and tmp (two slabs: hadamard's two factors' gradients, gla's dgr);
+// selective_rope's own last
 typedef struct GpuLinScratch {
-    float *engine, *dyn, *dz, *don, *doa, *dq, *dk, *dv, *dxq, *dxk, *dg, *tmp;
+    float *engine, *dyn, *dz, *don, *doa, *dq, *dk, *dv, *dxq, *dxk, *dg, *tmp, *sr;
 } GpuLinScratch;
 
 static size_t scratch_layout_(const LinOpts *o, int B, int T, float *base, GpuLinScratch *s) {
@@ -90,7 +94,7 @@ static size_t scratch_layout_(const LinOpts *o, int B, int T, float *base, GpuLi
     LinrecDims d = lin_dims(o, B, T);
     GpuSlot slots[] = {{&s->engine, gpu_linrec_scratch_size(&d)}, {&s->dyn, w}, {&s->dz, w}, {&s->don, w},
                        {&s->doa, w}, {&s->dq, w}, {&s->dk, w}, {&s->dv, w}, {&s->dxq, w}, {&s->dxk, w}, {&s->dg, w},
-                       {&s->tmp, 2 * w}};
+                       {&s->tmp, 2 * w}, {&s->sr, gpu_selrope_scratch_size(&o->sr, B, T)}};
     return gpu_take_slots(slots, sizeof slots / sizeof slots[0], base);
 }
 
@@ -209,7 +213,8 @@ static void lin_fmap_backward_(Mixer *m, int which, float *dx, const float *dout
 // forward, backward
 
 // the forward over B,T; with a state, one token of decoding (T 1) at position t: sequence b's state at state + b * n,
-// mixers/linear.c's layout [the recurrence's (H, Dk*Dva) | rotate: the position | the conv caches of q, k, v]
+// mixers/linear.c's layout [the recurrence's (H, Dk*Dva) | rotate: the position | selective_rope's | the conv caches
+// of q, k, v]
 static void linear_run_(Mixer *m, float *y, GpuAct x, int B, int T, float *state, size_t n, int t) {
     const LinOpts *o = (const LinOpts *)m->spec->opts;
     int C = m->spec->C, BT = B * T;
@@ -220,7 +225,7 @@ static void linear_run_(Mixer *m, float *y, GpuAct x, int B, int T, float *state
     scratch_layout_(o, B, T, m->scratch, &sc);
     LinrecDims d = lin_dims(o, B, T);
     size_t es = (size_t)o->H * linrec_state_size(&d), K1 = o->K ? (size_t)o->K - 1 : 0;
-    float *cs = state ? state + es + (o->rotate != 0) : NULL;
+    float *srs = state ? state + es + (o->rotate != 0) : NULL, *cs = srs ? srs + selrope_state_size(&o->sr) : NULL;
     GPU_TIMED("lin.qkv.forward", {
         gpu_shortconv_forward(m, o->k_q, o->k_cq, o->K, 0, a.xq, a.cq, a.pq, x, B, T, o->HK, cs, n);
         gpu_shortconv_forward(m, o->k_k, o->k_ck, o->K, 0, a.xk, a.ck, a.pk, x, B, T, o->HK,
@@ -238,6 +243,12 @@ static void linear_run_(Mixer *m, float *y, GpuAct x, int B, int T, float *state
         });
         if (state) gpu_state_count(state + es, n, B);  // the host's step keeps the next token's position there
     }
+    if (o->sr.enabled)  // gla (identity feature map): right after the projections
+        GPU_TIMED("lin.selrope", {
+            gpu_selrope_forward(m, &o->sr, a.sr, x, B, T, srs, n);
+            gpu_selrope_apply(&o->sr, a.sr, a.q, a.xq, 0, B, T);
+            gpu_selrope_apply(&o->sr, a.sr, a.k, a.xk, 0, B, T);
+        });
     const float *g = NULL;
     if (o->variant == LIN_RETNET) {
         GPU_LAUNCH(lin_retnet_decay_kernel, o->H, a.gh, o->H);
@@ -313,7 +324,15 @@ static void linear_backward_(Mixer *m, float *dx, const float *dy, GpuAct x, int
     }
     // q, k through RoPE or the feature map
     const float *dq0 = s.dq, *dk0 = s.dk;
-    if (o->rotate || o->fmap != FMAP_IDENTITY) {
+    if (o->sr.enabled) {
+        GPU_TIMED("lin.selrope", {
+            float *dth = gpu_selrope_dtheta(&o->sr, s.sr, B, T);
+            gpu_selrope_apply_backward(&o->sr, a.sr, s.dxq, dth, s.dq, 0, a.q, 0, B, T);
+            gpu_selrope_apply_backward(&o->sr, a.sr, s.dxk, dth, s.dk, 0, a.k, 0, B, T);
+            gpu_selrope_backward(m, &o->sr, a.sr, s.sr, dx, x, B, T);
+        });
+        dq0 = s.dxq, dk0 = s.dxk;
+    } else if (o->rotate || o->fmap != FMAP_IDENTITY) {
         CUDA_CHECK(cudaMemset(s.dxq, 0, nK * sizeof(float)));
         CUDA_CHECK(cudaMemset(s.dxk, 0, nK * sizeof(float)));
         RotaryCfg rc = lin_rope_(o);

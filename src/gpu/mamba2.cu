@@ -26,7 +26,7 @@ extern "C" {
 }
 
 static int mamba2_check_(const MixerSpec *s, int l, Err *e) {
-    return gpu_refuse_chunked("mamba2", l, 0, ((const Mamba2Opts *)s->opts)->chunk, GPU_LINREC_MAX_L, "recurrence", e);
+    return gpu_refuse_chunked("mamba2", l, ((const Mamba2Opts *)s->opts)->chunk, GPU_LINREC_MAX_L, "recurrence", e);
 }
 
 // ----------------------------------------------------------------------------

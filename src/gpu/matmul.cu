@@ -89,13 +89,13 @@ static GpuAct bf16_of_(GpuAct x, size_t n, int slot) {
     return GpuAct{bf16_.scratch[slot], 1, 0};
 }
 
-// cublasSgemm's arguments (column-major), in bf16 when run.precision is bf16: A (lda x ka) and B (ldb x kb) are
+// cublasSgemm's arguments (column-major), in bf16 when math is GPU_BF16: A (lda x ka) and B (ldb x kb) are
 // the column-major extents of the operands as stored, lda and ldb their packed leading dimensions (an operand's
 // own ld replaces it); C floats, or bf16 (beta 0: the fp32 sums rounded once)
-static void gemm_(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, GpuAct A, int lda, size_t ka,
-                  GpuAct B, int ldb, size_t kb, float beta, GpuAct C, int ldc) {
+static void gemm_(GpuMath math, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, GpuAct A, int lda,
+                  size_t ka, GpuAct B, int ldb, size_t kb, float beta, GpuAct C, int ldc) {
     const float one = 1.0f;
-    if (gpu_math() != GPU_BF16) {
+    if (math != GPU_BF16) {
         if (A.bf16 || B.bf16 || C.bf16) gpu_fail_("gemm_", "a bf16 tensor outside run.precision bf16", __FILE__, __LINE__);
         CUBLAS_CHECK(cublasSgemm(gpu_blas(), ta, tb, m, n, k, &one, (const float *)A.p, A.ld ? A.ld : lda,
                                  (const float *)B.p, B.ld ? B.ld : ldb, &beta, (float *)C.p, ldc));
@@ -109,8 +109,18 @@ static void gemm_(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int 
 }
 
 void gpu_matmul_forward(GpuAct out, GpuAct inp, const float *w, const float *bias, int N, int IC, int OC) {
+    gpu_matmul_forward_in(gpu_math(), out, inp, w, bias, N, IC, OC);
+}
+
+void gpu_matmul_backward(GpuAct dinp, float *dw, float *dbias, GpuAct dout, GpuAct inp, const float *w, int N, int IC,
+                         int OC, int accumulate) {
+    gpu_matmul_backward_in(gpu_math(), dinp, dw, dbias, dout, inp, w, N, IC, OC, accumulate);
+}
+
+void gpu_matmul_forward_in(GpuMath math, GpuAct out, GpuAct inp, const float *w, const float *bias, int N, int IC,
+                           int OC) {
     // out^T (OC,N) = w (OC,IC) @ inp^T (IC,N): w is the column-major (IC,OC) matrix, transposed
-    gemm_(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, gpu_f32(w), IC, OC, inp, IC, N, 0.0f, out, OC);
+    gemm_(math, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, gpu_f32(w), IC, OC, inp, IC, N, 0.0f, out, OC);
     if (bias) {
         if (out.bf16) gpu_fail_("gpu_matmul_forward", "a bias on a bf16 result", __FILE__, __LINE__);
         size_t n = (size_t)N * OC;
@@ -119,14 +129,14 @@ void gpu_matmul_forward(GpuAct out, GpuAct inp, const float *w, const float *bia
     }
 }
 
-void gpu_matmul_backward(GpuAct dinp, float *dw, float *dbias, GpuAct dout, GpuAct inp, const float *w, int N, int IC,
-                         int OC, int accumulate) {
+void gpu_matmul_backward_in(GpuMath math, GpuAct dinp, float *dw, float *dbias, GpuAct dout, GpuAct inp,
+                            const float *w, int N, int IC, int OC, int accumulate) {
     // bf16: a float dout (N,OC) converted once for both products
-    if (gpu_math() == GPU_BF16) dout = bf16_of_(dout, (size_t)N * OC, 2);
+    if (math == GPU_BF16) dout = bf16_of_(dout, (size_t)N * OC, 2);
     if (dinp.p)  // dinp^T (IC,N) = w^T (IC,OC) @ dout^T (OC,N)
-        gemm_(CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, gpu_f32(w), IC, OC, dout, OC, N, accumulate ? 1.0f : 0.0f, dinp,
-              IC);
+        gemm_(math, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, gpu_f32(w), IC, OC, dout, OC, N, accumulate ? 1.0f : 0.0f,
+              dinp, IC);
     // dw^T (IC,OC) += inp^T (IC,N) @ dout (N,OC)
-    gemm_(CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, inp, IC, N, dout, OC, N, 1.0f, gpu_f32(dw), IC);
+    gemm_(math, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, inp, IC, N, dout, OC, N, 1.0f, gpu_f32(dw), IC);
     if (dbias) gpu_colsum(dbias, NULL, dout, NULL, NULL, NULL, N, OC, COLSUM_PLAIN);
 }

@@ -18,6 +18,14 @@ void gpu_matmul_forward(GpuAct out, GpuAct inp, const float *w, const float *bia
 void gpu_matmul_backward(GpuAct dinp, float *dw, float *dbias, GpuAct dout, GpuAct inp, const float *w, int N, int IC,
                          int OC, int accumulate);
 
+// the same in a given math instead of run.precision's (gpu_math()): any but GPU_BF16 multiplies float operands (as
+// cuBLAS's math mode says: TF32 in run.precision tf32), for a small product whose bf16 rounding would accumulate
+// (Selective RoPE's angle projections, summed over the sequence); GPU_BF16 only in run.precision bf16
+void gpu_matmul_forward_in(GpuMath math, GpuAct out, GpuAct inp, const float *w, const float *bias, int N, int IC,
+                           int OC);
+void gpu_matmul_backward_in(GpuMath math, GpuAct dinp, float *dw, float *dbias, GpuAct dout, GpuAct inp,
+                            const float *w, int N, int IC, int OC, int accumulate);
+
 // run.precision bf16 (gpu_math GPU_BF16): the matmuls above multiply bfloat16 operands into fp32 results. The
 // weights come from a bf16 copy of the flat parameter buffer: gpu_bf16_shadow_init registers the buffer (params,
 // n floats, device) and allocates the copy (-1: out of memory); gpu_bf16_shadow_refresh rewrites it and must

@@ -46,13 +46,9 @@ extern const GpuMixerOps GPU_MIXER_MAMBA2;  // gpu/mamba2.cu
 extern const GpuMixerOps GPU_MIXER_MLSTM;   // gpu/mlstm.cu
 extern const GpuMixerOps GPU_MIXER_BLA;     // gpu/bla.cu
 
-// the chunked mixers' common refusals for layer l's mixer name: selective_rope on (no GPU kernels yet), a chunk
-// above the max_chunk tokens that the GPU's engine (its name in the message) stages. -1 with e set, else 0.
-static inline int gpu_refuse_chunked(const char *name, int l, int selrope, int chunk, int max_chunk,
-                                     const char *engine, Err *e) {
-    if (selrope)
-        return err_set(e, "layer %d: %s selective_rope has no GPU kernels yet; with run.device cuda, "
-                       "model.mixer.selective_rope must be off (or train on run.device cpu)", l, name);
+// the chunked mixers' common refusal for layer l's mixer name: a chunk above the max_chunk tokens that the GPU's
+// engine (its name in the message) stages. -1 with e set, else 0.
+static inline int gpu_refuse_chunked(const char *name, int l, int chunk, int max_chunk, const char *engine, Err *e) {
     if (chunk > max_chunk)
         return err_set(e, "layer %d: %s chunk %d: the GPU's %s takes chunks of 1..%d tokens (model.mixer.chunk; "
                        "results do not depend on it beyond rounding)", l, name, chunk, engine, max_chunk);

@@ -30,7 +30,7 @@ extern "C" {
 }
 
 static int mlstm_check_(const MixerSpec *s, int l, Err *e) {
-    return gpu_refuse_chunked("mlstm", l, 0, ((const MlstmOpts *)s->opts)->chunk, GPU_LINREC_MAX_L, "recurrence", e);
+    return gpu_refuse_chunked("mlstm", l, ((const MlstmOpts *)s->opts)->chunk, GPU_LINREC_MAX_L, "recurrence", e);
 }
 
 // ----------------------------------------------------------------------------

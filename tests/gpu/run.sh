@@ -20,7 +20,7 @@
 # perplexity tables (contexts up to one window of 4096, and sliding windows), per-position curves and --task
 # accuracy, and its --probe dump (logits, loss, every gradient) is the CPU's for every position scheme.
 # The linear family and the state-space mixers (linear_runs): gla, retnet, linear_attn, gsa, deltanet,
-# gated_deltanet, mamba2, mlstm and a hybrid
+# gated_deltanet (also with selective_rope), mamba2, mlstm and a hybrid
 # (attention, then gla) each train on the GPU on the CPU's curve, resume bit-identically, move between the
 # devices both ways (on the emulator: gla, gated_deltanet and the hybrid, LINEAR_MOVES), and give the CPU's
 # perplexity, per-position curves and --probe.
@@ -205,6 +205,7 @@ declare -A SCHEMES=(
     [window]="--set model.mixer.window=24"
     [fox_window]="--set model.mixer.pos=fox --set model.mixer.window=24"
     [qk_norm]="--set model.mixer.qk_norm=true"
+    [selrope_fox]="--set model.mixer.pos=fox --set model.mixer.selective_rope={\"enabled\":true,\"use_gate\":true}"
 )
 
 # seqeval_runs LABEL BIN RUN TASK_RUN RUNS: BIN/seqeval --device cuda against --device cpu on RUN's last
@@ -278,6 +279,7 @@ declare -A LINEAR=(
     [gated_deltanet]="--set model.mixer={\"kind\":\"gated_deltanet\",\"heads\":2,\"conv\":4}"
     [mamba2]="--set model.mixer={\"kind\":\"mamba2\",\"d_state\":16,\"head_dim\":16,\"chunk\":16}"
     [mlstm]="--set model.mixer={\"kind\":\"mlstm\",\"heads\":2,\"round_to\":16,\"chunk\":16}"
+    [gdn_selrope]="--set model.mixer={\"kind\":\"gated_deltanet\",\"heads\":2,\"selective_rope\":{\"enabled\":true,\"use_gate\":true}}"
     [hybrid]="--set model.layers=[{\"at\":\"1\",\"mixer\":{\"kind\":\"gla\",\"heads\":2}}]"
 )
 # the mixers whose emulated runs also stop and resume and move between the devices: one of each engine (the chunked

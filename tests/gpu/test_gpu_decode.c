@@ -37,6 +37,9 @@ static const Case CASES_[] = {
     {"gla, conv 4", ONE_("\"kind\": \"gla\", \"heads\": 2, \"conv\": 4"), 0},
     {"gla, rotate, expand_k 1, no output gate",
      ONE_("\"kind\": \"gla\", \"heads\": 2, \"expand_k\": 1, \"rotate\": true, \"output_gate\": false"), 0},
+    {"gla, selective_rope (conv 4 over phi, gate, bias)",
+     ONE_("\"kind\": \"gla\", \"heads\": 2, \"expand_k\": 1, \"selective_rope\": {\"enabled\": true, "
+          "\"use_gate\": true, \"use_bias\": true}"), 0},
     {"retnet, conv 4", ONE_("\"kind\": \"retnet\", \"heads\": 2, \"conv\": 4"), 0},
     {"linear_attn, elu, rotate, normaliser",
      ONE_("\"kind\": \"linear_attn\", \"heads\": 2, \"feature_map\": \"elu\", \"rotate\": true, \"normalize\": true"), 0},
@@ -49,6 +52,9 @@ static const Case CASES_[] = {
      ONE_("\"kind\": \"deltanet\", \"heads\": 2, \"conv\": 0, \"use_gate\": true, \"allow_neg_eigval\": true, "
           "\"expand_k\": 2"), 0},
     {"gated_deltanet (defaults: conv 4, output gate)", ONE_("\"kind\": \"gated_deltanet\", \"heads\": 2"), 0},
+    {"gated_deltanet, selective_rope full rank, skip_conv",
+     ONE_("\"kind\": \"gated_deltanet\", \"heads\": 2, \"selective_rope\": {\"enabled\": true, "
+          "\"full_rank\": true, \"skip_conv\": true}"), 0},
     {"mamba2, 2 groups, d_state 16", ONE_("\"kind\": \"mamba2\", \"d_state\": 16, \"head_dim\": 16, \"n_groups\": 2"), 0},
     {"mamba2, conv 3 without bias, prenorm block with an MLP",
      "{\"d_model\": 32, \"n_layers\": 1, \"block\": \"prenorm\", \"mixer\": {\"kind\": \"mamba2\", \"expand\": 1, "
@@ -65,6 +71,9 @@ static const Case CASES_[] = {
     {"attention, rope interleaved, qk_norm, window 7 (a ring of 7 slots)",
      ONE_("\"kind\": \"attention\", \"heads\": 2, \"pos\": \"rope\", \"rope_layout\": \"interleaved\", "
           "\"qk_norm\": true, \"window\": 7"), 0},
+    {"attention, fox, qk_norm, selective_rope (conv 4, gate)",
+     ONE_("\"kind\": \"attention\", \"heads\": 2, \"pos\": \"fox\", \"qk_norm\": true, "
+          "\"selective_rope\": {\"enabled\": true, \"use_gate\": true}"), 0},
     {"attention, alibi, 3 heads", ONE_("\"kind\": \"attention\", \"heads\": 3, \"head_dim\": 16, \"pos\": \"alibi\""), 0},
     {"attention, fox, window 10", ONE_("\"kind\": \"attention\", \"heads\": 2, \"pos\": \"fox\", \"window\": 10, "
                                        "\"fgate_bias_init\": 1"), 0},

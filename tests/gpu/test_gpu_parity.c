@@ -107,6 +107,12 @@ static const Case CASES_[] = {
                                                 "\"qk_norm\": true"), 0, 1, 150, 1},
     {"fox, window 40, T 152 (a multiple of 4: F, lse and delta staged by cp.async)",
      SCHEME_("\"heads\": 2, \"pos\": \"fox\", \"window\": 40"), 0, 1, 152, 1},
+    // selective_rope on attention: the rows of the projection turned before the permutation (and before qk_norm)
+    {"pos none, selective_rope (low rank 16, conv 4), D 16",
+     SCHEME_("\"heads\": 2, \"pos\": \"none\", \"selective_rope\": {\"enabled\": true}"), 0, 0, 0, 1},
+    {"fox, qk_norm, selective_rope skip_conv, gate, D 16",
+     SCHEME_("\"heads\": 2, \"pos\": \"fox\", \"qk_norm\": true, \"selective_rope\": {\"enabled\": true, "
+             "\"skip_conv\": true, \"use_gate\": true}"), 0, 0, 0, 1},
 #undef SCHEME_
     // the linear family (gpu/linear.cu): each option through one small layer, the hybrid with training steps
 #define LIN_(MIXER) "{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {" MIXER "}}"
@@ -127,6 +133,17 @@ static const Case CASES_[] = {
     {"gla, rotate, no output gate, chunk 64", LIN_("\"kind\": \"gla\", \"heads\": 2, \"expand_k\": 1, "
                                                    "\"rotate\": true, \"output_gate\": false, \"chunk\": 64"),
      0, 0, 0, 1},
+    // selective_rope (gpu/selrope.cu) on gla: the defaults (low rank, conv 4); full rank with the skip difference,
+    // bias, gate and rfa temperatures; the conv's silu with the gate across T 200 (the angle sum in 3 segments)
+    {"gla, selective_rope (low rank 16, conv 4)", LIN_("\"kind\": \"gla\", \"heads\": 2, \"expand_k\": 1, "
+                                                     "\"selective_rope\": {\"enabled\": true}"), 0, 0, 0, 1},
+    {"gla, selective_rope full rank, skip_conv, bias, gate, temp rfa",
+     LIN_("\"kind\": \"gla\", \"heads\": 2, \"expand_k\": 1, \"selective_rope\": {\"enabled\": true, "
+          "\"full_rank\": true, \"skip_conv\": true, \"use_bias\": true, \"use_gate\": true, "
+          "\"temp_type\": \"rfa\", \"temp_theta\": 0.5}"), 0, 0, 0, 1},
+    {"gla, selective_rope conv + silu, gate, rank 4, T 200",
+     LIN_("\"kind\": \"gla\", \"heads\": 2, \"selective_rope\": {\"enabled\": true, \"conv_act\": \"silu\", "
+          "\"use_gate\": true, \"phi_proj_rank\": 4}"), 0, 0, 200, 1},
     {"hybrid: gla (conv 4) over attention, 2 layers, training steps",
      "{\"d_model\": 32, \"n_layers\": 2, \"norm\": \"rmsnorm\", \"mlp\": {\"kind\": \"swiglu\"}, "
      "\"mixer\": {\"kind\": \"gla\", \"heads\": 2, \"conv\": 4}, "
@@ -152,6 +169,12 @@ static const Case CASES_[] = {
      DELTA_("\"kind\": \"gated_deltanet\", \"heads\": 4, \"conv\": 1, \"use_gate\": false, "
             "\"allow_neg_eigval\": true, \"A_init_lo\": 1, \"A_init_hi\": 4, \"dt_min\": 0.01, "
             "\"dt_max\": 0.2, \"dt_init_floor\": 0.02, \"chunk\": 8"), 0, 0, 0, 1},
+    {"gated_deltanet, selective_rope (low rank 16, conv 4)",
+     DELTA_("\"kind\": \"gated_deltanet\", \"heads\": 2, \"chunk\": 16, \"selective_rope\": {\"enabled\": true}"),
+     0, 0, 0, 1},
+    {"gated_deltanet, selective_rope full rank, no conv over phi, bias, temp_max 2",
+     DELTA_("\"kind\": \"gated_deltanet\", \"heads\": 2, \"chunk\": 16, \"selective_rope\": {\"enabled\": true, "
+            "\"full_rank\": true, \"conv\": false, \"use_bias\": true, \"temp_max\": 2}"), 0, 0, 0, 1},
     {"hybrid: gated_deltanet (conv 4) over attention, 2 layers, training steps",
      "{\"d_model\": 32, \"n_layers\": 2, \"norm\": \"rmsnorm\", \"mlp\": {\"kind\": \"swiglu\"}, "
      "\"mixer\": {\"kind\": \"gated_deltanet\", \"heads\": 2, \"chunk\": 16}, "
@@ -527,9 +550,6 @@ static void refusals_(void) {
         {"{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {\"kind\": \"attention\", \"heads\": 2, "
          "\"pos\": \"path_fox\"}}",
          "attention pos \"path_fox\" (PaTH) has no GPU kernels yet"},
-        {"{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {\"kind\": \"attention\", \"heads\": 2, \"pos\": \"none\", "
-         "\"selective_rope\": {\"enabled\": true}}}",
-         "attention selective_rope has no GPU kernels yet"},
         {"{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {\"kind\": \"attention\", \"heads\": 2, \"qk_norm\": true, "
          "\"qk_norm_scales\": \"per_head\"}}",
          "attention qk_norm_scales \"per_head\" has no GPU kernels yet"},
@@ -544,15 +564,10 @@ static void refusals_(void) {
          "layer 0: mamba2 chunk 128"},
         {"{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {\"kind\": \"mlstm\", \"chunk\": 100}}",
          "layer 0: mlstm chunk 100"},
-        {"{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {\"kind\": \"gla\", \"selective_rope\": {\"enabled\": true}}}",
-         "layer 0: gla selective_rope has no GPU kernels yet"},
         {"{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {\"kind\": \"linear_attn\", \"chunk\": 128}}",
          "layer 0: linear_attn chunk 128"},
         {"{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {\"kind\": \"gsa\", \"chunk\": 65}}", "layer 0: gsa chunk 65"},
         {"{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {\"kind\": \"bla\", \"chunk\": 80}}", "layer 0: bla chunk 80"},
-        {"{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {\"kind\": \"gated_deltanet\", "
-         "\"selective_rope\": {\"enabled\": true}}}",
-         "layer 0: gated_deltanet selective_rope has no GPU kernels yet"},
         {"{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {\"kind\": \"deltanet\", \"chunk\": 128}}",
          "layer 0: deltanet chunk 128"},
         {"{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {\"kind\": \"gated_deltanet\", \"heads\": 1, "
