@@ -48,6 +48,10 @@ struct Gpu {
     LayerActs *la;  // (L,) model.h's layout on the device; the buffers LAYER_ACTS_MATMUL marks (the matmuls' inputs
                     //   and outputs, as the Gpu's lnf, dfc, dact) hold bf16 under run.precision bf16
     float *res_out, *lnf, *lnf_mean, *lnf_rstd, *logits, *losses, *mix_out, *dres, *dtmp, *dfc, *dact, *scratch;
+    // the autoencoder head's decoder (model.c's dec_*): x (B,T,C), n1 (matmul input), f1, a1 (B,T,D1), n2 (matmul
+    // input), f2, a2 (B,T,D2), the norms' statistics, and the backward's third buffer beside dres and dtmp
+    float *ae_x, *ae_n1, *ae_n1_mean, *ae_n1_rstd, *ae_f1, *ae_a1, *ae_n2, *ae_n2_mean, *ae_n2_rstd, *ae_f2, *ae_a2,
+        *ae_g;
     int *inputs, *targets, *emb_tok, *emb_offs, *emb_pos;  // (B*T,) each, emb_offs (B*T+1,)
     // host side of the embedding backward's bucket sort, and the losses
     int *h_count, *h_tok, *h_offs, *h_pos;
@@ -69,9 +73,6 @@ struct Gpu {
 // checks
 
 int gpu_check_model(const Model *m, Err *e) {
-    if (m->ae)
-        return err_set(e, "run.device cuda: model.head \"autoencoder\" has no GPU kernels yet (the GPU takes "
-                       "model.head lm); train it with run.device cpu");
     if (m->mc > 1)
         return err_set(e, "run.device cuda: model.mc_samples %d (KLA+) has no GPU kernels yet; set it to 1 or train "
                        "with run.device cpu", m->mc);
@@ -123,6 +124,9 @@ static int acts_alloc_(Gpu *g, int B, int T, Err *e) {
     acts_free_(g);
     const Model *m = g->m;
     size_t BT = (size_t)B * T, C = m->C, H = m->hidden, F = m->mlp_kind == MLP_SWIGLU ? 2 * H : H;
+    // the autoencoder's widths: the head reads HW = D2; dres, dtmp and ae_g hold the widest row (model.c's W)
+    size_t HW = m->HW, D1 = m->D1, D2 = m->D2, W = C, ae = m->ae ? 1 : 0;
+    if (ae) W = C > D1 ? (C > D2 ? C : D2) : (D1 > D2 ? D1 : D2);
     // two passes: count, then hand out
     size_t n = 0, scratch = 0, mm = math_ == GPU_BF16 ? 2 : 1;  // floats per element of a matmul input: 1/mm
     for (int pass = 0; pass < 2; pass++) {
@@ -143,14 +147,26 @@ static int acts_alloc_(Gpu *g, int B, int T, Err *e) {
             if (s > scratch) scratch = s;
         }
         TAKE_(g->res_out, BT * C);
-        TAKE_MM_(g->lnf, BT * C);
+        TAKE_(g->ae_x, ae * BT * C);
+        TAKE_MM_(g->ae_n1, ae * BT * C);
+        TAKE_(g->ae_n1_mean, ae * BT);
+        TAKE_(g->ae_n1_rstd, ae * BT);
+        TAKE_(g->ae_f1, ae * BT * D1);
+        TAKE_(g->ae_a1, ae * BT * D1);
+        TAKE_MM_(g->ae_n2, ae * BT * D1);
+        TAKE_(g->ae_n2_mean, ae * BT);
+        TAKE_(g->ae_n2_rstd, ae * BT);
+        TAKE_(g->ae_f2, ae * BT * D2);
+        TAKE_(g->ae_a2, ae * BT * D2);
+        TAKE_(g->ae_g, ae * BT * W);
+        TAKE_MM_(g->lnf, BT * HW);
         TAKE_(g->lnf_mean, BT);
         TAKE_(g->lnf_rstd, BT);
         TAKE_(g->logits, BT * m->V);
         TAKE_(g->losses, BT);
         TAKE_(g->mix_out, BT * C);
-        TAKE_(g->dres, BT * C);
-        TAKE_(g->dtmp, BT * C);
+        TAKE_(g->dres, BT * W);
+        TAKE_(g->dtmp, BT * W);
         TAKE_MM_(g->dfc, BT * F);
         TAKE_MM_(g->dact, BT * H);
         TAKE_(g->scratch, scratch);
@@ -330,15 +346,92 @@ void gpu_zero_grad(Gpu *g) { CUDA_CHECK(cudaMemset(g->grads, 0, g->m->pt.numel *
 // run.precision bf16
 static GpuAct mm_(float *p) { return gpu_act(p, math_ == GPU_BF16); }
 
-static void norm_fwd_(Gpu *g, float *out, float *mean, float *rstd, const float *inp, int kw, int kb, int N) {
+// the model's norms over rows of W (d_model but in the autoencoder's decoder)
+static void norm_fwd_(Gpu *g, float *out, float *mean, float *rstd, const float *inp, int kw, int kb, int N, int W) {
     const Model *m = g->m;
-    GPU_TIMED("norm.forward", gpu_norm_forward(mm_(out), mean, rstd, inp, P_(kw), P_(kb), N, m->C, m->rms));
+    GPU_TIMED("norm.forward", gpu_norm_forward(mm_(out), mean, rstd, inp, P_(kw), P_(kb), N, W, m->rms));
 }
 
 static void norm_bwd_(Gpu *g, float *dinp, const float *dout, const float *inp, const float *mean, const float *rstd,
-                      int kw, int kb, int N) {
+                      int kw, int kb, int N, int W) {
     const Model *m = g->m;
-    GPU_TIMED("norm.backward", gpu_norm_backward(dinp, G_(kw), G_(kb), dout, inp, P_(kw), mean, rstd, N, m->C, m->rms));
+    GPU_TIMED("norm.backward", gpu_norm_backward(dinp, G_(kw), G_(kb), dout, inp, P_(kw), mean, rstd, N, W, m->rms));
+}
+
+// ----------------------------------------------------------------------------
+// the autoencoder head (model.head autoencoder; model.c's ae_forward_ and ae_backward_): code = res[b, T-1],
+// x[b,t] = code + sincos(t), then norm1 -> fc1 -> GELU -> norm2 -> fc2 -> GELU, the final norm's input
+
+// x (B,T,C) = res[b, T-1] + MAD's posemb_sincos_1d(t): [sin(t w_i) | cos(t w_i)], w_i = 10000^(-i/(C/2-1)), formed
+// in double and rounded once as on the host (0 in an odd C's last column)
+__global__ void ae_code_kernel(float *x, const float *res, int B, int T, int C) {
+    size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= (size_t)B * T * C) return;
+    int i = (int)(e % C), t = (int)(e / C % T), b = (int)(e / C / T), half = C / 2;
+    float pe = 0.0f;
+    if (i < 2 * half) {
+        int k = i < half ? i : i - half;
+        double w = half > 1 ? exp(-log(10000.0) * k / (half - 1)) : 1.0;
+        pe = (float)(i < half ? sin(t * w) : cos(t * w));
+    }
+    x[e] = res[((size_t)b * T + T - 1) * C + i] + pe;
+}
+// dres (B,T,C) WRITTEN: row (b, T-1) = sum over t of dx[b,t] (in order), every other row 0
+__global__ void ae_code_backward_kernel(float *dres, const float *dx, int B, int T, int C) {
+    size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= (size_t)B * C) return;
+    int i = (int)(e % C), b = (int)(e / C);
+    float s = 0.0f;
+    for (int t = 0; t < T; t++) {
+        s += dx[((size_t)b * T + t) * C + i];
+        if (t + 1 < T) dres[((size_t)b * T + t) * C + i] = 0.0f;
+    }
+    dres[((size_t)b * T + T - 1) * C + i] = s;
+}
+
+// one Linear + GELU of the decoder: pre (N,OC) = inp (N,IC) W^T, out (N,OC) = GELU(pre + b) (the bias added by the
+// activation, as the MLP's)
+static void ae_fc_forward_(Gpu *g, float *out, float *pre, float *inp, int kw, int kb, int N, int IC, int OC) {
+    const Model *m = g->m;
+    GPU_TIMED("ae.forward", {
+        gpu_matmul_forward(gpu_f32(pre), mm_(inp), P_(kw), NULL, N, IC, OC);
+        gpu_act_forward(gpu_f32(out), gpu_f32(pre), P_(kb), N, OC, MLP_GELU);
+    });
+}
+
+static const float *ae_forward_(Gpu *g, int B, int T) {
+    const Model *m = g->m;
+    int C = m->C, D1 = m->D1, D2 = m->D2, BT = B * T;
+    GPU_TIMED("ae.code", GPU_LAUNCH(ae_code_kernel, (size_t)BT * C, g->ae_x, g->res_out, B, T, C));
+    norm_fwd_(g, g->ae_n1, g->ae_n1_mean, g->ae_n1_rstd, g->ae_x, m->k_dn1_w, m->k_dn1_b, BT, C);
+    ae_fc_forward_(g, g->ae_a1, g->ae_f1, g->ae_n1, m->k_dfc1_w, m->k_dfc1_b, BT, C, D1);
+    norm_fwd_(g, g->ae_n2, g->ae_n2_mean, g->ae_n2_rstd, g->ae_a1, m->k_dn2_w, m->k_dn2_b, BT, D1);
+    ae_fc_forward_(g, g->ae_a2, g->ae_f2, g->ae_n2, m->k_dfc2_w, m->k_dfc2_b, BT, D1, D2);
+    return g->ae_a2;
+}
+
+// one Linear + GELU of the decoder backwards: dinp (N,IC) WRITTEN from dout (N,OC), the gradient of its GELU's output,
+// through the activation (into dpre, (N,OC)) and the Linear (kw, kb its weight and bias) whose input was inp
+static void ae_fc_backward_(Gpu *g, float *dinp, float *dpre, const float *dout, const float *pre, float *inp, int kw,
+                            int kb, int N, int IC, int OC) {
+    const Model *m = g->m;
+    GPU_TIMED("ae.backward", {
+        gpu_act_backward(gpu_f32(dpre), gpu_f32(pre), P_(kb), gpu_f32(dout), N, OC, MLP_GELU);
+        gpu_matmul_backward(gpu_f32(dinp), G_(kw), G_(kb), gpu_f32(dpre), mm_(inp), P_(kw), N, IC, OC, 0);
+    });
+}
+
+// from dres = d(loss)/d(the decoder's output) (B,T,D2) to dres = d(loss)/d(res_out) (B,T,C); dtmp and ae_g scratch
+static void ae_backward_(Gpu *g, int B, int T) {
+    const Model *m = g->m;
+    int C = m->C, D1 = m->D1, D2 = m->D2, BT = B * T;
+    ae_fc_backward_(g, g->dtmp, g->ae_g, g->dres, g->ae_f2, g->ae_n2, m->k_dfc2_w, m->k_dfc2_b, BT, D1, D2);  // d n2
+    GPU_TIMED("memset", CUDA_CHECK(cudaMemset(g->ae_g, 0, (size_t)BT * D1 * sizeof(float))));
+    norm_bwd_(g, g->ae_g, g->dtmp, g->ae_a1, g->ae_n2_mean, g->ae_n2_rstd, m->k_dn2_w, m->k_dn2_b, BT, D1);  // d a1
+    ae_fc_backward_(g, g->ae_g, g->dtmp, g->ae_g, g->ae_f1, g->ae_n1, m->k_dfc1_w, m->k_dfc1_b, BT, C, D1);  // d n1
+    GPU_TIMED("memset", CUDA_CHECK(cudaMemset(g->dtmp, 0, (size_t)BT * C * sizeof(float))));
+    norm_bwd_(g, g->dtmp, g->ae_g, g->ae_x, g->ae_n1_mean, g->ae_n1_rstd, m->k_dn1_w, m->k_dn1_b, BT, C);  // d x
+    GPU_TIMED("ae.code", GPU_LAUNCH(ae_code_backward_kernel, (size_t)B * C, g->dres, g->dtmp, B, T, C));
 }
 
 // the batch onto the device, checked first as model.c checks it; the embedding backward's buckets: the
@@ -376,7 +469,7 @@ static int buckets_upload_(Gpu *g, const int *inputs, int BT) {
     return n_tok;
 }
 
-// model.c's model_forward_ (the lm head, S = 1); grad: the logits become dlogits (n_norm), returned (bf16 in
+// model.c's model_forward_ (S = 1); grad: the logits become dlogits (n_norm), returned (bf16 in
 // run.precision bf16)
 static GpuAct forward_(Gpu *g, int B, int T, int has_targets, int n_norm, int grad) {
     const Model *m = g->m;
@@ -386,7 +479,7 @@ static GpuAct forward_(Gpu *g, int B, int T, int has_targets, int n_norm, int gr
         LayerActs *a = &g->la[l];
         const LayerParams *lp = &m->lp[l];
         float *next = l + 1 < m->L ? g->la[l + 1].res : g->res_out;
-        norm_fwd_(g, a->ln1, a->ln1_mean, a->ln1_rstd, a->res, lp->ln1_w, lp->ln1_b, BT);
+        norm_fwd_(g, a->ln1, a->ln1_mean, a->ln1_rstd, a->res, lp->ln1_w, lp->ln1_b, BT, C);
         if (g->dec_state)  // decoding: T 1, each layer's step on its state
             g->mops[l]->step(&g->mix[l], g->dec_state + g->dec_off[l], g->mix_out, mm_(a->ln1), B, g->dec_t,
                              g->dec_cap);
@@ -397,16 +490,17 @@ static GpuAct forward_(Gpu *g, int B, int T, int has_targets, int n_norm, int gr
             continue;
         }
         GPU_TIMED("residual", gpu_residual(a->res_mid, a->res, g->mix_out, NULL, (size_t)BT * C, C));
-        norm_fwd_(g, a->ln2, a->ln2_mean, a->ln2_rstd, a->res_mid, lp->ln2_w, lp->ln2_b, BT);
+        norm_fwd_(g, a->ln2, a->ln2_mean, a->ln2_rstd, a->res_mid, lp->ln2_w, lp->ln2_b, BT, C);
         // the fc bias is added by the activation, proj's by the residual add (no pass of their own)
         GPU_TIMED("mlp.fc.forward", gpu_matmul_forward(mm_(a->fc), mm_(a->ln2), P_(lp->fc_w), NULL, BT, C, F));
         GPU_TIMED("mlp.act.forward", gpu_act_forward(mm_(a->act), mm_(a->fc), P_(lp->fc_b), BT, H, m->mlp_kind));
         GPU_TIMED("mlp.proj.forward", gpu_matmul_forward(gpu_f32(g->mix_out), mm_(a->act), P_(lp->proj_w), NULL, BT, H, C));
         GPU_TIMED("residual", gpu_residual(next, a->res_mid, g->mix_out, P_(lp->proj_b), (size_t)BT * C, C));
     }
-    norm_fwd_(g, g->lnf, g->lnf_mean, g->lnf_rstd, g->res_out, m->k_lnf_w, m->k_lnf_b, BT);
+    const float *final = m->ae ? ae_forward_(g, B, T) : g->res_out;
+    norm_fwd_(g, g->lnf, g->lnf_mean, g->lnf_rstd, final, m->k_lnf_w, m->k_lnf_b, BT, m->HW);
     GPU_TIMED("head.forward", gpu_matmul_forward(gpu_f32(g->logits), mm_(g->lnf), m->tie ? P_(m->k_wte) : P_(m->k_head_w),
-                                                 P_(m->k_head_b), BT, C, m->V));
+                                                 P_(m->k_head_b), BT, m->HW, m->V));
     GpuAct dlogits = gpu_f32(g->logits);
     if (has_targets)
         GPU_TIMED("crossentropy", dlogits = gpu_crossentropy(g->losses, g->logits, g->targets, BT, m->V, n_norm, grad,
@@ -420,10 +514,13 @@ static void backward_(Gpu *g, GpuAct dlogits, int B, int T, int n_tok) {
     int BT = B * T, C = m->C, H = m->hidden, F = m->mlp_kind == MLP_SWIGLU ? 2 * H : H;
     size_t BTC = (size_t)BT * C;
     const float *head = m->tie ? P_(m->k_wte) : P_(m->k_head_w);
+    int HW = m->HW;
     GPU_TIMED("head.backward", gpu_matmul_backward(gpu_f32(g->dtmp), m->tie ? G_(m->k_wte) : G_(m->k_head_w), G_(m->k_head_b),
-                                                   dlogits, mm_(g->lnf), head, BT, C, m->V, 0));
-    GPU_TIMED("memset", CUDA_CHECK(cudaMemset(g->dres, 0, BTC * sizeof(float))));
-    norm_bwd_(g, g->dres, g->dtmp, g->res_out, g->lnf_mean, g->lnf_rstd, m->k_lnf_w, m->k_lnf_b, BT);
+                                                   dlogits, mm_(g->lnf), head, BT, HW, m->V, 0));
+    GPU_TIMED("memset", CUDA_CHECK(cudaMemset(g->dres, 0, (size_t)BT * HW * sizeof(float))));
+    norm_bwd_(g, g->dres, g->dtmp, m->ae ? g->ae_a2 : g->res_out, g->lnf_mean, g->lnf_rstd, m->k_lnf_w, m->k_lnf_b, BT,
+              HW);
+    if (m->ae) ae_backward_(g, B, T);
     for (int l = m->L - 1; l >= 0; l--) {
         LayerActs *a = &g->la[l];
         const LayerParams *lp = &m->lp[l];
@@ -434,12 +531,12 @@ static void backward_(Gpu *g, GpuAct dlogits, int B, int T, int n_tok) {
             GPU_TIMED("mlp.act.backward", gpu_act_backward(mm_(g->dfc), mm_(a->fc), P_(lp->fc_b), mm_(g->dact), BT, H, m->mlp_kind));
             GPU_TIMED("mlp.fc.backward", gpu_matmul_backward(gpu_f32(g->dtmp), G_(lp->fc_w), G_(lp->fc_b), mm_(g->dfc), mm_(a->ln2),
                                                              P_(lp->fc_w), BT, C, F, 0));
-            norm_bwd_(g, g->dres, g->dtmp, a->res_mid, a->ln2_mean, a->ln2_rstd, lp->ln2_w, lp->ln2_b, BT);
+            norm_bwd_(g, g->dres, g->dtmp, a->res_mid, a->ln2_mean, a->ln2_rstd, lp->ln2_w, lp->ln2_b, BT, C);
         }
         // res_mid = res + mixer(norm(res))
         GPU_TIMED("memset", CUDA_CHECK(cudaMemset(g->dtmp, 0, BTC * sizeof(float))));
         g->mops[l]->backward(&g->mix[l], g->dtmp, g->dres, mm_(a->ln1), B, T);
-        norm_bwd_(g, g->dres, g->dtmp, a->res, a->ln1_mean, a->ln1_rstd, lp->ln1_w, lp->ln1_b, BT);
+        norm_bwd_(g, g->dres, g->dtmp, a->res, a->ln1_mean, a->ln1_rstd, lp->ln1_w, lp->ln1_b, BT, C);
     }
     GPU_TIMED("embedding.backward",
               gpu_embedding_backward(G_(m->k_wte), g->dres, g->emb_tok, g->emb_offs, g->emb_pos, n_tok, C));

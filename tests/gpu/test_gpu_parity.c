@@ -81,6 +81,13 @@ static const Case CASES_[] = {
     {"no MLP, one head of D 128 (kernel width 128), 3 layers",
      "{\"d_model\": 64, \"n_layers\": 3, \"mlp\": {\"kind\": \"none\"}, "
      "\"mixer\": {\"kind\": \"attention\", \"heads\": 1, \"head_dim\": 128, \"pos\": \"rope\"}}", 0, 0, 0, 0},
+    // the autoencoder head (MAD's compression decoder): d_model's widths with layernorm; the KLA paper's [40, 24]
+    // with rmsnorm and an untied head (the final norm and the head read 24)
+    {"autoencoder head, layernorm", "{\"d_model\": 32, \"n_layers\": 1, \"head\": \"autoencoder\", \"mixer\": "
+     "{\"kind\": \"attention\", \"heads\": 2}}", 0, 0, 0, 0},
+    {"autoencoder head of widths 40, 24, rmsnorm, untied, gla",
+     "{\"d_model\": 32, \"n_layers\": 1, \"head\": \"autoencoder\", \"ae_width1\": 40, \"ae_width2\": 24, "
+     "\"norm\": \"rmsnorm\", \"tie_embeddings\": false, \"mixer\": {\"kind\": \"gla\", \"heads\": 2}}", 0, 0, 0, 1},
     // the position schemes: one small layer each, no training steps and one sequence where the batch adds nothing
     // (fox's F is per sequence), so they add little to the emulated test's time (decay on the logits is alibi's
     // bias with other slopes: sc_rope's case has it for the RoPE family)
@@ -575,7 +582,6 @@ static void refusals_(void) {
          "layer 0: gated_deltanet key head size 512"},
         {"{\"d_model\": 64, \"n_layers\": 1, \"mixer\": {\"kind\": \"attention\", \"heads\": 1, \"head_dim\": 256}}",
          "head_dim 256"},
-        {"{\"d_model\": 32, \"n_layers\": 1, \"head\": \"autoencoder\"}", "model.head \"autoencoder\""},
     };
     for (size_t i = 0; i < sizeof R / sizeof R[0]; i++) {
         Model m;
