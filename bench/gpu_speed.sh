@@ -15,6 +15,10 @@
 # fp32 = no TF32 matmuls, tf32 = TF32 matmuls, bf16 = autocast) eager with scaled_dot_product_attention and, with
 # TORCH containing compile, under torch.compile. PyTorch's RoPE, LayerNorm, GELU, tied head, cross-entropy,
 # clipping and AdamW (foreach) are the same model's (bench/torch_train.py).
+# The Selective RoPE rows gla64sr, gla8sr, gdn64sr, gdn8sr: the same models with model.mixer.selective_rope on
+# (bench/configs/speed_*_selrope.json: the defaults, low rank 16 and the conv over phi), against the Selective RoPE
+# authors' GLA and Gated DeltaNet models (their package, SELROPE=DIR/src on PYTHONPATH beside FLA; their module's
+# triton backend); beside the rows without it they give each side's overhead of Selective RoPE.
 # The linear family's rows: gla64 = a GLA language model at the benchmark size (bench/configs/speed_gla.json: 6
 # layers, d 256, gla with 4 heads, expand_k 0.5, expand_v 1, RMSNorm, SwiGLU MLP of 768, untied head, vocab 8192:
 # FLA's GLAForCausalLM's architecture) at B 64, T 512; gla8 = the same at B 8, T 4096; att4k = the attention model
@@ -45,6 +49,7 @@ ROWS=${ROWS:-bench8 bench64 gpt2}
 PRECISIONS=${PRECISIONS:-fp32 tf32 bf16}
 TORCH=${TORCH:-eager compile}
 FLA=${FLA:-.anchors/fla}
+SELROPE=${SELROPE:-.anchors/selective-rope}
 FLA_WARM=${FLA_WARM:-1}
 PY=${PY:-python3}
 SEQ=${SEQ:-build/cuda/bin/seqtrain}
@@ -67,7 +72,12 @@ row_of() {  # row -> "config B T"
         gla8) echo "bench/configs/speed_gla.json 8 4096";;
         gdn64) echo "bench/configs/speed_gdn.json 64 512";;
         gdn8) echo "bench/configs/speed_gdn.json 8 4096";;
-        *) echo "gpu_speed: unknown row '$1' (bench8, bench64, gpt2, att4k, gla64, gla8, gdn64, gdn8)" >&2; exit 1;;
+        gla64sr) echo "bench/configs/speed_gla_selrope.json 64 512";;
+        gla8sr) echo "bench/configs/speed_gla_selrope.json 8 4096";;
+        gdn64sr) echo "bench/configs/speed_gdn_selrope.json 64 512";;
+        gdn8sr) echo "bench/configs/speed_gdn_selrope.json 8 4096";;
+        *) echo "gpu_speed: unknown row '$1' (bench8, bench64, gpt2, att4k, gla64, gla8, gdn64, gdn8, gla64sr, gla8sr," \
+                "gdn64sr, gdn8sr)" >&2; exit 1;;
     esac
 }
 
@@ -112,7 +122,7 @@ fla_train() {
     local cfg=$1 B=$2 T=$3 p=$4 n=$5 flags=${6:-}
     # shellcheck disable=SC2086  # FLAGS split on purpose
     "$SEQ" --config "$cfg" --set train.batch_size="$B" --set train.seq_len="$T" --print-config \
-        | PYTHONPATH="$FLA" "$PY" bench/fla_train.py --precision "$p" --batch-size "$B" --seq-len "$T" --warmup 3 \
+        | PYTHONPATH="$FLA:$SELROPE/src" "$PY" bench/fla_train.py --precision "$p" --batch-size "$B" --seq-len "$T" --warmup 3 \
             --steps "$n" $flags 2>"$RUN_DIR/fla.err"
 }
 
@@ -166,12 +176,19 @@ for row in $ROWS; do
         read -r s_tps s_mem < <(seqtrain_run "$row" "$cfg" "$B" "$T" "$p"; echo)
         "$SEQ" --config "$cfg" --info 2>/dev/null | grep -m1 -i 'parameters' | sed "s/^/gpu_speed: seqtrain $row: /" >&2 || true
         refs=$TORCH
-        case $row in gla*) refs="fla $(linear_refs)";; gdn*) refs="fla fla-unguarded $(linear_refs)";; esac
+        case $row in
+            gla*sr) refs="fla";;
+            gdn*sr) refs="fla fla-unguarded";;
+            gla*) refs="fla $(linear_refs)";;
+            gdn*) refs="fla fla-unguarded $(linear_refs)";;
+        esac
+        fla_name=FLA
+        [[ $row == *sr ]] && fla_name="Selective RoPE authors (FLA + SelectiveRoPE, triton)"
         for ref in $refs; do
             case $ref in
-                fla) read -r r_tps r_mem < <(fla_run "$cfg" "$B" "$T" "$p"; echo); name="FLA";;
+                fla) read -r r_tps r_mem < <(fla_run "$cfg" "$B" "$T" "$p"; echo); name=$fla_name;;
                 fla-unguarded) read -r r_tps r_mem < <(fla_run "$cfg" "$B" "$T" "$p" --bypass-hopper-guard; echo)
-                    name="FLA, Hopper guard bypassed (speed only)";;
+                    name="$fla_name, Hopper guard bypassed (speed only)";;
                 eager) read -r r_tps r_mem < <(torch_run "$cfg" "$B" "$T" "$p" eager; echo); name="PyTorch eager";;
                 compile) read -r r_tps r_mem < <(torch_run "$cfg" "$B" "$T" "$p" compile; echo); name="torch.compile";;
                 linear-eager) read -r r_tps r_mem < <(torch_linear_run "$cfg" "$B" "$T" "$p" eager; echo)
