@@ -196,7 +196,8 @@ static void bla_backward_(Mixer *m, float *dx, const float *dy, GpuAct x, int B,
     GPU_TIMED("bla.weights", bla_weights_(o, s.ct, s.gt, s.cb, s.gb, B, T, 0));
     LinrecDims d1 = bla_pass_dims(&d, 1, B, T), d2 = bla_pass_dims(&d, 2, B, T);
     const float *g = o->decay ? s.gb : NULL;
-    CUDA_CHECK(cudaMemset(s.dq, 0, 2 * nK * sizeof(float)));  // dq, dk
+    CUDA_CHECK(cudaMemset(s.dq, 0, nK * sizeof(float)));
+    CUDA_CHECK(cudaMemset(s.dk, 0, nK * sizeof(float)));  // its own slot: the slots are padded to 64 floats
     CUDA_CHECK(cudaMemset(s.dv, 0, nV * sizeof(float)));
     CUDA_CHECK(cudaMemset(s.dp, 0, nS * sizeof(float)));
     CUDA_CHECK(cudaMemset(s.sink, 0, nS * sizeof(float)));

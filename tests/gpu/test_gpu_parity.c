@@ -212,8 +212,8 @@ static const Case CASES_[] = {
     // BLA (gpu/bla.cu): the two passes through 2M - 1 slots with the visible-slot softmax between them; with and
     // without the slots' decay (its log-decays can be positive: 1 - c reaches 1.22), the fused short conv
 #define BLA_(MIXER) "{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {" MIXER "}}"
-    {"bla, 4 modes (7 slots), resolution 2, no decay, chunk 16",
-     BLA_("\"kind\": \"bla\", \"heads\": 2, \"modes\": 4, \"chunk\": 16"), 0, 0, 0, 1},
+    {"bla, 4 modes (7 slots), resolution 2, no decay, chunk 16, B 1 x T 45 (buffers not a multiple of 64 floats)",
+     BLA_("\"kind\": \"bla\", \"heads\": 2, \"modes\": 4, \"chunk\": 16"), 0, 1, 45, 1},
     {"bla, decay, period 7 (sliding window), conv 4, expand_v 2, chunk 64",
      BLA_("\"kind\": \"bla\", \"heads\": 2, \"modes\": 4, \"period\": 7, \"decay\": true, \"conv\": 4, "
           "\"expand_v\": 2, \"chunk\": 64"), 0, 0, 0, 1},
