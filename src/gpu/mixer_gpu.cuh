@@ -45,6 +45,7 @@ extern const GpuMixerOps GPU_MIXER_DELTANET, GPU_MIXER_GATED_DELTANET;    // gpu
 extern const GpuMixerOps GPU_MIXER_MAMBA2;  // gpu/mamba2.cu
 extern const GpuMixerOps GPU_MIXER_MLSTM;   // gpu/mlstm.cu
 extern const GpuMixerOps GPU_MIXER_BLA;     // gpu/bla.cu
+extern const GpuMixerOps GPU_MIXER_KLA;     // gpu/kla.cu
 
 // the chunked mixers' common refusal for layer l's mixer name: a chunk above the max_chunk tokens that the GPU's
 // engine (its name in the message) stages. -1 with e set, else 0.

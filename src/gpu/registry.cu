@@ -15,6 +15,7 @@ static const GpuMixerOps *const GPU_MIXERS_[] = {
     &GPU_MIXER_MAMBA2,
     &GPU_MIXER_MLSTM,
     &GPU_MIXER_BLA,
+    &GPU_MIXER_KLA,
 };
 static const int N_GPU_MIXERS_ = (int)(sizeof GPU_MIXERS_ / sizeof GPU_MIXERS_[0]);
 

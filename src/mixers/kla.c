@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "core/rng.h"
+#include "mixers/kla.h"
 #include "mixers/mixer.h"
 #include "mixers/mixer_kit.h"
 #include "nn/activation.h"
@@ -27,20 +28,6 @@
 #include "nn/kalman.h"
 #include "nn/matmul.h"
 #include "nn/norm.h"
-
-#define KLA_DT_EPS 1e-7  // added to softplus(delta), as in the reference
-#define KLA_NORM_EPS 1e-12f
-
-typedef struct KlaOpts {
-    // from the config
-    int d_state, conv, var_rank, qk_norm, process_noise, gate, skip, chunk;
-    double expand, init_std, obs_var_min, p_init, p_min, dt_min, dt_max, dt_floor, skip_init;
-    char sensors[CFG_STR_MAX], discretization[CFG_STR_MAX];
-    // derived by check
-    int M, S, K, R, Ns;     // channels, state slots, conv taps, variance rank (mamba), sensor outputs
-    int mamba, zoh;
-    int k_in, k_cw, k_cb, k_sens, k_ve, k_veb, k_lam, k_p, k_dt, k_skip, k_out;  // tensor indices (-1 absent)
-} KlaOpts;
 
 #define KEY_(...) MIXER_KEY(KlaOpts, __VA_ARGS__)
 
@@ -141,18 +128,13 @@ static void kla_init_(const Mixer *m) {
     mixer_dt_bias_init(dt, (size_t)o->M * o->S, o->dt_floor);
 }
 
-// the discrete dynamics abar, pbar (M,S) from lambda_log, delta, process_noise
+// the discrete dynamics abar, pbar (M,S) from lambda_log, delta, process_noise (mixers/kla.h's kla_dynamics_one)
 static void kla_dynamics_(const Mixer *m, float *abar, float *pbar) {
     const KlaOpts *o = m->spec->opts;
     const float *lam = mixer_param(m, o->k_lam), *dt = mixer_param(m, o->k_dt);
     const float *praw = o->process_noise ? mixer_param(m, o->k_p) : NULL;
-    for (size_t i = 0; i < (size_t)o->M * o->S; i++) {
-        double w = exp(lam[i]), D = mixer_softplus(dt[i]) + KLA_DT_EPS;
-        abar[i] = (float)exp(-w * D);
-        if (!praw) { pbar[i] = 0.0f; continue; }
-        double p = praw[i] > o->p_min ? praw[i] : o->p_min;
-        pbar[i] = (float)(o->zoh ? p * D : p * -expm1(-2.0 * w * D) / (2.0 * w));
-    }
+    for (size_t i = 0; i < (size_t)o->M * o->S; i++)
+        kla_dynamics_one(abar + i, pbar + i, lam[i], dt[i], praw ? praw[i] : 0.0f, praw != NULL, o->p_min, o->zoh);
 }
 
 // chain dabar, dpbar (M,S) back to lambda_log, delta, process_noise
@@ -161,26 +143,10 @@ static void kla_dynamics_backward_(const Mixer *m, const float *dabar, const flo
     const float *lam = mixer_param(m, o->k_lam), *dt = mixer_param(m, o->k_dt);
     const float *praw = o->process_noise ? mixer_param(m, o->k_p) : NULL;
     float *glam = mixer_grad(m, o->k_lam), *gdt = mixer_grad(m, o->k_dt);
-    float *gp = o->process_noise ? mixer_grad(m, o->k_p) : NULL;
-    for (size_t i = 0; i < (size_t)o->M * o->S; i++) {
-        double w = exp(lam[i]), D = mixer_softplus(dt[i]) + KLA_DT_EPS, ab = exp(-w * D);
-        double dD = dabar[i] * (-w * ab), dw = dabar[i] * (-D * ab);
-        if (praw) {
-            int live = praw[i] > o->p_min;
-            double p = live ? praw[i] : o->p_min, g = dpbar[i];
-            if (o->zoh) {
-                dD += g * p;
-                if (live) gp[i] += (float)(g * D);
-            } else {
-                double x = 2.0 * w * D, ex = exp(-x), f = -expm1(-x);
-                dD += g * p * ex;
-                dw += g * p * (D * ex / w - f / (2.0 * w * w));
-                if (live) gp[i] += (float)(g * f / (2.0 * w));
-            }
-        }
-        glam[i] += (float)(dw * w);
-        gdt[i] += (float)(dD * mixer_sigmoid(dt[i]));
-    }
+    float *gp = o->process_noise ? mixer_grad(m, o->k_p) : NULL, sink = 0.0f;
+    for (size_t i = 0; i < (size_t)o->M * o->S; i++)
+        kla_dynamics_one_backward(glam + i, gdt + i, gp ? gp + i : &sink, dabar[i], dpbar[i], lam[i], dt[i],
+                                  praw ? praw[i] : 0.0f, praw != NULL, o->p_min, o->zoh);
 }
 
 // ----------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 #   1. everywhere, on the backend's kernels emulated on the CPU (tests/gpu/emu/): the parity test
 #      (tests/gpu/test_gpu_parity.c: logits, loss, every gradient, 6 AdamW steps, bit-identical repeats; fp32 and bf16),
 #      the linear-recurrence engine against nn/linrec.c (tests/gpu/test_gpu_linrec.c), the delta-rule engine against
-#      nn/delta.c (tests/gpu/test_gpu_delta.c) and the linear family's ops
+#      nn/delta.c (tests/gpu/test_gpu_delta.c), KLA's Kalman scan against nn/kalman.c (tests/gpu/test_gpu_kalman.c)
+#      and the linear family's ops
 #      against their nn/ twins (tests/gpu/test_gpu_ops.c), recurrent decoding on the GPU against the host's decoder
 #      (tests/gpu/test_gpu_decode.c: every mixer with a GPU step, greedy generation), then training runs through
 #      seqtrain (below);
@@ -20,7 +21,7 @@
 # perplexity tables (contexts up to one window of 4096, and sliding windows), per-position curves and --task
 # accuracy, and its --probe dump (logits, loss, every gradient) is the CPU's for every position scheme.
 # The linear family and the state-space mixers (linear_runs): gla, retnet, linear_attn, gsa, deltanet,
-# gated_deltanet (also with selective_rope), mamba2, mlstm and a hybrid
+# gated_deltanet (also with selective_rope), mamba2, mlstm, kla and a hybrid
 # (attention, then gla) each train on the GPU on the CPU's curve, resume bit-identically, move between the
 # devices both ways (on the emulator: gla, gated_deltanet and the hybrid, LINEAR_MOVES), and give the CPU's
 # perplexity, per-position curves and --probe.
@@ -280,6 +281,7 @@ declare -A LINEAR=(
     [mamba2]="--set model.mixer={\"kind\":\"mamba2\",\"d_state\":16,\"head_dim\":16,\"chunk\":16}"
     [mlstm]="--set model.mixer={\"kind\":\"mlstm\",\"heads\":2,\"round_to\":16,\"chunk\":16}"
     [gdn_selrope]="--set model.mixer={\"kind\":\"gated_deltanet\",\"heads\":2,\"selective_rope\":{\"enabled\":true,\"use_gate\":true}}"
+    [kla]="--set model.mixer={\"kind\":\"kla\",\"d_state\":8,\"chunk\":16}"
     [hybrid]="--set model.layers=[{\"at\":\"1\",\"mixer\":{\"kind\":\"gla\",\"heads\":2}}]"
 )
 # the mixers whose emulated runs also stop and resume and move between the devices: one of each engine (the chunked
@@ -350,13 +352,13 @@ EMU=build/release/tests-gpuemu
 if [ -n "${SEQ_GPU_ONLY:-}" ]; then
     echo "# SEQ_GPU_ONLY: the emulated part is skipped"
 elif make -j"$JOBS" "$EMU/test_gpu_emulated" "$EMU/test_gpu_linrec" "$EMU/test_gpu_delta" "$EMU/test_gpu_ops" \
-        "$EMU/test_gpu_decode" "$EMU/seqtrain" "$EMU/seqeval" \
+        "$EMU/test_gpu_decode" "$EMU/test_gpu_kalman" "$EMU/seqtrain" "$EMU/seqeval" \
         >"$W/make.log" 2>&1; then
     ok "the emulated GPU backend builds"
     # the parity test (single-threaded, the longest) beside the kernels' tests and the training runs
     OMP_NUM_THREADS=1 "$EMU/test_gpu_emulated" >"$W/emulated.out" 2>&1 &
     emu_pid=$!
-    for t in test_gpu_linrec test_gpu_delta test_gpu_ops test_gpu_decode; do OMP_NUM_THREADS=1 "$EMU/$t" || FAIL=$((FAIL + 1)); done
+    for t in test_gpu_linrec test_gpu_delta test_gpu_ops test_gpu_decode test_gpu_kalman; do OMP_NUM_THREADS=1 "$EMU/$t" || FAIL=$((FAIL + 1)); done
     training_runs emulated "$EMU"
     wait "$emu_pid" || FAIL=$((FAIL + 1))
     cat "$W/emulated.out"
@@ -371,7 +373,7 @@ if [ ! -x "$NVCC" ]; then
 fi
 PARITY=build/release/tests-cuda/gpu/test_gpu_parity
 KERNELS="build/release/tests-cuda/gpu/test_gpu_linrec build/release/tests-cuda/gpu/test_gpu_delta build/release/tests-cuda/gpu/test_gpu_ops
-    build/release/tests-cuda/gpu/test_gpu_decode"
+    build/release/tests-cuda/gpu/test_gpu_decode build/release/tests-cuda/gpu/test_gpu_kalman"
 # shellcheck disable=SC2086  # the kernels' test programs, split on purpose
 if ! make CUDA=1 NVCC="$NVCC" -j"$JOBS" tools "$PARITY" $KERNELS >"$W/make.log" 2>&1; then
     not_ok "make CUDA=1 builds" "$(tail -5 "$W/make.log" | tr '\n' ' ')"

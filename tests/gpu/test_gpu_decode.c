@@ -67,6 +67,9 @@ static const Case CASES_[] = {
                                           "\"decay\": true, \"conv\": 4"), 0},
     // attention's key/value cache: every position scheme the GPU takes, a window shorter than the cache (a ring of
     // slots), qk_norm, biases; 24 positions fill one tile of the step kernel's keys
+    {"kla, plain sensors, OU", ONE_("\"kind\": \"kla\""), 0},
+    {"kla, mamba sensors, ZOH, no process noise", ONE_("\"kind\": \"kla\", \"sensors\": \"mamba\", "
+                                                       "\"discretization\": \"zoh\", \"process_noise\": false"), 0},
     {"attention, rope, qkv/out biases", ONE_("\"kind\": \"attention\", \"heads\": 2, \"pos\": \"rope\", \"bias\": true"), 0},
     {"attention, rope interleaved, qk_norm, window 7 (a ring of 7 slots)",
      ONE_("\"kind\": \"attention\", \"heads\": 2, \"pos\": \"rope\", \"rope_layout\": \"interleaved\", "

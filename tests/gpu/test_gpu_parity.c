@@ -221,6 +221,17 @@ static const Case CASES_[] = {
      BLA_("\"kind\": \"bla\", \"heads\": 4, \"modes\": 6, \"period\": 40, \"decay\": true, \"chunk\": 8"),
      0, 0, 0, 1},
 #undef BLA_
+    // KLA (gpu/kla.cu): the fused block around the Kalman scan (gpu/kalman.cu); plain sensors with OU, mamba sensors
+    // with ZOH and no qk_norm, no process noise (the Table 6 ablation) without gate or skip, 32 slots
+#define KLA_(MIXER) "{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {" MIXER "}}"
+    {"kla, plain sensors, OU, 16 slots, chunk 16", KLA_("\"kind\": \"kla\", \"chunk\": 16"), 0, 0, 0, 1},
+    {"kla, mamba sensors of rank 6, ZOH, no qk_norm, expand 1.5, conv 3",
+     KLA_("\"kind\": \"kla\", \"sensors\": \"mamba\", \"var_rank\": 6, \"discretization\": \"zoh\", "
+          "\"qk_norm\": false, \"expand\": 1.5, \"conv\": 3, \"d_state\": 8"), 0, 0, 0, 1},
+    {"kla, no process noise, no gate, no skip, 32 slots, chunk 64",
+     KLA_("\"kind\": \"kla\", \"process_noise\": false, \"gate\": false, \"skip\": false, \"d_state\": 32"),
+     0, 0, 0, 1},
+#undef KLA_
 };
 
 
@@ -563,8 +574,10 @@ static void refusals_(void) {
         {"{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {\"kind\": \"attention\", \"heads\": 2, \"qk_norm\": true, "
          "\"qk_norm_eps\": 1e-5}}",
          "attention qk_norm_eps 1e-05 has no GPU kernels yet"},
-        {"{\"d_model\": 32, \"n_layers\": 2, \"layers\": [{\"at\": \"1\", \"mixer\": {\"kind\": \"kla\"}}]}",
-         "layer 1: mixer \"kla\" has no GPU kernels yet"},
+        {"{\"d_model\": 32, \"n_layers\": 2, \"layers\": [{\"at\": \"1\", \"mixer\": {\"kind\": \"rfa\"}}]}",
+         "layer 1: mixer \"rfa\" has no GPU kernels yet"},
+        {"{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {\"kind\": \"kla\", \"d_state\": 100}}",
+         "layer 0: kla d_state 100"},
         {"{\"d_model\": 32, \"n_layers\": 2, \"layers\": [{\"at\": \"0\", \"mixer\": {\"kind\": \"mamba\"}}]}",
          "layer 0: mixer \"mamba\" has no GPU kernels yet (model.mixer.kind or model.layers"},
         {"{\"d_model\": 32, \"n_layers\": 1, \"mixer\": {\"kind\": \"mamba2\", \"head_dim\": 16, \"chunk\": 128}}",
