@@ -18,7 +18,8 @@
 # The Selective RoPE rows gla64sr, gla8sr, gdn64sr, gdn8sr: the same models with model.mixer.selective_rope on
 # (bench/configs/speed_*_selrope.json: the defaults, low rank 16 and the conv over phi), against the Selective RoPE
 # authors' GLA and Gated DeltaNet models (their package, SELROPE=DIR/src on PYTHONPATH beside FLA; their module's
-# triton backend); beside the rows without it they give each side's overhead of Selective RoPE.
+# SELROPE_BACKEND, default torch: its triton kernel did not compile under the device's Triton, PyTorch 2.11: "T
+# marked as constexpr and listed in do_not_specialize"); beside the rows without it they give each side's overhead.
 # The linear family's rows: gla64 = a GLA language model at the benchmark size (bench/configs/speed_gla.json: 6
 # layers, d 256, gla with 4 heads, expand_k 0.5, expand_v 1, RMSNorm, SwiGLU MLP of 768, untied head, vocab 8192:
 # FLA's GLAForCausalLM's architecture) at B 64, T 512; gla8 = the same at B 8, T 4096; att4k = the attention model
@@ -50,6 +51,7 @@ PRECISIONS=${PRECISIONS:-fp32 tf32 bf16}
 TORCH=${TORCH:-eager compile}
 FLA=${FLA:-.anchors/fla}
 SELROPE=${SELROPE:-.anchors/selective-rope}
+SELROPE_BACKEND=${SELROPE_BACKEND:-torch}
 FLA_WARM=${FLA_WARM:-1}
 PY=${PY:-python3}
 SEQ=${SEQ:-build/cuda/bin/seqtrain}
@@ -122,7 +124,8 @@ fla_train() {
     local cfg=$1 B=$2 T=$3 p=$4 n=$5 flags=${6:-}
     # shellcheck disable=SC2086  # FLAGS split on purpose
     "$SEQ" --config "$cfg" --set train.batch_size="$B" --set train.seq_len="$T" --print-config \
-        | PYTHONPATH="$FLA:$SELROPE/src" "$PY" bench/fla_train.py --precision "$p" --batch-size "$B" --seq-len "$T" --warmup 3 \
+        | PYTHONPATH="$FLA:$SELROPE/src" "$PY" bench/fla_train.py --precision "$p" --batch-size "$B" --seq-len "$T" \
+            --selrope-backend "$SELROPE_BACKEND" --warmup 3 \
             --steps "$n" $flags 2>"$RUN_DIR/fla.err"
 }
 
@@ -183,7 +186,7 @@ for row in $ROWS; do
             gdn*) refs="fla fla-unguarded $(linear_refs)";;
         esac
         fla_name=FLA
-        [[ $row == *sr ]] && fla_name="Selective RoPE authors (FLA + SelectiveRoPE, triton)"
+        [[ $row == *sr ]] && fla_name="Selective RoPE authors (FLA + SelectiveRoPE, $SELROPE_BACKEND)"
         for ref in $refs; do
             case $ref in
                 fla) read -r r_tps r_mem < <(fla_run "$cfg" "$B" "$T" "$p"; echo); name=$fla_name;;
