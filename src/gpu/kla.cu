@@ -9,6 +9,7 @@
 #include <math.h>
 
 #include "gpu/activation.cuh"
+#include "gpu/colsum.cuh"
 #include "gpu/common.cuh"
 #include "gpu/conv.cuh"
 #include "gpu/gates.cuh"
@@ -156,13 +157,6 @@ __global__ void kla_skip_rows_kernel(float *rows, float *du, const float *dys, c
     }
     rows[r] = (float)s;
 }
-// grad[0] += the rows' sum, in row order (double): one thread, as the host's sequential sum
-__global__ void kla_skip_grad_kernel(float *grad, const float *rows, size_t BT) {
-    if (blockIdx.x || threadIdx.x) return;
-    double s = 0.0;
-    for (size_t r = 0; r < BT; r++) s += rows[r];
-    grad[0] += (float)s;
-}
 // out (n,) += a (n,)
 __global__ void kla_add_kernel(float *out, const float *a, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -265,7 +259,8 @@ static void kla_backward_(Mixer *m, float *dx, const float *dy, GpuAct x, int B,
         } else CUDA_CHECK(cudaMemcpy(s.dys, s.dg, BTM * sizeof(float), cudaMemcpyDeviceToDevice));
         // ys = ym + lambda_skip u
         GPU_LAUNCH(kla_skip_rows_kernel, BT, s.rows, s.du, s.dys, a.u, skip, BT, M);
-        if (o->skip) GPU_LAUNCH_(kla_skip_grad_kernel, 1, 1, mixer_grad(m, o->k_skip), s.rows, BT);
+        if (o->skip)  // the rows' sum, a column sum in a fixed order
+            gpu_colsum(mixer_grad(m, o->k_skip), NULL, gpu_f32(s.rows), NULL, NULL, NULL, BT, 1, COLSUM_PLAIN);
     });
     // the scan
     GPU_TIMED("kla.scan.backward", {
