@@ -135,12 +135,6 @@ void gpu_residual(float *out, const float *a, const float *b, const float *bias,
 
 enum { FLAT_SILU, FLAT_RELU };
 
-// nn/fastmath.h's fast_sigmoidf_: only e^-|x| is taken, 1 / (1 + e) for x >= 0, e / (1 + e) below
-static __device__ __forceinline__ float flat_sigmoid_(float x) {
-    float e = expf(-fabsf(x));
-    return (x >= 0.0f ? 1.0f : e) / (1.0f + e);
-}
-
 // V elements a thread (V 4: n a multiple of 4, the buffers on 16 bytes); each thread reads its elements before it
 // writes them, so out may alias inp
 template <int V>
@@ -149,7 +143,7 @@ __global__ void flat_forward_kernel(float *out, const float *inp, size_t n, int 
     if (i >= n) return;
     float x[V];
     load_elts_<V>(x, inp + i);
-    for (int e = 0; e < V; e++) x[e] = kind == FLAT_SILU ? x[e] * flat_sigmoid_(x[e]) : (x[e] > 0.0f ? x[e] : 0.0f);
+    for (int e = 0; e < V; e++) x[e] = kind == FLAT_SILU ? x[e] * sigmoid_fast_(x[e]) : (x[e] > 0.0f ? x[e] : 0.0f);
     store_elts_<V>(out + i, x);
 }
 
@@ -162,7 +156,7 @@ __global__ void flat_backward_kernel(float *dinp, const float *inp, const float 
     load_elts_<V>(x, inp + i), load_elts_<V>(d, dout + i), load_elts_<V>(o, dinp + i);
     for (int e = 0; e < V; e++) {
         if (kind == FLAT_SILU) {
-            float s = flat_sigmoid_(x[e]);
+            float s = sigmoid_fast_(x[e]);
             o[e] += s * (1.0f + x[e] * (1.0f - s)) * d[e];
         } else {
             o[e] += x[e] > 0.0f ? d[e] : 0.0f;

@@ -9,7 +9,6 @@
 
 #include "gpu/common.cuh"
 #include "gpu/flash_attn.cuh"
-#include "gpu/gates.cuh"
 #include "gpu/mixer_gpu.cuh"
 #include "gpu/rotary.cuh"
 #include "gpu/selrope.cuh"
@@ -17,6 +16,7 @@
 #include "gpu/norm.cuh"
 
 extern "C" {
+#include "mixers/gates.h"
 #include "mixers/attention.h"
 #include "nn/rotary.h"
 }
@@ -244,7 +244,7 @@ __global__ void qkv_heads_kernel(HT *qh, HT *kh, HT *vh, const RT *qkv, const fl
 }
 
 // fox: F (B,H,T) = cumsum over t of logsigmoid(pre (B,T,H)), summed in double as mixers/attention.c does (a thread
-// per (b, h); gpu/gates.cuh's log-sigmoid)
+// per (b, h); mixers/gates.h's log-sigmoid)
 __global__ void fox_cumsum_kernel(float *F, const float *pre, int B, int T, int H) {
     int bh = blockIdx.x * blockDim.x + threadIdx.x;
     if (bh >= B * H) return;
@@ -252,7 +252,7 @@ __global__ void fox_cumsum_kernel(float *F, const float *pre, int B, int T, int 
     double acc = 0.0;
     for (int t = 0; t < T; t++) {
         double x = pre[((size_t)b * T + t) * H + h];
-        acc += gate_logsigmoid_(x);
+        acc += mixer_logsigmoid(x);
         F[(size_t)bh * T + t] = (float)acc;
     }
 }
@@ -267,7 +267,7 @@ __global__ void fox_backward_kernel(float *dpre, const float *dF, const float *p
     for (int t = T - 1; t >= 0; t--) {
         size_t at = ((size_t)b * T + t) * H + h;
         acc += dF[(size_t)bh * T + t];
-        dpre[at] = (float)(acc * gate_sigmoid_(-(double)pre[at]));
+        dpre[at] = (float)(acc * mixer_sigmoid(-(double)pre[at]));
     }
 }
 
@@ -350,7 +350,7 @@ __global__ void fox_step_kernel(float *g, float *state, size_t stride, const flo
     int bh = blockIdx.x * blockDim.x + threadIdx.x;
     if (bh >= B * H) return;
     double *F = (double *)(state + (size_t)(bh / H) * stride) + bh % H;  // 8-byte aligned: stride, offsets even
-    double f = *F + gate_logsigmoid_((double)pre[bh]);
+    double f = *F + mixer_logsigmoid((double)pre[bh]);
     *F = f;
     g[bh] = (float)f;
 }

@@ -107,23 +107,12 @@ __global__ void bla_broadcast_kernel(float *cb, float *gb, const float *ct, cons
 // ----------------------------------------------------------------------------
 // the pieces forward, backward and step share
 
-// ct, gt (T,S) WRITTEN: nn/bla.c's bla_coeffs on the device, a thread per (t, s) in the same double arithmetic
-// (the phase reduced to [0, 1), the modes' cosines by the Chebyshev recurrence), so the host's table up to the last
-// bit of cos; gt NULL without decay
+// ct, gt (T,S) WRITTEN: nn/bla.c's bla_coeffs on the device, a thread per (t, s) through nn/bla.h's bla_coeff, the
+// host's function; gt NULL without decay
 __global__ void bla_coeffs_kernel(float *ct, float *gt, long t0, int T, int S, int M, double period) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)T * S) return;
-    long t = t0 + (long)(i / S);
-    int s = (int)(i % S);
-    const double two_pi = 6.283185307179586476925287;
-    double tp = fmod((double)t, period) / period, phi = two_pi * (tp - (double)s / S);
-    double c1 = cos(phi), prev = 1.0, cur = c1, sum = 0.0;
-    for (int m = 1; m < M; m++) {
-        sum += cur;
-        double next = 2.0 * c1 * cur - prev;
-        prev = cur, cur = next;
-    }
-    double w = (1.0 + 2.0 * sum) / S;
+    double w = bla_coeff(t0 + (long)(i / S), (int)(i % S), S, M, period);
     ct[i] = (float)w;
     if (gt) gt[i] = (float)log(fmax(1.0 - w, BLA_LOG_FLOOR));
 }

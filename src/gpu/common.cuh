@@ -123,6 +123,17 @@ static __device__ __forceinline__ void rope_pair_(float &x0, float &x1, float c,
     x0 = y0, x1 = y1;
 }
 
+// nn/fastmath.h's fast_sigmoidf_ and fast_silu_grad_ on the device: only e^-|x| is taken, 1 / (1 + e) for x >= 0,
+// e / (1 + e) below; silu' = s (1 + x (1 - s))
+static __device__ __forceinline__ float sigmoid_fast_(float x) {
+    float e = expf(-fabsf(x));
+    return (x >= 0.0f ? 1.0f : e) / (1.0f + e);
+}
+static __device__ __forceinline__ float silu_grad_fast_(float x) {
+    float s = sigmoid_fast_(x);
+    return s * (1.0f + x * (1.0f - s));
+}
+
 // 2^x on the special-function unit (ex2.approx: the instruction __expf runs after its multiply by log2 e; the
 // emulator's exp2f): a kernel that folds that multiply into a scale it applies anyway saves one a value
 static __device__ __forceinline__ float exp2_fast_(float x) {

@@ -4,8 +4,8 @@
 // (gpu/l2norm.cuh), beta = sigmoid(b_proj x) (x2 with allow_neg_eigval), gated_deltanet's log-decay
 // g = -exp(A_log) softplus(a_proj x + dt_bias), the chunked delta rule (gpu/delta.cuh), the per-head RMSNorm with
 // its optional swish output gate and the output projection (gpu/mixer_out.cuh). The gates are formed in double and
-// rounded once, as on the host (gpu/gates.cuh); A_log's and dt_bias's gradients are column sums in a fixed order
-// (gpu/colsum.cuh). Every other element is one thread's, no atomics, so two runs give the same bits.
+// rounded once, as on the host (mixers/gates.h, the host's functions); A_log's and dt_bias's gradients are column
+// sums in a fixed order (gpu/colsum.cuh). Every other element is one thread's, no atomics, so two runs give the same bits.
 // Selective RoPE (gpu/selrope.cuh) turns q and k after silu, before the L2 norms, as on the host.
 // delta_check_ refuses chunks longer than the engine stages and key heads wider than its state tiles hold.
 #include <math.h>
@@ -13,7 +13,6 @@
 #include "gpu/colsum.cuh"
 #include "gpu/common.cuh"
 #include "gpu/delta.cuh"
-#include "gpu/gates.cuh"
 #include "gpu/l2norm.cuh"
 #include "gpu/matmul.cuh"
 #include "gpu/mixer_gpu.cuh"
@@ -23,6 +22,7 @@
 #include "gpu/step.cuh"
 
 extern "C" {
+#include "mixers/gates.h"
 #include "mixers/delta.h"
 }
 
@@ -104,7 +104,7 @@ static size_t delta_scratch_size_(const MixerSpec *s, int B, int T) {
 // beta (n,) = s sigmoid(bpre), s = 2 with allow_neg_eigval, else 1
 __global__ void delta_beta_kernel(float *beta, const float *bpre, size_t n, double s) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) beta[i] = (float)(s * gate_sigmoid_(bpre[i]));
+    if (i < n) beta[i] = (float)(s * mixer_sigmoid(bpre[i]));
 }
 // its backward in place: dbeta (n,) = dbeta s sg (1 - sg), sg = beta / s the sigmoid
 __global__ void delta_beta_backward_kernel(float *dbeta, const float *beta, size_t n, double s) {
@@ -119,7 +119,7 @@ __global__ void delta_decay_kernel(float *g, const float *apre, const float *alo
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     int h = (int)(i % H);
-    g[i] = (float)(-exp((double)alog[h]) * gate_softplus_((double)apre[i] + dtb[h]));
+    g[i] = (float)(-exp((double)alog[h]) * mixer_softplus((double)apre[i] + dtb[h]));
 }
 // its backward: dgg (rows,H) = dg g (A_log's gradient per element: dg/dA_log = g), da (rows,H) = apre's gradient
 // dg (-exp(A_log)) sigmoid(apre + dt_bias) (also dt_bias's per element)
@@ -129,7 +129,7 @@ __global__ void delta_decay_backward_kernel(float *dgg, float *da, const float *
     if (i >= n) return;
     int h = (int)(i % H);
     dgg[i] = dg[i] * g[i];
-    da[i] = (float)(dg[i] * -exp((double)alog[h]) * gate_sigmoid_((double)apre[i] + dtb[h]));
+    da[i] = (float)(dg[i] * -exp((double)alog[h]) * mixer_sigmoid((double)apre[i] + dtb[h]));
 }
 
 // ----------------------------------------------------------------------------

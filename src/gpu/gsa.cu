@@ -9,7 +9,6 @@
 
 #include "gpu/activation.cuh"
 #include "gpu/common.cuh"
-#include "gpu/gates.cuh"
 #include "gpu/groupnorm.cuh"
 #include "gpu/linrec.cuh"
 #include "gpu/matmul.cuh"
@@ -19,6 +18,7 @@
 #include "gpu/slots.cuh"
 
 extern "C" {
+#include "mixers/gates.h"
 #include "mixers/gsa.h"
 }
 
@@ -92,7 +92,7 @@ static size_t gsa_scratch_size_(const MixerSpec *s, int B, int T) {
 __global__ void gsa_gates_kernel(float *f, float *s, const float *fpre, size_t n, double inv) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    double fi = gate_logsigmoid_((double)fpre[i]) * inv;
+    double fi = mixer_logsigmoid((double)fpre[i]) * inv;
     f[i] = (float)fi;
     s[i] = (float)-expm1(fi);
 }
@@ -103,7 +103,7 @@ __global__ void gsa_gates_backward_kernel(float *dpre, const float *df, const fl
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     double dfi = (double)df[i] + ((double)s[i] - 1.0) * ds[i];
-    dpre[i] = (float)(dfi * inv * gate_sigmoid_(-(double)fpre[i]));
+    dpre[i] = (float)(dfi * inv * mixer_sigmoid(-(double)fpre[i]));
 }
 
 // ----------------------------------------------------------------------------

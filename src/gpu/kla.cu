@@ -12,7 +12,6 @@
 #include "gpu/colsum.cuh"
 #include "gpu/common.cuh"
 #include "gpu/conv.cuh"
-#include "gpu/gates.cuh"
 #include "gpu/kalman.cuh"
 #include "gpu/l2norm.cuh"
 #include "gpu/matmul.cuh"
@@ -20,6 +19,7 @@
 #include "gpu/step.cuh"
 
 extern "C" {
+#include "mixers/gates.h"
 #include "mixers/kla.h"
 }
 
@@ -102,12 +102,12 @@ __global__ void kla_cols_kernel(float *dst, const float *src, size_t N, int ld, 
 // prec (n,) = 1 / (softplus(lv) + vmin), in double
 __global__ void kla_prec_kernel(float *prec, const float *lv, size_t n, double vmin) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) prec[i] = (float)(1.0 / (gate_softplus_(lv[i]) + vmin));
+    if (i < n) prec[i] = (float)(1.0 / (mixer_softplus(lv[i]) + vmin));
 }
 // its backward in place: dprec (n,) <- d lv = -dprec prec^2 sigmoid(lv)
 __global__ void kla_prec_backward_kernel(float *dprec, const float *prec, const float *lv, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) dprec[i] = (float)(-(double)dprec[i] * prec[i] * prec[i] * gate_sigmoid_(lv[i]));
+    if (i < n) dprec[i] = (float)(-(double)dprec[i] * prec[i] * prec[i] * mixer_sigmoid(lv[i]));
 }
 // the discrete dynamics abar, pbar (M,S) from lambda_log, delta and the process noise (NULL: pbar = 0), a thread per
 // element (mixers/kla.h's kla_dynamics_one, the host's function)

@@ -11,7 +11,6 @@
 
 #include "gpu/activation.cuh"
 #include "gpu/common.cuh"
-#include "gpu/gates.cuh"
 #include "gpu/linrec.cuh"
 #include "gpu/matmul.cuh"
 #include "gpu/mixer_gpu.cuh"
@@ -22,6 +21,7 @@
 #include "gpu/step.cuh"
 
 extern "C" {
+#include "mixers/gates.h"
 #include "mixers/linear.h"
 }
 
@@ -150,7 +150,7 @@ __global__ void lin_decay_kernel(float *g, const float *gpre, size_t rows, int D
     size_t r = i / Dk;
     int c = i % Dk;
     size_t at = rotate ? r * (Dk / 2) + c % (Dk / 2) : i;
-    g[i] = (float)gate_logsigmoid_(gpre[at]) * inv;
+    g[i] = (float)mixer_logsigmoid(gpre[at]) * inv;
 }
 // its backward: dgp (rows, GW/H) = dg's share of each gate (with rotate the pair's two channels summed first, in
 // the host's order) times inv sigmoid(-gpre)
@@ -163,7 +163,7 @@ __global__ void lin_decay_backward_kernel(float *dgp, const float *dg, const flo
     int c = i % Wg;
     float d = dg[r * Dk + c];
     if (rotate) d += dg[r * Dk + c + Dk / 2];
-    dgp[i] = d * inv * (float)gate_sigmoid_(-(double)gpre[i]);
+    dgp[i] = d * inv * (float)mixer_sigmoid(-(double)gpre[i]);
 }
 // retnet's fixed log-decays g (H,) = log(1 - 2^(-5-h))
 __global__ void lin_retnet_decay_kernel(float *g, int H) {

@@ -6,7 +6,7 @@
 // engine's inputs from the saved conv output and dt_raw.
 // The small passes between them are this file's kernels: each element is one thread's, no sums across threads, and
 // the per-head parameter gradients (D, A_log, dt_bias) are column sums in a fixed order (gpu/colsum.cuh), so two
-// runs give the same bits. The gates are formed in double as on the host (gpu/gates.cuh).
+// runs give the same bits. The gates are formed in double as on the host (mixers/gates.h, the host's functions).
 // mamba2_check_ refuses chunks longer than the engine stages.
 #include <math.h>
 
@@ -14,7 +14,6 @@
 #include "gpu/colsum.cuh"
 #include "gpu/common.cuh"
 #include "gpu/conv.cuh"
-#include "gpu/gates.cuh"
 #include "gpu/groupnorm.cuh"
 #include "gpu/linrec.cuh"
 #include "gpu/matmul.cuh"
@@ -22,6 +21,7 @@
 #include "gpu/step.cuh"
 
 extern "C" {
+#include "mixers/gates.h"
 #include "mixers/mamba2.h"
 }
 
@@ -84,7 +84,7 @@ __global__ void m2_dt_kernel(float *dt, float *g, const float *dtr, const float 
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     int h = i % H;
-    float d = (float)gate_softplus_((double)dtr[i] + dtb[h]);
+    float d = (float)mixer_softplus((double)dtr[i] + dtb[h]);
     dt[i] = d;
     g[i] = (float)(-(double)d * exp((double)alog[h]));
 }
@@ -154,7 +154,7 @@ __global__ void m2_ddt_kernel(float *ddtr, float *dgdt, const float *dv, const f
     double s = 0.0;
     for (int p = 0; p < m.P; p++) s += (double)dvr[p] * xs[p];
     double ddt = s + dg[i] * -exp((double)alog[h]);
-    ddtr[i] = (float)(ddt * gate_sigmoid_((double)dtr[i] + dtb[h]));
+    ddtr[i] = (float)(ddt * mixer_sigmoid((double)dtr[i] + dtb[h]));
     dgdt[i] = dg[i] * dt[i];
 }
 

@@ -9,7 +9,7 @@
 // step. The same sums in another order: fp32 rounding apart, the host's numbers.
 // The small passes between them are this file's kernels: each element is one thread's, no sums across threads, and
 // the skip's gradient is a column sum in a fixed order (gpu/colsum.cuh), so two runs give the same bits; the
-// normaliser and the gates are formed in double as on the host (gpu/gates.cuh).
+// normaliser and the gates are formed in double as on the host (mixers/gates.h, the host's functions).
 // mlstm_check_ refuses chunks longer than the engine stages.
 #include <math.h>
 
@@ -18,7 +18,6 @@
 #include "gpu/colsum.cuh"
 #include "gpu/common.cuh"
 #include "gpu/conv.cuh"
-#include "gpu/gates.cuh"
 #include "gpu/groupnorm.cuh"
 #include "gpu/linrec.cuh"
 #include "gpu/matmul.cuh"
@@ -26,6 +25,7 @@
 #include "gpu/step.cuh"
 
 extern "C" {
+#include "mixers/gates.h"
 #include "mixers/mlstm.h"
 }
 
@@ -152,7 +152,7 @@ __global__ void ml_gate_split_kernel(float *ipre, float *fpre, float *lf, const 
     float f = pre2[r * 2 * H + H + h];
     ipre[i] = pre2[r * 2 * H + h];
     fpre[i] = f;
-    lf[i] = (float)gate_logsigmoid_(f);
+    lf[i] = (float)mixer_logsigmoid(f);
 }
 
 // dpre2 (BT,2H) = [dli | dlf sigmoid(-fpre)] (lf = logsigmoid(fpre)). A thread per (token, head)
@@ -163,7 +163,7 @@ __global__ void ml_gate_dpre_kernel(float *dpre2, const float *dli, const float 
     size_t r = i / H;
     int h = (int)(i % H);
     dpre2[r * 2 * H + h] = dli[i];
-    dpre2[r * 2 * H + H + h] = dlf[i] * (float)gate_sigmoid_(-(double)fpre[i]);
+    dpre2[r * 2 * H + H + h] = dlf[i] * (float)mixer_sigmoid(-(double)fpre[i]);
 }
 
 // the gates' parameter gradients from dw2 (2H,W) + db2 (2H): gwi, gwf (H,3I) += the columns of [q | k | v] (the ones

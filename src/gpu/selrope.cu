@@ -75,16 +75,6 @@ size_t gpu_selrope_scratch_size(const SelRopeOpts *s, int B, int T) {
 // ----------------------------------------------------------------------------
 // the angle chain
 
-// nn/fastmath.h's fast_sigmoidf_ and fast_silu_grad_ (e^-|x| only)
-static __device__ __forceinline__ float sr_sigmoid_(float x) {
-    float e = expf(-fabsf(x));
-    return (x >= 0.0f ? 1.0f : e) / (1.0f + e);
-}
-static __device__ __forceinline__ float sr_silu_grad_(float x) {
-    float s = sr_sigmoid_(x);
-    return s * (1.0f + x * (1.0f - s));
-}
-
 typedef struct SrChain {
     int H, R, HR, silu, skip;
     const float *conv;   // (HR, K) or NULL
@@ -116,7 +106,7 @@ static __device__ __forceinline__ float sr_token_(float pt, float *win, float &p
         for (int j = 0; j + 2 < K; j++) win[j] = win[j + 1];
         if (K > 1) win[K - 2] = pt;
         c = a;
-        if (o.silu) a *= sr_sigmoid_(a);
+        if (o.silu) a *= sigmoid_fast_(a);
     } else a = pt;
     float f = a;
     if (o.skip) f = a - prev, prev = a;
@@ -237,7 +227,7 @@ __global__ void sr_dconv_kernel(float *dc, const float *df, const float *csave, 
     if (e >= n) return;
     float d = df[e];
     if (skip) d -= (int)(e / HR % T) + 1 < T ? df[e + HR] : 0.0f;
-    if (csave) d *= sr_silu_grad_(csave[e]);
+    if (csave) d *= silu_grad_fast_(csave[e]);
     dc[e] = d;
 }
 
@@ -260,7 +250,7 @@ __global__ void sr_exp_kernel(float *out, const float *x, int n) {
 }
 __global__ void sr_sigmoid_kernel(float *g, size_t n) {
     size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (e < n) g[e] = sr_sigmoid_(g[e]);
+    if (e < n) g[e] = sigmoid_fast_(g[e]);
 }
 // full rank: a thread per row i of W (HR, Dh): nrm[i] = |W_i| + 1e-12 (double, in order), w_i = scale_{i/R} W_i /
 // nrm[i]

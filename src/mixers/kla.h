@@ -8,6 +8,7 @@
 #include <math.h>
 
 #include "core/config.h"
+#include "mixers/gates.h"
 
 #define KLA_DT_EPS 1e-7  // added to softplus(delta), as in the reference
 #define KLA_NORM_EPS 1e-12f
@@ -32,14 +33,9 @@ typedef struct KlaOpts {
 #else
 #define KLA_FN_ static inline
 #endif
-KLA_FN_ double kla_softplus_(double x) { return x > 30.0 ? x : log1p(exp(x)); }
-KLA_FN_ double kla_sigmoid_(double x) {
-    double z = exp(-fabs(x));
-    return (x >= 0 ? 1.0 : z) / (1.0 + z);
-}
 KLA_FN_ void kla_dynamics_one(float *abar, float *pbar, float lam, float dt, float praw, int has_p, double p_min,
                               int zoh) {
-    double w = exp((double)lam), D = kla_softplus_(dt) + KLA_DT_EPS;
+    double w = exp((double)lam), D = mixer_softplus(dt) + KLA_DT_EPS;
     *abar = (float)exp(-w * D);
     if (!has_p) {
         *pbar = 0.0f;
@@ -51,7 +47,7 @@ KLA_FN_ void kla_dynamics_one(float *abar, float *pbar, float lam, float dt, flo
 // its backward: glam, gdt, gp (gp unused without process noise) += the gradients of dabar, dpbar
 KLA_FN_ void kla_dynamics_one_backward(float *glam, float *gdt, float *gp, double dabar, double dpbar, float lam,
                                        float dt, float praw, int has_p, double p_min, int zoh) {
-    double w = exp((double)lam), D = kla_softplus_(dt) + KLA_DT_EPS, ab = exp(-w * D);
+    double w = exp((double)lam), D = mixer_softplus(dt) + KLA_DT_EPS, ab = exp(-w * D);
     double dD = dabar * (-w * ab), dw = dabar * (-D * ab);
     if (has_p) {
         int live = praw > p_min;
@@ -67,7 +63,7 @@ KLA_FN_ void kla_dynamics_one_backward(float *glam, float *gdt, float *gp, doubl
         }
     }
     *glam += (float)(dw * w);
-    *gdt += (float)(dD * kla_sigmoid_(dt));
+    *gdt += (float)(dD * mixer_sigmoid(dt));
 }
 #undef KLA_FN_
 

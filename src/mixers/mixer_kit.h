@@ -14,6 +14,7 @@
 #include "core/config.h"
 #include "core/err.h"
 #include "core/params.h"
+#include "mixers/gates.h"
 #include "mixers/mixer.h"
 
 // ----------------------------------------------------------------------------
@@ -73,11 +74,7 @@ void state_terms_add(StateTerms *st, int table1, size_t value, const char *name,
     __attribute__((format(printf, 5, 6)));
 
 // ----------------------------------------------------------------------------
-// scalar gates, in double. Safe for any finite x: no exp of a large positive number reaches a result
-// (softplus(x) = x above 30, where log1p(e^x) - x < 1e-13; the sigmoids only ever take exp(-|x|) <= 1, one
-// exp for either sign, then pick the numerator).
-
-static inline double mixer_softplus(double x) { return x > 30.0 ? x : log1p(exp(x)); }
+// scalar gates, in double: mixer_softplus, mixer_sigmoid, mixer_logsigmoid (mixers/gates.h, shared with the GPU)
 
 // softplus^{-1}(y) = log(e^y - 1), y > 0: the raw value that a softplus-parameterised quantity starts from
 static inline double mixer_inv_softplus(double y) { return y > 30.0 ? y : log(expm1(y)); }
@@ -87,14 +84,5 @@ static inline double mixer_inv_softplus(double y) { return y > 30.0 ? y : log(ex
 static inline void mixer_dt_bias_init(float *dt, size_t n, double floor) {
     for (size_t i = 0; i < n; i++) dt[i] = (float)mixer_inv_softplus(dt[i] > floor ? dt[i] : floor);
 }
-
-// 1 / (1 + e^-x) for x >= 0, e^x / (1 + e^x) below
-static inline double mixer_sigmoid(double x) {
-    double z = exp(-fabs(x));
-    return (x >= 0 ? 1.0 : z) / (1.0 + z);
-}
-
-// log sigmoid(x) = -softplus(-x) = min(x, 0) - log(1 + e^-|x|); its derivative is sigmoid(-x)
-static inline double mixer_logsigmoid(double x) { return fmin(x, 0.0) - log1p(exp(-fabs(x))); }
 
 #endif

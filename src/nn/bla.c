@@ -13,25 +13,13 @@ static int visible_(const BlaDims *d, long t) {
 }
 
 void bla_coeffs(float *c, float *g, long t0, int n, const BlaDims *d) {
-    int S = bla_slots(d), M = d->M;
-    const double two_pi = 6.283185307179586476925287;
-    for (int i = 0; i < n; i++) {
-        // the phase t / P reduced to [0, 1) first: the angle stays small however long the sequence
-        double tp = fmod((double)(t0 + i), d->period) / d->period;
+    int S = bla_slots(d);
+    for (int i = 0; i < n; i++)
         for (int s = 0; s < S; s++) {
-            double phi = two_pi * (tp - (double)s / S);
-            // sum_{m=1}^{M-1} cos(m phi) by the Chebyshev recurrence cos((m+1)x) = 2 cos x cos(mx) - cos((m-1)x)
-            double c1 = cos(phi), prev = 1.0, cur = c1, sum = 0.0;
-            for (int m = 1; m < M; m++) {
-                sum += cur;
-                double next = 2.0 * c1 * cur - prev;
-                prev = cur, cur = next;
-            }
-            double w = (1.0 + 2.0 * sum) / S;
+            double w = bla_coeff(t0 + i, s, S, d->M, d->period);
             c[(size_t)i * S + s] = (float)w;
             if (g) g[(size_t)i * S + s] = (float)log(fmax(1.0 - w, BLA_LOG_FLOOR));
         }
-    }
 }
 
 static size_t rows_(const BlaDims *d) { return (size_t)d->B * d->T * d->H; }

@@ -53,7 +53,25 @@ static inline int bla_slots(const BlaDims *d) { return 2 * d->M - 1; }
 static inline int bla_dilated_time(const BlaDims *d, int s) {
     return (int)nearbyint((double)s * d->period / (2 * d->M - 1));
 }
-// c (n,S) the interpolation weights of positions t0 .. t0+n-1; g (n,S) log(max(1 - c, 1e-30)), or NULL
+// the interpolation weight of slot s of S at position t (M modes, the period in tokens), in double: the phase t / P
+// reduced to [0, 1) first (the angle stays small however long the sequence), sum_{m=1}^{M-1} cos(m phi) by the
+// Chebyshev recurrence cos((m+1)x) = 2 cos x cos(mx) - cos((m-1)x). One function for the host and the GPU's kernel
+// (gpu/bla.cu), so both tables are the same up to the last bit of cos.
+#ifdef __CUDACC__
+__host__ __device__
+#endif
+static inline double bla_coeff(long t, int s, int S, int M, double period) {
+    const double two_pi = 6.283185307179586476925287;
+    double tp = fmod((double)t, period) / period, phi = two_pi * (tp - (double)s / S);
+    double c1 = cos(phi), prev = 1.0, cur = c1, sum = 0.0;
+    for (int m = 1; m < M; m++) {
+        sum += cur;
+        double next = 2.0 * c1 * cur - prev;
+        prev = cur, cur = next;
+    }
+    return (1.0 + 2.0 * sum) / S;
+}
+// c (n,S) the interpolation weights of positions t0 .. t0+n-1; g (n,S) log(max(1 - c, BLA_LOG_FLOOR)), or NULL
 void bla_coeffs(float *c, float *g, long t0, int n, const BlaDims *d);
 // the recurrence of pass 1 (keys -> slots: q, k, the weights c as values, decays per slot on the value side) or pass 2
 // (slots -> values: p, c as keys, v, decays per key slot) over a (B,T) batch
